@@ -1,0 +1,16 @@
+"""onnx2fpga: ONNX models to verified streaming FPGA accelerators on open toolchains."""
+
+__all__ = ["compile", "load", "connect"]
+__version__ = "0.1.0"
+
+
+def compile(model, output_dir=None, **options):  # noqa: A001 - the public verb is "compile"
+    """Compile an ONNX model (path or ``onnx.ModelProto``); see :func:`onnx2fpga.api.compile`."""
+    from .api import compile as _compile
+    return _compile(model, output_dir, **options)
+
+
+def load(directory):
+    """Open a compiled design directory; see :func:`onnx2fpga.api.load`."""
+    from .api import load as _load
+    return _load(directory)
