@@ -1,0 +1,68 @@
+"""Our own graph IR: what the importer produces from an ONNX ModelProto.
+
+No protobuf objects live here: attributes are Python values, constants numpy arrays. Nodes
+are kept in topological order and keyed by position, never by their (optional) names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["TensorInfo", "Node", "Graph"]
+
+
+@dataclass
+class TensorInfo:
+    """Element type (numpy dtype name, or the ONNX type name where numpy has none) and shape."""
+    dtype: str
+    shape: tuple
+
+
+@dataclass
+class Node:
+    """One operator application.
+
+    ``version`` is the operator's since_version resolved from the model's opset imports
+    (0 when the operator has no registered schema, e.g. an unknown custom domain).
+    ``opset`` is the imported opset version of ``domain``.
+    """
+    op: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict = field(default_factory=dict)
+    name: str = ""
+    domain: str = ""
+    version: int = 0
+    opset: int = 0
+
+    def describe(self) -> str:
+        """``Node 'name' (Op, opset N)`` for error messages."""
+        label = self.name or (self.outputs[0] if self.outputs else "?")
+        dom = f"{self.domain}." if self.domain not in ("", "ai.onnx") else ""
+        return f"Node {label!r} ({dom}{self.op}, opset {self.opset})"
+
+
+@dataclass
+class Graph:
+    """A whole model: nodes in topological order, constants, typed values, metadata."""
+    name: str
+    nodes: list[Node]
+    inputs: list[str]
+    outputs: list[str]
+    constants: dict[str, np.ndarray]
+    tensors: dict[str, TensorInfo]
+    opsets: dict[str, int]
+    metadata: dict = field(default_factory=dict)
+
+    def producers(self) -> dict[str, Node]:
+        return {o: n for n in self.nodes for o in n.outputs if o}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        out: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                if i:
+                    out.setdefault(i, []).append(n)
+        return out

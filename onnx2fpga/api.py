@@ -1,0 +1,318 @@
+"""The Python API: compile a model, simulate the design, build a bitstream.
+
+>>> design = onnx2fpga.compile("mlp.onnx", "out/", calibration=x_cal)   # doctest: +SKIP
+>>> y = design.simulate(x, engine="rtl")                                 # doctest: +SKIP
+>>> report = design.build("icebreaker")                                  # doctest: +SKIP
+
+A design directory holds ``top.v`` (the accelerator), ``manifest.json`` (ports, element
+order, widths, scales and zero points, the partition between host and hardware, per-layer
+parallelism and cycle figures) and ``design.json`` + ``design.npz`` (everything needed to run
+the model again without the ONNX file).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from . import __version__
+from .dataflow import Design, DenseLayer, load_design, save_design
+from .errors import CalibrationError, DesignDirError
+
+__all__ = ["compile", "load", "CompiledDesign", "progress"]
+
+_FILES = ("top.v", "manifest.json", "design.json", "design.npz")
+
+
+def progress(msg: str) -> None:
+    """Progress lines go to stderr so that ``--json`` output on stdout stays clean."""
+    print(f"[onnx2fpga] {msg}", file=sys.stderr, flush=True)
+
+
+def _check_samples(graph, x, what: str) -> np.ndarray:
+    name = graph.inputs[0]
+    info = graph.tensors[name]
+    shape = tuple(info.shape)
+    x = np.asarray(x)
+    want = f"({', '.join(['batch'] + [str(d) for d in shape])}) {info.dtype}"
+    if not np.issubdtype(x.dtype, np.floating):
+        raise CalibrationError(f"{what} must be {want}, not {tuple(x.shape)} {x.dtype.name}")
+    if x.ndim == len(shape) + 1 and x.shape[1:] == shape:
+        pass
+    elif shape and shape[0] == 1 and x.ndim == len(shape) and x.shape[1:] == shape[1:]:
+        x = x.reshape((x.shape[0],) + shape)
+    else:
+        raise CalibrationError(f"{what} must be {want}, not {tuple(x.shape)} {x.dtype.name}")
+    if len(x) == 0:
+        raise CalibrationError(f"{what} is empty")
+    if not np.all(np.isfinite(x)):
+        raise CalibrationError(f"{what} contains NaN or infinite values")
+    return x.astype(np.dtype(info.dtype))
+
+
+def _prepare_dir(output_dir, force: bool) -> str:
+    out = os.path.abspath(os.fspath(output_dir))
+    if os.path.exists(out):
+        if not os.path.isdir(out):
+            raise DesignDirError(f"{out}: exists and is not a directory")
+        if os.listdir(out) and not force:
+            raise DesignDirError(f"{out}: directory is not empty (use --force to overwrite)")
+    return out
+
+
+def compile(model, output_dir=None, *, calibration=None, lenient: bool = False,  # noqa: A001
+            force: bool = False, weight_bits: int = 8, activation_bits: int = 8,
+            per_channel: bool = True, max_lanes: int = 16, folding: dict | None = None,
+            multiplier_bits: int = 24, verbose: bool = False) -> CompiledDesign:
+    """Compile an ONNX model into a design directory.
+
+    Parameters
+    ----------
+    model : path or onnx.ModelProto
+    output_dir : path, optional
+        Where to write the design; a new temporary directory if omitted. An existing
+        non-empty directory is refused unless ``force``.
+    calibration : array or path to .npy, optional
+        A batch of real inputs (stacked along axis 0) for post-training quantization of a
+        float model. Ignored, with a warning, for models that are already quantized.
+    lenient : bool
+        Accept the common exporter deviations from the ONNX spec (see ``frontend.load``).
+    weight_bits, activation_bits, per_channel : quantization of float models.
+    max_lanes : int
+        Budget of multiply lanes (sum of simd*pe over layers) for automatic folding.
+    folding : dict, optional
+        ``{layer_name: {"simd": s, "pe": p}}`` overrides.
+    multiplier_bits : int
+        Significant bits of requantization multipliers.
+
+    Raises
+    ------
+    Onnx2FpgaError
+        For every problem with the model, the options or the directory; nothing is written
+        to ``output_dir`` before all checks pass.
+    """
+    import warnings
+
+    from .frontend.fold import fold
+    from .frontend.load import load_model
+    from .frontend.lower import lower
+    from .frontend.qdq import normalize_qdq
+    from .frontend.quantize import is_quantized, quantize_graph
+    from .hw.emit import emit_verilog
+    from .sim.model import run_design
+
+    t0 = time.monotonic()
+    out = _prepare_dir(output_dir, force) if output_dir is not None else None
+    say = progress if verbose else (lambda msg: None)
+    say("loading and checking the model")
+    graph = load_model(model, lenient=lenient)
+    normalize_qdq(graph)
+    float_graph = None
+    quant_info = {"source": "qdq"}
+    if is_quantized(graph):
+        if calibration is not None:
+            warnings.warn("the model is already quantized; calibration data is not used",
+                          stacklevel=2)
+    else:
+        if calibration is None:
+            raise CalibrationError(
+                f"Graph {graph.name!r} is a float model: pass calibration data "
+                f"(--calibration X.npy, a batch of real inputs) to quantize it")
+        if isinstance(calibration, (str, os.PathLike)):
+            try:
+                calibration = np.load(calibration, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise CalibrationError(f"{calibration}: cannot read calibration data: "
+                                       f"{e}") from None
+        samples = _check_samples(graph, calibration, "Calibration data")
+        say(f"calibrating on {len(samples)} samples")
+        float_graph = copy.deepcopy(graph)
+        quantize_graph(graph, samples, weight_bits=weight_bits,
+                       activation_bits=activation_bits, per_channel=per_channel)
+        quant_info = {"source": "calibration", **graph.metadata["quantization"]}
+    say("lowering to integer layers")
+    design = lower(graph, multiplier_bits=multiplier_bits)
+    fold(design.dataflow, max_lanes=max_lanes, overrides=folding)
+    if float_graph is not None:
+        from .sim import host
+        ref = np.stack([host.run_nodes(float_graph.nodes, {float_graph.inputs[0]: s},
+                                       float_graph.constants)[float_graph.outputs[0]]
+                        for s in samples])
+        got = run_design(design, samples, stacked=True)
+        err = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+        quant_info["calibration_max_abs_error"] = float(err.max())
+        quant_info["calibration_mean_abs_error"] = float(err.mean())
+        if ref.ndim >= 2 and ref.shape[-1] > 1:
+            agree = np.argmax(got.reshape(len(got), -1), 1) == np.argmax(
+                ref.reshape(len(ref), -1), 1)
+            quant_info["calibration_argmax_agreement"] = float(agree.mean())
+    say("generating Verilog")
+    verilog = emit_verilog(design.dataflow, name="top")
+    manifest = make_manifest(design, verilog, quant_info)
+    if out is None:
+        out = tempfile.mkdtemp(prefix="onnx2fpga-")
+    elif os.path.isdir(out) and os.listdir(out):
+        for name in os.listdir(out):  # --force: replace what was there
+            path = os.path.join(out, name)
+            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
+                else os.remove(path)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "top.v"), "w") as f:
+        f.write(verilog)
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+    save_design(design, os.path.join(out, "design.json"), os.path.join(out, "design.npz"))
+    say(f"wrote {out} in {time.monotonic() - t0:.1f} s")
+    return CompiledDesign(out, design, manifest)
+
+
+def _port_json(port) -> dict:
+    return {
+        "tensor": port.name, "shape": list(port.shape),
+        "element_order": "C order (row-major) over shape, batch dimension bound to 1",
+        "type": port.type.name, "bits": port.type.bits, "signed": port.type.signed,
+        "scale": port.scale, "zero_point": port.zero_point,
+        "lanes": port.lanes, "tdata_width": port.tdata_width, "beats": port.beats,
+        "packing": "element j of a beat at tdata bits [j*bits, (j+1)*bits), little-endian",
+        "tlast": "high on the last beat of each tensor",
+    }
+
+
+def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
+    from .hw import cost
+
+    df = design.dataflow
+    layers = []
+    for k, ly in enumerate(df.layers):
+        entry = {
+            "name": ly.name, "kind": ly.kind, "onnx_nodes": list(ly.nodes),
+            "in_size": ly.in_size, "out_size": ly.out_size,
+            "in_type": ly.in_type.name, "out_type": ly.out_type.name,
+            "in_lanes": ly.in_lanes, "out_lanes": ly.out_lanes,
+            "cycles": cost.layer_cycles(ly), "latency_cycles": cost.layer_latency(ly),
+            "fifo_depth_after": df.fifo_depths[k],
+            "requant": [{"shift": st.shift, "multiplier_bits": int(max(
+                int(np.abs(st.multiplier).max()), 1)).bit_length(),
+                "per_channel": bool(st.multiplier.size > 1 or st.offset.size > 1),
+                "zero_point": st.zero_point, "clip": [st.lo, st.hi],
+                "rounding": st.rounding} for st in ly.requant],
+        }
+        if isinstance(ly, DenseLayer):
+            entry.update({"in_features": ly.in_features, "out_features": ly.out_features,
+                          "simd": ly.simd, "pe": ly.pe, "weight_type": ly.weight_type.name,
+                          "acc_type": ly.acc_type.name, "in_zero_point": ly.in_zero_point,
+                          "weight_memory_bits": int(ly.weight.size * ly.weight_type.bits),
+                          "macs": int(ly.weight.size)})
+        layers.append(entry)
+    figures = cost.dataflow_cycles(df)
+    hw_nodes = [n for ly in df.layers for n in ly.nodes]
+    return {
+        "format": "onnx2fpga-manifest", "version": 1, "onnx2fpga_version": __version__,
+        "top": {"module": "top", "file": "top.v", "clock": "clk", "reset": "rst (synchronous, "
+                "active high)", "verilog_sha256": hashlib.sha256(verilog.encode()).hexdigest()},
+        "model": {k: v for k, v in design.metadata.items()},
+        "inputs": design.inputs, "outputs": design.outputs,
+        "ports": {"s_axis": _port_json(df.input), "m_axis": _port_json(df.output)},
+        "partition": {
+            "host_head": [n.name or n.outputs[0] for n in design.head],
+            "hardware": hw_nodes,
+            "host_tail": [n.name or n.outputs[0] for n in design.tail],
+        },
+        "layers": layers,
+        "cycles_per_inference": figures["cycles_per_inference"],
+        "latency_cycles": figures["latency_cycles"],
+        "quantization": quant_info,
+    }
+
+
+class CompiledDesign:
+    """A compiled design directory: simulate it, build it for a board.
+
+    Attributes
+    ----------
+    directory : str
+    design : onnx2fpga.dataflow.Design
+    manifest : dict
+    last_run : dict or None
+        Figures of the last RTL simulation (``cycles_per_inference``, ``latency_cycles``).
+    """
+
+    def __init__(self, directory, design: Design, manifest: dict):
+        self.directory = os.fspath(directory)
+        self.design = design
+        self.manifest = manifest
+        self.last_run = None
+
+    @property
+    def verilog_path(self) -> str:
+        return os.path.join(self.directory, "top.v")
+
+    def simulate(self, x, engine: str = "rtl", *, stall_in: float = 0.3,
+                 stall_out: float = 0.3, seed: int = 0, progress: bool = False) -> np.ndarray:
+        """Run the model on a batch ``x`` (stacked along axis 0) and return its outputs.
+
+        ``engine="golden"`` runs the integer golden model; ``"rtl"`` runs the emitted Verilog
+        in Verilator through cocotb with random stalls on both AXI-Stream sides (then
+        ``last_run`` holds the measured cycles). Host parts run in numpy in both cases.
+        """
+        from .sim.model import run_design
+
+        if engine == "golden":
+            return run_design(self.design, x)
+        if engine != "rtl":
+            raise ValueError(f"engine must be 'rtl' or 'golden', not {engine!r}")
+        from .sim.rtl import simulate_rtl
+
+        def rtl_engine(dataflow, x_int):
+            res = simulate_rtl(self.verilog_path, dataflow.input, dataflow.output, x_int,
+                               toplevel="top",
+                               build_dir=os.path.join(self.directory, "sim_build"),
+                               stall_prob_in=stall_in, stall_prob_out=stall_out, seed=seed,
+                               progress=progress)
+            self.last_run = {"cycles_per_inference": res.cycles_per_inference,
+                             "latency_cycles": res.latency_cycles,
+                             "total_cycles": res.total_cycles, "inferences": len(x_int)}
+            return res.outputs
+
+        return run_design(self.design, x, engine=rtl_engine)
+
+    def build(self, board: str, *, seed: int | None = None, progress: bool = True) -> dict:
+        """Build a bitstream for ``board``; writes ``build/<board>/report.json`` and returns
+        it. A design that misses timing has ``timing_met`` false."""
+        from .boards.build import build_bitstream
+        from .hw.top import Accelerator
+
+        df = self.design.dataflow
+        return build_bitstream(lambda: Accelerator(df), df.input, df.output, board,
+                               os.path.join(self.directory, "build", board), seed=seed,
+                               progress=progress,
+                               cycles_per_inference=self.manifest["cycles_per_inference"],
+                               latency_cycles=self.manifest["latency_cycles"])
+
+
+def load(directory) -> CompiledDesign:
+    """Open a design directory written by :func:`compile`."""
+    d = os.fspath(directory)
+    missing = [f for f in _FILES if not os.path.isfile(os.path.join(d, f))]
+    if not os.path.isdir(d):
+        raise DesignDirError(f"{d}: no such design directory")
+    if missing:
+        raise DesignDirError(f"{d}: not a design directory (missing {', '.join(missing)}); "
+                             f"create one with 'onnx2fpga compile'")
+    try:
+        with open(os.path.join(d, "manifest.json")) as f:
+            manifest = json.load(f)
+        design = load_design(os.path.join(d, "design.json"), os.path.join(d, "design.npz"))
+    except (OSError, ValueError, KeyError) as e:
+        raise DesignDirError(f"{d}: design files are damaged ({e})") from None
+    return CompiledDesign(d, design, manifest)
+

@@ -1,0 +1,202 @@
+"""The ``onnx2fpga`` command line: compile, simulate, build, boards.
+
+Every command exits with status 0 on success, 1 when a build misses timing or a check
+fails, and 2 with a one-line ``error:`` message on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+
+__all__ = ["main"]
+
+
+def _folding(text):
+    """``layer:simd:pe[,layer:simd:pe...]``"""
+    out = {}
+    for item in text.split(","):
+        try:
+            name, simd, pe = item.split(":")
+            out[name] = {"simd": int(simd), "pe": int(pe)}
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"folding must be NAME:SIMD:PE[,NAME:SIMD:PE...], not {item!r}") from None
+    return out
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="onnx2fpga", description=(
+        "Compile ONNX models into streaming FPGA accelerators, simulate them bit-exactly and "
+        "build bitstreams with open toolchains."))
+    p.add_argument("--version", action="version", version="%(prog)s " + _version())
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("compile", help="compile an ONNX model into a design directory",
+                       description="Load, check and quantize MODEL, partition it into host and "
+                       "hardware parts, and write DIR/top.v, DIR/manifest.json and the design "
+                       "data.")
+    c.add_argument("model", metavar="MODEL", help="ONNX model file")
+    c.add_argument("-o", "--output", required=True, metavar="DIR", help="design directory")
+    c.add_argument("--calibration", metavar="X.npy", help="batch of real inputs, stacked along "
+                   "axis 0, for post-training quantization of a float model")
+    c.add_argument("--lenient", action="store_true", help="accept common deviations from the "
+                   "ONNX spec (missing default opset, undeclared custom domains, ...)")
+    c.add_argument("--force", action="store_true", help="overwrite a non-empty DIR")
+    c.add_argument("--weight-bits", type=int, default=8, metavar="N",
+                   help="weight width for float models (default 8)")
+    c.add_argument("--activation-bits", type=int, default=8, metavar="N",
+                   help="activation width for float models (default 8)")
+    c.add_argument("--per-tensor", action="store_true",
+                   help="one weight scale per tensor instead of per output channel")
+    c.add_argument("--max-lanes", type=int, default=16, metavar="N",
+                   help="multiply lanes (sum of simd*pe) for automatic folding (default 16)")
+    c.add_argument("--folding", type=_folding, metavar="NAME:SIMD:PE,...",
+                   help="override the parallelism of named layers")
+
+    s = sub.add_parser("simulate", help="run a compiled design on inputs",
+                       description="Run the design in DIR on the inputs in X.npy (stacked along "
+                       "axis 0, in the model's input dtype and shape) and write the model's "
+                       "outputs to Y.npy, stacked the same way.")
+    s.add_argument("dir", metavar="DIR")
+    s.add_argument("--inputs", required=True, metavar="X.npy")
+    s.add_argument("--outputs", required=True, metavar="Y.npy")
+    s.add_argument("--engine", choices=("rtl", "golden"), default="rtl",
+                   help="rtl: Verilator with random AXI-Stream stalls (default); golden: "
+                   "the integer numpy model")
+    s.add_argument("--seed", type=int, default=0, help="seed of the stall pattern")
+    s.add_argument("--check", action="store_true", help="with --engine rtl, also run the "
+                   "golden model and fail unless every output is identical")
+    s.add_argument("--json", action="store_true", help="print the figures as JSON")
+    s.add_argument("--force", action="store_true", help="overwrite an existing Y.npy")
+
+    b = sub.add_parser("build", help="build a bitstream for a board",
+                       description="Synthesize, place and route the design in DIR for NAME with "
+                       "yosys and nextpnr; write the bitstream and DIR/build/NAME/report.json.")
+    b.add_argument("dir", metavar="DIR")
+    b.add_argument("--board", required=True, metavar="NAME", help="see 'onnx2fpga boards'")
+    b.add_argument("--seed", type=int, default=None, help="nextpnr placement seed")
+    b.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    sub.add_parser("boards", help="list the supported boards")
+    return p
+
+
+def _version():
+    from . import __version__
+    return __version__
+
+
+def _compile(args):
+    from .api import compile as compile_
+    d = compile_(args.model, args.output, calibration=args.calibration, lenient=args.lenient,
+                 force=args.force, weight_bits=args.weight_bits,
+                 activation_bits=args.activation_bits, per_channel=not args.per_tensor,
+                 max_lanes=args.max_lanes, folding=args.folding, verbose=True)
+    m = d.manifest
+    print(f"wrote {d.directory}: {len(m['layers'])} hardware layers, "
+          f"{m['cycles_per_inference']} cycles per inference, latency {m['latency_cycles']} "
+          f"cycles")
+    for ly in m["layers"]:
+        par = f"simd={ly['simd']} pe={ly['pe']}" if ly["kind"] == "dense" else \
+            f"lanes={ly['in_lanes']}"
+        print(f"  {ly['name']:<10} {ly['kind']:<8} {ly['in_size']:>5} -> {ly['out_size']:<5} "
+              f"{ly['in_type']:>6} -> {ly['out_type']:<6} {par:<14} {ly['cycles']} cycles")
+    q = m["quantization"]
+    if "calibration_max_abs_error" in q:
+        extra = (f", argmax agreement {q['calibration_argmax_agreement'] * 100:.1f} %"
+                 if "calibration_argmax_agreement" in q else "")
+        print(f"  quantization vs float on the calibration data: max |error| "
+              f"{q['calibration_max_abs_error']:.4g}{extra}")
+    return 0
+
+
+def _simulate(args):
+    import numpy as np
+
+    from .api import load
+    from .errors import Onnx2FpgaError
+    from .sim.model import run_design
+
+    d = load(args.dir)
+    if os.path.exists(args.outputs) and not args.force:
+        raise Onnx2FpgaError(f"{args.outputs}: exists (use --force to overwrite)")
+    try:
+        x = np.load(args.inputs, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise Onnx2FpgaError(f"{args.inputs}: cannot read inputs: {e}") from None
+    try:
+        y = d.simulate(x, engine=args.engine, seed=args.seed, progress=True)
+    except ValueError as e:
+        raise Onnx2FpgaError(str(e)) from None
+    result = {"engine": args.engine, "inferences": int(len(x)),
+              "output_shape": list(y.shape), "output_dtype": y.dtype.name}
+    status = 0
+    if args.engine == "rtl":
+        result.update(d.last_run)
+        result["manifest_cycles_per_inference"] = d.manifest["cycles_per_inference"]
+        result["manifest_latency_cycles"] = d.manifest["latency_cycles"]
+        if args.check:
+            g = run_design(d.design, x)
+            exact = int(np.sum(np.all((g == y).reshape(len(y), -1), axis=1)))
+            result["golden_match"] = f"{exact}/{len(y)}"
+            status = 0 if exact == len(y) else 1
+    np.save(args.outputs, y)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        line = f"{args.engine}: {len(x)} inferences -> {args.outputs} {tuple(y.shape)}"
+        if args.engine == "rtl":
+            line += (f"; {result['cycles_per_inference']} cycles per inference, latency "
+                     f"{result['latency_cycles']} cycles")
+            if args.check:
+                line += f"; golden match {result['golden_match']}"
+        print(line)
+    return status
+
+
+def _build(args):
+    from .api import load
+    d = load(args.dir)
+    report = d.build(args.board, seed=args.seed)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        r = report["resources"]
+        used = ", ".join(f"{k.upper()} {v['used']}/{v['available']}" for k, v in r.items())
+        verdict = "timing met" if report["timing_met"] else "TIMING NOT MET"
+        print(f"{args.board}: {report['bitstream']}; Fmax {report['fmax_mhz']:.1f} MHz at "
+              f"{report['clock_mhz']:.1f} MHz clock ({verdict}); {used}")
+    return 0 if report["timing_met"] else 1
+
+
+def _boards(args):
+    from .boards.targets import list_boards
+    for t in list_boards():
+        print(f"{t.name:<16} {t.device}")
+    return 0
+
+
+def main(argv=None) -> int:
+    from .errors import Onnx2FpgaError
+    args = _parser().parse_args(argv)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        print(f"warning: {message}", file=sys.stderr)
+    warnings.showwarning = show
+    try:
+        return {"compile": _compile, "simulate": _simulate, "build": _build,
+                "boards": _boards}[args.command](args)
+    except Onnx2FpgaError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The project's error types. Every error a user can cause is one of these."""
+
+__all__ = ["Onnx2FpgaError", "LoadError", "CheckError", "UnsupportedError", "CalibrationError",
+           "DesignDirError"]
+
+
+class Onnx2FpgaError(Exception):
+    """Base of every error onnx2fpga raises on bad input; the CLI prints it as one line."""
+
+
+class LoadError(Onnx2FpgaError):
+    """The model file cannot be read or parsed."""
+
+
+class CheckError(Onnx2FpgaError):
+    """The model is not valid ONNX (checker, shape inference, unbound dimensions)."""
+
+
+class UnsupportedError(Onnx2FpgaError):
+    """The model uses operators or options we cannot compile. ``problems`` lists them all."""
+
+    def __init__(self, problems):
+        self.problems = list(problems)
+        n = len(self.problems)
+        head = f"{n} unsupported node{'s' if n != 1 else ''}: " if n > 1 else ""
+        super().__init__(head + "; ".join(self.problems))
+
+
+class CalibrationError(Onnx2FpgaError):
+    """Calibration data is missing or does not match the model's input."""
+
+
+class DesignDirError(Onnx2FpgaError):
+    """The output or design directory is unusable (exists, not a design, ...)."""

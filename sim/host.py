@@ -1,0 +1,185 @@
+"""Host-side operators: the float (and quantize/dequantize) ops that run in numpy around the
+accelerator, and the float interpreter the compiler uses for calibration.
+
+One function per ONNX operator, attributes as keyword arguments, following the ONNX operator
+specification of the versions named in each docstring. Depends on numpy only. Quantize and
+dequantize nodes carry their parameters as attributes (``scale``, ``zero_point``, ``qtype``,
+``axis``), resolved by the frontend from the ONNX inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import golden
+
+__all__ = ["HOST_OPS", "run_nodes", "supported"]
+
+
+def _softmax_like(x, axis, version, log):
+    x = np.asarray(x, dtype=np.float32)
+    if version < 13:  # opset 1-11: coerce to 2-D at `axis` and normalize the inner block
+        axis = axis if axis >= 0 else axis + x.ndim
+        shape = x.shape
+        x2 = x.reshape(int(np.prod(shape[:axis])), -1)
+        return _softmax_like(x2, 1, 13, log).reshape(shape)
+    m = np.max(x, axis=axis, keepdims=True)
+    e = np.exp(x - m)
+    s = np.sum(e, axis=axis, keepdims=True)
+    return ((x - m) - np.log(s) if log else e / s).astype(np.float32)
+
+
+def softmax(x, *, axis=None, version=13):
+    """ONNX Softmax-1/11/13 (default axis 1 before opset 13, -1 from 13)."""
+    return _softmax_like(x, (1 if version < 13 else -1) if axis is None else axis, version,
+                         False)
+
+
+def log_softmax(x, *, axis=None, version=13):
+    """ONNX LogSoftmax-1/11/13."""
+    return _softmax_like(x, (1 if version < 13 else -1) if axis is None else axis, version,
+                         True)
+
+
+def gemm(a, b, c=None, *, alpha=1.0, beta=1.0, transA=0, transB=0, version=13):
+    """ONNX Gemm-7/9/11/13: ``alpha * A' @ B' + beta * C``."""
+    a = a.T if transA else a
+    b = b.T if transB else b
+    y = np.float32(alpha) * (a @ b)
+    if c is not None:
+        y = y + np.float32(beta) * c
+    return y.astype(np.result_type(a, b))
+
+
+def reshape(x, shape, *, allowzero=0, version=14):
+    """ONNX Reshape-5/13/14/19/21: 0 copies the input dimension unless ``allowzero``."""
+    shape = [int(s) for s in np.asarray(shape).reshape(-1)]
+    if not allowzero:
+        shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+    return np.reshape(x, shape)
+
+
+def flatten(x, *, axis=1, version=13):
+    """ONNX Flatten-1/9/11/13/21."""
+    axis = axis if axis >= 0 else axis + x.ndim
+    return np.reshape(x, (int(np.prod(x.shape[:axis])), -1))
+
+
+def clip(x, lo=None, hi=None, *, min=None, max=None, version=13):  # noqa: A002
+    """ONNX Clip-6 (attributes) and Clip-11/12/13 (optional inputs)."""
+    lo = min if lo is None else lo
+    hi = max if hi is None else hi
+    y = x
+    if lo is not None:
+        y = np.maximum(y, np.asarray(lo, dtype=x.dtype))
+    if hi is not None:
+        y = np.minimum(y, np.asarray(hi, dtype=x.dtype))
+    return y
+
+
+def quantize_linear(x, *, scale, zero_point, qtype, axis=1, version=13, **_):
+    """ONNX QuantizeLinear-10/13/19/21 with resolved parameters; round half to even."""
+    axis = axis if axis >= 0 else axis + np.ndim(x)
+    return golden.quantize_linear(x, scale, zero_point, qtype.lo, qtype.hi, axis)
+
+
+def dequantize_linear(x, *, scale, zero_point, qtype=None, axis=1, version=13, **_):
+    """ONNX DequantizeLinear-10/13/19/21 with resolved parameters."""
+    axis = axis if axis >= 0 else axis + np.ndim(x)
+    return golden.dequantize_linear(x, scale, zero_point, axis)
+
+
+def _unsqueeze(x, axes=None, *, version=13, **attrs):
+    axes = attrs.get("axes") if axes is None else axes
+    axes = sorted(int(a) % (x.ndim + len(axes)) for a in np.asarray(axes).reshape(-1))
+    for a in axes:
+        x = np.expand_dims(x, a)
+    return x
+
+
+def _squeeze(x, axes=None, *, version=13, **attrs):
+    axes = attrs.get("axes") if axes is None else axes
+    if axes is None:
+        return np.squeeze(x)
+    return np.squeeze(x, tuple(int(a) % x.ndim for a in np.asarray(axes).reshape(-1)))
+
+
+def _argmax(x, *, axis=0, keepdims=1, select_last_index=0, version=13):
+    if select_last_index:
+        y = x.shape[axis] - 1 - np.argmax(np.flip(x, axis), axis=axis)
+    else:
+        y = np.argmax(x, axis=axis)
+    return (np.expand_dims(y, axis) if keepdims else y).astype(np.int64)
+
+
+def _cast(x, *, to, saturate=1, round_mode="up", version=13):
+    from_onnx = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16,
+                 6: np.int32, 7: np.int64, 9: np.bool_, 10: np.float16, 11: np.float64,
+                 12: np.uint32, 13: np.uint64}
+    if to not in from_onnx:
+        raise ValueError(f"Cast to ONNX type {to} is not supported on the host")
+    return x.astype(from_onnx[to])
+
+
+def _f32(fn):
+    return lambda x, *, version=13, **kw: fn(np.asarray(x)).astype(np.asarray(x).dtype)
+
+
+def _binary(fn):
+    return lambda a, b, *, version=13, **kw: fn(a, b)
+
+
+HOST_OPS = {
+    "Identity": lambda x, *, version=13: x,
+    "Relu": _f32(lambda x: np.maximum(x, 0)),
+    "Sigmoid": _f32(lambda x: 1.0 / (1.0 + np.exp(-x))),
+    "Tanh": _f32(np.tanh),
+    "Exp": _f32(np.exp),
+    "Neg": _f32(np.negative),
+    "Abs": _f32(np.abs),
+    "Add": _binary(np.add),
+    "Sub": _binary(np.subtract),
+    "Mul": _binary(np.multiply),
+    "Div": _binary(lambda a, b: np.divide(a, b) if np.issubdtype(np.asarray(a).dtype,
+                                                                 np.floating)
+                   else np.trunc(a / b).astype(np.asarray(a).dtype)),
+    "MatMul": _binary(np.matmul),
+    "Gemm": gemm,
+    "Softmax": softmax,
+    "LogSoftmax": log_softmax,
+    "Reshape": reshape,
+    "Flatten": flatten,
+    "Transpose": lambda x, *, perm=None, version=13: np.transpose(x, perm),
+    "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze,
+    "Clip": clip,
+    "ArgMax": _argmax,
+    "Cast": _cast,
+    "QuantizeLinear": quantize_linear,
+    "DequantizeLinear": dequantize_linear,
+}
+
+
+def supported(op: str, domain: str = "") -> bool:
+    return domain in ("", "ai.onnx") and op in HOST_OPS
+
+
+def run_nodes(nodes, env: dict, constants: dict) -> dict:
+    """Execute ``nodes`` (objects with ``op``, ``inputs``, ``outputs``, ``attrs``,
+    ``version``) in order on the values in ``env``; returns ``env`` with every output added.
+    Empty input names are passed as ``None`` (absent optional inputs)."""
+    for node in nodes:
+        args = []
+        for name in node.inputs:
+            if not name:
+                args.append(None)
+            elif name in env:
+                args.append(env[name])
+            else:
+                args.append(constants[name])
+        while args and args[-1] is None:
+            args.pop()
+        fn = HOST_OPS[node.op]
+        y = fn(*args, version=node.version or 13, **node.attrs)
+        env[node.outputs[0]] = y
+    return env

@@ -1,0 +1,73 @@
+"""Run a whole :class:`~onnx2fpga.dataflow.Design`: host head, hardware, host tail.
+
+The hardware part is executed by an engine: the golden model by default, or any function
+``(dataflow, x_int) -> y_int`` (the RTL simulation, a board). The host parts always run in
+numpy, one sample at a time, because the model's batch dimension is bound to 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dataflow import Design
+from . import golden, host
+
+__all__ = ["stack_inputs", "run_head", "run_tail", "run_design"]
+
+
+def stack_inputs(design: Design, x) -> tuple[np.ndarray, bool]:
+    """Check a batch of model inputs; return it as ``(batch, *input_shape)`` and whether the
+    caller stacked samples on a new axis (True) or concatenated them along the batch axis.
+
+    ``x`` holds samples stacked along axis 0: shape ``(batch, *input_shape)``; when the
+    model's batch dimension is 1, ``(batch, *input_shape[1:])`` is accepted too.
+    """
+    spec = design.inputs[0]
+    shape = tuple(spec["shape"])
+    x = np.asarray(x)
+    dtype = np.dtype(spec["dtype"])
+    if x.dtype != dtype and not (np.issubdtype(dtype, np.floating)
+                                 and np.issubdtype(x.dtype, np.floating)):
+        raise ValueError(f"Input {spec['name']!r} must have dtype {dtype.name}, not "
+                         f"{x.dtype.name}")
+    if x.ndim == len(shape) + 1 and x.shape[1:] == shape:
+        return x.astype(dtype, copy=False), True
+    if shape and shape[0] == 1 and x.ndim == len(shape) and x.shape[1:] == shape[1:]:
+        return x.reshape((x.shape[0],) + shape).astype(dtype, copy=False), False
+    raise ValueError(f"Input {spec['name']!r} must be stacked as (batch, "
+                     f"{', '.join(map(str, shape))}), not {tuple(x.shape)}")
+
+
+def run_head(design: Design, x_stacked: np.ndarray) -> np.ndarray:
+    """Model inputs ``(batch, *shape)`` to the accelerator's input integers ``(batch, n)``."""
+    name = design.inputs[0]["name"]
+    port = design.dataflow.input
+    out = np.empty((len(x_stacked), port.size), dtype=np.int64)
+    for k, sample in enumerate(x_stacked):
+        env = host.run_nodes(design.head, {name: sample}, design.constants)
+        out[k] = np.asarray(env[port.name]).reshape(-1)
+    return out
+
+
+def run_tail(design: Design, y_int: np.ndarray) -> np.ndarray:
+    """Accelerator output integers ``(batch, n)`` to model outputs ``(batch, *shape)``."""
+    port = design.dataflow.output
+    spec = design.outputs[0]
+    outs = []
+    for row in np.asarray(y_int, dtype=np.int64):
+        value = row.reshape(port.shape)
+        env = host.run_nodes(design.tail, {port.name: value}, design.constants)
+        outs.append(np.asarray(env[spec["name"]]))
+    y = np.stack(outs) if outs else np.zeros((0, *spec["shape"]))
+    return y.astype(np.dtype(spec["dtype"]))
+
+
+def run_design(design: Design, x, engine=None, stacked: bool | None = None) -> np.ndarray:
+    """The model's outputs for a batch of inputs, the hardware part run by ``engine``."""
+    xs, was_stacked = stack_inputs(design, x)
+    q = run_head(design, xs)
+    y_int = (engine or golden.run_dataflow)(design.dataflow, q)
+    y = run_tail(design, y_int)
+    if stacked is None:
+        stacked = was_stacked
+    return y if stacked else y.reshape((-1,) + tuple(design.outputs[0]["shape"][1:]))
