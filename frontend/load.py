@@ -5,8 +5,8 @@
 shape inference accept. Lenient mode additionally repairs the deviations that real exporters
 produce (ids from ``shared/spec/onnx-consumer-checklist.md``):
 
-* MD-04: no ``ai.onnx`` opset import: the lowest opset that has a schema for every used
-  operator is assumed;
+* MD-04: no ``ai.onnx`` opset import: the newest opset released with the model's IR version
+  is assumed;
 * ND-02: a custom domain used by nodes but not declared: version 1 is assumed;
 * GR-01: an empty graph name;
 * GR-02: a node list that is not topologically sorted (re-sorted; cycles are always fatal).
@@ -112,21 +112,14 @@ def _lenient_repairs(model) -> None:
         _warn("GR-01: graph has no name; named it 'graph'")
     used = {n.domain for n in g.node}
     if "" not in declared and "ai.onnx" not in declared:
-        ops = {n.op_type for n in g.node if n.domain in ("", "ai.onnx")}
-        newest = onnx.defs.onnx_opset_version()
-        chosen = newest
-        for v in range(1, newest + 1):
-            try:
-                for op in ops:
-                    onnx.defs.get_schema(op, v, "")
-            except onnx.defs.SchemaError:
-                continue
-            chosen = v
-            break
+        # The newest ai.onnx opset released together with the model's IR version: the era
+        # the exporter wrote it in (onnx.helper.VERSION_TABLE: release, IR, opset, ...).
+        eligible = [row[2] for row in onnx.helper.VERSION_TABLE if row[1] <= model.ir_version]
+        chosen = max(eligible) if eligible else onnx.defs.onnx_opset_version()
         model.opset_import.append(onnx.helper.make_opsetid("", chosen))
         declared[""] = chosen
-        _warn(f"MD-04: model imports no ai.onnx opset; assumed opset {chosen}, the lowest "
-              f"with a schema for every operator used")
+        _warn(f"MD-04: model imports no ai.onnx opset; assumed opset {chosen}, the newest "
+              f"released with IR version {model.ir_version}")
     for dom in sorted(used - set(declared) - {"", "ai.onnx"}):
         model.opset_import.append(onnx.helper.make_opsetid(dom, 1))
         _warn(f"ND-02: domain {dom!r} is used but not declared in opset_import; "

