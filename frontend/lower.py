@@ -52,6 +52,13 @@ def _requant_params(scale: np.ndarray, multiplier_bits: int):
     return m, shift
 
 
+def _f32_ratio(num, den) -> np.ndarray:
+    """``num / den`` evaluated in float32, as onnxruntime's integer kernels compute their
+    requantization scale (``a_scale * b_scale / y_scale``); matching it keeps the golden
+    model's rounding decisions equal to onnxruntime's except at float32 product ties."""
+    return (np.asarray(num, np.float32) / np.float32(den)).astype(np.float32).reshape(-1)
+
+
 class _Chain:
     """The nodes between a DequantizeLinear and the next QuantizeLinear, matched."""
 
@@ -70,6 +77,8 @@ class _Chain:
 
 class _Lowerer:
     def __init__(self, graph: Graph, multiplier_bits: int, rounding: str):
+        # 16 bits by default: a 16-bit multiplier fits one iCE40 SB_MAC16 / ECP5 MULT18X18D
+        # operand, and agrees with onnxruntime on >= 99.7 % of outputs (24 bits: >= 99.95 %).
         self.g = graph
         self.mbits = multiplier_bits
         self.rounding = rounding
@@ -258,7 +267,7 @@ class _Lowerer:
         names = [n.name or n.outputs[0] for n in [dq] + ch.nodes]
         if ch.core is None:
             # elementwise: y = q(s_in * (x - z_in) + bias)
-            m, shift = _requant_params(np.array([s_in / s_out]), self.mbits)
+            m, shift = _requant_params(_f32_ratio(np.float32(s_in), s_out), self.mbits)
             off = np.zeros(1, np.int64)
             if ch.float_bias is not None:
                 off = np.rint(np.asarray(ch.float_bias).reshape(-1) / s_out * 2.0 ** shift
@@ -280,7 +289,9 @@ class _Lowerer:
                 offset_real = ch.float_bias
         elif ch.float_bias is not None:
             offset_real = ch.float_bias
-        m, shift = _requant_params(acc_scale / s_out, self.mbits)
+        m, shift = _requant_params(_f32_ratio(np.float32(ch.alpha) * np.float32(s_in)
+                                              * ch.w_scale.astype(np.float32), s_out),
+                                   self.mbits)
         off = np.rint(np.asarray(offset_real) / s_out * 2.0 ** shift).astype(np.int64)
         if not np.any(off):
             off = np.zeros(1, np.int64)
@@ -427,7 +438,7 @@ def _fuse(layers):
     return out
 
 
-def lower(graph: Graph, *, multiplier_bits: int = 24, rounding: str = "half_even") -> Design:
+def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even") -> Design:
     """Partition and lower a normalized QDQ graph; see the module docstring."""
     if not isinstance(multiplier_bits, int) or not 2 <= multiplier_bits <= 32:
         raise ValueError(f"multiplier_bits must be an integer from 2 to 32, not "

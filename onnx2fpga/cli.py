@@ -54,6 +54,9 @@ def _parser():
                    help="one weight scale per tensor instead of per output channel")
     c.add_argument("--max-lanes", type=int, default=16, metavar="N",
                    help="multiply lanes (sum of simd*pe) for automatic folding (default 16)")
+    c.add_argument("--multiplier-bits", type=int, default=16, metavar="N",
+                   help="significant bits of requantization multipliers (default 16; 24 "
+                   "tracks onnxruntime's float scales more closely but costs more DSPs)")
     c.add_argument("--folding", type=_folding, metavar="NAME:SIMD:PE,...",
                    help="override the parallelism of named layers")
 
@@ -95,7 +98,8 @@ def _compile(args):
     d = compile_(args.model, args.output, calibration=args.calibration, lenient=args.lenient,
                  force=args.force, weight_bits=args.weight_bits,
                  activation_bits=args.activation_bits, per_channel=not args.per_tensor,
-                 max_lanes=args.max_lanes, folding=args.folding, verbose=True)
+                 max_lanes=args.max_lanes, folding=args.folding,
+                 multiplier_bits=args.multiplier_bits, verbose=True)
     m = d.manifest
     print(f"wrote {d.directory}: {len(m['layers'])} hardware layers, "
           f"{m['cycles_per_inference']} cycles per inference, latency {m['latency_cycles']} "
@@ -174,9 +178,10 @@ def _build(args):
 
 
 def _boards(args):
-    from .boards.targets import list_boards
-    for t in list_boards():
-        print(f"{t.name:<16} {t.device}")
+    from .boards.targets import get_board, list_boards
+    for name in list_boards():
+        t = get_board(name)
+        print(f"{t.name:<16} {t.device:<18} {t.clock_mhz:g} MHz  {t.description}")
     return 0
 
 
