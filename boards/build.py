@@ -341,7 +341,7 @@ def _critical_paths(pnr: dict) -> list[dict]:
 
 def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, build_dir, *,
                     seed=None, progress=True, cycles_per_inference=None, latency_cycles=None,
-                    baud=115200) -> dict:
+                    baud=115200, ice40_dsp=False) -> dict:
     """Build a bitstream of an accelerator behind the UART wrapper and write ``report.json``.
 
     Parameters
@@ -365,6 +365,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         Copied into the report (the builder does not compute them).
     baud : int
         UART bit rate of the wrapper.
+    ice40_dsp : bool
+        Let yosys infer SB_MAC16 on iCE40 (``synth_ice40 -dsp``). Off by default because
+        nextpnr does not time inferred (unregistered) DSPs; see ``unregistered_dsps``.
 
     Returns
     -------
@@ -413,7 +416,10 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                      out_port.beats, clk_freq=platform.default_clk_frequency, baud=baud,
                      uart=target.uart, leds=target.leds)
 
-    synth_opts = "-dsp" if target.family == "ice40" else ""
+    # iCE40: DSP inference is opt-in. yosys infers SB_MAC16 without its internal registers,
+    # and nextpnr-ice40 does not time paths through such a DSP, so an inferred-DSP design's
+    # Fmax would be unverified (see `unregistered_dsps`). LUT multipliers are fully timed.
+    synth_opts = "-dsp" if target.family == "ice40" and ice40_dsp else ""
     nextpnr_opts = f"--report {NEXTPNR_REPORT} --timing-allow-fail --seed {seed}"
     _progress(progress, f"{target.name}: elaborating for {target.device} at {clock_mhz:g} MHz")
     plan = platform.build(top, name=_NAME, build_dir=str(build_dir), do_build=False,

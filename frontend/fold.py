@@ -48,7 +48,7 @@ def _plan_for(layers, target: int):
     return plan
 
 
-def fold(dataflow: Dataflow, *, max_lanes: int = 16, overrides: dict | None = None,
+def fold(dataflow: Dataflow, *, max_lanes: int = 8, overrides: dict | None = None,
          fifo_depth: int = 2) -> Dataflow:
     """Set ``simd``/``pe`` of every dense layer, lanes of elementwise layers, port lanes and
     FIFO depths (in place; also returned). ``overrides`` maps a layer name to

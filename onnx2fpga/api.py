@@ -70,7 +70,7 @@ def _prepare_dir(output_dir, force: bool) -> str:
 
 def compile(model, output_dir=None, *, calibration=None, lenient: bool = False,  # noqa: A001
             force: bool = False, weight_bits: int = 8, activation_bits: int = 8,
-            per_channel: bool = True, max_lanes: int = 16, folding: dict | None = None,
+            per_channel: bool = True, max_lanes: int = 8, folding: dict | None = None,
             multiplier_bits: int = 16, verbose: bool = False) -> CompiledDesign:
     """Compile an ONNX model into a design directory.
 

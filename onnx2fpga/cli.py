@@ -52,8 +52,9 @@ def _parser():
                    help="activation width for float models (default 8)")
     c.add_argument("--per-tensor", action="store_true",
                    help="one weight scale per tensor instead of per output channel")
-    c.add_argument("--max-lanes", type=int, default=16, metavar="N",
-                   help="multiply lanes (sum of simd*pe) for automatic folding (default 16)")
+    c.add_argument("--max-lanes", type=int, default=8, metavar="N",
+                   help="multiply lanes (sum of simd*pe) for automatic folding (default 8, "
+                   "which fits an iCE40 UP5K with LUT multipliers)")
     c.add_argument("--multiplier-bits", type=int, default=16, metavar="N",
                    help="significant bits of requantization multipliers (default 16; 24 "
                    "tracks onnxruntime's float scales more closely but costs more DSPs)")
