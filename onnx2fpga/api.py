@@ -277,6 +277,8 @@ class CompiledDesign:
                                toplevel="top",
                                build_dir=os.path.join(self.directory, "sim_build"),
                                stall_prob_in=stall_in, stall_prob_out=stall_out, seed=seed,
+                               max_cycles_per_inference=10_000 + 4 * int(
+                                   self.manifest["latency_cycles"]),
                                progress=progress)
             self.last_run = {"cycles_per_inference": res.cycles_per_inference,
                              "latency_cycles": res.latency_cycles,
