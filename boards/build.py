@@ -26,6 +26,7 @@ from pathlib import Path
 from amaranth.build.plat import Platform
 from amaranth.hdl import Elaboratable
 
+from ..errors import Onnx2FpgaError
 from .targets import BoardTarget, get_board
 from .wrapper import UartBridge
 
@@ -57,7 +58,7 @@ _TOOL_LOGS = {"yosys": f"{_NAME}.rpt", "nextpnr-ice40": f"{_NAME}.tim",
 _OPTIONAL_TOOLS = {"dfu-suffix"}
 
 
-class BuildError(RuntimeError):
+class BuildError(Onnx2FpgaError, RuntimeError):
     """A synthesis, place-and-route or packing step failed.
 
     Attributes

@@ -26,6 +26,8 @@ from amaranth_boards.ulx3s import (
     ULX3S_85F_Platform,
 )
 
+from ..errors import Onnx2FpgaError
+
 __all__ = ["DeviceLimits", "BoardTarget", "UnknownBoardError", "list_boards", "get_board"]
 
 
@@ -211,7 +213,7 @@ _TARGETS: dict[str, BoardTarget] = {t.name: t for t in [
 ]}
 
 
-class UnknownBoardError(ValueError):
+class UnknownBoardError(Onnx2FpgaError, ValueError):
     """A board name that is not in the registry."""
 
 

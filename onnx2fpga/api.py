@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from . import __version__
-from .dataflow import Design, DenseLayer, load_design, save_design
+from .dataflow import DenseLayer, Design, load_design, save_design
 from .errors import CalibrationError, DesignDirError
 
 __all__ = ["compile", "load", "CompiledDesign", "progress"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dataflow import DenseLayer, Dataflow, RequantLayer, RequantStage
+from ..dataflow import Dataflow, DenseLayer, RequantLayer, RequantStage
 
 __all__ = [
     "round_shift", "requant", "requant_stages", "dense", "run_layer", "run_dataflow",

@@ -60,6 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from ..dataflow import Port
+from ..errors import Onnx2FpgaError
 
 __all__ = [
     "RtlSimulationError", "RtlResult", "VerilatorEnv", "verilator_env", "pack_beats",
@@ -83,7 +84,7 @@ _PROGRESS_SECONDS = 5.0
 JOB_ENV = "ONNX2FPGA_RTL_JOB"
 
 
-class RtlSimulationError(RuntimeError):
+class RtlSimulationError(Onnx2FpgaError, RuntimeError):
     """The RTL simulation could not run or the design broke the stream contract.
 
     Raised when Verilator (or a C++ tool it needs) is missing, when the Verilator build fails
