@@ -1,0 +1,748 @@
+"""Streaming operator cores: matrix-vector unit, requantization, FIFO, width converter.
+
+Every core is a :class:`amaranth.lib.wiring.Component` with an ``i_stream`` and an ``o_stream``
+port built from :class:`amaranth.lib.stream.Signature` with an
+:class:`~amaranth.lib.data.ArrayLayout` payload of ``lanes`` elements (element ``j`` of a
+transfer is lane ``j``). All follow the rules of :mod:`amaranth.lib.stream`: ``valid`` never
+waits on ``ready`` and the payload holds until it is transferred, so they take any stall
+pattern on either side without losing or duplicating data.
+
+The integer semantics are those of :mod:`onnx2fpga.sim.golden`, bit for bit. The cycle figures
+documented here are the ones :mod:`onnx2fpga.hw.cost` reports.
+"""
+
+from __future__ import annotations
+
+import functools
+from math import gcd
+
+import numpy as np
+from amaranth import C, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..dataflow import DenseLayer, IntType, RequantStage
+from . import cost
+
+__all__ = ["MatVecCore", "RequantCore", "StreamFIFO", "WidthConverter", "int_shape"]
+
+
+def _quiet_if_invalid(init):
+    """Decorate a component's ``__init__`` so that a rejected parameter raises without an
+    ``UnusedElaboratable`` warning later: an object that failed to construct is no design."""
+    @functools.wraps(init)
+    def wrapper(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except (TypeError, ValueError):
+            self._MustUse__used = True      # the flag amaranth._unused.MustUse checks
+            raise
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def int_shape(value) -> Shape:
+    """The Amaranth shape of an :class:`~onnx2fpga.dataflow.IntType` or integer shape.
+
+    Parameters
+    ----------
+    value : IntType or shape-castable
+        ``IntType(8, True)`` gives ``signed(8)``; an Amaranth integer shape passes through.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is neither an ``IntType`` nor a plain integer shape.
+    """
+    if isinstance(value, IntType):
+        return Shape(value.bits, value.signed)
+    if isinstance(value, (data.Layout, bool)):
+        raise TypeError(f"Element shape must be an IntType or an integer shape, not {value!r}")
+    try:
+        shape = Shape.cast(value)
+    except TypeError:
+        raise TypeError(f"Element shape must be an IntType or an integer shape, "
+                        f"not {value!r}") from None
+    if shape.width == 0:
+        raise ValueError(f"Element shape must be at least 1 bit wide, not {value!r}")
+    return shape
+
+
+def _shape_range(shape: Shape) -> tuple[int, int]:
+    if shape.signed:
+        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
+    return 0, (1 << shape.width) - 1
+
+
+def _range_shape(lo: int, hi: int) -> Shape:
+    """The narrowest shape holding every integer of ``[lo, hi]``."""
+    if lo >= 0:
+        return unsigned(max(1, hi.bit_length()))
+    return signed(max((-lo - 1).bit_length(), hi.bit_length()) + 1)
+
+
+def _check_count(name: str, value, minimum: int = 1) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, not {value!r}")
+    return int(value)
+
+
+def _tree_sum(terms: list):
+    """Sum ``terms`` as a balanced adder tree (log depth instead of a chain)."""
+    while len(terms) > 1:
+        pairs = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
+        if len(terms) % 2:
+            pairs.append(terms[-1])
+        terms = pairs
+    return terms[0]
+
+
+def _counter(modulo: int) -> Signal:
+    """A counter register for ``0 .. modulo-1``, at least 1 bit wide (no zero-width wires in
+    the Verilog when ``modulo`` is 1)."""
+    return Signal(range(max(modulo, 2)), src_loc_at=1)     # named after the caller's variable
+
+
+def _wrap_incr(counter: Signal, modulo: int):
+    """``counter + 1`` modulo ``modulo``."""
+    if modulo <= 1:
+        return C(0, 1)
+    return Mux(counter == modulo - 1, 0, counter + 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrix-vector unit
+
+
+class MatVecCore(wiring.Component):
+    """Folded matrix-vector unit of a :class:`~onnx2fpga.dataflow.DenseLayer`.
+
+    Computes ``acc = x @ layer.weight.T + layer.folded_bias`` on the raw input integers (the
+    input zero point is folded into the bias). ``layer.requant`` is not applied here: see
+    :class:`RequantCore`.
+
+    The weights live in a ROM (:class:`~amaranth.lib.memory.Memory`) with one word per
+    (output group ``g``, input fold ``f``) holding the ``pe * simd`` weights
+    ``weight[g*pe + p, f*simd + s]``; the folded bias in a second ROM with one word per group.
+    The input vector is written into one of two banks of an input buffer while the other bank
+    is being computed on (ping-pong), so loading vector ``n+1`` overlaps computing vector ``n``.
+
+    Parameters
+    ----------
+    layer : DenseLayer
+        The layer. ``in_features % simd == 0`` and ``out_features % pe == 0``; the weights must
+        lie within ``layer.weight_type``.
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(in_shape, simd)))``
+        The input vector, ``simd`` elements of ``layer.in_type`` per transfer, in feature order:
+        transfer ``f`` carries ``x[f*simd .. f*simd+simd-1]``.
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(signed(acc_bits), pe)))``
+        The accumulators, ``pe`` channels per transfer in channel order: transfer ``g`` carries
+        channels ``g*pe .. g*pe+pe-1``. ``acc_bits`` is ``layer.acc_type.bits``.
+
+    Timing: with ``folds = in_features // simd`` and ``groups = out_features // pe``, the core
+    takes one (group, fold) step per cycle; the steady-state initiation interval is
+    ``folds * groups`` cycles (``layer.cycles``) when the output is not stalled. Computing
+    starts once a whole vector is buffered; the last output transfer of a vector comes
+    ``folds * groups + 4`` cycles after its last input transfer (multiply, adder tree and
+    accumulate are pipelined), so ``latency = folds + folds * groups + 3`` cycles from the first
+    input transfer to the last output transfer when the input arrives at one transfer per cycle.
+    The accumulator register is the output register: while an output waits for ``ready``, the
+    pipeline holds as soon as the next group's first partial sum reaches it.
+    """
+
+    @_quiet_if_invalid
+    def __init__(self, layer: DenseLayer):
+        if not isinstance(layer, DenseLayer):
+            raise TypeError(f"Layer must be a DenseLayer, not {layer!r}")
+        simd = _check_count(f"SIMD of layer {layer.name!r}", layer.simd)
+        pe = _check_count(f"PE of layer {layer.name!r}", layer.pe)
+        if layer.in_features < 1 or layer.out_features < 1:
+            raise ValueError(f"Weight of layer {layer.name!r} must not be empty, "
+                             f"not of shape {layer.weight.shape}")
+        if layer.in_features % simd:
+            raise ValueError(f"SIMD of layer {layer.name!r} must divide in_features="
+                             f"{layer.in_features}, not {simd}")
+        if layer.out_features % pe:
+            raise ValueError(f"PE of layer {layer.name!r} must divide out_features="
+                             f"{layer.out_features}, not {pe}")
+        wt = layer.weight_type
+        if wt.bits > 32:
+            raise ValueError(f"Weight type of layer {layer.name!r} must be at most 32 bits wide, "
+                             f"not {wt.name}")
+        if layer.weight.min() < wt.lo or layer.weight.max() > wt.hi:
+            raise ValueError(f"Weights of layer {layer.name!r} must lie within {wt.name}, not "
+                             f"[{int(layer.weight.min())}, {int(layer.weight.max())}]")
+        self._layer = layer
+        self._in_shape = int_shape(layer.in_type)
+        self._w_shape = int_shape(wt)
+        self._acc_shape = signed(layer.acc_type.bits)
+        super().__init__({
+            "i_stream": In(stream.Signature(data.ArrayLayout(self._in_shape, simd))),
+            "o_stream": Out(stream.Signature(data.ArrayLayout(self._acc_shape, pe))),
+        })
+
+    @property
+    def layer(self) -> DenseLayer:
+        return self._layer
+
+    @property
+    def folds(self) -> int:
+        """Input transfers per vector, ``in_features // simd``."""
+        return self._layer.in_features // self._layer.simd
+
+    @property
+    def groups(self) -> int:
+        """Output transfers per vector, ``out_features // pe``."""
+        return self._layer.out_features // self._layer.pe
+
+    @property
+    def latency(self) -> int:
+        """Cycles from the first input transfer to the last output transfer of one vector."""
+        return cost.matvec_latency(self.folds, self.groups)
+
+    def _weight_words(self) -> list:
+        w = self._layer.weight
+        simd, pe = self._layer.simd, self._layer.pe
+        return [[[int(w[g * pe + p, f * simd + s]) for s in range(simd)] for p in range(pe)]
+                for g in range(self.groups) for f in range(self.folds)]
+
+    def elaborate(self, platform):
+        m = Module()
+        simd, pe = self._layer.simd, self._layer.pe
+        folds, groups = self.folds, self.groups
+        acc_shape = self._acc_shape
+        i_stream, o_stream = self.i_stream, self.o_stream
+
+        # Input buffer: bank 0 at [0, folds), bank 1 at [folds, 2*folds).
+        m.submodules.x_mem = x_mem = Memory(
+            shape=data.ArrayLayout(self._in_shape, simd), depth=2 * folds, init=[])
+        x_wr = x_mem.write_port()
+        x_rd = x_mem.read_port()
+        m.submodules.w_mem = w_mem = Memory(
+            shape=data.ArrayLayout(data.ArrayLayout(self._w_shape, simd), pe),
+            depth=groups * folds, init=self._weight_words())
+        w_rd = w_mem.read_port()
+
+        full0 = Signal()   # bank 0 holds a whole vector not yet consumed
+        full1 = Signal()
+
+        # -- Write side: fill bank `wb` at `waddr`.
+        wb = Signal()
+        waddr = _counter(2 * folds)
+        m.d.comb += i_stream.ready.eq(~Mux(wb, full1, full0))
+        write = i_stream.valid & i_stream.ready
+        m.d.comb += [
+            x_wr.addr.eq(waddr),
+            x_wr.data.eq(i_stream.payload),
+            x_wr.en.eq(write),
+        ]
+        set0 = write & (waddr == folds - 1)
+        set1 = write & (waddr == 2 * folds - 1)
+        with m.If(write):
+            m.d.sync += waddr.eq(_wrap_incr(waddr, 2 * folds))
+            with m.If(set0):
+                m.d.sync += wb.eq(1)
+            with m.If(set1):
+                m.d.sync += wb.eq(0)
+
+        # -- Read side: one (group g, fold f) step per cycle from bank `rb`.
+        stall = Signal()
+        advance = ~stall
+        rb = Signal()
+        raddr = _counter(2 * folds)
+        waddr_w = _counter(groups * folds)
+        f = _counter(folds)
+        g = _counter(groups)
+        issue = Mux(rb, full1, full0) & advance
+        f_last = f == folds - 1
+        g_last = g == groups - 1
+        done = issue & f_last & g_last     # last step on this bank: it may be refilled
+        m.d.comb += [
+            x_rd.addr.eq(raddr), x_rd.en.eq(advance),
+            w_rd.addr.eq(waddr_w), w_rd.en.eq(advance),
+        ]
+        with m.If(issue):
+            with m.If(f_last):
+                m.d.sync += f.eq(0)
+                with m.If(g_last):
+                    m.d.sync += [g.eq(0), rb.eq(~rb), raddr.eq(Mux(rb, 0, folds)),
+                                 waddr_w.eq(0)]
+                with m.Else():
+                    m.d.sync += [g.eq(g + 1), raddr.eq(Mux(rb, folds, 0)),
+                                 waddr_w.eq(waddr_w + 1)]
+            with m.Else():
+                m.d.sync += [f.eq(f + 1), raddr.eq(raddr + 1), waddr_w.eq(waddr_w + 1)]
+
+        with m.If(set0):
+            m.d.sync += full0.eq(1)
+        with m.Elif(done & ~rb):
+            m.d.sync += full0.eq(0)
+        with m.If(set1):
+            m.d.sync += full1.eq(1)
+        with m.Elif(done & rb):
+            m.d.sync += full1.eq(0)
+
+        # -- Pipeline: S1 memory data, S2 products, S3 sums (+ bias), then the accumulator.
+        s1_valid, s1_first, s1_last = Signal(), Signal(), Signal()
+        s2_valid, s2_first, s2_last = Signal(), Signal(), Signal()
+        s3_valid, s3_first, s3_last = Signal(), Signal(), Signal()
+        s1_g = _counter(groups)
+        s2_g = _counter(groups)
+        x_word, w_word = x_rd.data, w_rd.data
+        prods = [[Signal.like(x_word[s] * w_word[p][s], name=f"prod_{p}_{s}")
+                  for s in range(simd)] for p in range(pe)]
+        sums = [Signal(acc_shape, name=f"sum_{p}") for p in range(pe)]
+        with m.If(advance):
+            m.d.sync += [
+                s1_valid.eq(issue), s1_first.eq(f == 0), s1_last.eq(f_last), s1_g.eq(g),
+                s2_valid.eq(s1_valid), s2_first.eq(s1_first), s2_last.eq(s1_last),
+                s2_g.eq(s1_g),
+                s3_valid.eq(s2_valid), s3_first.eq(s2_first), s3_last.eq(s2_last),
+            ]
+            for p in range(pe):
+                for s in range(simd):
+                    m.d.sync += prods[p][s].eq(x_word[s] * w_word[p][s])
+                # Sums and the accumulator wrap modulo 2**acc_bits: exact, because the final
+                # value lies within acc_type (two's complement addition is modular).
+                m.d.sync += sums[p].eq(_tree_sum(list(prods[p])))
+
+        bias_words = self._layer.folded_bias.reshape(groups, pe)
+        if groups > 1:
+            m.submodules.b_mem = b_mem = Memory(
+                shape=data.ArrayLayout(acc_shape, pe), depth=groups,
+                init=[[int(v) for v in row] for row in bias_words])
+            b_rd = b_mem.read_port()
+            m.d.comb += [b_rd.addr.eq(s2_g), b_rd.en.eq(advance)]
+            bias = [b_rd.data[p] for p in range(pe)]
+        else:
+            bias = [C(int(v), acc_shape) for v in bias_words[0]]
+
+        acc = Signal(data.ArrayLayout(acc_shape, pe))
+        o_valid = Signal()
+        m.d.comb += [
+            stall.eq(s3_valid & o_valid & ~o_stream.ready),
+            o_stream.valid.eq(o_valid),
+            o_stream.payload.eq(acc),
+        ]
+        with m.If(o_valid & o_stream.ready):
+            m.d.sync += o_valid.eq(0)
+        with m.If(s3_valid & advance):
+            for p in range(pe):
+                base = bias[p] if folds == 1 else Mux(s3_first, bias[p], acc[p])
+                m.d.sync += acc[p].eq(base + sums[p])
+            with m.If(s3_last):
+                m.d.sync += o_valid.eq(1)
+        return m
+
+
+# ---------------------------------------------------------------------------------------------
+# Requantization
+
+
+class _StagePlan:
+    """Compile-time constants and value ranges of one requantization stage."""
+
+    def __init__(self, stage: RequantStage, channels: int, lanes: int, x_lo: int, x_hi: int):
+        m_all, off_all = stage.channel_params(channels)
+        m_all = [int(v) for v in m_all]
+        # (x - in_zero_point) * m + off == x * m + (off - in_zero_point * m)
+        izp = int(stage.in_zero_point)
+        off_all = [int(o) - izp * mm for o, mm in zip(off_all, m_all, strict=True)]
+        period = channels // gcd(channels, lanes)
+        self.period = period
+        # Lane j of transfer t (modulo the period) is channel (t*lanes + j) % channels.
+        self.m_table = [[m_all[(t * lanes + j) % channels] for t in range(period)]
+                        for j in range(lanes)]
+        self.off_table = [[off_all[(t * lanes + j) % channels] for t in range(period)]
+                          for j in range(lanes)]
+        self.m_varies = any(len(set(row)) > 1 for row in self.m_table)
+        self.off_varies = any(len(set(row)) > 1 for row in self.off_table)
+
+        v_lo = min(min(x_lo * mm, x_hi * mm) + o for mm, o in zip(m_all, off_all, strict=True))
+        v_hi = max(max(x_lo * mm, x_hi * mm) + o for mm, o in zip(m_all, off_all, strict=True))
+        self.m_shape = _range_shape(min(m_all), max(m_all))
+        self.off_shape = _range_shape(min(off_all), max(off_all))
+        self.v_shape = _range_shape(v_lo, v_hi)
+        self.v_signed = v_lo < 0
+
+        s = int(stage.shift)
+        self.shift = s
+        self.rounding = stage.rounding
+        zp = int(stage.zero_point)
+        if s == 0:
+            self.const = zp
+            w_lo, w_hi = v_lo + zp, v_hi + zp
+        else:
+            # round_shift(v) + zp == (v + 2**(s-1) - 1 + zp * 2**s + cin) >> s, with
+            # cin = bit s of v (half_even) or v >= 0 (half_away); see golden.round_shift.
+            self.const = (1 << (s - 1)) - 1 + (zp << s)
+            w_lo, w_hi = v_lo + self.const, v_hi + self.const + 1
+        r_lo, r_hi = w_lo >> s, w_hi >> s
+        self.r_shape = _range_shape(r_lo, r_hi)
+        self.lo, self.hi = int(stage.lo), int(stage.hi)
+        self.clip_lo = r_lo < self.lo
+        self.clip_hi = r_hi > self.hi
+        self.out_shape = int_shape(stage.out_type)
+        self.out_lo, self.out_hi = self.lo, self.hi
+
+
+class RequantCore(wiring.Component):
+    """Pipelined elementwise requantization: every :class:`~onnx2fpga.dataflow.RequantStage`
+    of ``stages`` in order, exactly as :func:`onnx2fpga.sim.golden.requant`::
+
+        y = clip(round_shift((x - in_zero_point) * multiplier[c] + offset[c], shift)
+                 + zero_point, lo, hi)
+
+    with ``round_shift`` rounding half to even or half away from zero. Per-channel parameters
+    cycle through the channels in stream order: lane ``j`` of transfer ``g`` is channel
+    ``(g*lanes + j) % channels`` (a transfer counter restarts every
+    ``channels // gcd(channels, lanes)`` transfers). Per-channel tables live in a small ROM per
+    stage; parameters equal for every channel of a lane are constants.
+
+    Parameters
+    ----------
+    stages : list of RequantStage
+        At least one stage. ``multiplier`` and ``offset`` have one entry or ``channels``.
+    channels : int
+        Number of channels the parameters cycle through.
+    lanes : int
+        Elements per transfer.
+    in_shape : IntType or Amaranth integer shape
+        Type of the input elements (for example ``signed(acc_bits)`` after a
+        :class:`MatVecCore`).
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(in_shape, lanes)))``
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(out_shape, lanes)))``
+        ``out_shape`` is the shape of ``stages[-1].out_type``.
+
+    Timing: one transfer per cycle; latency ``1 + 3 * len(stages)`` cycles (an input register,
+    then per stage: multiply and add the offset, round and add the zero point, clip). The
+    pipeline stalls as a whole while its last stage holds an output that is not taken
+    (``i_stream.ready`` follows ``o_stream.ready`` combinationally in that case).
+    """
+
+    @_quiet_if_invalid
+    def __init__(self, stages, channels, lanes, in_shape):
+        if not isinstance(stages, (list, tuple)) or not stages:
+            raise ValueError(f"Stages must be a non-empty list of RequantStage, not {stages!r}")
+        for k, stage in enumerate(stages):
+            if not isinstance(stage, RequantStage):
+                raise TypeError(f"Stage {k} must be a RequantStage, not {stage!r}")
+        channels = _check_count("Channels", channels)
+        lanes = _check_count("Lanes", lanes)
+        shape = int_shape(in_shape)
+        for k, stage in enumerate(stages):
+            for what, arr in (("multiplier", stage.multiplier), ("offset", stage.offset)):
+                if arr.size not in (1, channels):
+                    raise ValueError(f"Stage {k} {what} must have 1 or {channels} entries, "
+                                     f"not {arr.size}")
+            if not isinstance(stage.shift, (int, np.integer)) or stage.shift > 64:
+                raise ValueError(f"Stage {k} shift must be an integer from 0 to 64, "
+                                 f"not {stage.shift!r}")
+        self._stages = list(stages)
+        self._channels = channels
+        self._lanes = lanes
+        self._in_shape = shape
+        x_lo, x_hi = _shape_range(shape)
+        self._plans = []
+        for stage in self._stages:
+            plan = _StagePlan(stage, channels, lanes, x_lo, x_hi)
+            self._plans.append(plan)
+            x_lo, x_hi = plan.out_lo, plan.out_hi
+        self._out_shape = self._plans[-1].out_shape
+        super().__init__({
+            "i_stream": In(stream.Signature(data.ArrayLayout(shape, lanes))),
+            "o_stream": Out(stream.Signature(data.ArrayLayout(self._out_shape, lanes))),
+        })
+
+    @property
+    def stages(self) -> list:
+        return list(self._stages)
+
+    @property
+    def channels(self) -> int:
+        return self._channels
+
+    @property
+    def lanes(self) -> int:
+        return self._lanes
+
+    @property
+    def in_shape(self) -> Shape:
+        return self._in_shape
+
+    @property
+    def out_shape(self) -> Shape:
+        return self._out_shape
+
+    @property
+    def latency(self) -> int:
+        """Cycles from an input transfer to the output transfer of the same elements."""
+        return cost.requant_latency(len(self._stages))
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self._lanes
+        i_stream, o_stream = self.i_stream, self.o_stream
+        # One transfer counter serves every stage: they share channels and lanes, and so the
+        # period after which the channel pattern repeats.
+        period = self._plans[0].period
+        t_shape = range(max(period, 2))
+
+        o_valid = Signal()
+        advance = ~o_valid | o_stream.ready
+        m.d.comb += i_stream.ready.eq(advance)
+
+        t_in = Signal(t_shape)
+        with m.If(i_stream.valid & advance):
+            m.d.sync += t_in.eq(_wrap_incr(t_in, period))
+
+        # Input register.
+        x = Signal(data.ArrayLayout(self._in_shape, lanes))
+        valid = Signal()
+        t_cur = Signal(t_shape)
+        t_prev = t_in    # addresses a ROM whose data lines up with the register after `t_prev`
+        with m.If(advance):
+            m.d.sync += [x.eq(i_stream.payload), valid.eq(i_stream.valid), t_cur.eq(t_in)]
+
+        for k, plan in enumerate(self._plans):
+            # Parameters for this stage's multiply, read one stage early from a ROM.
+            if plan.m_varies or plan.off_varies:
+                fields = {}
+                if plan.m_varies:
+                    fields["m"] = plan.m_shape
+                if plan.off_varies:
+                    fields["off"] = plan.off_shape
+                word = data.StructLayout(fields)
+                init = [[{name: (plan.m_table if name == "m" else plan.off_table)[j][t]
+                          for name in fields} for j in range(lanes)] for t in range(period)]
+                rom = Memory(shape=data.ArrayLayout(word, lanes), depth=period, init=init)
+                m.submodules[f"params_{k}"] = rom
+                rd = rom.read_port()
+                m.d.comb += [rd.addr.eq(t_prev), rd.en.eq(advance)]
+            mults, offs = [], []
+            for j in range(lanes):
+                mults.append(rd.data[j].m if plan.m_varies else plan.m_table[j][0])
+                offs.append(rd.data[j].off if plan.off_varies else plan.off_table[j][0])
+
+            v = [Signal(plan.v_shape, name=f"v{k}_{j}") for j in range(lanes)]
+            r = [Signal(plan.r_shape, name=f"r{k}_{j}") for j in range(lanes)]
+            y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}")
+            valid_a, valid_b, valid_c = (Signal(name=f"valid{k}_{n}") for n in "abc")
+            t_a, t_b, t_c = (Signal(t_shape, name=f"t{k}_{n}") for n in "abc")
+            with m.If(advance):
+                m.d.sync += [valid_a.eq(valid), valid_b.eq(valid_a), valid_c.eq(valid_b),
+                             t_a.eq(t_cur), t_b.eq(t_a), t_c.eq(t_b)]
+                for j in range(lanes):
+                    xj, mj, oj = x[j], mults[j], offs[j]
+                    if isinstance(mj, int):
+                        prod = xj if mj == 1 else C(0, 1) if mj == 0 else xj * C(mj)
+                    else:
+                        prod = xj * mj
+                    m.d.sync += v[j].eq(prod + (C(oj) if isinstance(oj, int) else oj))
+
+                    if plan.shift == 0:
+                        m.d.sync += r[j].eq(v[j] + plan.const)
+                    else:
+                        if plan.rounding == "half_even":
+                            cin = v[j][plan.shift] if plan.shift < len(v[j]) else \
+                                (v[j][-1] if plan.v_signed else C(0, 1))
+                        else:
+                            cin = ~v[j][-1] if plan.v_signed else C(1, 1)
+                        m.d.sync += r[j].eq((v[j] + C(plan.const) + cin) >> plan.shift)
+
+                    clipped = r[j]
+                    if plan.clip_hi:
+                        clipped = Mux(clipped > plan.hi, plan.hi, clipped)
+                    if plan.clip_lo:
+                        clipped = Mux(r[j] < plan.lo, plan.lo, clipped)
+                    m.d.sync += y[j].eq(clipped)
+            x, valid, t_cur, t_prev = y, valid_c, t_c, t_b
+
+        m.d.comb += [
+            o_valid.eq(valid),
+            o_stream.valid.eq(o_valid),
+            o_stream.payload.eq(x),
+        ]
+        return m
+
+
+# ---------------------------------------------------------------------------------------------
+# Plumbing
+
+
+class StreamFIFO(wiring.Component):
+    """A first-in first-out queue of ``lanes``-wide transfers.
+
+    Depth 1 is a single pipeline register (full throughput; ``i_stream.ready`` follows
+    ``o_stream.ready`` combinationally while it is full); depths 2..4 use
+    :class:`amaranth.lib.fifo.SyncFIFO` (storage in flip-flops, latency 1); deeper queues use
+    :class:`amaranth.lib.fifo.SyncFIFOBuffered` (storage in block RAM, latency 2).
+
+    Parameters
+    ----------
+    shape : IntType or Amaranth integer shape
+        Element shape.
+    lanes : int
+        Elements per transfer.
+    depth : int
+        Number of transfers the queue holds, at least 1.
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(shape, lanes)))``
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(shape, lanes)))``
+        One transfer per cycle on each side; ``latency`` cycles from a write to its read.
+    """
+
+    @_quiet_if_invalid
+    def __init__(self, shape, lanes, depth):
+        self._shape = int_shape(shape)
+        self._lanes = _check_count("Lanes", lanes)
+        self._depth = _check_count("FIFO depth", depth)
+        layout = data.ArrayLayout(self._shape, self._lanes)
+        super().__init__({
+            "i_stream": In(stream.Signature(layout)),
+            "o_stream": Out(stream.Signature(layout)),
+        })
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a write to the earliest read of that transfer."""
+        return cost.fifo_latency(self._depth)
+
+    def elaborate(self, platform):
+        m = Module()
+        i_stream, o_stream = self.i_stream, self.o_stream
+        if self._depth == 1:
+            full = Signal()
+            m.d.comb += [
+                i_stream.ready.eq(~full | o_stream.ready),
+                o_stream.valid.eq(full),
+            ]
+            with m.If(o_stream.ready):
+                m.d.sync += full.eq(0)
+            with m.If(i_stream.valid & i_stream.ready):
+                m.d.sync += [full.eq(1), o_stream.payload.eq(i_stream.payload)]
+            return m
+        width = self._shape.width * self._lanes
+        cls = fifo.SyncFIFO if self._depth <= 4 else fifo.SyncFIFOBuffered
+        m.submodules.fifo = q = cls(width=width, depth=self._depth)
+        m.d.comb += [
+            q.w_data.eq(i_stream.payload),
+            q.w_en.eq(i_stream.valid),
+            i_stream.ready.eq(q.w_rdy),
+            o_stream.payload.eq(q.r_data),
+            o_stream.valid.eq(q.r_rdy),
+            q.r_en.eq(o_stream.ready),
+        ]
+        return m
+
+
+class WidthConverter(wiring.Component):
+    """Regroup a stream of ``in_lanes``-wide transfers into ``out_lanes``-wide transfers.
+
+    One lane count must divide the other. Element order is kept: the elements of consecutive
+    input transfers are concatenated (lane 0 first) and cut into output transfers.
+
+    Parameters
+    ----------
+    shape : IntType or Amaranth integer shape
+        Element shape.
+    in_lanes, out_lanes : int
+        Elements per input and per output transfer.
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(shape, in_lanes)))``
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(shape, out_lanes)))``
+
+    Timing: equal lane counts are a wire. Gathering (``out_lanes = k * in_lanes``) outputs one
+    cycle after the ``k``-th input transfer and accepts an input every cycle. Splitting
+    (``in_lanes = k * out_lanes``) outputs the ``k`` pieces in the ``k`` cycles after the input
+    transfer and accepts the next input in the cycle its last piece leaves. In both cases
+    ``i_stream.ready`` may follow ``o_stream.ready`` combinationally.
+    """
+
+    @_quiet_if_invalid
+    def __init__(self, shape, in_lanes, out_lanes):
+        self._shape = int_shape(shape)
+        self._in_lanes = _check_count("Input lanes", in_lanes)
+        self._out_lanes = _check_count("Output lanes", out_lanes)
+        if self._in_lanes % self._out_lanes and self._out_lanes % self._in_lanes:
+            raise ValueError(f"One lane count must divide the other, not in_lanes="
+                             f"{in_lanes} and out_lanes={out_lanes}")
+        super().__init__({
+            "i_stream": In(stream.Signature(data.ArrayLayout(self._shape, self._in_lanes))),
+            "o_stream": Out(stream.Signature(data.ArrayLayout(self._shape, self._out_lanes))),
+        })
+
+    @property
+    def in_lanes(self) -> int:
+        return self._in_lanes
+
+    @property
+    def out_lanes(self) -> int:
+        return self._out_lanes
+
+    def elaborate(self, platform):
+        m = Module()
+        i_stream, o_stream = self.i_stream, self.o_stream
+        n_in, n_out = self._in_lanes, self._out_lanes
+        bits = self._shape.width
+        if n_in == n_out:
+            wiring.connect(m, wiring.flipped(i_stream), wiring.flipped(o_stream))
+            return m
+        if n_out > n_in:                   # gather k inputs into one output
+            k = n_out // n_in
+            buf = Signal(n_out * bits)
+            count = _counter(k)
+            o_valid = Signal()
+            m.d.comb += [
+                i_stream.ready.eq(~o_valid | o_stream.ready),
+                o_stream.valid.eq(o_valid),
+                o_stream.payload.eq(buf),
+            ]
+            with m.If(o_stream.ready):
+                m.d.sync += o_valid.eq(0)
+            with m.If(i_stream.valid & i_stream.ready):
+                with m.Switch(count):
+                    for c in range(k):
+                        with m.Case(c):
+                            m.d.sync += buf.word_select(c, n_in * bits).eq(i_stream.payload)
+                m.d.sync += count.eq(_wrap_incr(count, k))
+                with m.If(count == k - 1):
+                    m.d.sync += o_valid.eq(1)
+            return m
+        k = n_in // n_out                   # split one input into k outputs
+        word = Signal(n_in * bits)
+        count = _counter(k)
+        full = Signal()
+        last = count == k - 1
+        m.d.comb += [
+            i_stream.ready.eq(~full | (o_stream.ready & last)),
+            o_stream.valid.eq(full),
+            o_stream.payload.eq(word[:n_out * bits]),
+        ]
+        with m.If(o_stream.valid & o_stream.ready):
+            m.d.sync += [word.eq(word >> (n_out * bits)), count.eq(_wrap_incr(count, k))]
+            with m.If(last):
+                m.d.sync += full.eq(0)
+        with m.If(i_stream.valid & i_stream.ready):
+            m.d.sync += [word.eq(i_stream.payload), full.eq(1)]
+        return m

@@ -1,0 +1,363 @@
+"""Core tests: every hw core in amaranth.sim against the golden model, under random stalls."""
+
+import numpy as np
+import pytest
+from amaranth import ClockDomain, Module, Shape, signed, unsigned
+from amaranth.sim import Simulator
+
+from onnx2fpga.dataflow import DenseLayer, IntType, RequantStage
+from onnx2fpga.hw import cost
+from onnx2fpga.hw.cores import MatVecCore, RequantCore, StreamFIFO, WidthConverter
+from onnx2fpga.hw.testing import stream_recv, stream_send
+from onnx2fpga.sim import golden
+
+# Traffic phases: probability of an idle input cycle / a stalled output cycle. Every simulation
+# walks through all of them, so each structure sees bursts, trickles and back-to-back traffic.
+IDLE_PHASES = [0.0, 0.6, 0.2, 0.9, 0.0]
+STALL_PHASES = [0.0, 0.5, 0.9, 0.0, 0.3]
+
+
+def simulate(dut, *testbenches):
+    m = Module()
+    m.submodules.dut = dut
+    m.domains.sync = ClockDomain()          # also for the cores that are only wires
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    for tb in testbenches:
+        sim.add_testbench(tb)
+    sim.run()
+
+
+def split_phases(items, phases):
+    """Cut ``items`` into len(phases) consecutive chunks, each with its probability."""
+    bounds = np.linspace(0, len(items), len(phases) + 1).astype(int)
+    spans = zip(bounds[:-1], bounds[1:], strict=True)
+    return [(items[a:b], p) for (a, b), p in zip(spans, phases, strict=True)]
+
+
+def run_stream(dut, items, n_out, seed, *, idle=IDLE_PHASES, stall=STALL_PHASES):
+    """Send ``items`` into ``dut.i_stream``, collect ``n_out`` transfers of ``dut.o_stream``,
+    with the traffic phases above. Returns the output payloads."""
+    rng_in = np.random.default_rng([seed, 1])
+    rng_out = np.random.default_rng([seed, 2])
+    result = []
+
+    async def producer(ctx):
+        for chunk, p in split_phases(items, idle):
+            await stream_send(ctx, dut.i_stream, chunk, rng=rng_in, idle=p)
+
+    async def consumer(ctx):
+        for chunk, p in split_phases(list(range(n_out)), stall):
+            got, _ = await stream_recv(ctx, dut.o_stream, len(chunk), rng=rng_out, stall=p)
+            result.extend(got)
+
+    simulate(dut, producer, consumer)
+    return result
+
+
+def run_timed(dut, items, n_out):
+    """Full-rate traffic: the cycles of every input and output transfer."""
+    times = {}
+
+    async def producer(ctx):
+        times["in"] = await stream_send(ctx, dut.i_stream, items)
+
+    async def consumer(ctx):
+        times["out_items"], times["out"] = await stream_recv(ctx, dut.o_stream, n_out)
+
+    simulate(dut, producer, consumer)
+    return times
+
+
+def to_transfers(x, lanes):
+    """Flat integer vector -> list of per-transfer lane lists."""
+    x = np.asarray(x).reshape(-1, lanes)
+    return [[int(v) for v in row] for row in x]
+
+
+def random_ints(rng, t: IntType, shape):
+    return rng.integers(t.lo, t.hi, size=shape, endpoint=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# MatVecCore
+
+def make_dense(seed, in_type, in_zp, w_bits, in_features, out_features, simd, pe):
+    rng = np.random.default_rng(seed)
+    wt = IntType(w_bits, True)
+    weight = random_ints(rng, wt, (out_features, in_features))
+    weight[0, 0] = wt.lo            # the extremes of the weight type occur
+    weight[-1, -1] = wt.hi
+    bias = rng.integers(-(1 << (w_bits + in_type.bits)), 1 << (w_bits + in_type.bits),
+                        size=out_features)
+    return DenseLayer("fc", in_type, in_zp, weight, wt, bias, [], simd=simd, pe=pe)
+
+
+# (in_type, in_zero_point, weight bits, in_features, out_features, simd, pe)
+MATVEC_CASES = [
+    (IntType(8, False), 0, 8, 8, 4, 2, 2),
+    (IntType(8, True), -3, 4, 6, 6, 3, 2),
+    (IntType(4, False), 7, 2, 4, 3, 1, 1),
+    (IntType(2, True), 0, 16, 4, 4, 4, 4),        # one fold, one group: fully parallel
+    (IntType(1, False), 0, 3, 5, 2, 5, 1),        # binary input, simd = in_features
+    (IntType(16, True), 100, 5, 6, 4, 2, 4),      # pe = out_features
+    (IntType(3, True), 1, 8, 9, 6, 3, 3),
+    (IntType(5, False), 12, 12, 8, 2, 1, 2),      # eight folds of one element
+]
+
+
+@pytest.mark.parametrize("seed,case", list(enumerate(MATVEC_CASES)))
+def test_matvec_matches_golden(seed, case):
+    layer = make_dense(seed, *case)
+    dut = MatVecCore(layer)
+    rng = np.random.default_rng([seed, 0])
+    vectors = 5
+    x = random_ints(rng, layer.in_type, (vectors, layer.in_features))
+    x[0, :] = layer.in_type.lo
+    x[1, :] = layer.in_type.hi
+    expected = golden.run_layer(layer, x)        # no requant stages: the accumulators
+    got = run_stream(dut, to_transfers(x, layer.simd), vectors * layer.out_features // layer.pe,
+                     seed)
+    np.testing.assert_array_equal(np.array(got).reshape(vectors, -1), expected)
+
+
+@pytest.mark.parametrize("case", [MATVEC_CASES[0], MATVEC_CASES[2], MATVEC_CASES[3],
+                                  MATVEC_CASES[5]])
+def test_matvec_timing(case):
+    layer = make_dense(0, *case)
+    dut = MatVecCore(layer)
+    folds = layer.in_features // layer.simd
+    groups = layer.out_features // layer.pe
+    vectors = 4
+    x = random_ints(np.random.default_rng(0), layer.in_type, (vectors, layer.in_features))
+    times = run_timed(dut, to_transfers(x, layer.simd), vectors * groups)
+    np.testing.assert_array_equal(np.array(times["out_items"]).reshape(vectors, -1),
+                                  golden.run_layer(layer, x))
+    t_in = np.array(times["in"]).reshape(vectors, folds)
+    t_out = np.array(times["out"]).reshape(vectors, groups)
+    latency = t_out[0, -1] - t_in[0, 0]
+    assert latency == folds + folds * groups + 3
+    assert cost.layer_latency(layer) == latency == dut.latency
+    # Steady state: one vector every folds*groups cycles, no bubbles between vectors.
+    np.testing.assert_array_equal(np.diff(t_out[:, -1]), folds * groups)
+    assert cost.layer_cycles(layer) == layer.cycles == folds * groups
+
+
+def test_matvec_errors():
+    layer = make_dense(0, IntType(4, False), 0, 4, 6, 4, 4, 2)
+    with pytest.raises(ValueError, match=r"^SIMD of layer 'fc' must divide in_features=6, "
+                                         r"not 4$"):
+        MatVecCore(layer)
+    layer = make_dense(0, IntType(4, False), 0, 4, 6, 4, 3, 3)
+    with pytest.raises(ValueError, match=r"^PE of layer 'fc' must divide out_features=4, not 3$"):
+        MatVecCore(layer)
+    layer = make_dense(0, IntType(4, False), 0, 4, 6, 4, 3, 2)
+    layer.weight[0, 0] = 8
+    with pytest.raises(ValueError, match=r"^Weights of layer 'fc' must lie within int4, "
+                                         r"not \[-8, 8\]$"):
+        MatVecCore(layer)
+    with pytest.raises(TypeError, match=r"^Layer must be a DenseLayer, not 3$"):
+        MatVecCore(3)
+
+
+# ---------------------------------------------------------------------------------------------
+# RequantCore
+
+def make_stage(rng, x_range, channels, *, per_channel_m, per_channel_off, shift, rounding,
+               out_type, relu=False, in_zp=0):
+    """A random stage that maps ``x_range`` onto about 1.5 times its clip range, so that most
+    outputs are not clipped and some are; multipliers of both signs, offsets of both signs."""
+    x_lo, x_hi = x_range
+    zero_point = int(rng.integers(out_type.lo, out_type.hi, endpoint=True)) // 2
+    lo = zero_point if relu else out_type.lo
+    hi = out_type.hi
+    if not relu and out_type.bits > 2:
+        lo, hi = lo + 1, hi - 1                  # a clip range inside the type
+    n_m = channels if per_channel_m else 1
+    n_off = channels if per_channel_off else 1
+    target = 1.5 * (hi - lo + 1) * 2 ** shift / (x_hi - x_lo + 1)
+    multiplier = np.round(target * rng.uniform(0.5, 1.5, size=n_m)).astype(np.int64)
+    multiplier = np.maximum(multiplier, 1) * rng.choice([-1, 1], size=n_m)
+    centre = (x_lo + x_hi) / 2 - in_zp
+    m_for_off = np.resize(multiplier, n_off)
+    noise = rng.uniform(-0.125, 0.125, size=n_off) * (hi - lo) * 2 ** shift
+    offset = ((lo + hi) / 2 - zero_point) * 2 ** shift - centre * m_for_off + noise
+    return RequantStage(multiplier, np.round(offset).astype(np.int64), shift, zero_point, lo, hi,
+                        out_type, in_zero_point=in_zp, rounding=rounding)
+
+
+# (in_shape, channels, lanes, stages: tuples of make_stage keywords)
+REQUANT_CASES = [
+    (signed(16), 4, 2, [dict(per_channel_m=True, per_channel_off=True, shift=14,
+                             rounding="half_even", out_type=IntType(8, True))]),
+    (signed(12), 6, 3, [dict(per_channel_m=False, per_channel_off=False, shift=9,
+                             rounding="half_away", out_type=IntType(4, False), relu=True)]),
+    (unsigned(8), 3, 2, [dict(per_channel_m=True, per_channel_off=True, shift=8,
+                              rounding="half_even", out_type=IntType(8, True), in_zp=5),
+                         dict(per_channel_m=False, per_channel_off=True, shift=9,
+                              rounding="half_away", out_type=IntType(4, False), in_zp=-3)]),
+    (signed(12), 8, 1, [dict(per_channel_m=True, per_channel_off=False, shift=0,
+                             rounding="half_even", out_type=IntType(16, True))]),
+    (signed(6), 1, 4, [dict(per_channel_m=False, per_channel_off=False, shift=2,
+                            rounding="half_away", out_type=IntType(6, True)),
+                       dict(per_channel_m=False, per_channel_off=False, shift=3,
+                            rounding="half_even", out_type=IntType(5, True),
+                            in_zp=2),
+                       dict(per_channel_m=False, per_channel_off=False, shift=1,
+                            rounding="half_away", out_type=IntType(2, False))]),
+    (unsigned(1), 2, 2, [dict(per_channel_m=True, per_channel_off=True, shift=2,
+                              rounding="half_even", out_type=IntType(3, True))]),
+    (signed(24), 5, 5, [dict(per_channel_m=True, per_channel_off=True, shift=20,
+                             rounding="half_away", out_type=IntType(8, False), relu=True,
+                             in_zp=-7)]),
+    (signed(10), 4, 8, [dict(per_channel_m=True, per_channel_off=False, shift=5,
+                             rounding="half_even", out_type=IntType(7, False), in_zp=1)]),
+]
+
+
+def build_stages(seed, in_shape, channels, specs):
+    rng = np.random.default_rng(seed)
+    shape = Shape.cast(in_shape)
+    lo = -(1 << (shape.width - 1)) if shape.signed else 0
+    hi = (1 << (shape.width - 1)) - 1 if shape.signed else (1 << shape.width) - 1
+    stages = []
+    for spec in specs:
+        stage = make_stage(rng, (lo, hi), channels, **spec)
+        stages.append(stage)
+        lo, hi = stage.lo, stage.hi
+    return stages
+
+
+@pytest.mark.parametrize("seed,case", list(enumerate(REQUANT_CASES)))
+def test_requant_matches_golden(seed, case):
+    in_shape, channels, lanes, specs = case
+    stages = build_stages(seed, in_shape, channels, specs)
+    dut = RequantCore(stages, channels, lanes, in_shape)
+    rng = np.random.default_rng([seed, 0])
+    # Whole periods of the channel pattern, several times over.
+    period = np.lcm(channels, lanes)
+    n = int(period * max(2, 48 // period))
+    shape = Shape.cast(in_shape)
+    lo = -(1 << (shape.width - 1)) if shape.signed else 0
+    hi = (1 << (shape.width - 1)) - 1 if shape.signed else (1 << shape.width) - 1
+    x = rng.integers(lo, hi, size=n, endpoint=True)
+    x[:2] = [lo, hi]
+    expected = golden.requant_stages(x.reshape(-1, channels), stages).reshape(-1)
+    got = run_stream(dut, to_transfers(x, lanes), n // lanes, seed)
+    np.testing.assert_array_equal(np.array(got).reshape(-1), expected)
+
+
+@pytest.mark.parametrize("rounding", ["half_even", "half_away"])
+def test_requant_rounding_ties_exhaustive(rounding):
+    # Multiplier 1 and shift 2 over every int7: a quarter of the inputs are exact ties, on both
+    # sides of zero; a second stage with shift 1 rounds ties again.
+    t = IntType(7, True)
+    stages = [RequantStage([1], [0], 2, 0, -16, 15, IntType(5, True), rounding=rounding),
+              RequantStage([3], [-1], 1, 1, -16, 15, IntType(5, True), rounding=rounding,
+                           in_zero_point=-1)]
+    dut = RequantCore(stages, 1, 2, t)
+    x = np.arange(t.lo, t.hi + 1)
+    expected = golden.requant_stages(x.reshape(-1, 1), stages).reshape(-1)
+    got = run_stream(dut, to_transfers(x, 2), len(x) // 2, 7)
+    np.testing.assert_array_equal(np.array(got).reshape(-1), expected)
+
+
+def test_requant_timing():
+    in_shape, channels, lanes, specs = REQUANT_CASES[2]
+    stages = build_stages(2, in_shape, channels, specs)
+    dut = RequantCore(stages, channels, lanes, in_shape)
+    x = np.random.default_rng(0).integers(0, 256, size=24)
+    times = run_timed(dut, to_transfers(x, lanes), 12)
+    assert dut.latency == 1 + 3 * len(stages) == 7
+    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), 7)
+    np.testing.assert_array_equal(np.diff(times["out"]), 1)
+
+
+def test_requant_errors():
+    stage = RequantStage([1, 2], [0], 0, 0, 0, 3, IntType(2, False))
+    with pytest.raises(ValueError, match=r"^Stage 0 multiplier must have 1 or 3 entries, "
+                                         r"not 2$"):
+        RequantCore([stage], 3, 1, signed(8))
+    with pytest.raises(ValueError, match=r"^Stages must be a non-empty list of RequantStage, "
+                                         r"not \[\]$"):
+        RequantCore([], 3, 1, signed(8))
+    with pytest.raises(TypeError, match=r"^Stage 0 must be a RequantStage, not 'x'$"):
+        RequantCore(["x"], 3, 1, signed(8))
+    with pytest.raises(ValueError, match=r"^Lanes must be at least 1, not 0$"):
+        RequantCore([stage], 2, 0, signed(8))
+    with pytest.raises(TypeError, match=r"^Element shape must be an IntType or an integer "
+                                        r"shape, not 'int8'$"):
+        RequantCore([stage], 2, 1, "int8")
+
+
+# ---------------------------------------------------------------------------------------------
+# StreamFIFO and WidthConverter
+
+FIFO_CASES = [
+    (signed(5), 2, 1),
+    (unsigned(8), 1, 2),
+    (signed(3), 3, 4),
+    (IntType(7, False), 2, 5),
+    (signed(16), 1, 9),
+]
+
+
+def _elements(rng, shape, n):
+    shape = Shape.cast(shape) if not isinstance(shape, IntType) else \
+        Shape(shape.bits, shape.signed)
+    lo = -(1 << (shape.width - 1)) if shape.signed else 0
+    hi = (1 << (shape.width - 1)) - 1 if shape.signed else (1 << shape.width) - 1
+    return rng.integers(lo, hi, size=n, endpoint=True)
+
+
+@pytest.mark.parametrize("seed,case", list(enumerate(FIFO_CASES)))
+def test_fifo_keeps_order(seed, case):
+    shape, lanes, depth = case
+    dut = StreamFIFO(shape, lanes, depth)
+    x = _elements(np.random.default_rng(seed), shape, 40 * lanes)
+    got = run_stream(dut, to_transfers(x, lanes), 40, seed)
+    np.testing.assert_array_equal(np.array(got).reshape(-1), x)
+    # Full rate: a transfer per cycle on both sides, `latency` cycles through.
+    times = run_timed(dut, to_transfers(x, lanes), 40)
+    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]),
+                                  1 if depth <= 4 else 2)
+    assert dut.latency == (1 if depth <= 4 else 2)
+
+
+CONVERTER_CASES = [
+    (signed(4), 1, 4),
+    (unsigned(3), 4, 1),
+    (signed(8), 2, 6),
+    (IntType(5, False), 6, 2),
+    (signed(2), 3, 3),
+]
+
+
+@pytest.mark.parametrize("seed,case", list(enumerate(CONVERTER_CASES)))
+def test_width_converter_keeps_order(seed, case):
+    shape, n_in, n_out = case
+    dut = WidthConverter(shape, n_in, n_out)
+    n = 12 * max(n_in, n_out)
+    x = _elements(np.random.default_rng(seed), shape, n)
+    got = run_stream(dut, to_transfers(x, n_in), n // n_out, seed)
+    np.testing.assert_array_equal(np.array(got).reshape(-1), x)
+    # Full rate: the narrow side moves a transfer every cycle.
+    times = run_timed(dut, to_transfers(x, n_in), n // n_out)
+    narrow = times["in"] if n_in <= n_out else times["out"]
+    np.testing.assert_array_equal(np.diff(narrow), 1)
+    if n_in < n_out:        # gathering: out one cycle after the last piece
+        k = n_out // n_in
+        np.testing.assert_array_equal(np.array(times["out"]) - times["in"][k - 1::k], 1)
+    elif n_in > n_out:      # splitting: pieces in the k cycles after the input
+        k = n_in // n_out
+        np.testing.assert_array_equal(np.array(times["out"][k - 1::k]) - times["in"], k)
+
+
+def test_plumbing_errors():
+    with pytest.raises(ValueError, match=r"^One lane count must divide the other, "
+                                         r"not in_lanes=4 and out_lanes=6$"):
+        WidthConverter(signed(4), 4, 6)
+    with pytest.raises(ValueError, match=r"^FIFO depth must be at least 1, not 0$"):
+        StreamFIFO(signed(4), 1, 0)
+    with pytest.raises(TypeError, match=r"^Lanes must be an integer, not 2.0$"):
+        StreamFIFO(signed(4), 2.0, 2)
