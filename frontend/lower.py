@@ -23,7 +23,14 @@ import math
 import numpy as np
 
 from ..dataflow import (
-    Dataflow, DenseLayer, Design, HostNode, IntType, Port, RequantLayer, RequantStage,
+    Dataflow,
+    DenseLayer,
+    Design,
+    HostNode,
+    IntType,
+    Port,
+    RequantLayer,
+    RequantStage,
 )
 from ..errors import UnsupportedError
 from ..sim import golden, host

@@ -32,13 +32,19 @@ def _sole_consumer(graph: Graph, cons, t):
     return c[0] if len(c) == 1 and t not in graph.outputs else None
 
 
+def _is_dense_core(graph: Graph, n: Node) -> bool:
+    """MatMul or Gemm (without transA) with a constant 2-D weight as second input."""
+    return n.op in ("MatMul", "Gemm") and len(n.inputs) > 1 and \
+        n.inputs[1] in graph.constants and graph.constants[n.inputs[1]].ndim == 2 and \
+        not (n.op == "Gemm" and n.attrs.get("transA", 0))
+
+
 def _find_chain(graph: Graph):
     """Boundary tensors and the layer groups between them: [(core, bias_node, nodes)]."""
     cons = graph.consumers()
     start = None
     for n in graph.nodes:
-        if n.op in ("MatMul", "Gemm") and len(n.inputs) > 1 and n.inputs[1] in graph.constants \
-                and not (n.op == "Gemm" and n.attrs.get("transA", 0)):
+        if _is_dense_core(graph, n):
             start = n
             break
     if start is None:
@@ -53,9 +59,7 @@ def _find_chain(graph: Graph):
         if n.op in _PASS:
             t = n.outputs[0]
             continue
-        if n.op in ("MatMul", "Gemm") and n.inputs[0] == t and len(n.inputs) > 1 and \
-                n.inputs[1] in graph.constants and graph.constants[n.inputs[1]].ndim == 2 and \
-                not (n.op == "Gemm" and n.attrs.get("transA", 0)):
+        if _is_dense_core(graph, n) and n.inputs[0] == t:
             core, bias, t = n, None, n.outputs[0]
             stage = "bias"
             while True:

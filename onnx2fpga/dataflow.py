@@ -42,7 +42,8 @@ class IntType:
     signed: bool
 
     def __post_init__(self):
-        if not isinstance(self.bits, int) or isinstance(self.bits, bool) or not 1 <= self.bits <= 64:
+        if not isinstance(self.bits, int) or isinstance(self.bits, bool) or \
+                not 1 <= self.bits <= 64:
             raise ValueError(f"Integer width must be an integer from 1 to 64, not {self.bits!r}")
 
     @property

@@ -119,6 +119,18 @@ def run_dataflow(dataflow: Dataflow, x, trace: dict | None = None) -> np.ndarray
     return x
 
 
+def _along(axis: int, ndim: int, scale, zero_point):
+    """Scale (float32) and zero point (int64), reshaped to broadcast along ``axis`` when
+    they are per-axis (1-D with more than one entry)."""
+    scale = np.asarray(scale, dtype=np.float32)
+    zp = np.asarray(zero_point, dtype=np.int64)
+    if scale.ndim == 1 and scale.size > 1:
+        shape = [1] * ndim
+        shape[axis] = -1
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    return scale, zp
+
+
 def quantize_linear(x, scale, zero_point, lo: int, hi: int, axis: int = 1) -> np.ndarray:
     """ONNX QuantizeLinear (opsets 10-23): ``saturate(round_half_even(x / scale) + zero_point)``.
 
@@ -126,12 +138,7 @@ def quantize_linear(x, scale, zero_point, lo: int, hi: int, axis: int = 1) -> np
     ``axis``. Returns int64.
     """
     x = np.asarray(x, dtype=np.float32)
-    scale = np.asarray(scale, dtype=np.float32)
-    zp = np.asarray(zero_point, dtype=np.int64)
-    if scale.ndim == 1 and scale.size > 1:
-        shape = [1] * x.ndim
-        shape[axis] = -1
-        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    scale, zp = _along(axis, x.ndim, scale, zero_point)
     q = np.rint(x / scale).astype(np.int64) + zp
     return np.clip(q, lo, hi)
 
@@ -139,10 +146,5 @@ def quantize_linear(x, scale, zero_point, lo: int, hi: int, axis: int = 1) -> np
 def dequantize_linear(q, scale, zero_point, axis: int = 1) -> np.ndarray:
     """ONNX DequantizeLinear: ``(q - zero_point) * scale`` in float32."""
     q = np.asarray(q, dtype=np.int64)
-    scale = np.asarray(scale, dtype=np.float32)
-    zp = np.asarray(zero_point, dtype=np.int64)
-    if scale.ndim == 1 and scale.size > 1:
-        shape = [1] * q.ndim
-        shape[axis] = -1
-        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    scale, zp = _along(axis, q.ndim, scale, zero_point)
     return ((q - zp).astype(np.float32) * scale).astype(np.float32)

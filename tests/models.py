@@ -54,7 +54,11 @@ def ort_qdq_mlp(tmp_path, *, sizes=(16, 12, 6), kind="gemm", opset=13, activatio
                 per_channel=False, seed=0, softmax=False):
     """quantize_static (QDQ, MinMax) of :func:`float_mlp`; returns (path, calibration)."""
     from onnxruntime.quantization import (
-        CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static,
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
     )
 
     rng = np.random.default_rng(seed + 100)

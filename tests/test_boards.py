@@ -11,6 +11,7 @@ from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
+
 from onnx2fpga.boards.build import (
     REPORT,
     BuildError,
@@ -29,7 +30,6 @@ from onnx2fpga.boards.targets import (
 )
 from onnx2fpga.boards.uart import uart_divisor
 from onnx2fpga.boards.wrapper import UartBridge
-
 from onnx2fpga.dataflow import IntType, Port
 
 ALL_BOARDS = ["icebreaker", "icesugar", "orangecrab-25f", "orangecrab-85f", "ulx3s-12f",

@@ -18,6 +18,8 @@ from amaranth import Module, Signal, signed, unsigned
 from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+
+from onnx2fpga.dataflow import IntType, Port
 from onnx2fpga.sim import rtl
 from onnx2fpga.sim.rtl import (
     MIN_VERILATOR_VERSION,
@@ -27,8 +29,6 @@ from onnx2fpga.sim.rtl import (
     unpack_beats,
     verilator_env,
 )
-
-from onnx2fpga.dataflow import IntType, Port
 
 
 def _port(name, size, bits, is_signed, lanes):
