@@ -84,8 +84,8 @@ class _Chain:
 
 class _Lowerer:
     def __init__(self, graph: Graph, multiplier_bits: int, rounding: str):
-        # 16 bits by default: a 16-bit multiplier fits one iCE40 SB_MAC16 / ECP5 MULT18X18D
-        # operand, and agrees with onnxruntime on >= 99.7 % of outputs (24 bits: >= 99.95 %).
+        # Measured on onnxruntime's QDQ MLPs (benchmarks/ort_agreement.py): 16 bits give
+        # 99.875 % exact outputs and at most 2 LSB; 24 bits 99.993 % and at most 1 LSB.
         self.g = graph
         self.mbits = multiplier_bits
         self.rounding = rounding

@@ -71,7 +71,7 @@ def _prepare_dir(output_dir, force: bool) -> str:
 def compile(model, output_dir=None, *, calibration=None, lenient: bool = False,  # noqa: A001
             force: bool = False, weight_bits: int = 8, activation_bits: int = 8,
             per_channel: bool = True, max_lanes: int = 8, folding: dict | None = None,
-            multiplier_bits: int = 16, verbose: bool = False) -> CompiledDesign:
+            multiplier_bits: int | None = None, verbose: bool = False) -> CompiledDesign:
     """Compile an ONNX model into a design directory.
 
     Parameters
@@ -90,8 +90,10 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         Budget of multiply lanes (sum of simd*pe over layers) for automatic folding.
     folding : dict, optional
         ``{layer_name: {"simd": s, "pe": p}}`` overrides.
-    multiplier_bits : int
-        Significant bits of requantization multipliers.
+    multiplier_bits : int, optional
+        Significant bits of requantization multipliers. By default 24 for models quantized
+        elsewhere (the golden model then agrees with onnxruntime within one LSB) and 16 for
+        our own calibration (the golden model is the only definition; cheaper hardware).
 
     Raises
     ------
@@ -138,6 +140,9 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         quantize_graph(graph, samples, weight_bits=weight_bits,
                        activation_bits=activation_bits, per_channel=per_channel)
         quant_info = {"source": "calibration", **graph.metadata["quantization"]}
+    if multiplier_bits is None:
+        multiplier_bits = 24 if quant_info["source"] == "qdq" else 16
+    quant_info["multiplier_bits"] = multiplier_bits
     say("lowering to integer layers")
     design = lower(graph, multiplier_bits=multiplier_bits)
     fold(design.dataflow, max_lanes=max_lanes, overrides=folding)

@@ -55,9 +55,10 @@ def _parser():
     c.add_argument("--max-lanes", type=int, default=8, metavar="N",
                    help="multiply lanes (sum of simd*pe) for automatic folding (default 8, "
                    "which fits an iCE40 UP5K with LUT multipliers)")
-    c.add_argument("--multiplier-bits", type=int, default=16, metavar="N",
-                   help="significant bits of requantization multipliers (default 16; 24 "
-                   "tracks onnxruntime's float scales more closely but costs more DSPs)")
+    c.add_argument("--multiplier-bits", type=int, default=None, metavar="N",
+                   help="significant bits of requantization multipliers (default: 24 for "
+                   "models quantized elsewhere, which keeps every output within one LSB of "
+                   "onnxruntime; 16 for our own calibration, which costs less hardware)")
     c.add_argument("--folding", type=_folding, metavar="NAME:SIMD:PE,...",
                    help="override the parallelism of named layers")
 

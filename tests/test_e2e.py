@@ -71,6 +71,14 @@ def test_manifest_describes_ports_and_partition(designs):
     assert sum(ly["macs"] for ly in m["layers"]) == 16 * 12 + 12 * 6
 
 
+def test_multiplier_width_follows_the_quantization_source(designs):
+    assert designs["qdq"].manifest["quantization"]["multiplier_bits"] == 24
+    assert designs["float"].manifest["quantization"]["multiplier_bits"] == 16
+    for d, bits in ((designs["qdq"], 24), (designs["float"], 16)):
+        for stage in (st for ly in d.design.dataflow.layers for st in ly.requant):
+            assert int(stage.multiplier.max()).bit_length() <= bits
+
+
 @pytest.mark.synth
 @pytest.mark.parametrize("which,board", [("qdq", "icebreaker"), ("qdq", "ulx3s-85f"),
                                          ("float", "icebreaker"), ("float", "ulx3s-85f")])
