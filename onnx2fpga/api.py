@@ -294,7 +294,9 @@ class CompiledDesign:
 
     def build(self, board: str, *, seed: int | None = None, progress: bool = True) -> dict:
         """Build a bitstream for ``board``; writes ``build/<board>/report.json`` and returns
-        it. A design that misses timing has ``timing_met`` false."""
+        it. A design that misses timing has ``timing_met`` false. The accelerator sits behind
+        the framed host link (:mod:`onnx2fpga.boards.framed`), which answers HELLO with the
+        manifest's ``verilog_sha256``."""
         from .boards.build import build_bitstream
         from .hw.top import Accelerator
 
@@ -303,7 +305,8 @@ class CompiledDesign:
                                os.path.join(self.directory, "build", board), seed=seed,
                                progress=progress,
                                cycles_per_inference=self.manifest["cycles_per_inference"],
-                               latency_cycles=self.manifest["latency_cycles"])
+                               latency_cycles=self.manifest["latency_cycles"],
+                               design_id=self.manifest["top"]["verilog_sha256"])
 
 
 def load(directory) -> CompiledDesign:

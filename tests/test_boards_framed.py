@@ -1,0 +1,225 @@
+"""The framed board wrapper, simulated at the pin level (Amaranth's simulator, real 8N1 bits):
+replies, ERROR frames for bad CRC / length / type, the byte timeout, reset mid-frame."""
+
+import gc
+
+import pytest
+from amaranth.hdl import ClockDomain, ClockSignal, Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from onnx2fpga.boards.framed import FramedBridge
+from onnx2fpga.boards.loopback import ByteIncrement
+from onnx2fpga.boards.protocol import (
+    SYNC,
+    BoardInfo,
+    ErrorCode,
+    FrameDecoder,
+    FrameType,
+    encode_frame,
+)
+
+DIVISOR = 4
+TIMEOUT = 40 * DIVISOR           # 4 byte times
+DESIGN_ID = bytes.fromhex("0123456789abcdef")
+
+
+def _bridge(width=16, beats=3, accelerator=None):
+    acc = accelerator if accelerator is not None else ByteIncrement(width)
+    return FramedBridge(acc, width, width, beats, beats, clk_freq=4_000, baud=1_000,
+                        design_id=DESIGN_ID, timeout_cycles=TIMEOUT)
+
+
+def _run(bridge, script, *, expect_frames, budget=60_000):
+    """Play ``script`` on ``rx``: items are bytes (sent back to back), ``("idle", n)`` cycles
+    with the line high, or ``("reset",)`` (one cycle of synchronous reset). Decode ``tx``
+    until ``expect_frames`` frames came back or the cycle budget is spent.
+
+    Returns ``(frames, beats, flags)``: the reply frames, the accelerator's input beats
+    ``(data, last)`` and the wrapper's status signals at the end.
+    """
+    d = bridge.divisor
+    acc = bridge.accelerator
+    top = Module()
+    top.domains.sync = domain = ClockDomain("sync")
+    # The testbenches count cycles on a reset-less copy of the clock, so that a reset of
+    # the bridge does not interrupt them.
+    top.domains.tb = ClockDomain("tb", reset_less=True)
+    top.d.comb += ClockSignal("tb").eq(ClockSignal("sync"))
+    top.submodules.bridge = bridge
+    frames, beats, flags = [], [], {}
+    decoder = FrameDecoder()
+    done = [False]
+
+    async def drive(ctx):
+        for item in script:
+            if isinstance(item, tuple) and item[0] == "idle":
+                await ctx.tick("tb").repeat(item[1])
+            elif isinstance(item, tuple) and item[0] == "reset":
+                ctx.set(bridge.rx, 1)
+                await ctx.tick("tb").repeat(d)
+                ctx.set(domain.rst, 1)
+                await ctx.tick("tb").repeat(2)
+                ctx.set(domain.rst, 0)
+            else:
+                for byte in item:
+                    for bit in [0] + [(byte >> i) & 1 for i in range(8)] + [1]:
+                        ctx.set(bridge.rx, bit)
+                        await ctx.tick("tb").repeat(d)
+        done[0] = True
+
+    async def receive(ctx):
+        cycles = 0
+        while len(frames) < expect_frames and cycles < budget:
+            if ctx.get(bridge.tx):
+                await ctx.tick("tb")
+                cycles += 1
+                continue
+            await ctx.tick("tb").repeat(d // 2)
+            byte = 0
+            for i in range(8):
+                await ctx.tick("tb").repeat(d)
+                byte |= ctx.get(bridge.tx) << i
+            await ctx.tick("tb").repeat(d)
+            assert ctx.get(bridge.tx) == 1, "missing stop bit"
+            cycles += 10 * d
+            frames.extend(decoder.feed(bytes([byte])))
+        while not done[0]:
+            await ctx.tick("tb")
+        await ctx.tick("tb").repeat(2 * TIMEOUT)
+        for name in ("overrun", "framing_error", "tlast_error", "error_led", "frames_ok",
+                     "frames_bad"):
+            flags[name] = ctx.get(getattr(bridge, name))
+
+    async def monitor(ctx):
+        while True:
+            _, _, valid, ready, data, last = await ctx.tick("tb").sample(
+                acc.s_axis_tvalid, acc.s_axis_tready, acc.s_axis_tdata, acc.s_axis_tlast)
+            if valid and ready:
+                beats.append((data, last))
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6, domain="sync")
+    sim.add_testbench(drive)
+    sim.add_testbench(receive)
+    sim.add_testbench(monitor, background=True)
+    sim.run()
+    return frames, beats, flags
+
+
+def _expected(data):
+    return bytes((b + 1) % 256 for b in data)
+
+
+def _beats(data, width=16):
+    n = width // 8
+    return [int.from_bytes(bytes(data[i:i + n]), "little") for i in range(0, len(data), n)]
+
+
+PAYLOAD = bytes([0, 255, 7, 8, 0x55, 0xA5])   # 3 beats of 16 bits; 0xA5 is a sync byte
+
+
+def test_hello_reply():
+    frames, beats, flags = _run(_bridge(), [encode_frame(FrameType.HELLO, 7)], expect_frames=1)
+    assert len(frames) == 1 and frames[0].crc_ok
+    assert (frames[0].type, frames[0].seq) == (FrameType.HELLO_REPLY, 7)
+    assert BoardInfo.unpack(frames[0].payload) == BoardInfo(1, DESIGN_ID, 6, 6, 4)
+    assert beats == []
+    assert flags["frames_ok"] == 1 and flags["frames_bad"] == 0 and flags["error_led"] == 0
+
+
+def test_infer_reply_back_to_back():
+    second = bytes(range(6))
+    frames, beats, flags = _run(_bridge(), [encode_frame(FrameType.INFER, 1, PAYLOAD),
+                                            encode_frame(FrameType.INFER, 2, second)],
+                                expect_frames=2)
+    assert [(f.type, f.seq, f.payload, f.crc_ok) for f in frames] == [
+        (FrameType.INFER_REPLY, 1, _expected(PAYLOAD), True),
+        (FrameType.INFER_REPLY, 2, _expected(second), True)]
+    assert [d for d, _ in beats] == _beats(PAYLOAD) + _beats(second)
+    assert [last for _, last in beats] == [0, 0, 1, 0, 0, 1]
+    assert flags == {"overrun": 0, "framing_error": 0, "tlast_error": 0, "error_led": 0,
+                     "frames_ok": 2, "frames_bad": 0}
+
+
+def test_bad_crc_is_answered_and_never_computed():
+    frame = bytearray(encode_frame(FrameType.INFER, 9, PAYLOAD))
+    frame[8] ^= 0x10                                         # a payload bit
+    frames, beats, flags = _run(_bridge(), [bytes(frame), ("idle", 20),
+                                            encode_frame(FrameType.INFER, 10, PAYLOAD)],
+                                expect_frames=2)
+    assert [(f.type, f.seq, f.payload) for f in frames] == [
+        (FrameType.ERROR, 9, bytes([ErrorCode.BAD_CRC])),
+        (FrameType.INFER_REPLY, 10, _expected(PAYLOAD))]
+    # Only the good frame reached the accelerator.
+    assert [d for d, _ in beats] == _beats(PAYLOAD)
+    assert flags["frames_bad"] == 1 and flags["frames_ok"] == 1 and flags["error_led"] == 0
+
+
+@pytest.mark.parametrize("frame, code", [
+    (encode_frame(FrameType.INFER, 3, PAYLOAD + b"\x00"), ErrorCode.BAD_LENGTH),
+    (encode_frame(FrameType.INFER, 3, PAYLOAD[:4]), ErrorCode.BAD_LENGTH),
+    (encode_frame(FrameType.HELLO, 3, b"\x01"), ErrorCode.BAD_LENGTH),
+    (encode_frame(0x42, 3, PAYLOAD), ErrorCode.UNKNOWN_TYPE),
+])
+def test_bad_length_or_type_is_skipped_then_answered(frame, code):
+    frames, beats, flags = _run(_bridge(), [frame], expect_frames=1)
+    assert [(f.type, f.seq, f.payload, f.crc_ok) for f in frames] == [
+        (FrameType.ERROR, 3, bytes([code]), True)]
+    assert beats == []
+    assert flags["error_led"] == 1 and flags["frames_bad"] == 1
+
+
+def test_half_frame_times_out_then_link_recovers():
+    frame = encode_frame(FrameType.INFER, 4, PAYLOAD)
+    frames, beats, flags = _run(_bridge(), [frame[:7], ("idle", TIMEOUT + 50),
+                                            encode_frame(FrameType.INFER, 5, PAYLOAD)],
+                                expect_frames=2)
+    assert [(f.type, f.seq, f.payload) for f in frames] == [
+        (FrameType.ERROR, 4, bytes([ErrorCode.TIMEOUT])),
+        (FrameType.INFER_REPLY, 5, _expected(PAYLOAD))]
+    assert [d for d, _ in beats] == _beats(PAYLOAD)
+
+
+def test_reset_mid_frame_recovers():
+    frame = encode_frame(FrameType.INFER, 4, PAYLOAD)
+    frames, beats, flags = _run(_bridge(), [frame[:9], ("reset",),
+                                            encode_frame(FrameType.INFER, 5, PAYLOAD)],
+                                expect_frames=1)
+    # The half frame is gone without an answer; the next frame is computed normally.
+    assert [(f.type, f.seq, f.payload) for f in frames] == [
+        (FrameType.INFER_REPLY, 5, _expected(PAYLOAD))]
+    assert [d for d, _ in beats] == _beats(PAYLOAD)
+    assert flags["frames_ok"] == 1 and flags["frames_bad"] == 0
+
+
+def test_noise_before_a_frame_is_skipped():
+    noise = bytes([0x00, SYNC[0], 0x13, SYNC[0], SYNC[0]])
+    frames, _, _ = _run(_bridge(), [noise + encode_frame(FrameType.HELLO, 1)], expect_frames=1)
+    assert [(f.type, f.seq) for f in frames] == [(FrameType.HELLO_REPLY, 1)]
+
+
+class _Stuck(wiring.Component):
+    def __init__(self, width):
+        super().__init__({
+            "s_axis_tdata": In(width), "s_axis_tvalid": In(1), "s_axis_tready": Out(1),
+            "s_axis_tlast": In(1), "m_axis_tdata": Out(width), "m_axis_tvalid": Out(1),
+            "m_axis_tready": In(1), "m_axis_tlast": Out(1)})
+
+    def elaborate(self, platform):
+        return Module()
+
+
+@pytest.mark.filterwarnings("ignore:.*created but never used")
+def test_checks_arguments():
+    with pytest.raises(ValueError, match=r"^Design id must be 8 bytes, not b'\\x01'$"):
+        FramedBridge(_Stuck(8), 8, 8, 1, 1, clk_freq=12e6, design_id=b"\x01")
+    with pytest.raises(ValueError, match=r"^Timeout must be an integer of at least 2080 cycles "
+                                         r"\(two bytes\), not 100$"):
+        FramedBridge(_Stuck(8), 8, 8, 1, 1, clk_freq=12e6, design_id=bytes(8),
+                     timeout_cycles=100)
+    with pytest.raises(ValueError, match=r"^Accelerator port 's_axis_tdata' must be 16 bits "
+                                         r"wide, not 8$"):
+        FramedBridge(_Stuck(8), 16, 8, 1, 1, clk_freq=12e6, design_id=bytes(8))
+    gc.collect()
