@@ -105,7 +105,8 @@ class _Lowerer:
     def dq_constant(self, name):
         """``(int array, scale, zero_point, axis, qtype)`` if ``name`` is DQ(constant)."""
         n = self.prod.get(name)
-        if n is None or n.op != "DequantizeLinear" or n.inputs[0] not in self.g.constants:
+        if n is None or n.op != "DequantizeLinear" or n.domain not in ("", "ai.onnx") or \
+                n.inputs[0] not in self.g.constants:
             return None
         a = n.attrs
         return (np.asarray(self.g.constants[n.inputs[0]]).astype(np.int64), a["scale"],
@@ -321,7 +322,8 @@ class _Lowerer:
         # Entry: the first QuantizeLinear whose data input is computed from the model input.
         entry = None
         for n in g.nodes:
-            if n.op == "QuantizeLinear" and n.inputs[0] not in g.constants:
+            if n.op == "QuantizeLinear" and n.domain in ("", "ai.onnx") and \
+                    n.inputs[0] not in g.constants:
                 entry = n
                 break
         if entry is None:

@@ -24,7 +24,8 @@ _PASS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
 
 
 def is_quantized(graph: Graph) -> bool:
-    return any(n.op in ("QuantizeLinear", "DequantizeLinear") for n in graph.nodes)
+    return any(n.op in ("QuantizeLinear", "DequantizeLinear") and n.domain in ("", "ai.onnx")
+               for n in graph.nodes)
 
 
 def _sole_consumer(graph: Graph, cons, t):
@@ -91,10 +92,16 @@ def calibrate(graph: Graph, samples: np.ndarray, tensors) -> dict[str, tuple[flo
         raise UnsupportedError(problems)
     ranges = {t: (np.inf, -np.inf) for t in tensors}
     name = graph.inputs[0]
-    for x in samples:
-        env = host.run_nodes(graph.nodes, {name: x}, graph.constants)
+    for k, x in enumerate(samples):
+        try:
+            env = host.run_nodes(graph.nodes, {name: x}, graph.constants)
+        except host.HostOpError as e:
+            raise CalibrationError(f"Calibration sample {k}: {e}") from None
         for t in tensors:
             v = np.asarray(env[t], dtype=np.float64)
+            if not np.all(np.isfinite(v)):
+                raise CalibrationError(f"Calibration sample {k}: tensor {t!r} is not finite "
+                                       f"(NaN or infinity in the float model)")
             lo, hi = ranges[t]
             ranges[t] = (min(lo, float(v.min())), max(hi, float(v.max())))
     return ranges

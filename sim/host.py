@@ -13,7 +13,11 @@ import numpy as np
 
 from . import golden
 
-__all__ = ["HOST_OPS", "run_nodes", "supported"]
+__all__ = ["HOST_OPS", "HostOpError", "run_nodes", "supported"]
+
+
+class HostOpError(ValueError):
+    """A host operator failed on its inputs; the message names the node and operator."""
 
 
 def _softmax_like(x, axis, version, log):
@@ -180,6 +184,13 @@ def run_nodes(nodes, env: dict, constants: dict) -> dict:
         while args and args[-1] is None:
             args.pop()
         fn = HOST_OPS[node.op]
-        y = fn(*args, version=node.version or 13, **node.attrs)
+        try:
+            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+                y = fn(*args, version=node.version or 13, **node.attrs)
+        except (ValueError, TypeError, IndexError, ArithmeticError) as e:
+            label = node.name or (node.outputs[0] if node.outputs else "?")
+            shapes = ", ".join(str(np.shape(a)) for a in args)
+            raise HostOpError(f"Node {label!r} ({node.op}): {e} (input shapes {shapes})") \
+                from None
         env[node.outputs[0]] = y
     return env

@@ -9,7 +9,7 @@ import pytest
 from models import float_mlp, ort_qdq_mlp, save
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx2fpga.errors import CheckError, LoadError, UnsupportedError
+from onnx2fpga.errors import CalibrationError, CheckError, LoadError, UnsupportedError
 from onnx2fpga.frontend.fold import fold
 from onnx2fpga.frontend.load import Onnx2FpgaWarning, load_model
 from onnx2fpga.frontend.lower import lower
@@ -199,3 +199,27 @@ def test_initializer_as_input_is_a_default_with_warning(tmp_path):
     assert any("GR-05" in str(r.message) for r in rec)
     assert numpy_helper.to_array(w).shape == g.constants[w.name].shape
     save(m, tmp_path / "m.onnx")
+
+
+def test_calibration_failure_names_sample_and_node():
+    # Weights with a NaN: the float model itself produces NaN on every sample.
+    m = float_mlp((6, 4, 3), softmax=False)
+    w = numpy_helper.to_array(m.graph.initializer[0]).copy()
+    w[0, 0] = np.nan
+    m.graph.initializer[0].CopyFrom(numpy_helper.from_array(w, m.graph.initializer[0].name))
+    g = load_model(m)
+    cal = np.ones((4, 1, 6), np.float32)
+    with pytest.raises(CalibrationError, match=r"^Calibration sample 0: tensor '.*' is not "
+                       r"finite \(NaN or infinity in the float model\)$"):
+        quantize_graph(g, cal)
+
+
+def test_host_op_failure_is_our_error_naming_the_node():
+    from onnx2fpga.sim import host
+    from onnx2fpga.sim.host import HostOpError
+    node = type("N", (), {"op": "MatMul", "inputs": ["a", "b"], "outputs": ["y"],
+                          "attrs": {}, "version": 13, "name": "mm"})()
+    with pytest.raises(HostOpError, match=r"^Node 'mm' \(MatMul\): .* \(input shapes "
+                       r"\(1, 3\), \(4, 2\)\)$"):
+        host.run_nodes([node], {"a": np.ones((1, 3), np.float32)},
+                       {"b": np.ones((4, 2), np.float32)})
