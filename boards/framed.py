@@ -15,14 +15,12 @@ Example (simulation: drive ``rx``, watch ``tx``)::
 
 from __future__ import annotations
 
-from amaranth.build import ResourceError
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal
-from amaranth.lib import fifo, io
 from amaranth.lib.memory import Memory
 
 from .protocol import PROTOCOL_VERSION, SYNC, BoardInfo, ErrorCode, FrameType
-from .uart import UARTRx, UARTTx, uart_divisor
-from .wrapper import AXIS_PORTS
+from .uart import uart_divisor
+from .wrapper import AXIS_PORTS, uart_front_end
 
 __all__ = ["FramedBridge", "crc16_byte"]
 
@@ -142,30 +140,8 @@ class FramedBridge(Elaboratable):
         m = Module()
         acc = self.accelerator
         m.submodules.accelerator = acc
-        m.submodules.uart_rx = uart_rx = UARTRx(self.divisor)
-        m.submodules.uart_tx = uart_tx = UARTTx(self.divisor)
-        m.submodules.rx_fifo = rx_fifo = fifo.SyncFIFOBuffered(width=8, depth=self.rx_fifo_depth)
-
-        if platform is not None:
-            uart = platform.request(*self.uart_resource, dir="-")
-            m.submodules.rx_buffer = rx_buffer = io.Buffer("i", uart.rx)
-            m.submodules.tx_buffer = tx_buffer = io.Buffer("o", uart.tx)
-            m.d.comb += [self.rx.eq(rx_buffer.i), tx_buffer.o.eq(self.tx)]
-            leds = zip(self.led_resources, (self.activity, self.error_led), strict=False)
-            for index, ((name, number), drive) in enumerate(leds):
-                try:
-                    led = platform.request(name, number, dir="-")
-                except ResourceError:
-                    continue
-                m.submodules[f"led_buffer_{index}"] = led_buffer = io.Buffer("o", led)
-                m.d.comb += led_buffer.o.eq(drive)
-
-        m.d.comb += [uart_rx.rx.eq(self.rx), self.tx.eq(uart_tx.tx)]
-        m.d.comb += [
-            rx_fifo.w_data.eq(uart_rx.o_stream.payload),
-            rx_fifo.w_en.eq(uart_rx.o_stream.valid),
-            uart_rx.o_stream.ready.eq(rx_fifo.w_rdy),
-        ]
+        uart_rx, uart_tx, rx_fifo = uart_front_end(m, platform, self,
+                                                   (self.activity, self.error_led))
         with m.If(uart_rx.overrun):
             m.d.sync += self.overrun.eq(1)
         with m.If(uart_rx.framing_error):

@@ -13,7 +13,7 @@ from amaranth.lib import fifo, io
 
 from .uart import UARTRx, UARTTx, uart_divisor
 
-__all__ = ["UartBridge", "AXIS_PORTS"]
+__all__ = ["UartBridge", "AXIS_PORTS", "uart_front_end"]
 
 #: The flat AXI4-Stream ports every accelerator top level has: name -> direction seen from the
 #: accelerator. ``tdata`` widths come from the ports' ``Port.tdata_width``.
@@ -32,6 +32,46 @@ def _check_tdata_width(name, value):
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value % 8:
         raise ValueError(f"{name} must be a positive multiple of 8, not {value!r}")
 
+
+
+def uart_front_end(m, platform, bridge, leds):
+    """The serial front end both bridges share: UART receiver and transmitter, a receive FIFO
+    of ``bridge.rx_fifo_depth`` bytes, and, on a platform, the UART pins and LEDs.
+
+    ``bridge`` provides ``divisor``, ``rx_fifo_depth``, ``uart_resource``, ``led_resources``,
+    ``rx`` and ``tx``; ``leds`` are the signals driving ``led_resources`` in order (an LED the
+    board lacks is skipped). Returns ``(uart_rx, uart_tx, rx_fifo)``.
+    """
+    m.submodules.uart_rx = uart_rx = UARTRx(bridge.divisor)
+    m.submodules.uart_tx = uart_tx = UARTTx(bridge.divisor)
+    m.submodules.rx_fifo = rx_fifo = fifo.SyncFIFOBuffered(width=8, depth=bridge.rx_fifo_depth)
+
+    if platform is not None:
+        # dir="-": raw ports and explicit io.Buffer components (Amaranth 0.5 deprecates the
+        # implicit buffers of platform.request); unused subsignals (RTS, DTR) stay unbuffered.
+        uart = platform.request(*bridge.uart_resource, dir="-")
+        m.submodules.rx_buffer = rx_buffer = io.Buffer("i", uart.rx)
+        m.submodules.tx_buffer = tx_buffer = io.Buffer("o", uart.tx)
+        m.d.comb += [bridge.rx.eq(rx_buffer.i), tx_buffer.o.eq(bridge.tx)]
+        for index, ((name, number), drive) in enumerate(
+                zip(bridge.led_resources, leds, strict=False)):
+            try:
+                led = platform.request(name, number, dir="-")
+            except ResourceError:
+                continue
+            m.submodules[f"led_buffer_{index}"] = led_buffer = io.Buffer("o", led)
+            m.d.comb += led_buffer.o.eq(drive)
+
+    m.d.comb += [uart_rx.rx.eq(bridge.rx), bridge.tx.eq(uart_tx.tx)]
+
+    # Receiver -> FIFO. The receiver holds one byte; when the FIFO is full, the next byte
+    # is dropped by the receiver and reported as an overrun.
+    m.d.comb += [
+        rx_fifo.w_data.eq(uart_rx.o_stream.payload),
+        rx_fifo.w_en.eq(uart_rx.o_stream.valid),
+        uart_rx.o_stream.ready.eq(rx_fifo.w_rdy),
+    ]
+    return uart_rx, uart_tx, rx_fifo
 
 class UartBridge(Elaboratable):
     """An accelerator with flat AXI4-Stream ports, driven through an 8N1 UART.
@@ -130,35 +170,8 @@ class UartBridge(Elaboratable):
         m = Module()
         acc = self.accelerator
         m.submodules.accelerator = acc
-        m.submodules.uart_rx = uart_rx = UARTRx(self.divisor)
-        m.submodules.uart_tx = uart_tx = UARTTx(self.divisor)
-        m.submodules.rx_fifo = rx_fifo = fifo.SyncFIFOBuffered(width=8, depth=self.rx_fifo_depth)
-
-        if platform is not None:
-            # dir="-": raw ports and explicit io.Buffer components (Amaranth 0.5 deprecates the
-            # implicit buffers of platform.request); unused subsignals (RTS, DTR) stay unbuffered.
-            uart = platform.request(*self.uart_resource, dir="-")
-            m.submodules.rx_buffer = rx_buffer = io.Buffer("i", uart.rx)
-            m.submodules.tx_buffer = tx_buffer = io.Buffer("o", uart.tx)
-            m.d.comb += [self.rx.eq(rx_buffer.i), tx_buffer.o.eq(self.tx)]
-            leds = zip(self.led_resources, (self.activity, self.error), strict=False)
-            for index, ((name, number), drive) in enumerate(leds):
-                try:
-                    led = platform.request(name, number, dir="-")
-                except ResourceError:
-                    continue
-                m.submodules[f"led_buffer_{index}"] = led_buffer = io.Buffer("o", led)
-                m.d.comb += led_buffer.o.eq(drive)
-
-        m.d.comb += [uart_rx.rx.eq(self.rx), self.tx.eq(uart_tx.tx)]
-
-        # Receiver -> FIFO. The receiver holds one byte; when the FIFO is full, the next byte
-        # is dropped by the receiver and reported as an overrun.
-        m.d.comb += [
-            rx_fifo.w_data.eq(uart_rx.o_stream.payload),
-            rx_fifo.w_en.eq(uart_rx.o_stream.valid),
-            uart_rx.o_stream.ready.eq(rx_fifo.w_rdy),
-        ]
+        uart_rx, uart_tx, rx_fifo = uart_front_end(m, platform, self,
+                                                   (self.activity, self.error))
 
         # FIFO -> input beats: shift each byte in at the top, so after a full beat the first
         # byte sits in the least significant bits.

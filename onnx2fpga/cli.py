@@ -155,6 +155,21 @@ def _compile(args):
     return 0
 
 
+def _read_inputs(args):
+    """``args.inputs`` as an array, after refusing to overwrite an existing ``args.outputs``
+    without ``--force`` (checked first, so nothing runs before the refusal)."""
+    import numpy as np
+
+    from .errors import Onnx2FpgaError
+
+    if os.path.exists(args.outputs) and not args.force:
+        raise Onnx2FpgaError(f"{args.outputs}: exists (use --force to overwrite)")
+    try:
+        return np.load(args.inputs, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise Onnx2FpgaError(f"{args.inputs}: cannot read inputs: {e}") from None
+
+
 def _simulate(args):
     import numpy as np
 
@@ -163,12 +178,7 @@ def _simulate(args):
     from .sim.model import run_design
 
     d = load(args.dir)
-    if os.path.exists(args.outputs) and not args.force:
-        raise Onnx2FpgaError(f"{args.outputs}: exists (use --force to overwrite)")
-    try:
-        x = np.load(args.inputs, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise Onnx2FpgaError(f"{args.inputs}: cannot read inputs: {e}") from None
+    x = _read_inputs(args)
     try:
         y = d.simulate(x, engine=args.engine, seed=args.seed, progress=True)
     except ValueError as e:
@@ -230,12 +240,7 @@ def _run(args):
     from .errors import Onnx2FpgaError
     from .runtime import connect
 
-    if os.path.exists(args.outputs) and not args.force:
-        raise Onnx2FpgaError(f"{args.outputs}: exists (use --force to overwrite)")
-    try:
-        x = np.load(args.inputs, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise Onnx2FpgaError(f"{args.inputs}: cannot read inputs: {e}") from None
+    x = _read_inputs(args)
     if args.flip_probability and not args.sim:
         raise Onnx2FpgaError("--flip-probability needs --sim")
     sim_options = {"flip_probability": args.flip_probability, "seed": args.seed,
