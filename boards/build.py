@@ -27,9 +27,11 @@ from amaranth.build.plat import Platform
 from amaranth.hdl import Elaboratable
 
 from ..errors import Onnx2FpgaError
+from .clocking import ClockedTop, plan_pll
 from .framed import FramedBridge
 from .protocol import design_id_from_sha256
 from .targets import BoardTarget, get_board
+from .uart import uart_divisor
 from .wrapper import UartBridge
 
 __all__ = ["BuildError", "build_bitstream", "tool_environment", "tool_env_var", "format_report",
@@ -387,7 +389,7 @@ def _critical_paths(pnr: dict) -> list[dict]:
 
 def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, build_dir, *,
                     seed=None, progress=True, cycles_per_inference=None, latency_cycles=None,
-                    baud=115200, ice40_dsp=False, design_id=None) -> dict:
+                    baud=115200, ice40_dsp=False, design_id=None, clock_mhz=None) -> dict:
     """Build a bitstream of an accelerator behind the UART wrapper and write ``report.json``.
 
     Parameters
@@ -419,6 +421,11 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         protocol of :mod:`.protocol`, answering HELLO with this id: 8 bytes, or the
         manifest's ``verilog_sha256``); the report records it as ``design_id``. Without it,
         behind the raw :class:`~.wrapper.UartBridge` (bring-up, no framing).
+    clock_mhz : float, optional
+        Frequency of the design's clock. ``None`` (or the oscillator's frequency): the board
+        oscillator drives it directly. Otherwise the board's PLL makes it (see
+        :mod:`.clocking`); the report's ``clock_mhz`` is the frequency the PLL settings give,
+        ``pll`` has the settings, and ``oscillator_mhz`` the board clock.
 
     Returns
     -------
@@ -431,6 +438,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     ------
     BuildError
         A tool failed or is missing; the message holds the tail of its log.
+    ClockError
+        The PLL cannot make ``clock_mhz`` (before any tool runs).
 
     Notes
     -----
@@ -448,6 +457,21 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         if not hasattr(port, "tdata_width") or not hasattr(port, "beats"):
             raise TypeError(f"{name} must be an onnx2fpga.dataflow.Port, not {port!r}")
 
+    # The clock and the serial rate are checked before the accelerator is made or a tool runs.
+    platform: Platform = target.platform()
+    oscillator_mhz = platform.default_clk_frequency / 1e6
+    pll = None
+    if clock_mhz is not None and abs(float(clock_mhz) - oscillator_mhz) > 1e-9:
+        pll = plan_pll(target.family, oscillator_mhz, clock_mhz)
+        clock_mhz = pll.out_mhz
+    else:
+        clock_mhz = oscillator_mhz
+    clk_freq = round(clock_mhz * 1e6)
+    try:
+        uart_divisor(clk_freq, baud)
+    except ValueError as e:
+        raise BuildError(f"{target.name}: {e}", stage="setup") from None
+
     if isinstance(accelerator_factory_or_component, Elaboratable):
         accelerator = accelerator_factory_or_component
     elif callable(accelerator_factory_or_component):
@@ -461,25 +485,26 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     for stale in (NEXTPNR_REPORT, REPORT, f"{_NAME}{target.bitstream_suffix}"):
         (build_dir / stale).unlink(missing_ok=True)
 
-    platform: Platform = target.platform()
-    clock_mhz = platform.default_clk_frequency / 1e6
     if design_id is not None:
         if isinstance(design_id, str):
             design_id = design_id_from_sha256(design_id)
-        top = FramedBridge(accelerator, in_port.tdata_width, out_port.tdata_width,
-                           in_port.beats, out_port.beats, clk_freq=platform.default_clk_frequency,
-                           baud=baud, design_id=design_id, uart=target.uart, leds=target.leds)
+        bridge = FramedBridge(accelerator, in_port.tdata_width, out_port.tdata_width,
+                              in_port.beats, out_port.beats, clk_freq=clk_freq, baud=baud,
+                              design_id=design_id, uart=target.uart, leds=target.leds)
     else:
-        top = UartBridge(accelerator, in_port.tdata_width, out_port.tdata_width, in_port.beats,
-                         out_port.beats, clk_freq=platform.default_clk_frequency, baud=baud,
-                         uart=target.uart, leds=target.leds)
+        bridge = UartBridge(accelerator, in_port.tdata_width, out_port.tdata_width,
+                            in_port.beats, out_port.beats, clk_freq=clk_freq, baud=baud,
+                            uart=target.uart, leds=target.leds)
+    top = bridge if pll is None else ClockedTop(bridge, (target.clock, 0), pll)
 
     # iCE40: DSP inference is opt-in. yosys infers SB_MAC16 without its internal registers,
     # and nextpnr-ice40 does not time paths through such a DSP, so an inferred-DSP design's
     # Fmax would be unverified (see `unregistered_dsps`). LUT multipliers are fully timed.
     synth_opts = "-dsp" if target.family == "ice40" and ice40_dsp else ""
     nextpnr_opts = f"--report {NEXTPNR_REPORT} --timing-allow-fail --seed {seed}"
-    _progress(progress, f"{target.name}: elaborating for {target.device} at {clock_mhz:g} MHz")
+    _progress(progress, f"{target.name}: elaborating for {target.device} at {clock_mhz:g} MHz"
+                        + ("" if pll is None else f" ({pll.primitive} from the "
+                                                  f"{oscillator_mhz:g} MHz oscillator)"))
     plan = platform.build(top, name=_NAME, build_dir=str(build_dir), do_build=False,
                           synth_opts=synth_opts, nextpnr_opts=nextpnr_opts)
     plan.extract(str(build_dir))
@@ -532,6 +557,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         "device": target.device,
         "family": target.family,
         "clock_mhz": clock_mhz,
+        "oscillator_mhz": oscillator_mhz,
+        "pll": None if pll is None else pll.as_dict(),
         "fmax_mhz": None if fmax is None else round(fmax, 2),
         # Met only if nextpnr timed every path and the slowest meets the board clock.
         "timing_met": fmax is not None and fmax >= clock_mhz and timing_complete,
@@ -549,7 +576,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         "bitstream": bitstream.name,
         "bitstream_bytes": bitstream.stat().st_size,
         "flash_command": target.flash_command(bitstream.name),
-        "uart": {"resource": list(target.uart), "baud": baud, "divisor": top.divisor,
+        "uart": {"resource": list(target.uart), "baud": baud, "divisor": bridge.divisor,
                  "note": target.uart_note},
         "host_link": "framed" if design_id is not None else "raw",
         "design_id": design_id.hex() if design_id is not None else None,

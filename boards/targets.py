@@ -2,8 +2,9 @@
 
 A target is looked up by the name the command line uses (``icebreaker``, ``ulx3s-85f``, ...).
 Device limits come from the device table in DESIGN.md (vendor data sheets); the build report
-pairs them with what nextpnr used. The clock is the board oscillator driving the ``sync``
-domain (no PLL yet: the serial link, not the clock, limits the rate on every board).
+pairs them with what nextpnr used. ``clock``/``clock_mhz`` name the board oscillator; it drives
+the ``sync`` domain unless a build asks for another frequency, which the board's PLL then makes
+(:mod:`.clocking`).
 
 Example::
 

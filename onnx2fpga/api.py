@@ -292,11 +292,16 @@ class CompiledDesign:
 
         return run_design(self.design, x, engine=rtl_engine)
 
-    def build(self, board: str, *, seed: int | None = None, progress: bool = True) -> dict:
+    def build(self, board: str, *, seed: int | None = None, progress: bool = True,
+              clock_mhz: float | None = None, baud: int = 115200) -> dict:
         """Build a bitstream for ``board``; writes ``build/<board>/report.json`` and returns
         it. A design that misses timing has ``timing_met`` false. The accelerator sits behind
         the framed host link (:mod:`onnx2fpga.boards.framed`), which answers HELLO with the
-        manifest's ``verilog_sha256``."""
+        manifest's ``verilog_sha256``.
+
+        ``clock_mhz``: run the design at this frequency, made by the board's PLL (default: the
+        board oscillator). ``baud``: the serial link's bit rate (the host runtime reads it from
+        the report)."""
         from .boards.build import build_bitstream
         from .hw.top import Accelerator
 
@@ -306,7 +311,8 @@ class CompiledDesign:
                                progress=progress,
                                cycles_per_inference=self.manifest["cycles_per_inference"],
                                latency_cycles=self.manifest["latency_cycles"],
-                               design_id=self.manifest["top"]["verilog_sha256"])
+                               design_id=self.manifest["top"]["verilog_sha256"],
+                               clock_mhz=clock_mhz, baud=baud)
 
 
 def load(directory) -> CompiledDesign:

@@ -1,0 +1,300 @@
+"""Clock generation: the ``sync`` domain from the board oscillator, through the PLL when the
+design asks for another frequency.
+
+:func:`plan_pll` chooses the divider settings of one family's PLL for a wanted output
+frequency; :class:`ClockedTop` wraps a design so that its ``sync`` domain runs from that PLL,
+held in reset until the PLL reports lock. The relations between settings and frequencies are
+those of the vendors' documentation:
+
+- iCE40 ``SB_PLL40_PAD`` (Lattice TN1251, "iCE40 sysCLOCK PLL Design and Usage Guide"),
+  simple feedback: ``f_out = f_ref * (DIVF + 1) / ((DIVR + 1) * 2**DIVQ)``, with the phase
+  detector input ``f_ref / (DIVR + 1)`` in 10..133 MHz, the VCO ``f_out * 2**DIVQ`` in
+  533..1066 MHz and ``f_out`` in 16..275 MHz; ``FILTER_RANGE`` follows the phase detector
+  frequency.
+- ECP5 ``EHXPLLL`` (Lattice TN1263, "ECP5 and ECP5-5G sysClock PLL/DLL Design and Usage
+  Guide"), feedback from CLKOP: ``f_out = f_ref * CLKFB_DIV / CLKI_DIV``, the phase detector
+  ``f_ref / CLKI_DIV`` in 3.125..400 MHz, the VCO ``f_out * CLKOP_DIV`` in 400..800 MHz.
+- Gowin GW1NR-9 ``rPLL`` (Gowin UG286, "Clock User Guide"): ``f_out = f_ref * (FBDIV_SEL +
+  1) / (IDIV_SEL + 1)``, the VCO ``f_out * ODIV_SEL`` in 400..1200 MHz with ``ODIV_SEL`` one
+  of 2, 4, 8, 16, ..., 128; the phase detector at least 3 MHz.
+
+The wanted frequency is a timing target, so the PLL never runs faster: the highest frequency
+the PLL can make that is not above it is taken, if it lies within :data:`TOLERANCE` (5 %) of
+it; among the settings that make it, the one with the smallest input divider (the highest
+phase-detector frequency, the least jitter), with the VCO nearest the middle of its range. A
+wanted frequency no setting reaches so is refused with the nearest ones named. (The iCE40 PLL
+steps in ``f_ref / 2**DIVQ``: from 12 MHz, 0.75 MHz between 33 and 66 MHz, so 40 MHz is
+39.75 MHz.)
+
+Example::
+
+    >>> plan_pll("ice40", 12.0, 48.0).params["DIVF"]
+    63
+    >>> plan_pll("ice40", 12.0, 40.0).out_mhz
+    39.75
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from amaranth.hdl import (
+    ClockDomain,
+    ClockSignal,
+    Const,
+    Elaboratable,
+    Instance,
+    Module,
+    ResetSignal,
+    Signal,
+)
+from amaranth.lib import io
+
+from ..errors import Onnx2FpgaError
+
+__all__ = ["ClockError", "PllPlan", "plan_pll", "ClockedTop", "TOLERANCE"]
+
+#: Largest relative amount by which the generated frequency may fall short of the wanted one.
+TOLERANCE = 0.05
+
+
+class ClockError(Onnx2FpgaError, ValueError):
+    """No PLL setting generates the wanted frequency from the board's oscillator."""
+
+
+@dataclass(frozen=True)
+class PllPlan:
+    """The PLL settings for one frequency.
+
+    Attributes
+    ----------
+    family : str
+        ``"ice40"``, ``"ecp5"`` or ``"gowin"``.
+    primitive : str
+        The vendor cell (``SB_PLL40_PAD``, ``EHXPLLL``, ``rPLL``).
+    ref_mhz, want_mhz, out_mhz : float
+        Oscillator, wanted and generated frequency.
+    vco_mhz, pfd_mhz : float
+        VCO and phase-detector frequency of this setting.
+    params : dict
+        The divider settings, by the primitive's parameter names.
+    """
+    family: str
+    primitive: str
+    ref_mhz: float
+    want_mhz: float
+    out_mhz: float
+    vco_mhz: float
+    pfd_mhz: float
+    params: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"primitive": self.primitive, "ref_mhz": self.ref_mhz,
+                "want_mhz": self.want_mhz, "out_mhz": round(self.out_mhz, 6),
+                "vco_mhz": round(self.vco_mhz, 6), "pfd_mhz": round(self.pfd_mhz, 6),
+                "params": dict(self.params)}
+
+
+def _ice40_filter_range(pfd: float) -> int:
+    # TN1251 loop-filter settings by phase-detector frequency (as icepll chooses them).
+    for limit, value in ((17, 1), (26, 2), (44, 3), (66, 4), (101, 5)):
+        if pfd < limit:
+            return value
+    return 6
+
+
+def _ice40_candidates(ref, want):
+    for divr in range(16):
+        pfd = ref / (divr + 1)
+        if not 10 <= pfd <= 133:
+            continue
+        for divq in range(1, 7):
+            for divf in range(128):
+                vco = pfd * (divf + 1)
+                if not 533 <= vco <= 1066:
+                    continue
+                out = vco / 2 ** divq
+                if 16 <= out <= 275:
+                    yield divr, out, vco, pfd, {
+                        "FEEDBACK_PATH": "SIMPLE", "DIVR": divr, "DIVF": divf, "DIVQ": divq,
+                        "FILTER_RANGE": _ice40_filter_range(pfd)}
+
+
+def _ecp5_candidates(ref, want):
+    for clki in range(1, 129):
+        pfd = ref / clki
+        if not 3.125 <= pfd <= 400:
+            continue
+        for clkfb in range(1, 81):
+            out = pfd * clkfb
+            # The output divider that puts the VCO nearest the middle of its range.
+            fits = [c for c in range(1, 129) if 400 <= out * c <= 800]
+            if fits:
+                clkop = min(fits, key=lambda c: abs(out * c - 600))
+                yield clki, out, out * clkop, pfd, {
+                    "CLKI_DIV": clki, "CLKFB_DIV": clkfb, "CLKOP_DIV": clkop,
+                    "CLKOP_CPHASE": clkop - 1, "CLKOP_FPHASE": 0}
+
+
+_GOWIN_ODIV = (2, 4, 8, 16, 32, 48, 64, 80, 96, 112, 128)
+
+
+def _gowin_candidates(ref, want):
+    for idiv in range(64):
+        pfd = ref / (idiv + 1)
+        if pfd < 3:
+            break
+        for fbdiv in range(64):
+            out = pfd * (fbdiv + 1)
+            if not 3.125 <= out <= 600:
+                continue
+            fits = [d for d in _GOWIN_ODIV if 400 <= out * d <= 1200]
+            if fits:
+                odiv = min(fits, key=lambda d: abs(out * d - 800))
+                yield idiv, out, out * odiv, pfd, {
+                    "IDIV_SEL": idiv, "FBDIV_SEL": fbdiv, "ODIV_SEL": odiv}
+
+
+_FAMILIES = {
+    "ice40": ("SB_PLL40_PAD", _ice40_candidates),
+    "ecp5": ("EHXPLLL", _ecp5_candidates),
+    "gowin": ("rPLL", _gowin_candidates),
+}
+
+
+def plan_pll(family: str, ref_mhz: float, want_mhz: float) -> PllPlan:
+    """The settings of ``family``'s PLL that turn ``ref_mhz`` into (nearly) ``want_mhz``.
+
+    Raises
+    ------
+    ClockError
+        If no setting makes a frequency from ``want_mhz`` down to :data:`TOLERANCE` below
+        it; the message names the nearest frequencies the PLL can make.
+    """
+    if family not in _FAMILIES:
+        raise ClockError(f"No PLL support for family {family!r}; supported: "
+                         f"{', '.join(sorted(_FAMILIES))}")
+    want = float(want_mhz)
+    if not want > 0:
+        raise ClockError(f"Clock frequency must be a positive number of MHz, not {want_mhz!r}")
+    primitive, candidates = _FAMILIES[family]
+    best = None
+    below = above = None
+    for key, out, vco, pfd, params in candidates(float(ref_mhz), want):
+        if out <= want * (1 + 1e-12):
+            rank = (-round(out, 9), key)            # the fastest not above, then the divider
+            if best is None or rank < best[0]:
+                best = (rank, out, vco, pfd, params)
+            if below is None or out > below:
+                below = out
+        elif above is None or out < above:
+            above = out
+    if best is None or best[1] < want * (1 - TOLERANCE):
+        near = " or ".join(f"{f:.3f} MHz" for f in (below, above) if f is not None)
+        raise ClockError(f"The {family} PLL cannot make {want:g} MHz from the {ref_mhz:g} MHz "
+                         f"oscillator (nor up to {TOLERANCE:.0%} less); nearest: "
+                         f"{near or 'none'}")
+    _, out, vco, pfd, params = best
+    return PllPlan(family, primitive, float(ref_mhz), want, out, vco, pfd, params)
+
+
+def _pll_instance(plan: PllPlan, clk_in, clk_out, locked):
+    """The PLL cell. ``clk_in`` is the oscillator's pin (iCE40) or its buffered signal."""
+    p = plan.params
+    if plan.family == "ice40":
+        # The oscillator pin of iCE40 boards is the PLL's own input pad, which an input
+        # buffer would occupy: the PLL takes the pin itself.
+        return Instance(
+            "SB_PLL40_PAD",
+            p_FEEDBACK_PATH=p["FEEDBACK_PATH"], p_DIVR=Const(p["DIVR"], 4),
+            p_DIVF=Const(p["DIVF"], 7), p_DIVQ=Const(p["DIVQ"], 3),
+            p_FILTER_RANGE=Const(p["FILTER_RANGE"], 3),
+            i_PACKAGEPIN=clk_in, i_RESETB=Const(1), i_BYPASS=Const(0),
+            o_PLLOUTGLOBAL=clk_out, o_LOCK=locked)
+    if plan.family == "ecp5":
+        return Instance(
+            "EHXPLLL",
+            a_FREQUENCY_PIN_CLKI=f"{plan.ref_mhz:g}", a_FREQUENCY_PIN_CLKOP=f"{plan.out_mhz:.6f}",
+            a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1",
+            a_MFG_GMCREF_SEL="2",
+            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+            p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
+            p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
+            p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=p["CLKOP_DIV"],
+            p_CLKOP_CPHASE=p["CLKOP_CPHASE"], p_CLKOP_FPHASE=p["CLKOP_FPHASE"],
+            p_FEEDBK_PATH="CLKOP", p_CLKFB_DIV=p["CLKFB_DIV"], p_CLKI_DIV=p["CLKI_DIV"],
+            i_CLKI=clk_in, i_CLKFB=clk_out, i_RST=Const(0), i_STDBY=Const(0),
+            i_PHASESEL0=Const(0), i_PHASESEL1=Const(0), i_PHASEDIR=Const(1),
+            i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
+            i_ENCLKOP=Const(0),
+            o_CLKOP=clk_out, o_LOCK=locked)
+    return Instance(
+        "rPLL",
+        p_FCLKIN=f"{plan.ref_mhz:g}", p_DEVICE="GW1NR-9C",
+        p_DYN_IDIV_SEL="false", p_IDIV_SEL=p["IDIV_SEL"],
+        p_DYN_FBDIV_SEL="false", p_FBDIV_SEL=p["FBDIV_SEL"],
+        p_DYN_ODIV_SEL="false", p_ODIV_SEL=p["ODIV_SEL"],
+        p_PSDA_SEL="0000", p_DYN_DA_EN="false", p_DUTYDA_SEL="1000",
+        p_CLKOUT_FT_DIR=Const(1, 1), p_CLKOUTP_FT_DIR=Const(1, 1),
+        p_CLKOUT_DLY_STEP=0, p_CLKOUTP_DLY_STEP=0, p_CLKFB_SEL="internal",
+        p_CLKOUT_BYPASS="false", p_CLKOUTP_BYPASS="false", p_CLKOUTD_BYPASS="false",
+        p_DYN_SDIV_SEL=2, p_CLKOUTD_SRC="CLKOUT", p_CLKOUTD3_SRC="CLKOUT",
+        i_CLKIN=clk_in, i_CLKFB=Const(0), i_RESET=Const(0), i_RESET_P=Const(0),
+        i_FBDSEL=Const(0, 6), i_IDSEL=Const(0, 6), i_ODSEL=Const(0, 6),
+        i_PSDA=Const(0, 4), i_DUTYDA=Const(0, 4), i_FDLY=Const(0, 4),
+        o_CLKOUT=clk_out, o_LOCK=locked)
+
+
+class ClockedTop(Elaboratable):
+    """``design`` with its ``sync`` domain driven by the PLL of ``plan`` from the board clock.
+
+    The domain is held in reset until the PLL has locked and then for ``hold_us``
+    microseconds more (iCE40 block RAMs read as zero for about 3 us after configuration; the
+    reset also covers the PLL's settling), released synchronously.
+
+    Parameters
+    ----------
+    design : Elaboratable
+        Uses the ``sync`` domain, which it must not define.
+    clock : tuple of (str, int)
+        The oscillator's resource, as the platform names it (``("clk12", 0)``).
+    plan : PllPlan
+    hold_us : float
+    """
+
+    def __init__(self, design, clock, plan: PllPlan, *, hold_us: float = 15.0):
+        self.design = design
+        self.clock = clock
+        self.plan = plan
+        self.hold_cycles = max(1, int(hold_us * plan.out_mhz))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.design = self.design
+        clk_io = platform.request(*self.clock, dir="-")
+        if self.plan.family == "ice40":
+            clk_in = clk_io.io
+        else:
+            m.submodules.clk_buffer = clk_buffer = io.Buffer("i", clk_io)
+            clk_in = clk_buffer.i
+        clk_out = Signal()
+        locked = Signal()
+        m.submodules.pll = _pll_instance(self.plan, clk_in, clk_out, locked)
+
+        m.domains.sync = ClockDomain("sync")
+        m.d.comb += ClockSignal("sync").eq(clk_out)
+        platform.add_clock_constraint(clk_out, self.plan.out_mhz * 1e6)
+
+        # Reset: counted down in the PLL's domain once LOCK is seen (two flip-flops bring LOCK
+        # into that domain); any loss of lock starts again.
+        m.domains.por = ClockDomain("por", reset_less=True)
+        m.d.comb += ClockSignal("por").eq(clk_out)
+        lock_sync = Signal(2)
+        count = Signal(range(self.hold_cycles + 1), init=self.hold_cycles)
+        m.d.por += lock_sync.eq(lock_sync << 1 | locked)
+        with m.If(~lock_sync[1]):
+            m.d.por += count.eq(self.hold_cycles)
+        with m.Elif(count != 0):
+            m.d.por += count.eq(count - 1)
+        m.d.comb += ResetSignal("sync").eq(count != 0)
+        return m
