@@ -1,0 +1,283 @@
+"""Streaming window reduction: the reducing half of the pooling layers.
+
+MaxPool and AveragePool are a sliding-window generator followed by a :class:`WindowReduceCore`;
+GlobalMaxPool and GlobalAveragePool feed the image straight into one (the whole image is the
+window). Either way the core sees, per output pixel, ``window`` window positions of
+``channels // lanes`` transfers each (channel folds), and emits ``channels // lanes`` transfers
+with the maximum or the sum over the window of every channel. An average is the sum followed by
+a requantization that divides (see :class:`~onnx2fpga.hw.cores.RequantCore`).
+
+The cycle figures here follow the conventions of :mod:`onnx2fpga.hw.cost`.
+"""
+
+from __future__ import annotations
+
+from amaranth import Array, Module, Mux, Shape, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .cores import (
+    _check_count,
+    _counter,
+    _quiet_if_invalid,
+    _range_shape,
+    _shape_range,
+    _wrap_incr,
+    int_shape,
+)
+
+__all__ = ["REGISTER_FOLDS_MAX", "WindowReduceCore", "reduce_cycles", "reduce_latency"]
+
+#: Up to this many channel folds the partial results live in registers; beyond, in a memory.
+#: At least 1: the memory path relies on two folds or more (read-after-write spacing).
+REGISTER_FOLDS_MAX = 16
+
+REDUCE_OPS = ("max", "sum")
+
+
+def _check_geometry(channels, window, lanes) -> tuple[int, int, int]:
+    """Validated ``(channels, window, lanes)``; ``lanes`` must divide ``channels``."""
+    channels = _check_count("Channels", channels)
+    window = _check_count("Window", window)
+    lanes = _check_count("Lanes", lanes)
+    if channels % lanes:
+        raise ValueError(f"Lanes must divide channels={channels}, not {lanes}")
+    return channels, window, lanes
+
+
+def reduce_cycles(channels: int, window: int, lanes: int = 1) -> int:
+    """Steady-state cycles per output pixel of a :class:`WindowReduceCore`.
+
+    ``window * (channels // lanes)``: the core takes one input transfer per cycle and its
+    outputs never hold up the next window, so a group costs exactly its input transfers (when
+    the output is not stalled).
+
+    Raises
+    ------
+    TypeError, ValueError
+        If a count is not a positive integer or ``lanes`` does not divide ``channels``.
+    """
+    channels, window, lanes = _check_geometry(channels, window, lanes)
+    return window * (channels // lanes)
+
+
+def reduce_latency(channels: int, window: int, lanes: int = 1) -> int:
+    """Cycles from the first input transfer of a group to its last output transfer.
+
+    ``window * (channels // lanes) + 1`` with the input at one transfer per cycle, the output
+    never stalled and the core idle before: the last input transfer comes
+    ``window * folds - 1`` cycles after the first, then the input register and the output
+    register take one cycle each.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If a count is not a positive integer or ``lanes`` does not divide ``channels``.
+    """
+    return reduce_cycles(channels, window, lanes) + 1
+
+
+class WindowReduceCore(wiring.Component):
+    """Maximum or sum over a window, per channel, of a channels-last stream.
+
+    The input is a sequence of groups (output pixels) following each other without a gap or a
+    ``last`` flag; the core counts. A group is ``window`` window positions ``k``, each of
+    ``folds = channels // lanes`` transfers: lane ``j`` of transfer ``(k, cf)`` is element ``k``
+    of the window of channel ``cf*lanes + j``. The group's output is ``folds`` transfers, lane
+    ``j`` of transfer ``cf`` being the reduction over ``k`` of channel ``cf*lanes + j``.
+
+    Parameters
+    ----------
+    shape : IntType or Amaranth integer shape
+        Element shape of the input.
+    channels : int
+        Channels per window position; a multiple of ``lanes``.
+    window : int
+        Window positions per group, at least 1 (``kh * kw``, or ``H * W`` for a global pool).
+    lanes : int
+        Elements per transfer.
+    op : str
+        ``"max"`` or ``"sum"``.
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(in_shape, lanes)))``
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(out_shape, lanes)))``
+        ``out_shape`` is ``in_shape`` for ``"max"``; for ``"sum"`` the narrowest shape holding
+        every sum of ``window`` values of ``in_shape`` (exact, never wraps).
+
+    Structure: an input register (stage 1) feeds one read-modify-write of the partial result of
+    its fold per cycle; the partial results of the ``folds`` folds (``storage_bits`` bits) are
+    registers up to :data:`REGISTER_FOLDS_MAX` folds and a
+    :class:`~amaranth.lib.memory.Memory` (block RAM, one ``lanes * out_shape.width``-bit word
+    per fold, read one cycle ahead) beyond; ``window == 1`` needs no storage. The result of the
+    last window position of a fold goes to the output register, so the outputs of a group
+    leave interleaved with the input of its last window position and never hold up the next
+    group.
+
+    Timing: one input transfer per cycle; :func:`reduce_cycles` ``= window * folds`` cycles per
+    group with full-rate input and an output that is never stalled; :func:`reduce_latency`
+    ``= window * folds + 1`` cycles from the first input transfer of a group to its last output
+    transfer. While the output stalls, transfers of the first ``window - 1`` positions are still
+    taken; one of the last position waits in stage 1 (``i_stream.ready`` then follows
+    ``o_stream.ready`` combinationally).
+    """
+
+    @_quiet_if_invalid
+    def __init__(self, shape, channels, window, lanes=1, op="max"):
+        in_shape = int_shape(shape)
+        channels, window, lanes = _check_geometry(channels, window, lanes)
+        if not isinstance(op, str):
+            raise TypeError(f"Op must be a string, not {op!r}")
+        if op not in REDUCE_OPS:
+            raise ValueError(f"Op must be 'max' or 'sum', not {op!r}")
+        self._in_shape = in_shape
+        self._channels = channels
+        self._window = window
+        self._lanes = lanes
+        self._op = op
+        if op == "sum":
+            lo, hi = _shape_range(in_shape)
+            self._out_shape = _range_shape(window * lo, window * hi)
+        else:
+            self._out_shape = in_shape
+        super().__init__({
+            "i_stream": In(stream.Signature(data.ArrayLayout(in_shape, lanes))),
+            "o_stream": Out(stream.Signature(data.ArrayLayout(self._out_shape, lanes))),
+        })
+
+    @property
+    def in_shape(self) -> Shape:
+        return self._in_shape
+
+    @property
+    def out_shape(self) -> Shape:
+        """Element shape of the output: ``in_shape`` for ``"max"``, wide enough for ``"sum"``."""
+        return self._out_shape
+
+    @property
+    def channels(self) -> int:
+        return self._channels
+
+    @property
+    def window(self) -> int:
+        return self._window
+
+    @property
+    def lanes(self) -> int:
+        return self._lanes
+
+    @property
+    def op(self) -> str:
+        return self._op
+
+    @property
+    def folds(self) -> int:
+        """Transfers per window position and output transfers per group, ``channels // lanes``."""
+        return self._channels // self._lanes
+
+    @property
+    def storage(self) -> str:
+        """Where the partial results live: ``"none"`` (``window == 1``), ``"registers"``
+        (up to :data:`REGISTER_FOLDS_MAX` folds) or ``"memory"``."""
+        if self._window == 1:
+            return "none"
+        return "registers" if self.folds <= REGISTER_FOLDS_MAX else "memory"
+
+    @property
+    def storage_bits(self) -> int:
+        """Bits of partial-result storage, ``channels * out_shape.width`` (0 for ``window == 1``).
+        Input, stage and output registers (``lanes`` elements each) are not counted."""
+        if self.storage == "none":
+            return 0
+        return self._channels * self._out_shape.width
+
+    @property
+    def cycles(self) -> int:
+        """Steady-state cycles per group, :func:`reduce_cycles`."""
+        return reduce_cycles(self._channels, self._window, self._lanes)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from the first input transfer to the last output transfer of a group,
+        :func:`reduce_latency`."""
+        return reduce_latency(self._channels, self._window, self._lanes)
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, folds, window = self._lanes, self.folds, self._window
+        in_layout = data.ArrayLayout(self._in_shape, lanes)
+        out_layout = data.ArrayLayout(self._out_shape, lanes)
+        i_stream, o_stream = self.i_stream, self.o_stream
+
+        # -- Stage 0: position counters of the next input transfer.
+        cf = _counter(folds)
+        k = _counter(window)
+
+        # -- Stage 1: the input register.
+        s1_valid, s1_first, s1_last = Signal(), Signal(), Signal()
+        s1_x = Signal(in_layout)
+        s1_cf = _counter(folds)
+        o_valid = Signal()
+        # Stage 1 moves on unless it holds a last-position transfer and the output is full.
+        s1_go = ~s1_last | ~o_valid | o_stream.ready
+        s1_done = s1_valid & s1_go
+        advance = ~s1_valid | s1_go
+        m.d.comb += i_stream.ready.eq(advance)
+        take = i_stream.valid & advance
+        with m.If(take):
+            m.d.sync += cf.eq(_wrap_incr(cf, folds))
+            with m.If(cf == folds - 1):
+                m.d.sync += k.eq(_wrap_incr(k, window))
+        with m.If(advance):
+            m.d.sync += [
+                s1_valid.eq(i_stream.valid), s1_x.eq(i_stream.payload), s1_cf.eq(cf),
+                s1_first.eq(k == 0), s1_last.eq(k == window - 1),
+            ]
+
+        # -- Partial results: `prev` is the stored value of fold s1_cf, `result` the new one.
+        storage = self.storage
+        if storage == "memory":
+            m.submodules.acc_mem = acc_mem = Memory(shape=out_layout, depth=folds, init=[])
+            rd = acc_mem.read_port()
+            wr = acc_mem.write_port()
+            # Read one cycle ahead; the data holds while stage 1 stalls. With folds >= 2 the
+            # write of fold cf (one window position earlier) lands before it is read again.
+            m.d.comb += [rd.addr.eq(cf), rd.en.eq(advance)]
+            prev = [rd.data[j] for j in range(lanes)]
+        elif storage == "registers":
+            accs = [Signal(out_layout, name=f"acc_{f}") for f in range(folds)]
+            if folds == 1:
+                prev = [accs[0][j] for j in range(lanes)]
+            else:
+                prev = [Array(acc[j] for acc in accs)[s1_cf] for j in range(lanes)]
+
+        result = Signal(out_layout)
+        for j in range(lanes):
+            x = s1_x[j]
+            if storage == "none":
+                value = x
+            elif self._op == "max":
+                value = Mux(s1_first | (x > prev[j]), x, prev[j])
+            else:
+                value = Mux(s1_first, x, x + prev[j])
+            m.d.comb += result[j].eq(value)
+
+        with m.If(s1_done):
+            if storage == "memory":
+                m.d.comb += [wr.addr.eq(s1_cf), wr.data.eq(result), wr.en.eq(1)]
+            elif storage == "registers":
+                with m.Switch(s1_cf):
+                    for f in range(folds):
+                        with m.Case(f):
+                            m.d.sync += accs[f].eq(result)
+
+        # -- Output register: the result of the last window position of each fold.
+        o_payload = Signal(out_layout)
+        m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
+        with m.If(o_stream.ready):
+            m.d.sync += o_valid.eq(0)
+        with m.If(s1_done & s1_last):
+            m.d.sync += [o_valid.eq(1), o_payload.eq(result)]
+        return m

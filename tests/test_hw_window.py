@@ -1,0 +1,406 @@
+"""SlidingWindowCore tests: windows against an independent numpy reference, under random
+stalls, and the cycle model against the simulated cycles."""
+
+import numpy as np
+import pytest
+from amaranth import ClockDomain, Module, Shape, signed, unsigned
+from amaranth.back import verilog
+from amaranth.hdl import Fragment
+from amaranth.sim import Simulator
+
+from onnx2fpga.dataflow import IntType
+from onnx2fpga.hw.testing import stream_recv, stream_send
+from onnx2fpga.hw.window import SlidingWindowCore, WindowGeometry, window_cycles, window_latency
+
+# Traffic phases: probability of an idle input cycle / a stalled output cycle. Every simulation
+# walks through all of them, so each structure sees bursts, trickles and back-to-back traffic.
+IDLE_PHASES = [0.0, 0.6, 0.2, 0.9, 0.0]
+STALL_PHASES = [0.0, 0.5, 0.9, 0.0, 0.3]
+
+
+def simulate(dut, *testbenches):
+    m = Module()
+    m.submodules.dut = dut
+    m.domains.sync = ClockDomain()
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    for tb in testbenches:
+        sim.add_testbench(tb)
+    sim.run()
+
+
+def split_phases(items, phases):
+    """Cut ``items`` into len(phases) consecutive chunks, each with its probability."""
+    bounds = np.linspace(0, len(items), len(phases) + 1).astype(int)
+    spans = zip(bounds[:-1], bounds[1:], strict=True)
+    return [(items[a:b], p) for (a, b), p in zip(spans, phases, strict=True)]
+
+
+def run_stream(dut, items, n_out, seed, *, idle=IDLE_PHASES, stall=STALL_PHASES):
+    """Send ``items``, collect ``n_out`` transfers, with the traffic phases above."""
+    rng_in = np.random.default_rng([seed, 1])
+    rng_out = np.random.default_rng([seed, 2])
+    result = []
+
+    async def producer(ctx):
+        for chunk, p in split_phases(items, idle):
+            await stream_send(ctx, dut.i_stream, chunk, rng=rng_in, idle=p)
+
+    async def consumer(ctx):
+        for chunk, p in split_phases(list(range(n_out)), stall):
+            got, _ = await stream_recv(ctx, dut.o_stream, len(chunk), rng=rng_out, stall=p,
+                                       timeout=1_000_000)
+            result.extend(got)
+
+    simulate(dut, producer, consumer)
+    return result
+
+
+def run_timed(dut, items, n_out):
+    """Full-rate traffic: the cycles of every input and output transfer."""
+    times = {}
+
+    async def producer(ctx):
+        times["in"] = await stream_send(ctx, dut.i_stream, items)
+
+    async def consumer(ctx):
+        times["out_items"], times["out"] = await stream_recv(ctx, dut.o_stream, n_out,
+                                                             timeout=1_000_000)
+
+    simulate(dut, producer, consumer)
+    return times
+
+
+# ---------------------------------------------------------------------------------------------
+# Independent reference: pad the NCHW image with np.pad and slice every window.
+
+
+def reference_windows(x, kernel, stride, dilation, pads, pad_value, lanes):
+    """The expected output transfers for images ``x[n, c, h, w]``: rows of ``lanes`` values."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    top, left, bottom, right = pads
+    xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)), constant_values=pad_value)
+    ext_h, ext_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    out_h = (xp.shape[2] - ext_h) // sh + 1
+    out_w = (xp.shape[3] - ext_w) // sw + 1
+    beats = []
+    for image in xp:
+        for oh in range(out_h):
+            for ow in range(out_w):
+                window = image[:, oh * sh:oh * sh + ext_h:dh, ow * sw:ow * sw + ext_w:dw]
+                assert window.shape[1:] == (kh, kw)
+                # Order (ki, kj, c): channels innermost, cut into transfers of `lanes`.
+                beats.append(window.transpose(1, 2, 0).reshape(-1, lanes))
+    return np.concatenate(beats)
+
+
+def image_transfers(x, lanes):
+    """Images ``x[n, c, h, w]`` as the input stream: channels-last, ``lanes`` per transfer."""
+    return [[int(v) for v in row] for row in x.transpose(0, 2, 3, 1).reshape(-1, lanes)]
+
+
+def random_images(rng, shape, n, channels, height, width):
+    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
+    lo = -(1 << (shape.width - 1)) if shape.signed else 0
+    hi = (1 << (shape.width - 1)) - 1 if shape.signed else (1 << shape.width) - 1
+    x = rng.integers(lo, hi, size=(n, channels, height, width), endpoint=True)
+    x.flat[0], x.flat[-1] = lo, hi              # the extremes of the element shape occur
+    return x
+
+
+def test_reference_matches_onnx_definition():
+    # The reference against the ONNX formula written out element by element.
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 100, size=(1, 2, 5, 4))
+    kernel, stride, dilation, pads = (2, 3), (2, 1), (2, 1), (1, 0, 2, 1)
+    got = reference_windows(x, kernel, stride, dilation, pads, -1, 1).reshape(-1)
+    expected = []
+    for oh in range(3):             # (5 + 1 + 2 - 3) // 2 + 1
+        for ow in range(3):         # (4 + 0 + 1 - 3) // 1 + 1
+            for ki in range(2):
+                for kj in range(3):
+                    for c in range(2):
+                        ih, iw = oh * 2 - 1 + ki * 2, ow - 0 + kj
+                        inside = 0 <= ih < 5 and 0 <= iw < 4
+                        expected.append(x[0, c, ih, iw] if inside else -1)
+    np.testing.assert_array_equal(got, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Windows under random stalls
+
+# (shape, channels, height, width, kernel, stride, dilation, pads, lanes, pad_value,
+#  buffer_rows, inferences)
+WINDOW_CASES = {
+    "3x3_pad1": (signed(8), 2, 5, 6, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, 0, None, 3),
+    "5x5_pad2": (IntType(8, False), 1, 9, 7, (5, 5), (1, 1), (1, 1), (2, 2, 2, 2), 1, 0,
+                 None, 2),
+    "3x3_stride2": (signed(6), 3, 7, 8, (3, 3), (2, 2), (1, 1), (1, 1, 1, 1), 3, -5, None, 3),
+    "dilation2": (unsigned(5), 2, 7, 6, (3, 3), (1, 1), (2, 2), (2, 2, 2, 2), 2, 31, None, 2),
+    "asymmetric_pads": (signed(8), 2, 5, 5, (2, 2), (2, 2), (1, 1), (0, 1, 1, 0), 1, -128,
+                        None, 3),
+    "pads_beyond_kernel": (signed(4), 2, 4, 3, (2, 2), (2, 3), (1, 1), (3, 1, 4, 5), 2, 5,
+                           None, 2),
+    "kernel7": (unsigned(4), 1, 9, 8, (7, 7), (1, 1), (1, 1), (1, 2, 0, 1), 1, 9, None, 2),
+    "global_window": (signed(8), 4, 4, 5, (4, 5), (1, 1), (1, 1), (0, 0, 0, 0), 2, 0, None, 3),
+    "1d": (IntType(3, True), 3, 1, 12, (1, 3), (1, 1), (1, 1), (0, 1, 0, 1), 1, -4, None, 3),
+    "lanes_folds": (unsigned(3), 8, 5, 4, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 2, 7, None, 2),
+    "maxpool_3x3_s3": (signed(8), 4, 6, 6, (3, 3), (3, 3), (1, 1), (0, 0, 0, 0), 2, -128,
+                       None, 3),
+    "rect_mixed": (signed(7), 4, 6, 5, (2, 3), (2, 1), (1, 2), (0, 1, 1, 0), 2, 3, None, 3),
+    "1x1_stride2_skip_rows": (unsigned(8), 3, 7, 5, (1, 1), (2, 2), (1, 1), (0, 0, 0, 0), 3,
+                              0, None, 3),
+    "min_buffer": (signed(8), 2, 5, 4, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 1, 1, 3, 3),
+    "min_buffer_global": (unsigned(2), 2, 3, 3, (3, 3), (1, 1), (1, 1), (0, 0, 0, 0), 1, 3, 3,
+                          3),
+    "one_pixel": (unsigned(1), 1, 1, 1, (1, 1), (1, 1), (1, 1), (0, 0, 0, 0), 1, 1, 1, 3),
+}
+
+
+def make_core(case):
+    shape, channels, height, width, kernel, stride, dilation, pads, lanes, pad_value, \
+        buffer_rows, _ = case
+    return SlidingWindowCore(shape, channels, height, width, kernel, stride, dilation, pads,
+                             lanes, pad_value, buffer_rows=buffer_rows)
+
+
+def case_data(case, seed, inferences):
+    shape, channels, height, width, kernel, stride, dilation, pads, lanes, pad_value, \
+        _, _ = case
+    x = random_images(np.random.default_rng([seed, 0]), shape, inferences, channels, height,
+                      width)
+    expected = reference_windows(x, kernel, stride, dilation, pads, pad_value, lanes)
+    return image_transfers(x, lanes), expected
+
+
+@pytest.mark.parametrize("seed,name", list(enumerate(WINDOW_CASES)))
+def test_window_matches_reference(seed, name):
+    case = WINDOW_CASES[name]
+    dut = make_core(case)
+    inferences = case[-1]
+    items, expected = case_data(case, seed, inferences)
+    assert len(items) == inferences * dut.in_beats
+    assert len(expected) == inferences * dut.out_beats
+    got = run_stream(dut, items, len(expected), seed)
+    np.testing.assert_array_equal(np.array(got), expected)
+
+
+def test_window_random_geometries():
+    # Small random geometries, each under random stalls and at full rate against the model.
+    rng = np.random.default_rng(2024)
+    done = 0
+    while done < 6:
+        lanes = int(rng.choice([1, 2, 3]))
+        channels = lanes * int(rng.integers(1, 3))
+        height, width = (int(v) for v in rng.integers(1, 7, size=2))
+        kernel, stride, dilation = ((int(a), int(b)) for a, b in rng.integers(1, [5, 4, 3],
+                                                                              size=(2, 3)).T)
+        pads = tuple(int(v) for v in rng.integers(0, 4, size=4))
+        try:
+            geom = WindowGeometry.make(channels, height, width, kernel, stride, dilation, pads,
+                                       lanes)
+        except ValueError:
+            continue
+        if geom.out_beats > 600:
+            continue
+        buffer_rows = int(rng.integers(geom.min_rows, geom.rows + 1)) if done % 2 else None
+        case = (signed(5), channels, height, width, kernel, stride, dilation, pads, lanes,
+                int(rng.integers(-16, 16)), buffer_rows, 2)
+        dut = make_core(case)
+        items, expected = case_data(case, done, 2)
+        got = run_stream(dut, items, len(expected), done)
+        np.testing.assert_array_equal(np.array(got), expected, err_msg=repr(case))
+        check_timing(case, seed=done)
+        done += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Cycles and latency
+
+
+def check_timing(case, seed=0):
+    """Run back-to-back inferences at full rate; the transfer cycles must be the model's."""
+    dut = make_core(case)
+    geom = dut.geometry
+    inferences = max(2, geom.rows // geom.height + 3)       # past the start-up transient
+    items, expected = case_data(case, seed, inferences)
+    times = run_timed(dut, items, len(expected))
+    np.testing.assert_array_equal(np.array(times["out_items"]), expected)
+    t_in, t_out = np.array(times["in"]), np.array(times["out"])
+    assert t_in[0] == 0
+    # Every input row and every output row ends in the cycle the row-level model says.
+    in_end, out_end = geom.timeline(inferences)
+    row_words = geom.width * geom.folds
+    np.testing.assert_array_equal(t_in[row_words - 1::row_words], in_end)
+    np.testing.assert_array_equal(t_out[geom.row_beats - 1::geom.row_beats], out_end)
+    # Output rows go out one transfer per cycle.
+    np.testing.assert_array_equal(np.diff(t_out.reshape(-1, geom.row_beats), axis=1), 1)
+    ends = t_out[dut.out_beats - 1::dut.out_beats]
+    latency = ends[0] - t_in[0]
+    assert latency == dut.latency == geom.latency
+    steady = np.diff(ends)[-1]
+    assert steady == dut.cycles == geom.cycles
+    return dut, latency, steady
+
+
+TIMED_CASES = ["3x3_pad1", "3x3_stride2", "dilation2", "asymmetric_pads", "pads_beyond_kernel",
+               "kernel7", "global_window", "1d", "lanes_folds", "maxpool_3x3_s3", "rect_mixed",
+               "1x1_stride2_skip_rows", "min_buffer", "min_buffer_global"]
+
+
+@pytest.mark.parametrize("name", TIMED_CASES)
+def test_window_timing(name):
+    case = WINDOW_CASES[name]
+    dut, latency, steady = check_timing(case)
+    _, channels, height, width, kernel, stride, dilation, pads, lanes, _, buffer_rows, _ = case
+    assert window_latency(channels, height, width, kernel, stride, dilation, pads, lanes,
+                          buffer_rows) == latency
+    assert window_cycles(channels, height, width, kernel, stride, dilation, pads, lanes,
+                         buffer_rows) == steady
+    if buffer_rows is None:      # default buffer: writing and reading overlap fully
+        assert steady == max(dut.in_beats, dut.out_beats)
+    else:                        # the smallest buffer still works, only slower
+        assert steady > max(dut.in_beats, dut.out_beats)
+
+
+# Layers of realistic networks: (channels, height, width, kernel, stride, pads, lanes)
+REALISTIC = {
+    "mnist_conv1_28x28x1_5x5": (1, 28, 28, (5, 5), (1, 1), (2, 2, 2, 2), 1),
+    "conv_14x14x8_5x5": (8, 14, 14, (5, 5), (1, 1), (2, 2, 2, 2), 1),
+    "conv_32x32x16_3x3": (16, 32, 32, (3, 3), (1, 1), (1, 1, 1, 1), 1),
+    "conv_32x32x16_3x3_s2": (16, 32, 32, (3, 3), (2, 2), (1, 1, 1, 1), 1),
+    "maxpool_6x6x16_3x3_s3": (16, 6, 6, (3, 3), (3, 3), (0, 0, 0, 0), 1),
+    "maxpool_28x28x8_2x2_s2": (8, 28, 28, (2, 2), (2, 2), (0, 0, 0, 0), 2),
+    "maxpool_ceil_7x7x4_2x2_s2": (4, 7, 7, (2, 2), (2, 2), (0, 0, 1, 1), 1),
+    "resnet_stem_224x224x3_7x7_s2": (3, 224, 224, (7, 7), (2, 2), (3, 3, 3, 3), 3),
+    "pointwise_16x16x32": (32, 16, 16, (1, 1), (1, 1), (0, 0, 0, 0), 4),
+    "conv1d_1x100x4_k5": (4, 1, 100, (1, 5), (1, 1), (0, 2, 0, 2), 2),
+}
+
+
+@pytest.mark.parametrize("name", list(REALISTIC))
+def test_window_cycles_realistic(name):
+    channels, height, width, kernel, stride, pads, lanes = REALISTIC[name]
+    geom = WindowGeometry.make(channels, height, width, kernel, stride, (1, 1), pads, lanes)
+    # Full overlap: exactly as many cycles as the busier side has transfers.
+    cycles = window_cycles(channels, height, width, kernel, stride, pads=pads, lanes=lanes)
+    assert cycles == max(geom.in_beats, geom.out_beats)
+    # The first window waits for the rows above its bottom edge, then the reader runs free.
+    rows0 = min(height, kernel[0] - pads[0])
+    latency = window_latency(channels, height, width, kernel, stride, pads=pads, lanes=lanes)
+    assert latency == rows0 * width * geom.folds + geom.out_beats
+    # The line buffer holds the window's rows plus the stride's (2 * height for 1-D), so less
+    # than the image unless the image is only that tall.
+    assert geom.rows == min(kernel[0] + stride[0], 2 * height)
+    assert geom.rows < height or kernel[0] + stride[0] >= height
+    assert geom.buffer_depth == geom.rows * width * (channels // lanes)
+
+
+@pytest.mark.parametrize("name", ["conv_14x14x8_5x5", "conv_32x32x16_3x3_s2",
+                                  "maxpool_6x6x16_3x3_s3"])
+def test_window_timing_realistic(name):
+    # Simulated, with lanes = channels where the beat count would make the simulation slow.
+    channels, height, width, kernel, stride, pads, lanes = REALISTIC[name]
+    if height > 8:
+        lanes = channels
+    case = (signed(8), channels, height, width, kernel, stride, (1, 1), pads, lanes, 0, None, 0)
+    dut, _, steady = check_timing(case)
+    assert steady == max(dut.in_beats, dut.out_beats)
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties, Verilog, errors
+
+
+def test_window_properties():
+    dut = SlidingWindowCore(IntType(8, True), 6, 9, 7, (3, 5), (2, 1), (1, 2), (1, 4, 2, 0),
+                            lanes=3, pad_value=-1)
+    assert (dut.out_height, dut.out_width) == ((9 + 3 - 3) // 2 + 1, (7 + 4 - 9) // 1 + 1)
+    assert dut.folds == 2
+    assert dut.in_beats == 9 * 7 * 2
+    assert dut.out_beats == dut.out_height * dut.out_width * 15 * 2
+    assert dut.buffer_rows == 3 + 2
+    assert dut.buffer_depth == 5 * 7 * 2
+    assert dut.buffer_width == 3 * 8
+    assert dut.buffer_bits == dut.buffer_depth * 24
+    assert dut.shape == signed(8) and dut.pad_value == -1
+    assert dut.geometry.min_rows == 3
+    small = SlidingWindowCore(signed(8), 6, 9, 7, (3, 5), (2, 1), (1, 2), (1, 4, 2, 0), lanes=3,
+                              buffer_rows=3)
+    assert small.buffer_depth == 3 * 7 * 2
+    assert small.cycles > dut.cycles == max(dut.in_beats, dut.out_beats)
+    for core in (dut, small):
+        Fragment.get(core, None)            # elaborates
+
+
+def test_window_verilog():
+    dut = SlidingWindowCore(signed(8), 4, 6, 5, (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), lanes=2,
+                            pad_value=-3)
+    text = verilog.convert(dut, name="window")
+    assert "module window(" in text
+    # The line buffer stays one memory of buffer_depth words (block RAM for yosys).
+    assert f"reg [15:0] \\buf  [{dut.buffer_depth - 1}:0];" in text
+
+
+def test_window_errors():
+    def make(**kw):
+        args = dict(shape=signed(8), channels=4, height=5, width=5, kernel=(3, 3))
+        args.update(kw)
+        return SlidingWindowCore(**args)
+
+    with pytest.raises(ValueError, match=r"^Lanes must divide channels=6, not 4$"):
+        make(channels=6, lanes=4)
+    with pytest.raises(ValueError, match=r"^Lanes must be at least 1, not 0$"):
+        make(lanes=0)
+    with pytest.raises(ValueError, match=r"^Output height must be at least 1, not 0: kernel "
+                                         r"height extent 7 \(kernel 4, dilation 2\) exceeds "
+                                         r"the padded input height 5 \+ 1 \+ 0$"):
+        make(kernel=(4, 1), dilation=(2, 1), pads=(1, 0, 0, 0))
+    with pytest.raises(ValueError, match=r"^Output width must be at least 1, not 0: kernel "
+                                         r"width extent 6 \(kernel 6, dilation 1\) exceeds "
+                                         r"the padded input width 5 \+ 0 \+ 0$"):
+        make(kernel=(1, 6), stride=(1, 3))
+    with pytest.raises(ValueError, match=r"^Pad value must lie within \[-8, 7\] of the element "
+                                         r"shape signed\(4\), not 8$"):
+        make(shape=signed(4), pad_value=8)
+    with pytest.raises(ValueError, match=r"^Pad value must lie within \[0, 15\] of the element "
+                                         r"shape unsigned\(4\), not -1$"):
+        make(shape=IntType(4, False), pad_value=-1)
+    with pytest.raises(TypeError, match=r"^Pad value must be an integer, not 0.5$"):
+        make(pad_value=0.5)
+    with pytest.raises(TypeError, match=r"^Kernel must be a pair of integers \(height, width\), "
+                                        r"not 3$"):
+        make(kernel=3)
+    with pytest.raises(TypeError, match=r"^Kernel must be a pair of integers \(height, width\), "
+                                        r"not \(3, 3, 3\)$"):
+        make(kernel=(3, 3, 3))
+    with pytest.raises(ValueError, match=r"^Kernel must be at least 1 in both dimensions, "
+                                         r"not \(0, 3\)$"):
+        make(kernel=(0, 3))
+    with pytest.raises(ValueError, match=r"^Stride must be at least 1 in both dimensions, "
+                                         r"not \(1, 0\)$"):
+        make(stride=(1, 0))
+    with pytest.raises(TypeError, match=r"^Dilation must be a pair of integers \(height, "
+                                        r"width\), not \(1.5, 1\)$"):
+        make(dilation=(1.5, 1))
+    with pytest.raises(TypeError, match=r"^Pads must be four integers \(top, left, bottom, "
+                                        r"right\), not \(1, 1\)$"):
+        make(pads=(1, 1))
+    with pytest.raises(ValueError, match=r"^Pads must not be negative, not \(0, -1, 0, 0\)$"):
+        make(pads=(0, -1, 0, 0))
+    with pytest.raises(ValueError, match=r"^Channels must be at least 1, not 0$"):
+        make(channels=0)
+    with pytest.raises(TypeError, match=r"^Height must be an integer, not '5'$"):
+        make(height="5")
+    with pytest.raises(ValueError, match=r"^Width must be at least 1, not 0$"):
+        make(width=0)
+    with pytest.raises(ValueError, match=r"^Buffer rows must be at least 3 \(the input rows one "
+                                         r"output row reads\), not 2$"):
+        make(buffer_rows=2)
+    with pytest.raises(TypeError, match=r"^Element shape must be an IntType or an integer "
+                                        r"shape, not 'int8'$"):
+        make(shape="int8")
+    with pytest.raises(ValueError, match=r"^Lanes must divide channels=6, not 4$"):
+        window_cycles(6, 5, 5, (3, 3), lanes=4)
+    with pytest.raises(ValueError, match=r"^Kernel must be at least 1 in both dimensions"):
+        window_latency(6, 5, 5, (3, -1))
