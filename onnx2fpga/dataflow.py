@@ -1,16 +1,27 @@
 """The dataflow graph: what the frontend hands to the hardware generator and the golden model.
 
 Plain data only (numpy arrays and Python scalars): ``hw`` and ``sim`` import this module and
-never see ONNX. Every layer is a streaming core; layers form a chain from the accelerator's
-input port to its output port. The integer semantics of each layer are defined by the golden
-model in :mod:`onnx2fpga.sim.golden`.
+never see ONNX. Every layer is a streaming operator; layers form a directed acyclic graph from
+the accelerator's input port to its output port, connected by tensor names (``inputs`` and
+``output`` of each layer; a tensor read by several layers is broadcast to all of them). The
+integer semantics of each layer are defined by the golden model in
+:mod:`onnx2fpga.sim.golden`, on *logical* tensors: the ONNX tensor without its batch
+dimension, images NCHW-style as ``(C, H, W)`` (``(C, W)`` for 1-D).
 
 Stream conventions
 ------------------
-A tensor crosses a stream as a flat vector in C order (row-major over the tensor's shape with
-the batch dimension bound to 1). A stream with ``lanes`` elements per transfer carries
-elements ``k*lanes .. k*lanes+lanes-1`` in transfer ``k``; element ``j`` of a transfer sits
-at bits ``[j*bits, (j+1)*bits)`` of the payload (little-endian lane order).
+A tensor crosses a stream as a flat sequence of its elements in the tensor's *stream order*:
+``order[p]`` is the logical (C-order) flat index of the element at stream position ``p``
+(``None``: C order itself). Images travel channels-last (pixel by pixel, the channels of a
+pixel together); vectors in C order; a reshape, flatten or transpose changes only which
+logical element a stream position holds (see :mod:`onnx2fpga.hw.graph`, which derives every
+tensor's order). A stream with ``lanes`` elements per transfer carries stream positions
+``k*lanes .. k*lanes+lanes-1`` in transfer ``k``; element ``j`` of a transfer sits at bits
+``[j*bits, (j+1)*bits)`` of the payload (little-endian lane order).
+
+Per-channel parameters (requantization multipliers, offsets) are arrays aligned on the *left*
+with the logical shape: an array of shape ``(C,)`` varies along axis 0 (the channel of an image,
+the feature of a vector), ``(1, OH, OW)`` per pixel, ``(1,)`` is one value for all.
 """
 
 from __future__ import annotations
@@ -22,8 +33,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = [
-    "IntType", "RequantStage", "DenseLayer", "RequantLayer", "Port", "Dataflow",
-    "HostNode", "Design", "acc_type_for", "save_design", "load_design",
+    "IntType", "RequantStage", "DenseLayer", "RequantLayer", "ConvLayer", "PoolLayer",
+    "AddLayer", "ConcatLayer", "ResizeLayer", "PadLayer", "ViewLayer", "LAYER_TYPES", "Port",
+    "Dataflow", "HostNode", "Design", "acc_type_for", "save_design", "load_design",
+    "image_shape", "align_params",
 ]
 
 
@@ -90,8 +103,14 @@ class RequantStage:
 
     ``round_shift(v, s)`` divides by ``2**s`` and rounds to the nearest integer, ties to even
     (``rounding="half_even"``, as ONNX QuantizeLinear) or away from zero (``"half_away"``).
-    ``multiplier`` and ``offset`` have one entry per channel or a single entry for all.
-    A fused ReLU is ``lo = zero_point``.
+    ``multiplier`` and ``offset`` are arrays aligned on the left with the logical tensor (see
+    the module docstring): one entry per channel, or a single entry for all. A fused ReLU is
+    ``lo = zero_point``.
+
+    With ``neg_multiplier`` (and ``neg_offset``), elements whose product
+    ``(x - in_zero_point) * multiplier[c] + offset[c]`` is negative use
+    ``(x - in_zero_point) * neg_multiplier[c] + neg_offset[c]`` instead: a fused LeakyRelu
+    (``neg_multiplier = alpha * multiplier``, ``neg_offset = alpha * offset``).
     """
     multiplier: np.ndarray
     offset: np.ndarray
@@ -102,10 +121,17 @@ class RequantStage:
     out_type: IntType
     in_zero_point: int = 0
     rounding: str = "half_even"
+    neg_multiplier: np.ndarray | None = None
+    neg_offset: np.ndarray | None = None
 
     def __post_init__(self):
-        self.multiplier = np.asarray(self.multiplier, dtype=np.int64).reshape(-1)
-        self.offset = np.asarray(self.offset, dtype=np.int64).reshape(-1)
+        self.multiplier = np.atleast_1d(np.asarray(self.multiplier, dtype=np.int64))
+        self.offset = np.atleast_1d(np.asarray(self.offset, dtype=np.int64))
+        if (self.neg_multiplier is None) != (self.neg_offset is None):
+            raise ValueError("neg_multiplier and neg_offset must be given together")
+        if self.neg_multiplier is not None:
+            self.neg_multiplier = np.atleast_1d(np.asarray(self.neg_multiplier, np.int64))
+            self.neg_offset = np.atleast_1d(np.asarray(self.neg_offset, np.int64))
         if self.rounding not in ("half_even", "half_away"):
             raise ValueError(f"Rounding must be 'half_even' or 'half_away', not {self.rounding!r}")
         if not (self.out_type.lo <= self.lo <= self.hi <= self.out_type.hi):
@@ -114,10 +140,16 @@ class RequantStage:
         if self.shift < 0:
             raise ValueError(f"Shift must be non-negative, not {self.shift!r}")
 
+    @property
+    def per_element(self) -> bool:
+        """True if any parameter has more than one entry."""
+        return any(a is not None and a.size > 1 for a in
+                   (self.multiplier, self.offset, self.neg_multiplier, self.neg_offset))
+
     def channel_params(self, channels: int) -> tuple[np.ndarray, np.ndarray]:
-        """Multiplier and offset broadcast to ``channels`` entries."""
-        return (np.broadcast_to(self.multiplier, (channels,)).copy(),
-                np.broadcast_to(self.offset, (channels,)).copy())
+        """Multiplier and offset broadcast to ``channels`` entries (1-D parameters)."""
+        return (np.broadcast_to(self.multiplier.reshape(-1), (channels,)).copy(),
+                np.broadcast_to(self.offset.reshape(-1), (channels,)).copy())
 
 
 @dataclass
@@ -138,6 +170,8 @@ class DenseLayer:
     simd: int = 1
     pe: int = 1
     nodes: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    output: str = ""
 
     kind = "dense"
 
@@ -165,6 +199,14 @@ class DenseLayer:
     @property
     def out_size(self) -> int:
         return self.out_features
+
+    @property
+    def in_shapes(self) -> list[tuple]:
+        return [(self.in_features,)]
+
+    @property
+    def out_shape(self) -> tuple:
+        return (self.out_features,)
 
     @property
     def out_type(self) -> IntType:
@@ -196,9 +238,12 @@ class DenseLayer:
 
 @dataclass
 class RequantLayer:
-    """An elementwise requantization layer (a ReLU or a per-channel affine map on integers).
+    """An elementwise requantization layer (a ReLU, LeakyRelu, BatchNormalization or any
+    per-channel affine map on integers).
 
-    ``channels`` is the size of the vector; stage parameters are per element.
+    ``shape`` is the logical tensor shape (``(channels,)`` when omitted); ``channels`` its
+    size. Stage parameters are aligned on the left with ``shape`` (per channel of an image,
+    per element of a vector).
     """
     name: str
     in_type: IntType
@@ -206,8 +251,17 @@ class RequantLayer:
     requant: list[RequantStage]
     lanes: int = 1
     nodes: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    output: str = ""
+    shape: tuple = ()
 
     kind = "requant"
+
+    def __post_init__(self):
+        self.shape = tuple(int(d) for d in self.shape) or (int(self.channels),)
+        if _prod(self.shape) != self.channels:
+            raise ValueError(f"Layer {self.name!r}: shape {self.shape} does not hold "
+                             f"{self.channels} elements")
 
     @property
     def in_size(self) -> int:
@@ -216,6 +270,14 @@ class RequantLayer:
     @property
     def out_size(self) -> int:
         return self.channels
+
+    @property
+    def in_shapes(self) -> list[tuple]:
+        return [self.shape]
+
+    @property
+    def out_shape(self) -> tuple:
+        return self.shape
 
     @property
     def out_type(self) -> IntType:
@@ -232,6 +294,589 @@ class RequantLayer:
     @property
     def cycles(self) -> int:
         return self.channels // self.lanes
+
+
+def _prod(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+
+
+def image_shape(shape) -> tuple[int, int, int]:
+    """``(C, H, W)`` of a logical image shape: ``(C, H, W)`` itself, ``(C, W)`` as
+    ``(C, 1, W)`` (1-D), ``(C,)`` as ``(C, 1, 1)``."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) == 3:
+        return shape
+    if len(shape) == 2:
+        return (shape[0], 1, shape[1])
+    if len(shape) == 1:
+        return (shape[0], 1, 1)
+    raise ValueError(f"An image must have 1 to 3 dimensions (C, H, W), not {shape}")
+
+
+def align_params(param: np.ndarray, ndim: int) -> np.ndarray:
+    """``param`` reshaped to broadcast against a logical tensor of ``ndim`` dimensions,
+    aligned on the left (see the module docstring)."""
+    param = np.asarray(param)
+    if param.size == 1:
+        return param.reshape(())
+    if param.ndim > ndim:
+        raise ValueError(f"Parameters of shape {param.shape} do not align with {ndim} "
+                         f"dimensions")
+    return param.reshape(param.shape + (1,) * (ndim - param.ndim))
+
+
+def _check_geometry(name, kernel, stride, dilation, pads):
+    for what, v, n in (("kernel", kernel, 2), ("stride", stride, 2),
+                       ("dilation", dilation, 2), ("pads", pads, 4)):
+        if len(v) != n or any(int(d) != d for d in v):
+            raise ValueError(f"Layer {name!r}: {what} must be {n} integers, not {v!r}")
+    if min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1 or min(pads) < 0:
+        raise ValueError(f"Layer {name!r}: kernel {kernel}, stride {stride}, dilation "
+                         f"{dilation} must be positive and pads {pads} not negative")
+
+
+def window_out_size(size: int, kernel: int, stride: int, dilation: int, before: int,
+                    after: int) -> int:
+    """Output size of a sliding window along one axis (ONNX Conv/Pool, floor mode; ceil
+    mode is a larger ``after`` pad)."""
+    return (size + before + after - (kernel - 1) * dilation - 1) // stride + 1
+
+
+class _Windowed:
+    """Shared geometry of layers with a sliding window over a ``(C, H, W)`` image."""
+
+    @property
+    def image(self) -> tuple[int, int, int]:
+        """The input as ``(C, H, W)``."""
+        return image_shape(self.in_shape)
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        _, h, w = self.image
+        top, left, bottom, right = self.pads
+        return (window_out_size(h, self.kernel[0], self.stride[0], self.dilation[0], top,
+                                bottom),
+                window_out_size(w, self.kernel[1], self.stride[1], self.dilation[1], left,
+                                right))
+
+    def _out_shape(self, channels: int) -> tuple:
+        oh, ow = self.out_hw
+        if len(self.in_shape) == 3:
+            return (channels, oh, ow)
+        if len(self.in_shape) == 2:
+            return (channels, ow)
+        return (channels,)
+
+    @property
+    def in_size(self) -> int:
+        return _prod(self.in_shape)
+
+    @property
+    def out_size(self) -> int:
+        return _prod(self.out_shape)
+
+    @property
+    def in_shapes(self) -> list[tuple]:
+        return [tuple(self.in_shape)]
+
+
+@dataclass
+class ConvLayer(_Windowed):
+    """A convolution with requantization (ONNX Conv on integers, NCHW)::
+
+        acc[o, y, x] = bias[o] + sum over c in the group of o, i < kh, j < kw of
+            (xp[c, y*sh + i*dh, x*sw + j*dw] - in_zero_point) * weight[o, c % (C/group), i, j]
+
+    where ``xp`` is the input padded with ``in_zero_point`` by ``pads`` = ``(top, left,
+    bottom, right)`` (so that padding contributes zero), then every stage of ``requant``
+    (parameters per output channel). ``in_shape`` is ``(C, H, W)`` or ``(C, W)`` for a 1-D
+    convolution (then ``kernel[0] == 1``, ``top == bottom == 0``); ``weight`` is always
+    ``(OC, C // group, kh, kw)``.
+
+    Folding: ``lanes`` input channels per transfer through the sliding window; a dense
+    convolution then runs on a matrix-vector unit with ``simd`` window elements and ``pe``
+    output channels per cycle; a depthwise one (``group == C == OC``) computes ``lanes``
+    channels per cycle.
+    """
+    name: str
+    in_type: IntType
+    in_zero_point: int
+    in_shape: tuple
+    weight: np.ndarray
+    weight_type: IntType
+    bias: np.ndarray
+    requant: list[RequantStage]
+    stride: tuple = (1, 1)
+    dilation: tuple = (1, 1)
+    pads: tuple = (0, 0, 0, 0)
+    group: int = 1
+    lanes: int = 1
+    simd: int = 1
+    pe: int = 1
+    nodes: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    output: str = ""
+
+    kind = "conv"
+
+    def __post_init__(self):
+        self.weight = np.asarray(self.weight, dtype=np.int64)
+        self.bias = np.asarray(self.bias, dtype=np.int64).reshape(-1)
+        self.in_shape = tuple(int(d) for d in self.in_shape)
+        self.stride, self.dilation = tuple(self.stride), tuple(self.dilation)
+        self.pads = tuple(int(p) for p in self.pads)
+        if self.weight.ndim != 4:
+            raise ValueError(f"Weight of layer {self.name!r} must be (OC, C/group, kh, kw), "
+                             f"not {self.weight.shape}")
+        _check_geometry(self.name, self.kernel, self.stride, self.dilation, self.pads)
+        c = self.image[0]
+        if self.group < 1 or c % self.group or self.out_channels % self.group or \
+                self.weight.shape[1] * self.group != c:
+            raise ValueError(f"Layer {self.name!r}: weight {self.weight.shape} and group="
+                             f"{self.group} do not fit {c} input channels")
+        if self.bias.shape != (self.out_channels,):
+            raise ValueError(f"Bias of layer {self.name!r} must have shape "
+                             f"({self.out_channels},), not {self.bias.shape}")
+        if min(self.out_hw) < 1:
+            raise ValueError(f"Layer {self.name!r}: the output would be empty "
+                             f"({self.out_hw})")
+
+    @property
+    def kernel(self) -> tuple[int, int]:
+        return (int(self.weight.shape[2]), int(self.weight.shape[3]))
+
+    @property
+    def out_channels(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def depthwise(self) -> bool:
+        """One input channel per output channel and group (``group == C == OC``)."""
+        return self.group > 1 and self.group == self.image[0] == self.out_channels
+
+    @property
+    def out_shape(self) -> tuple:
+        return self._out_shape(self.out_channels)
+
+    @property
+    def out_type(self) -> IntType:
+        return self.requant[-1].out_type if self.requant else self.acc_type
+
+    @property
+    def matrix(self) -> np.ndarray:
+        """The weights as the matrix a matrix-vector unit multiplies with the window vector:
+        ``(OC, kh * kw * C)``, columns in the window's stream order ``(i, j, c)``; zero
+        outside a channel's group (a grouped convolution that is not depthwise)."""
+        oc, cg, kh, kw = self.weight.shape
+        c = self.image[0]
+        full = np.zeros((oc, c, kh, kw), dtype=np.int64)
+        per = oc // self.group
+        for o in range(oc):
+            g = o // per
+            full[o, g * cg:(g + 1) * cg] = self.weight[o]
+        return full.transpose(0, 2, 3, 1).reshape(oc, kh * kw * c)
+
+    @property
+    def acc_type(self) -> IntType:
+        """Exact accumulator type over the input range, padding included."""
+        w = self.weight.reshape(self.out_channels, -1)
+        bias = self.bias - self.in_zero_point * w.sum(axis=1)
+        return acc_type_for(w, bias, self.in_type)
+
+    @property
+    def in_lanes(self) -> int:
+        return self.lanes
+
+    @property
+    def out_lanes(self) -> int:
+        return self.lanes if self.depthwise else self.pe
+
+
+@dataclass
+class PoolLayer(_Windowed):
+    """A pooling layer over a ``(C, H, W)`` (or ``(C, W)``) image (ONNX MaxPool, AveragePool,
+    GlobalMaxPool, GlobalAveragePool on integers).
+
+    ``op="max"``: the maximum of the window, padding excluded (it never wins: padding
+    positions take ``in_type.lo``); then ``requant`` if any (a change of scale).
+    ``op="avg"``: ``sum over the window of (x - in_zero_point)``, padding positions counting
+    zero, then ``requant``, whose multipliers divide by the window count (per pixel,
+    parameters of shape ``(1, OH, OW)``, where ``count_include_pad=0`` makes the count vary
+    at the borders). A global pool is a window as large as the image.
+    """
+    name: str
+    op: str
+    in_type: IntType
+    in_shape: tuple
+    kernel: tuple
+    stride: tuple = (1, 1)
+    dilation: tuple = (1, 1)
+    pads: tuple = (0, 0, 0, 0)
+    in_zero_point: int = 0
+    requant: list[RequantStage] = field(default_factory=list)
+    lanes: int = 1
+    nodes: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    output: str = ""
+
+    kind = "pool"
+
+    def __post_init__(self):
+        self.in_shape = tuple(int(d) for d in self.in_shape)
+        self.kernel, self.stride = tuple(self.kernel), tuple(self.stride)
+        self.dilation, self.pads = tuple(self.dilation), tuple(int(p) for p in self.pads)
+        if self.op not in ("max", "avg"):
+            raise ValueError(f"Layer {self.name!r}: op must be 'max' or 'avg', not {self.op!r}")
+        _check_geometry(self.name, self.kernel, self.stride, self.dilation, self.pads)
+        if self.op == "avg" and not self.requant:
+            raise ValueError(f"Layer {self.name!r}: an average needs a requantization stage "
+                             f"(the division)")
+        if min(self.out_hw) < 1:
+            raise ValueError(f"Layer {self.name!r}: the output would be empty "
+                             f"({self.out_hw})")
+
+    @property
+    def window(self) -> int:
+        return int(self.kernel[0] * self.kernel[1])
+
+    @property
+    def is_global(self) -> bool:
+        """The window is the whole image (no padding, one output pixel)."""
+        _, h, w = self.image
+        return tuple(self.kernel) == (h, w) and not any(self.pads)
+
+    @property
+    def sum_type(self) -> IntType:
+        """Exact type of an average's window sum of ``x - in_zero_point``."""
+        k = self.window
+        return IntType.for_range(k * (self.in_type.lo - self.in_zero_point),
+                                 k * (self.in_type.hi - self.in_zero_point))
+
+    @property
+    def out_shape(self) -> tuple:
+        return self._out_shape(self.image[0])
+
+    @property
+    def out_type(self) -> IntType:
+        return self.requant[-1].out_type if self.requant else self.in_type
+
+    @property
+    def in_lanes(self) -> int:
+        return self.lanes
+
+    @property
+    def out_lanes(self) -> int:
+        return self.lanes
+
+
+@dataclass
+class AddLayer:
+    """The sum of two tensors of the same shape, requantized (ONNX Add of two quantized
+    activations, a residual join)::
+
+        v = (a - in_zero_points[0]) * multipliers[0] + (b - in_zero_points[1]) * multipliers[1]
+
+    then every stage of ``requant`` (the first one usually with multiplier 1: its offset,
+    shift, zero point and clip finish the sum). ``multipliers`` are integers, or arrays
+    aligned on the left with ``shape``.
+    """
+    name: str
+    in_types: list[IntType]
+    in_zero_points: list[int]
+    shape: tuple
+    multipliers: list
+    requant: list[RequantStage]
+    lanes: int = 1
+    nodes: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    output: str = ""
+
+    kind = "add"
+
+    def __post_init__(self):
+        self.shape = tuple(int(d) for d in self.shape)
+        self.in_zero_points = [int(z) for z in self.in_zero_points]
+        self.multipliers = [np.atleast_1d(np.asarray(m, dtype=np.int64))
+                            for m in self.multipliers]
+        if len(self.in_types) != 2 or len(self.in_zero_points) != 2 or \
+                len(self.multipliers) != 2:
+            raise ValueError(f"Layer {self.name!r}: an add has two inputs")
+        if not self.requant:
+            raise ValueError(f"Layer {self.name!r}: an add needs a requantization stage")
+
+    @property
+    def sum_type(self) -> IntType:
+        """Exact type of ``v``."""
+        lo = hi = 0
+        for t, z, m in zip(self.in_types, self.in_zero_points, self.multipliers):
+            ends = [int(mm) * (v - z) for mm in (int(m.min()), int(m.max()))
+                    for v in (t.lo, t.hi)]
+            lo, hi = lo + min(ends), hi + max(ends)
+        return IntType.for_range(lo, hi)
+
+    @property
+    def in_type(self) -> IntType:
+        return self.in_types[0]
+
+    @property
+    def in_size(self) -> int:
+        return _prod(self.shape)
+
+    @property
+    def out_size(self) -> int:
+        return _prod(self.shape)
+
+    @property
+    def in_shapes(self) -> list[tuple]:
+        return [self.shape, self.shape]
+
+    @property
+    def out_shape(self) -> tuple:
+        return self.shape
+
+    @property
+    def out_type(self) -> IntType:
+        return self.requant[-1].out_type
+
+    @property
+    def in_lanes(self) -> int:
+        return self.lanes
+
+    @property
+    def out_lanes(self) -> int:
+        return self.lanes
+
+
+@dataclass
+class ConcatLayer:
+    """Tensors joined along logical ``axis`` (ONNX Concat; ``axis`` without the batch).
+
+    Input ``k`` first goes through ``requant[k]`` (empty: values unchanged, they must fit
+    ``out_type``), so that all inputs share the output's scale and zero point.
+    """
+    name: str
+    in_types: list[IntType]
+    in_shapes: list[tuple]
+    axis: int
+    out_type: IntType
+    requant: list[list[RequantStage]]
+    lanes: int = 1
+    nodes: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    output: str = ""
+
+    kind = "concat"
+
+    def __post_init__(self):
+        self.in_shapes = [tuple(int(d) for d in s) for s in self.in_shapes]
+        n = len(self.in_shapes)
+        if n < 1 or len(self.in_types) != n or len(self.requant) != n:
+            raise ValueError(f"Layer {self.name!r}: one type and one stage list per input")
+        rank = len(self.in_shapes[0])
+        if not 0 <= self.axis < rank:
+            raise ValueError(f"Layer {self.name!r}: axis {self.axis} outside rank {rank}")
+        for s in self.in_shapes:
+            if len(s) != rank or s[:self.axis] + s[self.axis + 1:] != \
+                    self.in_shapes[0][:self.axis] + self.in_shapes[0][self.axis + 1:]:
+                raise ValueError(f"Layer {self.name!r}: shapes {self.in_shapes} do not "
+                                 f"concatenate along axis {self.axis}")
+
+    @property
+    def in_type(self) -> IntType:
+        return self.in_types[0]
+
+    @property
+    def in_size(self) -> int:
+        return sum(_prod(s) for s in self.in_shapes)
+
+    @property
+    def out_shape(self) -> tuple:
+        s = list(self.in_shapes[0])
+        s[self.axis] = sum(x[self.axis] for x in self.in_shapes)
+        return tuple(s)
+
+    @property
+    def out_size(self) -> int:
+        return _prod(self.out_shape)
+
+    @property
+    def in_lanes(self) -> int:
+        return self.lanes
+
+    @property
+    def out_lanes(self) -> int:
+        return self.lanes
+
+
+@dataclass
+class ResizeLayer:
+    """Nearest-neighbour resizing of a ``(C, H, W)`` (or ``(C, W)``) image (ONNX Resize /
+    Upsample, ``mode="nearest"``): ``y[c, i, j] = x[c, rows[i], cols[j]]``, then ``requant``
+    if any. The index maps follow from the operator's scales or sizes, coordinate
+    transformation and nearest mode, resolved by the frontend; both must be non-decreasing.
+    """
+    name: str
+    in_type: IntType
+    in_shape: tuple
+    rows: np.ndarray
+    cols: np.ndarray
+    requant: list[RequantStage] = field(default_factory=list)
+    lanes: int = 1
+    nodes: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    output: str = ""
+
+    kind = "resize"
+
+    def __post_init__(self):
+        self.in_shape = tuple(int(d) for d in self.in_shape)
+        self.rows = np.asarray(self.rows, dtype=np.int64).reshape(-1)
+        self.cols = np.asarray(self.cols, dtype=np.int64).reshape(-1)
+        _, h, w = image_shape(self.in_shape)
+        for what, m, n in (("rows", self.rows, h), ("cols", self.cols, w)):
+            if m.size < 1 or m.min() < 0 or m.max() >= n or np.any(np.diff(m) < 0):
+                raise ValueError(f"Layer {self.name!r}: {what} must be non-decreasing "
+                                 f"indices below {n}")
+
+    @property
+    def in_size(self) -> int:
+        return _prod(self.in_shape)
+
+    @property
+    def in_shapes(self) -> list[tuple]:
+        return [self.in_shape]
+
+    @property
+    def out_shape(self) -> tuple:
+        c = self.in_shape[0]
+        if len(self.in_shape) == 3:
+            return (c, len(self.rows), len(self.cols))
+        return (c, len(self.cols))
+
+    @property
+    def out_size(self) -> int:
+        return _prod(self.out_shape)
+
+    @property
+    def out_type(self) -> IntType:
+        return self.requant[-1].out_type if self.requant else self.in_type
+
+    @property
+    def in_lanes(self) -> int:
+        return self.lanes
+
+    @property
+    def out_lanes(self) -> int:
+        return self.lanes
+
+
+@dataclass
+class PadLayer:
+    """Constant padding of a ``(C, H, W)`` (or ``(C, W)``) image by ``pads = (top, left,
+    bottom, right)`` with the integer ``value`` (ONNX Pad, ``mode="constant"``, that could not
+    be merged into the padding of the following window)."""
+    name: str
+    in_type: IntType
+    in_shape: tuple
+    pads: tuple
+    value: int
+    lanes: int = 1
+    nodes: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    output: str = ""
+
+    kind = "pad"
+
+    def __post_init__(self):
+        self.in_shape = tuple(int(d) for d in self.in_shape)
+        self.pads = tuple(int(p) for p in self.pads)
+        if len(self.pads) != 4 or min(self.pads) < 0:
+            raise ValueError(f"Layer {self.name!r}: pads must be four non-negative integers, "
+                             f"not {self.pads}")
+        if not self.in_type.lo <= self.value <= self.in_type.hi:
+            raise ValueError(f"Layer {self.name!r}: pad value {self.value} outside "
+                             f"{self.in_type.name}")
+
+    @property
+    def in_size(self) -> int:
+        return _prod(self.in_shape)
+
+    @property
+    def in_shapes(self) -> list[tuple]:
+        return [self.in_shape]
+
+    @property
+    def out_shape(self) -> tuple:
+        c, h, w = image_shape(self.in_shape)
+        top, left, bottom, right = self.pads
+        if len(self.in_shape) == 3:
+            return (c, h + top + bottom, w + left + right)
+        return (c, w + left + right)
+
+    @property
+    def out_size(self) -> int:
+        return _prod(self.out_shape)
+
+    @property
+    def out_type(self) -> IntType:
+        return self.in_type
+
+    @property
+    def in_lanes(self) -> int:
+        return self.lanes
+
+    @property
+    def out_lanes(self) -> int:
+        return self.lanes
+
+
+@dataclass
+class ViewLayer:
+    """A change of logical shape that moves no data: ``y = x.transpose(perm).reshape(out)``
+    (ONNX Reshape, Flatten, Squeeze, Unsqueeze: ``perm=None``; Transpose). In hardware it is
+    wires: the stream keeps its element sequence, only the tensor's stream order changes."""
+    name: str
+    in_type: IntType
+    in_shape: tuple
+    out_shape: tuple
+    perm: tuple | None = None
+    nodes: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    output: str = ""
+
+    kind = "view"
+
+    def __post_init__(self):
+        self.in_shape = tuple(int(d) for d in self.in_shape)
+        self.out_shape = tuple(int(d) for d in self.out_shape)
+        if self.perm is not None:
+            self.perm = tuple(int(a) for a in self.perm)
+            if sorted(self.perm) != list(range(len(self.in_shape))):
+                raise ValueError(f"Layer {self.name!r}: perm {self.perm} is not a "
+                                 f"permutation of {len(self.in_shape)} axes")
+        if _prod(self.in_shape) != _prod(self.out_shape):
+            raise ValueError(f"Layer {self.name!r}: cannot view {self.in_shape} as "
+                             f"{self.out_shape}")
+
+    @property
+    def in_size(self) -> int:
+        return _prod(self.in_shape)
+
+    @property
+    def out_size(self) -> int:
+        return _prod(self.out_shape)
+
+    @property
+    def in_shapes(self) -> list[tuple]:
+        return [self.in_shape]
+
+    @property
+    def out_type(self) -> IntType:
+        return self.in_type
+
+
+LAYER_TYPES = (DenseLayer, RequantLayer, ConvLayer, PoolLayer, AddLayer, ConcatLayer,
+               ResizeLayer, PadLayer, ViewLayer)
 
 
 def acc_type_for(weight: np.ndarray, bias: np.ndarray, in_type: IntType) -> IntType:
@@ -253,6 +898,8 @@ class Port:
 
     ``scale`` and ``zero_point`` say what the integers mean (``real = (q - zero_point) *
     scale``); ``lanes`` elements travel per transfer, packed as in the module docstring.
+    ``order`` is the stream order (``order[p]``: logical flat index of stream position ``p``;
+    ``None``: C order), set by folding from the layers the port feeds or is fed by.
     """
     name: str
     shape: tuple[int, ...]
@@ -260,6 +907,28 @@ class Port:
     scale: float
     zero_point: int
     lanes: int = 1
+    order: np.ndarray | None = None
+
+    def __post_init__(self):
+        self.shape = tuple(int(d) for d in self.shape)
+        if self.order is not None:
+            self.order = np.asarray(self.order, dtype=np.int64).reshape(-1)
+            if np.array_equal(self.order, np.arange(self.order.size)):
+                self.order = None
+
+    def to_stream(self, x: np.ndarray) -> np.ndarray:
+        """Logical tensors ``(batch, ...)`` to stream sequences ``(batch, size)``."""
+        x = np.asarray(x).reshape(len(x), -1)
+        return x if self.order is None else x[:, self.order]
+
+    def from_stream(self, s: np.ndarray) -> np.ndarray:
+        """Stream sequences ``(batch, size)`` to logical flat tensors ``(batch, size)``."""
+        s = np.asarray(s).reshape(len(s), -1)
+        if self.order is None:
+            return s
+        out = np.empty_like(s)
+        out[:, self.order] = s
+        return out
 
     @property
     def size(self) -> int:
@@ -277,20 +946,48 @@ class Port:
 
 @dataclass
 class Dataflow:
-    """The hardware part: a chain of layers with FIFOs between them.
+    """The hardware part: a graph of layers with FIFOs between them.
+
+    ``layers`` are in topological order; layer ``k`` reads the tensors named in its
+    ``inputs`` and writes the tensor ``output``. The input port's tensor is ``input.name``,
+    the output port's ``output.name``. Layers given without names form a chain: each reads
+    the previous one's output (the first the input port), the last writes the output port.
 
     ``fifo_depths[k]`` is the depth of the FIFO after layer ``k`` (0: a direct connection).
+    ``edge_fifos`` maps ``"tensor->layer"`` to the depth of a FIFO on that edge only, for a
+    tensor read by several layers (a skip connection), in transfers of the tensor's stream.
     """
     layers: list
     input: Port
     output: Port
     fifo_depths: list[int] = field(default_factory=list)
+    edge_fifos: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if not self.fifo_depths:
             self.fifo_depths = [2] * len(self.layers)
         if len(self.fifo_depths) != len(self.layers):
             raise ValueError("One FIFO depth per layer is required")
+        prev = self.input.name
+        for k, layer in enumerate(self.layers):
+            if not isinstance(layer, LAYER_TYPES):
+                continue                          # reported by the consumers' checks
+            if not layer.inputs:
+                layer.inputs = [prev]
+            if not layer.output:
+                layer.output = self.output.name if k == len(self.layers) - 1 else layer.name
+            prev = layer.output
+
+    def producer(self, tensor: str):
+        """The layer writing ``tensor`` (None for the input port's tensor)."""
+        for layer in self.layers:
+            if layer.output == tensor:
+                return layer
+        return None
+
+    def consumers(self, tensor: str) -> list:
+        """The layers reading ``tensor``, in order."""
+        return [layer for layer in self.layers if tensor in layer.inputs]
 
 
 @dataclass
@@ -351,7 +1048,7 @@ def _encode(obj, arrays: dict, path: str):
 
 
 _TYPES = {cls.__name__: cls for cls in
-          (RequantStage, DenseLayer, RequantLayer, Port, Dataflow, HostNode, Design)}
+          (RequantStage, *LAYER_TYPES, Port, Dataflow, HostNode, Design)}
 
 
 def _decode(obj, arrays):
@@ -363,8 +1060,6 @@ def _decode(obj, arrays):
         if "__type__" in obj:
             cls = _TYPES[obj["__type__"]]
             kwargs = {k: _decode(v, arrays) for k, v in obj.items() if k != "__type__"}
-            if cls is Port:
-                kwargs["shape"] = tuple(kwargs["shape"])
             return cls(**kwargs)
         return {k: _decode(v, arrays) for k, v in obj.items()}
     if isinstance(obj, list):

@@ -12,11 +12,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dataflow import Dataflow, DenseLayer, RequantLayer, RequantStage
+from ..dataflow import (
+    LAYER_TYPES,
+    AddLayer,
+    ConcatLayer,
+    ConvLayer,
+    Dataflow,
+    DenseLayer,
+    PadLayer,
+    PoolLayer,
+    RequantLayer,
+    RequantStage,
+    ResizeLayer,
+    ViewLayer,
+    align_params,
+    image_shape,
+)
 
 __all__ = [
-    "round_shift", "requant", "requant_stages", "dense", "run_layer", "run_dataflow",
-    "quantize_linear", "dequantize_linear",
+    "round_shift", "requant", "requant_stages", "dense", "conv", "max_pool", "window_sum",
+    "add", "resize_nearest", "pad", "run_layer", "run_dataflow", "quantize_linear",
+    "dequantize_linear",
 ]
 
 _INT64_SAFE = (1 << 62)
@@ -46,34 +62,48 @@ def round_shift(v, shift: int, rounding: str = "half_even") -> np.ndarray:
     return floor + up.astype(np.int64)
 
 
-def requant(x, stage: RequantStage, channel_axis: int = -1) -> np.ndarray:
+def requant(x, stage: RequantStage) -> np.ndarray:
     """One :class:`~onnx2fpga.dataflow.RequantStage` applied to integer array ``x``.
 
-    ``x[..., c]`` uses channel ``c``'s multiplier and offset (``channel_axis`` selects the
-    axis; single-entry parameters apply to every element).
+    ``x`` is a batch ``(batch, *shape)`` of logical tensors; the stage's parameters are
+    aligned on the left with ``shape`` (``(C,)``: per channel / feature, a single entry: for
+    all). With ``neg_multiplier``, elements whose product is negative use the negative-side
+    parameters (a fused LeakyRelu).
     """
     x = np.asarray(x, dtype=np.int64)
-    channels = x.shape[channel_axis] if x.ndim else 1
-    m, off = stage.channel_params(channels) if stage.multiplier.size > 1 or \
-        stage.offset.size > 1 else (stage.multiplier, stage.offset)
-    shape = [1] * x.ndim
-    if x.ndim:
-        shape[channel_axis] = -1
-    m = m.reshape(shape) if m.size > 1 else m.reshape(())
-    off = off.reshape(shape) if off.size > 1 else off.reshape(())
+    ndim = max(x.ndim - 1, 0)
+
+    def param(a):
+        a = align_params(a, ndim)
+        return a.reshape((1,) + a.shape) if a.ndim else a
+
     centred = x - stage.in_zero_point
-    bound = int(np.abs(centred).max(initial=0)) * int(np.abs(m).max(initial=0)) + \
-        int(np.abs(off).max(initial=0))
-    if bound >= _INT64_SAFE:
-        raise OverflowError(f"Requantization product needs more than 62 bits ({bound:#x})")
-    y = round_shift(centred * m + off, stage.shift, stage.rounding) + stage.zero_point
+    pairs = [(param(stage.multiplier), param(stage.offset))]
+    if stage.neg_multiplier is not None:
+        pairs.append((param(stage.neg_multiplier), param(stage.neg_offset)))
+    vals = []
+    for m, off in pairs:
+        bound = int(np.abs(centred).max(initial=0)) * int(np.abs(m).max(initial=0)) + \
+            int(np.abs(off).max(initial=0))
+        if bound >= _INT64_SAFE:
+            raise OverflowError(f"Requantization product needs more than 62 bits ({bound:#x})")
+        vals.append(centred * m + off)
+    v = vals[0] if len(vals) == 1 else np.where(vals[0] < 0, vals[1], vals[0])
+    y = round_shift(v, stage.shift, stage.rounding) + stage.zero_point
     return np.clip(y, stage.lo, stage.hi)
 
 
-def requant_stages(x, stages, channel_axis: int = -1) -> np.ndarray:
+def requant_stages(x, stages) -> np.ndarray:
+    """Every stage of ``stages`` in order (see :func:`requant`)."""
+    x = np.asarray(x, dtype=np.int64)
     for stage in stages:
-        x = requant(x, stage, channel_axis)
-    return np.asarray(x, dtype=np.int64)
+        x = requant(x, stage)
+    return x
+
+
+def _check_bound(bound: int, what: str) -> None:
+    if bound >= _INT64_SAFE:
+        raise OverflowError(f"{what} needs more than 62 bits")
 
 
 def dense(x, weight, bias, in_zero_point: int = 0) -> np.ndarray:
@@ -81,42 +111,193 @@ def dense(x, weight, bias, in_zero_point: int = 0) -> np.ndarray:
     with a bias added, as in ONNX QLinearMatMul / Gemm before requantization)."""
     x = np.asarray(x, dtype=np.int64) - in_zero_point
     w = np.asarray(weight, dtype=np.int64)
-    bound = int(np.abs(x).max(initial=0)) * int(np.abs(w).sum(axis=1).max(initial=0)) + \
-        int(np.abs(np.asarray(bias)).max(initial=0))
-    if bound >= _INT64_SAFE:
-        raise OverflowError("Accumulator needs more than 62 bits")
+    _check_bound(int(np.abs(x).max(initial=0)) * int(np.abs(w).sum(axis=1).max(initial=0))
+                 + int(np.abs(np.asarray(bias)).max(initial=0)), "Accumulator")
     return x @ w.T + np.asarray(bias, dtype=np.int64)
 
 
-def run_layer(layer, x) -> np.ndarray:
-    """Run one dataflow layer on a batch ``x`` of shape ``(batch, layer.in_size)``."""
+def _windows(x, kernel, stride, dilation, pads, pad_value):
+    """Sliding windows of a batch of images ``(batch, C, H, W)`` padded with ``pad_value``
+    by ``pads = (top, left, bottom, right)``: ``(batch, C, OH, OW, kh, kw)``."""
+    top, left, bottom, right = pads
+    xp = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)),
+                constant_values=pad_value)
+    kh, kw = kernel
+    sh, sw = stride
+    dh, dw = dilation
+    b, c, hp, wp = xp.shape
+    oh = (hp - (kh - 1) * dh - 1) // sh + 1
+    ow = (wp - (kw - 1) * dw - 1) // sw + 1
+    st = xp.strides
+    return np.lib.stride_tricks.as_strided(
+        xp, (b, c, oh, ow, kh, kw),
+        (st[0], st[1], st[2] * sh, st[3] * sw, st[2] * dh, st[3] * dw), writeable=False)
+
+
+def conv(x, weight, bias, in_zero_point: int = 0, *, stride=(1, 1), dilation=(1, 1),
+         pads=(0, 0, 0, 0), group: int = 1) -> np.ndarray:
+    """Integer 2-D convolution of a batch ``x`` of ``(C, H, W)`` images (ONNX ConvInteger
+    semantics, NCHW, with a bias added as in QLinearConv before requantization)::
+
+        acc[o, y, x] = bias[o] + sum_{c, i, j} (xp[c, y*sh + i*dh, x*sw + j*dw]
+                                                - in_zero_point) * weight[o, c, i, j]
+
+    over the channels ``c`` of output channel ``o``'s group; ``xp`` is ``x`` padded with
+    ``in_zero_point`` (``pads = (top, left, bottom, right)``). ``weight`` is
+    ``(OC, C // group, kh, kw)``. Returns ``(batch, OC, OH, OW)``.
+    """
     x = np.asarray(x, dtype=np.int64)
-    if x.ndim != 2 or x.shape[1] != layer.in_size:
-        raise ValueError(f"Layer {layer.name!r} takes (batch, {layer.in_size}) integers, "
-                         f"not {x.shape}")
-    lo, hi = layer.in_type.lo, layer.in_type.hi
-    if x.size and (x.min() < lo or x.max() > hi):
-        raise ValueError(f"Input of layer {layer.name!r} is outside {layer.in_type.name}")
+    w = np.asarray(weight, dtype=np.int64)
+    oc, cg = w.shape[:2]
+    win = _windows(x, w.shape[2:], stride, dilation, pads, in_zero_point) - in_zero_point
+    _check_bound(int(np.abs(win).max(initial=0)) *
+                 int(np.abs(w).reshape(oc, -1).sum(axis=1).max(initial=0)) +
+                 int(np.abs(np.asarray(bias)).max(initial=0)), "Accumulator")
+    per = oc // group
+    outs = []
+    for g in range(group):
+        xg = win[:, g * cg:(g + 1) * cg]
+        wg = w[g * per:(g + 1) * per]
+        outs.append(np.einsum("bcyxij,ocij->boyx", xg, wg))
+    acc = np.concatenate(outs, axis=1)
+    return acc + np.asarray(bias, dtype=np.int64).reshape(1, -1, 1, 1)
+
+
+def max_pool(x, *, kernel, stride=(1, 1), dilation=(1, 1), pads=(0, 0, 0, 0),
+             pad_value: int) -> np.ndarray:
+    """ONNX MaxPool on integer images ``(batch, C, H, W)``: the window maximum, padding
+    positions holding ``pad_value`` (the lowest value of the type: they never win)."""
+    win = _windows(np.asarray(x, np.int64), kernel, stride, dilation, pads, pad_value)
+    return win.max(axis=(4, 5))
+
+
+def window_sum(x, *, kernel, stride=(1, 1), dilation=(1, 1), pads=(0, 0, 0, 0),
+               zero_point: int = 0) -> np.ndarray:
+    """The sum over each window of ``x - zero_point`` on integer images ``(batch, C, H, W)``,
+    padding positions counting zero (the numerator of ONNX AveragePool)."""
+    win = _windows(np.asarray(x, np.int64), kernel, stride, dilation, pads, zero_point)
+    return (win - zero_point).sum(axis=(4, 5))
+
+
+def add(a, b, zero_points, multipliers) -> np.ndarray:
+    """``(a - za) * ma + (b - zb) * mb`` on integers; the multipliers are aligned on the left
+    with the logical shape of ``a[0]`` (see :func:`requant`)."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    ndim = max(a.ndim - 1, 0)
+    out = np.zeros(np.broadcast_shapes(a.shape, b.shape), dtype=np.int64)
+    for v, z, m in ((a, zero_points[0], multipliers[0]), (b, zero_points[1], multipliers[1])):
+        mm = align_params(np.asarray(m, np.int64), ndim)
+        mm = mm.reshape((1,) + mm.shape) if mm.ndim else mm
+        _check_bound(int(np.abs(v - z).max(initial=0)) * int(np.abs(mm).max(initial=0)),
+                     "Sum")
+        out += (v - z) * mm
+    return out
+
+
+def resize_nearest(x, rows, cols) -> np.ndarray:
+    """``y[b, c, i, j] = x[b, c, rows[i], cols[j]]`` on images ``(batch, C, H, W)``."""
+    x = np.asarray(x)
+    return x[:, :, np.asarray(rows)][:, :, :, np.asarray(cols)]
+
+
+def pad(x, pads, value: int) -> np.ndarray:
+    """Constant padding of images ``(batch, C, H, W)`` by ``(top, left, bottom, right)``."""
+    top, left, bottom, right = pads
+    return np.pad(np.asarray(x, np.int64), ((0, 0), (0, 0), (top, bottom), (left, right)),
+                  constant_values=value)
+
+
+def _images(x, shape):
+    return np.asarray(x, dtype=np.int64).reshape((len(x),) + image_shape(shape))
+
+
+def _check_range(layer, x, t) -> None:
+    if x.size and (x.min() < t.lo or x.max() > t.hi):
+        raise ValueError(f"Input of layer {layer.name!r} is outside {t.name}")
+
+
+def run_layer(layer, *xs) -> np.ndarray:
+    """Run one dataflow layer on batches ``xs`` (one per input, each ``(batch, size)`` or
+    ``(batch, *shape)`` in logical C order). Returns ``(batch, *layer.out_shape)``."""
+    if not isinstance(layer, LAYER_TYPES):
+        raise TypeError(f"Unknown layer type {type(layer).__name__}")
+    if len(xs) != len(layer.in_shapes):
+        raise ValueError(f"Layer {layer.name!r} takes {len(layer.in_shapes)} inputs, "
+                         f"not {len(xs)}")
+    ins = []
+    for k, (x, shape) in enumerate(zip(xs, layer.in_shapes)):
+        x = np.asarray(x, dtype=np.int64)
+        size = int(np.prod(shape, dtype=np.int64))
+        if x.ndim < 1 or x[0].size != size:
+            raise ValueError(f"Layer {layer.name!r} takes (batch, {size}) integers, "
+                             f"not {x.shape}")
+        t = layer.in_types[k] if hasattr(layer, "in_types") else layer.in_type
+        _check_range(layer, x, t)
+        ins.append(x.reshape((len(x),) + tuple(shape)))
+    x = ins[0]
+    out_shape = (len(x),) + tuple(layer.out_shape)
     if isinstance(layer, DenseLayer):
-        acc = dense(x, layer.weight, layer.bias, layer.in_zero_point)
-        return requant_stages(acc, layer.requant)
+        return requant_stages(dense(x, layer.weight, layer.bias, layer.in_zero_point),
+                              layer.requant)
     if isinstance(layer, RequantLayer):
         return requant_stages(x, layer.requant)
-    raise TypeError(f"Unknown layer type {type(layer).__name__}")
+    if isinstance(layer, ConvLayer):
+        acc = conv(_images(x, layer.in_shape), layer.weight, layer.bias, layer.in_zero_point,
+                   stride=layer.stride, dilation=layer.dilation, pads=layer.pads,
+                   group=layer.group)
+        return requant_stages(acc.reshape(out_shape), layer.requant)
+    if isinstance(layer, PoolLayer):
+        geometry = dict(kernel=layer.kernel, stride=layer.stride, dilation=layer.dilation,
+                        pads=layer.pads)
+        img = _images(x, layer.in_shape)
+        if layer.op == "max":
+            y = max_pool(img, pad_value=layer.in_type.lo, **geometry)
+        else:
+            y = window_sum(img, zero_point=layer.in_zero_point, **geometry)
+        return requant_stages(y.reshape(out_shape), layer.requant)
+    if isinstance(layer, AddLayer):
+        return requant_stages(add(ins[0], ins[1], layer.in_zero_points, layer.multipliers),
+                              layer.requant)
+    if isinstance(layer, ConcatLayer):
+        parts = [requant_stages(v, st) for v, st in zip(ins, layer.requant)]
+        y = np.concatenate(parts, axis=layer.axis + 1)
+        _check_range(layer, y, layer.out_type)
+        return y
+    if isinstance(layer, ResizeLayer):
+        y = resize_nearest(_images(x, layer.in_shape), layer.rows, layer.cols)
+        return requant_stages(y.reshape(out_shape), layer.requant)
+    if isinstance(layer, PadLayer):
+        return pad(_images(x, layer.in_shape), layer.pads, layer.value).reshape(out_shape)
+    if isinstance(layer, ViewLayer):
+        y = x if layer.perm is None else x.transpose((0,) + tuple(a + 1 for a in layer.perm))
+        return y.reshape(out_shape)
+    raise TypeError(f"Unknown layer type {type(layer).__name__}")  # pragma: no cover
 
 
 def run_dataflow(dataflow: Dataflow, x, trace: dict | None = None) -> np.ndarray:
-    """Run the whole hardware part on integer input ``x`` of shape ``(batch, input.size)``.
+    """Run the whole hardware part on integer input ``x``: ``(batch, input.size)`` in the
+    logical C order of the input tensor.
 
-    Returns ``(batch, output.size)`` integers, exactly what the accelerator streams out.
-    With ``trace``, every layer's output is stored under its name.
+    Returns ``(batch, output.size)`` integers, the output tensor in logical C order (the
+    accelerator streams them in the port's stream order, see
+    :meth:`~onnx2fpga.dataflow.Port.to_stream`). With ``trace``, every layer's output is
+    stored under the layer's name, ``(batch, *out_shape)``.
     """
-    x = np.asarray(x, dtype=np.int64).reshape(len(x), -1)
+    x = np.asarray(x, dtype=np.int64)
+    batch = len(x)
+    env = {dataflow.input.name: x.reshape(batch, -1)}
     for layer in dataflow.layers:
-        x = run_layer(layer, x)
+        missing = [t for t in layer.inputs if t not in env]
+        if missing:
+            raise ValueError(f"Layer {layer.name!r} reads {missing[0]!r}, which no earlier "
+                             f"layer writes")
+        y = run_layer(layer, *(env[t] for t in layer.inputs))
+        env[layer.output] = y.reshape(batch, -1)
         if trace is not None:
-            trace[layer.name] = x
-    return x
+            trace[layer.name] = y
+    if dataflow.output.name not in env:
+        raise ValueError(f"No layer writes the output tensor {dataflow.output.name!r}")
+    return env[dataflow.output.name]
 
 
 def _along(axis: int, ndim: int, scale, zero_point):
