@@ -1,32 +1,46 @@
-"""Cycle figures of the generated hardware, as the cores in :mod:`onnx2fpga.hw.cores` behave.
+"""Cycle figures of the generated hardware, as the cores behave.
 
 Conventions: a *latency* is the difference between the clock cycle of the last output transfer
-and the cycle of the first input transfer of one vector, with the input arriving at one
-transfer per cycle, ``ready`` high downstream and the core idle before. *Cycles* (per vector
-or per inference) is the steady-state initiation interval: the number of cycles between the
-starts of consecutive vectors when inputs come as fast as the core takes them and the output
-never stalls.
+and the cycle of the first input transfer of one inference, with the input arriving at one
+transfer per cycle, ``ready`` high downstream and the cores idle before. *Cycles* (per
+inference) is the steady-state initiation interval: the number of cycles between the starts of
+consecutive inferences when inputs come as fast as the cores take them and the output never
+stalls.
 
-The per-core formulas:
+Every figure is derived from the stage list of :func:`onnx2fpga.hw.graph.plan_graph`, the
+same list the hardware is built from. Per core:
 
 - :class:`~onnx2fpga.hw.cores.MatVecCore`: ``folds = in_features // simd``,
-  ``groups = out_features // pe``; cycles ``folds * groups``; latency
-  ``folds + folds * groups + 3`` (computing starts the cycle after the last input transfer;
-  one (group, fold) step per cycle; memory read, multiply, adder tree and accumulate add 4).
+  ``groups = out_features // pe``; ``folds * groups`` cycles per vector; one vector:
+  latency ``folds + folds * groups + 3`` (computing starts the cycle after the last input
+  transfer; one (group, fold) step per cycle; memory read, multiply, adder tree and
+  accumulate add 4). A convolution feeds it one vector per output pixel.
 - :class:`~onnx2fpga.hw.cores.RequantCore` with ``n`` stages: one transfer per cycle; an
   element leaves ``1 + 3 * n`` cycles after it enters.
 - :class:`~onnx2fpga.hw.cores.StreamFIFO`: 1 cycle through (depth up to 4), 2 (deeper).
 - :class:`~onnx2fpga.hw.cores.WidthConverter`: gathering ``k`` transfers: 1 cycle after the
   last; splitting into ``k``: the last piece ``k`` cycles after the input transfer.
+- :class:`~onnx2fpga.hw.window.SlidingWindowCore`: the exact row-level model of
+  :class:`~onnx2fpga.hw.window.WindowGeometry`.
+- :class:`~onnx2fpga.hw.reduce.WindowReduceCore`: one input transfer per cycle; a group's
+  last output 2 cycles after its last input.
+
+For a single vector through dense layers the latency is exact; with images it is a model: the
+first output of a stage follows the first input after the stage's start-up (the rows a
+window needs, one vector of a matrix unit), the last output follows the last input by the
+stage's drain time, and no stream carries more than one transfer per cycle.
 """
 
 from __future__ import annotations
 
-from ..dataflow import Dataflow, DenseLayer, RequantLayer
+import numpy as np
+
+from ..dataflow import Dataflow
+from .graph import Plan, Stage, layer_stages, plan_graph
 
 __all__ = [
-    "matvec_latency", "requant_latency", "fifo_latency", "layer_cycles", "layer_latency",
-    "dataflow_cycles",
+    "matvec_latency", "requant_latency", "fifo_latency", "stage_cycles", "layer_cycles",
+    "layer_latency", "dataflow_cycles", "plan_timing",
 ]
 
 
@@ -50,56 +64,58 @@ def fifo_latency(depth: int) -> int:
     return 1 if depth <= 4 else 2
 
 
-def _check_layer(layer):
-    if not isinstance(layer, (DenseLayer, RequantLayer)):
-        raise TypeError(f"Layer must be a DenseLayer or a RequantLayer, not {layer!r}")
+def _geometry(stage: Stage):
+    from .window import WindowGeometry
+    p = stage.params
+    return WindowGeometry.make(p["channels"], p["height"], p["width"], p["kernel"],
+                               p["stride"], p["dilation"], p["pads"], stage.in_lanes)
 
 
-def layer_cycles(layer) -> int:
-    """Steady-state cycles per vector of ``layer``'s cores.
-
-    ``(in_features // simd) * (out_features // pe)`` for a DenseLayer (its requantization runs
-    alongside at one transfer per cycle); ``channels // lanes`` for a RequantLayer.
-    """
-    _check_layer(layer)
-    if isinstance(layer, DenseLayer):
-        return (layer.in_features // layer.simd) * (layer.out_features // layer.pe)
-    return layer.channels // layer.lanes
+def _matvec_figures(stage: Stage) -> tuple[int, int, int]:
+    """``(folds, groups, vectors)`` of a matvec stage."""
+    layer = stage.params["layer"]
+    folds = layer.in_features // layer.simd
+    groups = layer.out_features // layer.pe
+    return folds, groups, stage.size // layer.out_features
 
 
-def layer_latency(layer) -> int:
-    """Cycles from the first input transfer to the last output transfer of one vector.
-
-    The input is assumed to arrive at one transfer per cycle and the output never to stall.
-    DenseLayer with ``folds = in_features // simd``, ``groups = out_features // pe`` and
-    ``n = len(requant)``: ``folds + folds * groups + 3`` without requantization; with it,
-    plus ``1 + 3 * n``, plus, when the requantization core has ``d < pe`` lanes (see
-    :func:`onnx2fpga.hw.chain.requant_lanes`), ``pe // d`` (serializing) ``+ 1`` (gathering).
-    RequantLayer: ``channels // lanes - 1 + 1 + 3 * n``.
-    """
-    _check_layer(layer)
-    from .chain import layer_stages
-
-    first, last = 0, layer.in_size // layer.in_lanes - 1
-    for stage in layer_stages(layer):
-        first, last = _stage_timing(stage, first, last)
-    return last
-
-
-def _stage_timing(stage, first: int, last: int) -> tuple[int, int]:
-    """Cycles of the first and last output transfer of ``stage`` given those of its input."""
+def stage_cycles(stage: Stage) -> int:
+    """Steady-state cycles per inference of one core (at least its input and output
+    transfers)."""
+    beats = max(stage.in_beats, stage.out_beats)
     if stage.kind == "matvec":
-        layer = stage.layer
-        folds = layer.in_features // layer.simd
-        groups = layer.out_features // layer.pe
-        first_out, last_out = last + folds + 4, last + folds * groups + 4
-    elif stage.kind == "requant":
+        folds, groups, vectors = _matvec_figures(stage)
+        return max(beats, vectors * folds * groups)
+    if stage.kind == "window":
+        return max(beats, _geometry(stage).cycles)
+    if stage.kind == "resize":
+        from .resize import resize_cycles
+        p = stage.params
+        return resize_cycles(p["channels"], p["height"], p["width"], p["rows"], p["cols"],
+                             stage.in_lanes)
+    if stage.kind == "reorder":
+        return stage.out_beats
+    return beats
+
+
+def _stage_timing(stage: Stage, first: int, last: int) -> tuple[int, int]:
+    """Cycles of the first and last output transfer of ``stage`` given those of its
+    (latest) input."""
+    kind = stage.kind
+    if kind == "matvec":
+        folds, groups, vectors = _matvec_figures(stage)
+        if vectors == 1:
+            first_out = last + folds + 4
+        else:
+            first_out = first + 2 * folds + 3
+        last_out = last + folds * groups + 4
+    elif kind == "requant":
         d = requant_latency(len(stage.params["stages"]))
         first_out, last_out = first + d, last + d
-    elif stage.kind == "fifo":
+    elif kind == "fifo":
         d = fifo_latency(stage.params["depth"])
         first_out, last_out = first + d, last + d
-    elif stage.kind == "convert":
+    elif kind == "convert":
         if stage.out_lanes > stage.in_lanes:
             k = stage.out_lanes // stage.in_lanes
             first_out, last_out = first + k, last + 1
@@ -108,43 +124,113 @@ def _stage_timing(stage, first: int, last: int) -> tuple[int, int]:
             first_out, last_out = first + 1, last + k
         else:
             first_out, last_out = first, last
+    elif kind == "window":
+        g = _geometry(stage)
+        rows0 = g.row_span(0)[1]
+        first_out = first + rows0 * g.width * g.folds + 1
+        last_out = last + g.latency - (g.in_beats - 1)
+    elif kind in ("reduce", "depthwise"):
+        window, folds = stage.params["window"], stage.params["channels"] // stage.in_lanes
+        extra = 0 if kind == "reduce" else 1
+        first_out = first + (window - 1) * folds + 2 + extra
+        last_out = last + 2 + extra
+    elif kind in ("broadcast", "concat"):
+        first_out, last_out = first + 1, last + 1
+    elif kind == "add":
+        first_out, last_out = first + 2, last + 2
+    elif kind == "resize":
+        p = stage.params
+        row = p["width"] * p["channels"] // stage.in_lanes
+        first_out = first + (int(p["rows"][0]) + 1) * row + 1
+        tail = int(np.sum(p["rows"] == p["rows"][-1])) * len(p["cols"]) * \
+            p["channels"] // stage.out_lanes
+        last_out = last + 1 + tail
+    elif kind == "reorder":
+        first_out = last + 2
+        last_out = first_out
     else:                                   # "cast": wires
         first_out, last_out = first, last
     # A stream carries at most one transfer per cycle.
     return first_out, max(last_out, first_out + stage.out_beats - 1)
 
 
-def dataflow_cycles(dataflow: Dataflow) -> dict:
+def plan_timing(plan: Plan, in_beats: int) -> dict:
+    """First and last transfer cycle of every net of ``plan`` for one inference whose input
+    arrives at one transfer per cycle from cycle 0."""
+    timing = {plan.input_net: (0, in_beats - 1)}
+    for stage in plan.stages:
+        ins = [timing[n] for n in stage.inputs]
+        first = max(t[0] for t in ins)
+        last = max(t[1] for t in ins)
+        if stage.kind == "concat":
+            first = ins[0][0]
+        out = _stage_timing(stage, first, last)
+        for n in stage.outputs:
+            timing[n] = out
+    return timing
+
+
+def layer_cycles(layer) -> int:
+    """Steady-state cycles per inference of ``layer``'s cores on their own: the slowest core
+    (``(in_features // simd) * (out_features // pe)`` for a DenseLayer, whose
+    requantization runs alongside; ``channels // lanes`` for a RequantLayer)."""
+    stages = layer_stages(layer)
+    return max([stage_cycles(s) for s in stages] + [layer.in_size // layer.in_lanes])
+
+
+def layer_latency(layer) -> int:
+    """Cycles from the first input transfer to the last output transfer of one inference
+    through ``layer``'s cores alone, fed at one transfer per cycle.
+
+    DenseLayer with ``folds = in_features // simd``, ``groups = out_features // pe`` and
+    ``n = len(requant)``: ``folds + folds * groups + 3`` without requantization; with it,
+    plus ``1 + 3 * n``, plus, when the requantization core has ``d < pe`` lanes (see
+    :func:`onnx2fpga.hw.graph.requant_lanes`), ``pe // d`` (serializing) ``+ 1`` (gathering).
+    RequantLayer: ``channels // lanes - 1 + 1 + 3 * n``.
+    """
+    first, last = 0, layer.in_size // layer.in_lanes - 1
+    for stage in layer_stages(layer):
+        first, last = _stage_timing(stage, first, last)
+    return last
+
+
+def dataflow_cycles(dataflow: Dataflow, plan: Plan | None = None) -> dict:
     """Cycle figures of the whole accelerator, for the manifest.
 
     Returns
     -------
     dict
         ``cycles_per_inference``: steady-state cycles between consecutive inferences, the
-        maximum of every layer's :func:`layer_cycles` and of the input and output port
-        transfer counts (``beats``). ``latency_cycles``: cycles from the first ``s_axis``
-        transfer of an input tensor to the last ``m_axis`` transfer (``tlast``) of its output
-        tensor, for an idle accelerator fed at one transfer per cycle with ``m_axis_tready``
-        high. It is exact where no core throttles its upstream (a splitting width converter
-        slower than its producer makes it approximate). ``layers``: per layer, ``name``,
-        ``cycles`` and ``latency``.
+        maximum over every core's :func:`stage_cycles` and the input and output port transfer
+        counts (``beats``). ``latency_cycles``: cycles from the first ``s_axis`` transfer of
+        an input tensor to the last ``m_axis`` transfer (``tlast``) of its output tensor, for
+        an idle accelerator fed at one transfer per cycle with ``m_axis_tready`` high (exact
+        for dense layers, a model with images; see the module docstring). ``layers``: per
+        layer, ``name``, ``cycles`` (the slowest of its cores in the accelerator),
+        ``latency`` (on its own, :func:`layer_latency`) and ``bottleneck`` (the layer whose
+        cycles set the rate).
 
     Raises
     ------
     TypeError, ValueError
-        As :func:`onnx2fpga.hw.chain.plan_chain`.
+        As :func:`onnx2fpga.hw.graph.plan_graph`.
     """
-    from .chain import plan_chain
-
-    chain = plan_chain(dataflow)
+    plan = plan or plan_graph(dataflow)
+    by_name = {s.name: s for s in plan.stages}
+    layers = []
+    for layer in dataflow.layers:
+        names = plan.layer_stages.get(layer.name, [])
+        cyc = max([stage_cycles(by_name[n]) for n in names], default=0)
+        layers.append({"name": layer.name, "cycles": int(cyc),
+                       "latency": int(layer_latency(layer)) if names else 0})
     cycles = max([dataflow.input.beats, dataflow.output.beats]
-                 + [layer_cycles(layer) for layer in dataflow.layers])
-    first, last = 0, dataflow.input.beats - 1
-    for stage in chain:
-        first, last = _stage_timing(stage, first, last)
+                 + [stage_cycles(s) for s in plan.stages])
+    timing = plan_timing(plan, dataflow.input.beats)
+    top = max(ly["cycles"] for ly in layers)
+    for ly in layers:
+        ly["bottleneck"] = ly["cycles"] == top
     return {
         "cycles_per_inference": int(cycles),
-        "latency_cycles": int(last),
-        "layers": [{"name": layer.name, "cycles": layer_cycles(layer),
-                    "latency": layer_latency(layer)} for layer in dataflow.layers],
+        "latency_cycles": int(timing[plan.output_net][1]),
+        "layers": layers,
     }

@@ -1,4 +1,4 @@
-"""The accelerator top level: the layer chain of a dataflow between two AXI4-Stream ports."""
+"""The accelerator top level: the core graph of a dataflow between two AXI4-Stream ports."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..dataflow import Dataflow
-from .chain import plan_chain
 from .cores import (
     MatVecCore,
     RequantCore,
@@ -17,20 +16,25 @@ from .cores import (
     int_shape,
 )
 from .cost import dataflow_cycles
+from .graph import plan_graph
+from .reduce import WindowReduceCore
+from .window import SlidingWindowCore
 
 __all__ = ["Accelerator"]
 
 
 class Accelerator(wiring.Component):
-    """A streaming accelerator for ``dataflow``: every layer as cores, chained.
+    """A streaming accelerator for ``dataflow``: every layer as cores, connected as the
+    dataflow graph says.
 
-    A :class:`~onnx2fpga.dataflow.DenseLayer` becomes a
-    :class:`~onnx2fpga.hw.cores.MatVecCore` followed by a
-    :class:`~onnx2fpga.hw.cores.RequantCore` for its ``requant`` stages; a
-    :class:`~onnx2fpga.dataflow.RequantLayer` a RequantCore. A
-    :class:`~onnx2fpga.hw.cores.StreamFIFO` of depth ``dataflow.fifo_depths[k]`` follows layer
-    ``k`` (none for depth 0), and a :class:`~onnx2fpga.hw.cores.WidthConverter` joins layers
-    whose lane counts differ (see :func:`onnx2fpga.hw.chain.plan_chain`).
+    The cores and their connections are those of :func:`onnx2fpga.hw.graph.plan_graph`: a
+    :class:`~onnx2fpga.dataflow.DenseLayer` becomes a :class:`~onnx2fpga.hw.cores.MatVecCore`
+    followed by a :class:`~onnx2fpga.hw.cores.RequantCore`; a convolution a
+    :class:`~onnx2fpga.hw.window.SlidingWindowCore` feeding a matrix-vector or depthwise core;
+    a pool a window and a :class:`~onnx2fpga.hw.reduce.WindowReduceCore`; joins and forks
+    their own cores. A :class:`~onnx2fpga.hw.cores.StreamFIFO` of depth
+    ``dataflow.fifo_depths[k]`` follows layer ``k`` (none for depth 0), and
+    :class:`~onnx2fpga.hw.cores.WidthConverter` stages join cores whose lane counts differ.
 
     The ports are flat signals named the AXI4-Stream way, so that the emitted Verilog module
     drops into a vendor or LiteX design; the clock and reset are the ``sync`` domain's
@@ -46,8 +50,9 @@ class Accelerator(wiring.Component):
     -------
     s_axis_tdata : ``In(dataflow.input.tdata_width)``
         Input transfer: element ``j`` at bits ``[j*bits, (j+1)*bits)`` (two's complement if the
-        input type is signed); the bits above ``lanes*bits`` are ignored. Elements in the flat
-        C order of the input tensor, ``dataflow.input.beats`` transfers per tensor.
+        input type is signed); the bits above ``lanes*bits`` are ignored. Elements in the
+        stream order of the input tensor (``dataflow.input.order``: channels-last for an
+        image), ``dataflow.input.beats`` transfers per tensor.
     s_axis_tvalid : ``In(1)``
     s_axis_tready : ``Out(1)``
     s_axis_tlast : ``In(1)``
@@ -63,27 +68,17 @@ class Accelerator(wiring.Component):
     Raises
     ------
     TypeError, ValueError
-        If the dataflow is malformed (see :func:`~onnx2fpga.hw.chain.plan_chain`) or a layer
+        If the dataflow is malformed (see :func:`~onnx2fpga.hw.graph.plan_graph`) or a layer
         cannot be built (see the cores).
     """
 
     @_quiet_if_invalid
     def __init__(self, dataflow: Dataflow):
-        self._chain = plan_chain(dataflow)
+        self._plan = plan_graph(dataflow)
         self._dataflow = dataflow
         cores = []
-        for stage in self._chain:
-            if stage.kind == "matvec":
-                core = MatVecCore(stage.layer)
-            elif stage.kind == "requant":
-                core = RequantCore(stage.params["stages"], stage.params["channels"],
-                                   stage.in_lanes, stage.in_type)
-            elif stage.kind == "fifo":
-                core = StreamFIFO(stage.out_type, stage.out_lanes, stage.params["depth"])
-            elif stage.kind == "convert":
-                core = WidthConverter(stage.out_type, stage.in_lanes, stage.out_lanes)
-            else:
-                core = None                  # "cast": wires, made in elaborate()
+        for stage in self._plan.stages:
+            core = _make_core(stage)
             if core is not None:
                 # The accelerator owns its cores: only an unused accelerator deserves the
                 # UnusedElaboratable warning, not each of its parts.
@@ -106,9 +101,14 @@ class Accelerator(wiring.Component):
         return self._dataflow
 
     @property
+    def plan(self):
+        """The :class:`~onnx2fpga.hw.graph.Plan` the accelerator is built from."""
+        return self._plan
+
+    @property
     def chain(self) -> list:
-        """The :class:`~onnx2fpga.hw.chain.ChainStage` list the accelerator is built from."""
-        return list(self._chain)
+        """The :class:`~onnx2fpga.hw.graph.Stage` list the accelerator is built from."""
+        return list(self._plan.stages)
 
     @property
     def cycles(self) -> dict:
@@ -128,9 +128,11 @@ class Accelerator(wiring.Component):
             self.s_axis_tready.eq(src.ready),
             src.payload.eq(self.s_axis_tdata[:inp.lanes * bits]),
         ]
+        nets = {self._plan.input_net: src}
 
-        for stage, core in zip(self._chain, self._cores, strict=True):
-            if core is None:
+        for stage, core in zip(self._plan.stages, self._cores, strict=True):
+            if core is None:                 # "cast": value-preserving wires
+                src = nets.pop(stage.inputs[0])
                 layout = data.ArrayLayout(int_shape(stage.out_type), stage.out_lanes)
                 dst = stream.Signature(layout).create(path=(stage.name,))
                 m.d.comb += [
@@ -138,17 +140,21 @@ class Accelerator(wiring.Component):
                     src.ready.eq(dst.ready),
                 ]
                 for j in range(stage.out_lanes):
-                    # Value-preserving: sign or zero extension by the source element's shape.
+                    # Sign or zero extension by the source element's shape.
                     m.d.comb += dst.payload[j].eq(src.payload[j])
-                src = dst
+                nets[stage.outputs[0]] = dst
                 continue
             m.submodules[stage.name] = core
-            wiring.connect(m, src, core.i_stream)
-            src = core.o_stream
+            ins, outs = _core_ports(core)
+            for net, port in zip(stage.inputs, ins, strict=True):
+                wiring.connect(m, nets.pop(net), port)
+            for net, port in zip(stage.outputs, outs, strict=True):
+                nets[net] = port
+        src = nets.pop(self._plan.output_net)
 
         # Stream -> output port, counting transfers for tlast.
-        # The chain ends in the output type (plan_chain adds a cast if needed), so the raw
-        # payload is already packed; assignment zero-extends it to the tdata width.
+        # The plan ends in the output type (it adds a cast if needed), so the raw payload is
+        # already packed; assignment zero-extends it to the tdata width.
         count = Signal(range(max(out.beats, 2)))
         last = count == out.beats - 1
         m.d.comb += [
@@ -162,3 +168,68 @@ class Accelerator(wiring.Component):
             with m.If(~last):
                 m.d.sync += count.eq(count + 1)
         return m
+
+
+def _core_ports(core) -> tuple[list, list]:
+    """The input and output stream ports of a core, in the order of its stage's nets."""
+    def many(prefix):
+        member = getattr(core, prefix, None)
+        if member is not None and not hasattr(member, "valid"):
+            return list(member)                   # a signature array member
+        if member is not None:
+            return [member]
+        ports, j = [], 0
+        while hasattr(core, f"{prefix}_{j}"):
+            ports.append(getattr(core, f"{prefix}_{j}"))
+            j += 1
+        return ports
+    if hasattr(core, "i_a"):
+        ins = [core.i_a, core.i_b]
+    else:
+        ins = many("i_stream")
+    return ins, many("o_stream")
+
+
+def _make_core(stage):
+    """The Amaranth core of one :class:`~onnx2fpga.hw.graph.Stage` (None for a cast)."""
+    p = stage.params
+    kind = stage.kind
+    if kind == "matvec":
+        return MatVecCore(p["layer"])
+    if kind == "requant":
+        return RequantCore(p["stages"], p["channels"], stage.in_lanes, stage.in_type)
+    if kind == "fifo":
+        return StreamFIFO(stage.out_type, stage.out_lanes, p["depth"])
+    if kind == "convert":
+        return WidthConverter(stage.out_type, stage.in_lanes, stage.out_lanes)
+    if kind == "cast":
+        return None
+    if kind == "window":
+        return SlidingWindowCore(stage.in_type, p["channels"], p["height"], p["width"],
+                                 p["kernel"], p["stride"], p["dilation"], p["pads"],
+                                 stage.in_lanes, p["pad_value"])
+    if kind == "reduce":
+        return WindowReduceCore(stage.in_type, p["channels"], p["window"], stage.in_lanes,
+                                p["op"])
+    if kind == "depthwise":
+        from .depthwise import DepthwiseCore
+        return DepthwiseCore(stage.in_type, p["channels"], p["window"], p["weight"],
+                             p["bias"], stage.in_lanes)
+    if kind == "add":
+        from .joins import AddCore
+        return AddCore(stage.in_type, stage.params["b_type"], stage.in_lanes,
+                       p["zero_points"], p["multipliers"])
+    if kind == "concat":
+        from .joins import ConcatCore
+        return ConcatCore(stage.out_type, stage.out_lanes, p["chunks"])
+    if kind == "broadcast":
+        from .joins import BroadcastCore
+        return BroadcastCore(stage.out_type, stage.out_lanes, p["outputs"])
+    if kind == "resize":
+        from .resize import ResizeCore
+        return ResizeCore(stage.in_type, p["channels"], p["height"], p["width"], p["rows"],
+                          p["cols"], stage.in_lanes)
+    if kind == "reorder":
+        from .resize import ReorderCore
+        return ReorderCore(stage.in_type, p["order"], stage.in_lanes)
+    raise ValueError(f"Unknown stage kind {kind!r}")  # pragma: no cover

@@ -6,7 +6,7 @@ from amaranth.sim import Simulator
 
 from onnx2fpga.dataflow import Dataflow, DenseLayer, IntType, Port, RequantLayer, RequantStage
 from onnx2fpga.hw import cost
-from onnx2fpga.hw.chain import plan_chain
+from onnx2fpga.hw.graph import plan_graph
 from onnx2fpga.hw.top import Accelerator
 from onnx2fpga.sim import golden
 
@@ -73,7 +73,15 @@ def dataflow_b():
                     Port("y", (3,), out_type, 1.0, 0, lanes=3), fifo_depths=[5, 1, 3])
 
 
-DATAFLOWS = {"a": dataflow_a, "b": dataflow_b}
+def dataflow_c():
+    """dataflow_b with the RequantLayer on 2 lanes between fc0's 3: lane counts that do not
+    divide one another meet through a converter to their common divisor (3 -> 1 -> 2)."""
+    df = dataflow_b()
+    df.layers[1].lanes = 2
+    return df
+
+
+DATAFLOWS = {"a": dataflow_a, "b": dataflow_b, "c": dataflow_c}
 
 
 def pack(values, t: IntType, lanes: int) -> list[int]:
@@ -157,6 +165,7 @@ def run_axi(dut, words, n_out, *, seed=None, idle=0.0, stall=0.0):
     ("a", 2, 0.0, 0.7),
     ("b", 3, 0.5, 0.2),
     ("b", 4, 0.1, 0.6),
+    ("c", 5, 0.3, 0.3),
 ])
 def test_accelerator_matches_golden(name, seed, idle, stall):
     df = DATAFLOWS[name]()
@@ -197,6 +206,11 @@ def test_accelerator_cycles(name):
     np.testing.assert_array_equal(np.diff(last_out[2:]), figures["cycles_per_inference"])
 
 
+def test_lanes_meet_through_common_divisor():
+    kinds = [(s.kind, s.in_lanes, s.out_lanes) for s in plan_graph(dataflow_c()).stages]
+    assert ("convert", 3, 1) in kinds and ("convert", 1, 2) in kinds
+
+
 def test_cycle_figures_by_hand():
     df = dataflow_a()
     fc0, fc1 = df.layers
@@ -212,7 +226,7 @@ def test_cycle_figures_by_hand():
     # requant +4 = 48.
     assert figures["latency_cycles"] == 48
     assert [entry["name"] for entry in figures["layers"]] == ["fc0", "fc1"]
-    kinds = [(s.kind, s.in_lanes, s.out_lanes) for s in plan_chain(df)]
+    kinds = [(s.kind, s.in_lanes, s.out_lanes) for s in plan_graph(df).stages]
     assert kinds == [("matvec", 3, 2), ("convert", 2, 1), ("requant", 1, 1), ("convert", 1, 2),
                      ("fifo", 2, 2), ("convert", 2, 4), ("matvec", 4, 1), ("requant", 1, 1)]
 
@@ -229,9 +243,9 @@ def test_accelerator_errors():
                                          r"layer 'fc1' \(1\), not 2$"):
         Accelerator(df)
     df = dataflow_b()
-    df.layers[1].lanes = 2
-    with pytest.raises(ValueError, match=r"^Lanes of layer 'fc0' \(3\) and layer 'act' \(2\) "
-                                         r"must divide one another$"):
+    df.layers[1].lanes = 4
+    with pytest.raises(ValueError, match=r"^Lanes of layer 'act' must divide channels=6, "
+                                         r"not 4$"):
         Accelerator(df)
     df = dataflow_a()
     df.layers[1].simd = 3

@@ -1,0 +1,157 @@
+"""Accelerators for layer graphs (convolutions, pools, views, joins) at the AXI4-Stream ports:
+simulated with amaranth.sim under random stalls and compared with the golden model."""
+
+import numpy as np
+import pytest
+from test_hw_top import pack, run_axi, unpack
+
+from onnx2fpga.dataflow import (
+    ConvLayer,
+    Dataflow,
+    DenseLayer,
+    IntType,
+    PadLayer,
+    PoolLayer,
+    Port,
+    RequantStage,
+    ViewLayer,
+)
+from onnx2fpga.hw import cost
+from onnx2fpga.hw.graph import hwc_order, plan_graph, stream_stages, tensor_orders
+from onnx2fpga.hw.top import Accelerator
+from onnx2fpga.sim import golden
+
+U4, I8 = IntType(4, False), IntType(8, True)
+
+
+def fit_stage(rng, values, out_type, *, shift=10, relu=False):
+    """A per-channel requant stage mapping observed ``values`` (batch, C, ...) onto
+    ``out_type`` (channel = axis 1)."""
+    v = np.moveaxis(np.asarray(values, np.float64), 1, -1).reshape(-1, values.shape[1])
+    zero_point = out_type.lo + (out_type.hi - out_type.lo) // 3
+    spread = np.maximum(v.std(axis=0), 1.0)
+    m = np.maximum(np.round((out_type.hi - out_type.lo) / (4 * spread) * 2 ** shift
+                            * rng.uniform(0.7, 1.3, v.shape[1])), 1).astype(np.int64)
+    off = np.round(-v.mean(axis=0) * m).astype(np.int64)
+    lo = zero_point if relu else out_type.lo
+    return RequantStage(m, off, shift, zero_point, lo, out_type.hi, out_type)
+
+
+def cnn_dataflow(*, conv_lanes=1, simd=2, pe=2, pool_lanes=2, fc_simd=4, seed=0):
+    """input (2, 6, 6) uint4 -> conv 3x3 pad 1 (4 ch) -> max pool 2x2 -> flatten -> dense 5."""
+    rng = np.random.default_rng(seed)
+    probe = rng.integers(0, 16, size=(32, 2, 6, 6))
+    w = rng.integers(-7, 8, size=(4, 2, 3, 3))
+    conv = ConvLayer("conv0", U4, 3, (2, 6, 6), w, IntType(4, True),
+                     rng.integers(-20, 20, 4), [], pads=(1, 1, 1, 1), lanes=conv_lanes,
+                     simd=simd, pe=pe, inputs=["x"], output="c0")
+    conv.requant.append(fit_stage(rng, golden.run_layer(conv, probe), U4, relu=True))
+    h = golden.run_layer(conv, probe)
+    pool = PoolLayer("pool0", "max", U4, (4, 6, 6), (2, 2), (2, 2), lanes=pool_lanes,
+                     inputs=["c0"], output="p0")
+    h = golden.run_layer(pool, h)
+    flat = ViewLayer("flat", U4, (4, 3, 3), (36,), inputs=["p0"], output="f0")
+    h = golden.run_layer(flat, h)
+    fc = DenseLayer("fc", U4, 2, rng.integers(-7, 8, size=(5, 36)), IntType(4, True),
+                    rng.integers(-30, 30, 5), [], simd=fc_simd, pe=1, inputs=["f0"], output="y")
+    fc.requant.append(fit_stage(rng, golden.run_layer(fc, h), I8))
+    df = Dataflow([conv, pool, flat, fc], Port("x", (1, 2, 6, 6), U4, 0.1, 3, lanes=conv_lanes),
+                  Port("y", (1, 5), I8, 0.1, 0, lanes=1), fifo_depths=[2, 2, 0, 2])
+    orders, _ = tensor_orders(df)
+    df.input.order = orders["x"]
+    return df
+
+
+def pad_pool_dataflow(seed=1):
+    """input (3, 5, 4) uint4 -> pad (1, 0, 2, 1) -> average pool 3x3 stride 2 with padding ->
+    conv 1x1 (depthwise-free) -> output image (channels-last on the port)."""
+    rng = np.random.default_rng(seed)
+    probe = rng.integers(0, 16, size=(16, 3, 5, 4))
+    pad = PadLayer("pad0", U4, (3, 5, 4), (1, 0, 2, 1), 5, lanes=3, inputs=["x"], output="a")
+    h = golden.run_layer(pad, probe)
+    counts = np.array([[4, 6, 4], [6, 9, 6], [6, 9, 6], [6, 9, 6]])     # valid positions, 4x3
+    m = np.round(2 ** 12 / counts).astype(np.int64).reshape(1, 4, 3)
+    avg = PoolLayer("avg0", "avg", U4, (3, 8, 5), (3, 3), (2, 2), pads=(1, 1, 1, 1),
+                    in_zero_point=5, lanes=1, inputs=["a"], output="b",
+                    requant=[RequantStage(m, [0], 12, 5, 0, 15, U4)])
+    h = golden.run_layer(avg, h)
+    conv = ConvLayer("conv1", U4, 5, (3, 4, 3), rng.integers(-7, 8, size=(6, 3, 1, 1)),
+                     IntType(4, True), rng.integers(-9, 9, 6), [], lanes=3, simd=3, pe=3,
+                     inputs=["b"], output="y")
+    conv.requant.append(fit_stage(rng, golden.run_layer(conv, h), I8))
+    df = Dataflow([pad, avg, conv], Port("x", (1, 3, 5, 4), U4, 0.1, 5, lanes=3),
+                  Port("y", (1, 6, 4, 3), I8, 0.1, 0, lanes=3), fifo_depths=[2, 2, 2])
+    orders, _ = tensor_orders(df)
+    df.input.order, df.output.order = orders["x"], orders["y"]
+    return df
+
+
+DATAFLOWS = {
+    "cnn": cnn_dataflow,
+    "cnn_wide": lambda: cnn_dataflow(conv_lanes=2, simd=6, pe=4, pool_lanes=4, fc_simd=9),
+    "pad_pool": pad_pool_dataflow,
+}
+
+
+def run(df, x, *, seed=0, idle=0.0, stall=0.0):
+    dut = Accelerator(df)
+    inp, out = df.input, df.output
+    words = pack(inp.to_stream(x), inp.type, inp.lanes)
+    res = run_axi(dut, words, len(x) * out.beats, seed=seed, idle=idle, stall=stall)
+    y = unpack([d for d, _, _ in res["out"]], out.type, out.lanes).reshape(len(x), -1)
+    return out.from_stream(y), res
+
+
+@pytest.mark.parametrize("name, seed, idle, stall", [
+    ("cnn", 1, 0.3, 0.3), ("cnn", 2, 0.0, 0.6), ("cnn_wide", 3, 0.2, 0.4),
+    ("pad_pool", 4, 0.3, 0.3), ("pad_pool", 5, 0.0, 0.0),
+])
+def test_graph_matches_golden(name, seed, idle, stall):
+    df = DATAFLOWS[name]()
+    x = np.random.default_rng(seed).integers(0, 16, size=(3, df.input.size))
+    y, _ = run(df, x, seed=seed, idle=idle, stall=stall)
+    np.testing.assert_array_equal(y, golden.run_dataflow(df, x))
+
+
+@pytest.mark.parametrize("name", ["cnn", "cnn_wide", "pad_pool"])
+def test_graph_cycles(name):
+    """Back-to-back inferences leave the accelerator ``cycles_per_inference`` apart (within
+    5 %), and the modelled latency is within 10 % of the simulated one."""
+    df = DATAFLOWS[name]()
+    x = np.random.default_rng(0).integers(0, 16, size=(5, df.input.size))
+    y, res = run(df, x)
+    np.testing.assert_array_equal(y, golden.run_dataflow(df, x))
+    last_out = [c for _, t, c in res["out"] if t]
+    figures = cost.dataflow_cycles(df)
+    steady = float(np.mean(np.diff(last_out[1:])))
+    assert abs(steady - figures["cycles_per_inference"]) <= 0.05 * figures["cycles_per_inference"]
+    latency = last_out[0] - res["in"][0]
+    assert abs(latency - figures["latency_cycles"]) <= 0.1 * latency
+
+
+def test_image_orders():
+    df = cnn_dataflow()
+    orders, wanted = tensor_orders(df)
+    np.testing.assert_array_equal(orders["x"], hwc_order((2, 6, 6)))
+    np.testing.assert_array_equal(orders["c0"], hwc_order((4, 6, 6)))
+    # The flatten keeps the pooled image's channels-last sequence: position p of the stream
+    # holds NCHW-flat element c*9 + h*3 + w of pixel p // 4, channel p % 4.
+    np.testing.assert_array_equal(orders["f0"], hwc_order((4, 3, 3)))
+    assert orders["y"] is None and wanted[("fc", 0)] is orders["f0"]
+    # The dense layer's weight columns are permuted to the stream, not the data.
+    matvec = [s for s in plan_graph(df).stages if s.kind == "matvec" and s.layer.name == "fc"]
+    np.testing.assert_array_equal(matvec[0].params["layer"].weight,
+                                  df.layers[3].weight[:, orders["f0"]])
+
+
+def test_stream_stages_period():
+    st = RequantStage(np.arange(1, 5), [7], 3, 0, -8, 7, IntType(4, True))
+    out, period = stream_stages([st], (4, 3, 2), hwc_order((4, 3, 2)))
+    assert period == 4
+    np.testing.assert_array_equal(out[0].multiplier, [1, 2, 3, 4])
+    np.testing.assert_array_equal(out[0].offset, [7])
+    out, period = stream_stages([st], (4, 3, 2), None)
+    assert period == 24 and out[0].multiplier.tolist() == [1] * 6 + [2] * 6 + [3] * 6 + [4] * 6
+    per_pixel = RequantStage(np.arange(6).reshape(1, 3, 2), [0], 3, 0, -8, 7, IntType(4, True))
+    out, period = stream_stages([per_pixel], (4, 3, 2), hwc_order((4, 3, 2)))
+    assert period == 24 and out[0].multiplier.tolist() == np.repeat(np.arange(6), 4).tolist()
