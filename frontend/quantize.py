@@ -1,12 +1,17 @@
 """Our own post-training quantization of float models, from calibration data.
 
-The float graph is run on the calibration batch by the numpy host interpreter; the ranges
-seen at every activation boundary (the input of each MatMul/Gemm chain and the output of each
-layer, after its bias and activation) set asymmetric activation quantizers of
-``activation_bits`` bits (min-max, zero included); weights are quantized symmetrically per
-output channel (or per tensor) to ``weight_bits`` bits in the narrow range ``[-(2^(b-1)-1),
-2^(b-1)-1]``; biases to int32 on the accumulator's scale. The result is a QDQ graph in our IR,
-lowered by :mod:`onnx2fpga.frontend.lower` exactly like a model quantized by onnxruntime.
+The float graph is split into the same *groups* the lowering maps onto hardware layers
+(:mod:`onnx2fpga.frontend.lower`): a core (MatMul / Gemm / Conv with a constant weight, a
+pool, a resize, a pad, an add of two activations, a concatenation), or nothing, followed by
+its epilogue (constant bias / scale / BatchNormalization, then Relu / Clip / LeakyRelu); a
+constant-zero Pad in front of a convolution joins the convolution's group; views pass
+through. The float graph is run on the calibration batch by the numpy host interpreter; the
+ranges seen at every group's input and output set asymmetric activation quantizers of
+``activation_bits`` bits (min-max, zero included). Max pools, resizes and pads keep their
+input's quantizer (their outputs lie in their input's range), so they never requantize.
+Weights are quantized symmetrically per output channel (or per tensor) to ``weight_bits`` bits
+in the narrow range ``[-(2^(b-1)-1), 2^(b-1)-1]``; biases to int32 on the accumulator's scale.
+The result is a QDQ graph in our IR, lowered exactly like a model quantized by onnxruntime.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ import numpy as np
 from ..dataflow import IntType
 from ..errors import CalibrationError, UnsupportedError
 from ..sim import host
-from .ir import Graph, Node
+from .ir import Graph, Node, TensorInfo
+from .lower import EPILOGUE_OPS, VIEW_OPS
 
-__all__ = ["quantize_graph", "is_quantized", "calibrate"]
+__all__ = ["quantize_graph", "is_quantized", "calibrate", "float_groups", "fold_constants"]
 
-_PASS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity")
+_SAME_RANGE = ("MaxPool", "GlobalMaxPool", "Resize", "Upsample", "Pad")
 
 
 def is_quantized(graph: Graph) -> bool:
@@ -28,60 +34,123 @@ def is_quantized(graph: Graph) -> bool:
                for n in graph.nodes)
 
 
-def _sole_consumer(graph: Graph, cons, t):
-    c = cons.get(t, [])
-    return c[0] if len(c) == 1 and t not in graph.outputs else None
-
-
-def _is_dense_core(graph: Graph, n: Node) -> bool:
-    """MatMul or Gemm (without transA) with a constant 2-D weight as second input."""
-    return n.op in ("MatMul", "Gemm") and len(n.inputs) > 1 and \
-        n.inputs[1] in graph.constants and graph.constants[n.inputs[1]].ndim == 2 and \
-        not (n.op == "Gemm" and n.attrs.get("transA", 0))
-
-
-def _find_chain(graph: Graph):
-    """Boundary tensors and the layer groups between them: [(core, bias_node, nodes)]."""
-    cons = graph.consumers()
-    start = None
+def fold_constants(graph: Graph) -> Graph:
+    """Evaluate every node whose inputs are all constants (a reshaped weight, a computed
+    shape) on the host and keep its result as a constant (in place; also returned)."""
+    keep = []
     for n in graph.nodes:
-        if _is_dense_core(graph, n):
-            start = n
-            break
-    if start is None:
-        raise UnsupportedError([f"Graph {graph.name!r}: no MatMul or Gemm with a constant "
-                                f"weight; nothing to quantize for hardware"])
-    t = start.inputs[0]
-    boundaries, groups = [t], []
-    while True:
-        n = _sole_consumer(graph, cons, t)
-        if n is None:
-            break
-        if n.op in _PASS:
-            t = n.outputs[0]
+        ins = [i for i in n.inputs if i]
+        if ins and all(i in graph.constants for i in ins) and n.domain in ("", "ai.onnx") \
+                and host.supported(n.op, n.domain) and len(n.outputs) == 1 and \
+                n.op not in ("QuantizeLinear", "DequantizeLinear") and \
+                n.outputs[0] not in graph.outputs:
+            try:
+                env = host.run_nodes([n], {}, graph.constants)
+            except host.HostOpError:
+                keep.append(n)
+                continue
+            value = np.asarray(env[n.outputs[0]])
+            graph.constants[n.outputs[0]] = value
+            graph.tensors[n.outputs[0]] = TensorInfo(value.dtype.name, tuple(value.shape))
             continue
-        if _is_dense_core(graph, n) and n.inputs[0] == t:
-            core, bias, t = n, None, n.outputs[0]
-            stage = "bias"
-            while True:
-                m = _sole_consumer(graph, cons, t)
-                if m is None:
-                    break
-                if m.op in _PASS:
-                    t = m.outputs[0]
-                elif stage == "bias" and m.op == "Add" and core.op == "MatMul" and \
-                        any(i in graph.constants for i in m.inputs):
-                    bias, t, stage = m, m.outputs[0], "act"
-                elif m.op in ("Relu", "Clip") and all(
-                        (not i) or i in graph.constants for i in m.inputs[1:]):
-                    t, stage = m.outputs[0], "act"
-                else:
-                    break
-            boundaries.append(t)
-            groups.append((core, bias))
+        keep.append(n)
+    graph.nodes = keep
+    return graph
+
+
+class _Group:
+    def __init__(self, core: Node | None, first: Node):
+        self.core = core
+        self.nodes = [first]
+        self.pad = None              # a Pad merged in front of a Conv
+
+    @property
+    def output(self) -> str:
+        return self.nodes[-1].outputs[0]
+
+    def inputs(self, graph: Graph) -> list[str]:
+        """The activation tensors the group reads."""
+        first = self.pad or self.nodes[0]
+        if self.core is not None and self.core.op in ("Add", "Concat"):
+            return [i for i in self.core.inputs if i and i not in graph.constants]
+        return [first.inputs[0]]
+
+
+def _is_const(graph: Graph, t: str) -> bool:
+    return not t or t in graph.constants
+
+
+def _is_core(graph: Graph, n: Node) -> bool:
+    if n.domain not in ("", "ai.onnx"):
+        return False
+    if n.op in ("MatMul", "Gemm", "Conv"):
+        return len(n.inputs) > 1 and n.inputs[1] in graph.constants and \
+            not (n.op == "Gemm" and n.attrs.get("transA", 0)) and \
+            not (n.op != "Conv" and graph.constants[n.inputs[1]].ndim != 2) and \
+            all(_is_const(graph, i) for i in n.inputs[2:])
+    if n.op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
+                "Upsample", "Pad"):
+        return all(_is_const(graph, i) for i in n.inputs[1:]) and \
+            len([o for o in n.outputs if o]) == 1
+    if n.op == "Add":
+        return not any(_is_const(graph, i) for i in n.inputs)
+    if n.op == "Concat":
+        return not any(_is_const(graph, i) for i in n.inputs)
+    return False
+
+
+def _is_epilogue(graph: Graph, n: Node) -> bool:
+    if n.domain not in ("", "ai.onnx") or n.op not in EPILOGUE_OPS:
+        return False
+    acts = [i for i in n.inputs if i and not _is_const(graph, i)]
+    return len(acts) == 1 and (n.op not in ("Div",) or n.inputs[0] == acts[0])
+
+
+def float_groups(graph: Graph) -> list[_Group]:
+    """The groups of a float graph, in topological order (see the module docstring)."""
+    cons = graph.consumers()
+
+    def sole(t):
+        c = cons.get(t, [])
+        return c[0] if len(c) == 1 and t not in graph.outputs else None
+
+    prod = graph.producers()
+    groups, taken = [], set()
+    for n in graph.nodes:
+        if id(n) in taken:
             continue
-        break
-    return boundaries, groups
+        if _is_core(graph, n):
+            if n.op == "Pad":
+                nxt = sole(n.outputs[0])
+                if nxt is not None and nxt.op == "Conv" and _is_core(graph, nxt) and \
+                        nxt.inputs[0] == n.outputs[0]:
+                    continue          # merged into the convolution's group
+            grp = _Group(n, n)
+            prev = prod.get(n.inputs[0]) if n.op == "Conv" else None
+            if prev is not None and prev.op == "Pad" and sole(prev.outputs[0]) is n and \
+                    _is_core(graph, prev):
+                grp.pad = prev
+                taken.add(id(prev))
+        elif _is_epilogue(graph, n):
+            grp = _Group(None, n)
+        else:
+            continue
+        taken.add(id(n))
+        activated = n.op in ("Relu", "Clip", "LeakyRelu")
+        t = n.outputs[0]
+        while True:
+            m = sole(t)
+            if m is None or not _is_epilogue(graph, m):
+                break
+            is_act = m.op in ("Relu", "Clip", "LeakyRelu")
+            if activated and not is_act:
+                break
+            activated = activated or is_act
+            grp.nodes.append(m)
+            taken.add(id(m))
+            t = m.outputs[0]
+        groups.append(grp)
+    return groups
 
 
 def calibrate(graph: Graph, samples: np.ndarray, tensors) -> dict[str, tuple[float, float]]:
@@ -124,11 +193,20 @@ def _store_dtype(qt: IntType):
     raise ValueError(qt)
 
 
+def _through_views(graph: Graph, t: str) -> str:
+    """The tensor ``t`` is a view of (back through view operators)."""
+    prod = graph.producers()
+    while t in prod and prod[t].op in VIEW_OPS and prod[t].domain in ("", "ai.onnx"):
+        t = prod[t].inputs[0]
+    return t
+
+
 def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bits: int = 8,
                    per_channel: bool = True) -> Graph:
     """Insert quantize/dequantize nodes into a float ``graph`` (in place; also returned).
 
-    ``samples`` is a batch of model inputs, ``(batch, *input_shape)``.
+    ``samples`` is a batch of model inputs, ``(batch, *input_shape)``. Windowed nodes must
+    carry ``_geometry`` (:func:`onnx2fpga.frontend.resolve.resolve_geometry`).
     """
     for what, bits in (("weight_bits", weight_bits), ("activation_bits", activation_bits)):
         if not isinstance(bits, int) or not 2 <= bits <= 16:
@@ -136,15 +214,40 @@ def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bi
     if len(graph.inputs) != 1:
         raise UnsupportedError([f"Graph {graph.name!r}: {len(graph.inputs)} inputs; "
                                 f"calibration supports one"])
-    boundaries, groups = _find_chain(graph)
+    fold_constants(graph)
+    groups = float_groups(graph)
+    if not any(g.core is not None and g.core.op in ("MatMul", "Gemm", "Conv")
+               for g in groups):
+        raise UnsupportedError([f"Graph {graph.name!r}: no MatMul, Gemm or Conv with a "
+                                f"constant weight; nothing to quantize for hardware"])
+    # The hardware part: groups whose inputs are quantized (the first group's input is).
+    first = next(g for g in groups)
+    entry = first.inputs(graph)[0]
+    quantized = {entry}
+    hw, source = [], {}
+    for grp in groups:
+        srcs = [t if t in quantized else _through_views(graph, t) for t in grp.inputs(graph)]
+        if all(t in quantized for t in srcs):
+            hw.append(grp)
+            source[id(grp)] = srcs[0]          # the boundary its (first) input comes from
+            quantized.add(grp.output)
+    boundaries = [entry] + [g.output for g in hw]
     ranges = calibrate(graph, samples, boundaries)
-    prod = graph.producers()
-    new_nodes: dict[int, list[Node]] = {}   # insert after node index (-1: at the start)
-    index = {id(n): k for k, n in enumerate(graph.nodes)}
-    act = {}
+    # Max pools, resizes and pads keep their input's quantizer.
+    share = {}
+    for grp in hw:
+        if grp.core is not None and grp.core.op in _SAME_RANGE and len(grp.nodes) == 1:
+            src = source[id(grp)]
+            share[grp.output] = share.get(src, src)
+    params = {}
     for t in boundaries:
-        scale, zp, qt = _act_params(*ranges[t], activation_bits)
-        act[t] = scale
+        params[t] = params[share[t]] if t in share else _act_params(*ranges[t],
+                                                                     activation_bits)
+    prod = graph.producers()
+    index = {id(n): k for k, n in enumerate(graph.nodes)}
+    new_nodes: dict[int, list[Node]] = {}   # insert after node index (-1: at the start)
+    for t in boundaries:
+        scale, zp, qt = params[t]
         attrs = {"scale": np.asarray(scale, np.float32), "zero_point": np.asarray(zp, np.int64),
                  "qtype": qt, "axis": 1}
         q = Node("QuantizeLinear", [t], [f"{t}__q"], dict(attrs), f"{t}__quant", "", 13, 13)
@@ -157,41 +260,16 @@ def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bi
             graph.tensors[f"{t}__dq"] = graph.tensors[t]
         at = index[id(prod[t])] if t in prod else -1
         new_nodes.setdefault(at, []).extend([q, dq])
-        shape = graph.tensors[t].shape
-        graph.tensors[f"{t}__q"] = _info(qt, shape)
+        graph.tensors[f"{t}__q"] = _info(qt, graph.tensors[t].shape)
+        graph.tensors[f"{t}__dq"] = graph.tensors[t]
     wq = IntType(weight_bits, True)
-    qmax = wq.hi
-    for k, (core, bias) in enumerate(groups):
-        w = np.asarray(graph.constants[core.inputs[1]], dtype=np.float64)
-        trans = core.op == "Gemm" and bool(core.attrs.get("transB", 0))
-        axis = 0 if trans else 1
-        absmax = np.abs(w).max(axis=1 - axis) if per_channel else np.abs(w).max(keepdims=True)
-        ws = np.where(absmax > 0, absmax / qmax, 1.0).astype(np.float32)
-        shape = [1, 1]
-        shape[axis] = -1
-        wint = np.clip(np.rint(w / ws.astype(np.float64).reshape(shape) if ws.size > 1
-                               else w / float(ws[0])), -qmax, qmax)
-        wname = f"{core.inputs[1]}__wq{k}"
-        graph.constants[wname] = wint.astype(_store_dtype(wq))
-        graph.tensors[wname] = _info(wq, wint.shape)
-        wattrs = {"scale": ws if per_channel else np.asarray(ws[0], np.float32),
-                  "zero_point": np.zeros(ws.shape if per_channel else (), np.int64),
-                  "qtype": wq, "axis": axis}
-        wdq = Node("DequantizeLinear", [wname], [f"{wname}__dq"], wattrs, f"{wname}__dequant",
-                   "", 13, 13)
-        in_t = _boundary_before(core, graph)
-        s_in = float(act[in_t])
-        alpha = float(core.attrs.get("alpha", 1.0)) if core.op == "Gemm" else 1.0
-        acc_scale = alpha * s_in * ws.astype(np.float64)
-        new = [wdq]
-        core.inputs = [core.inputs[0], f"{wname}__dq"] + core.inputs[2:]
-        if core.op == "Gemm" and len(core.inputs) > 2 and core.inputs[2]:
-            beta = float(core.attrs.get("beta", 1.0))
-            new += _quantize_bias(graph, core, 2, acc_scale / beta, k)
-        if bias is not None:
-            pos = 1 if bias.inputs[1] in graph.constants else 0
-            new += _quantize_bias(graph, bias, pos, acc_scale, k)
-        new_nodes.setdefault(index[id(core)] - 1, []).extend(new)
+    for k, grp in enumerate(hw):
+        core = grp.core
+        if core is None or core.op not in ("MatMul", "Gemm", "Conv"):
+            continue
+        s_in = float(params[source[id(grp)]][0])
+        new = _quantize_weights(graph, grp, k, wq, s_in, per_channel)
+        new_nodes.setdefault(index[id(grp.pad or core)] - 1, []).extend(new)
     out = list(new_nodes.get(-1, []))
     for k, n in enumerate(graph.nodes):
         out.extend(new_nodes.get(k - 1, []) if k > 0 else [])
@@ -205,12 +283,48 @@ def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bi
     return graph
 
 
-def _boundary_before(core: Node, graph: Graph) -> str:
-    name = core.inputs[0]
-    prod = graph.producers()
-    while name.endswith("__dq") is False and name in prod:
-        name = prod[name].inputs[0]
-    return name[:-len("__dq")]
+def _quantize_weights(graph: Graph, grp: _Group, k: int, wq: IntType, s_in: float,
+                      per_channel: bool) -> list[Node]:
+    """DequantizeLinear of the quantized weight (and bias) of a MatMul / Gemm / Conv."""
+    core = grp.core
+    qmax = wq.hi
+    w = np.asarray(graph.constants[core.inputs[1]], dtype=np.float64)
+    if core.op == "Conv":
+        axis = 0
+    else:
+        trans = core.op == "Gemm" and bool(core.attrs.get("transB", 0))
+        axis = 0 if trans else 1
+    other = tuple(a for a in range(w.ndim) if a != axis)
+    absmax = np.abs(w).max(axis=other) if per_channel else np.abs(w).max(keepdims=True)
+    absmax = absmax.reshape(-1)
+    ws = np.where(absmax > 0, absmax / qmax, 1.0).astype(np.float32)
+    shape = [1] * w.ndim
+    shape[axis] = -1
+    wint = np.clip(np.rint(w / ws.astype(np.float64).reshape(shape) if ws.size > 1
+                           else w / float(ws[0])), -qmax, qmax)
+    wname = f"{core.inputs[1]}__wq{k}"
+    graph.constants[wname] = wint.astype(_store_dtype(wq))
+    graph.tensors[wname] = _info(wq, wint.shape)
+    wattrs = {"scale": ws if per_channel else np.asarray(ws[0], np.float32),
+              "zero_point": np.zeros(ws.shape if per_channel else (), np.int64),
+              "qtype": wq, "axis": axis}
+    wdq = Node("DequantizeLinear", [wname], [f"{wname}__dq"], wattrs, f"{wname}__dequant",
+               "", 13, 13)
+    graph.tensors[f"{wname}__dq"] = TensorInfo("float32", tuple(wint.shape))
+    alpha = float(core.attrs.get("alpha", 1.0)) if core.op == "Gemm" else 1.0
+    acc_scale = alpha * s_in * ws.astype(np.float64)
+    new = [wdq]
+    core.inputs = [core.inputs[0], f"{wname}__dq"] + core.inputs[2:]
+    if core.op in ("Gemm", "Conv") and len(core.inputs) > 2 and core.inputs[2]:
+        beta = float(core.attrs.get("beta", 1.0)) if core.op == "Gemm" else 1.0
+        new += _quantize_bias(graph, core, 2, acc_scale / beta, k)
+    elif core.op == "MatMul" and len(grp.nodes) > 1 and grp.nodes[1].op == "Add":
+        bias = grp.nodes[1]
+        pos = 1 if bias.inputs[1] in graph.constants else 0
+        val = np.asarray(graph.constants[bias.inputs[pos]])
+        if val.size in (1, acc_scale.size) or val.ndim <= 1:
+            new += _quantize_bias(graph, bias, pos, acc_scale, k)
+    return new
 
 
 def _quantize_bias(graph: Graph, node: Node, pos: int, scale: np.ndarray, k: int):
@@ -225,13 +339,13 @@ def _quantize_bias(graph: Graph, node: Node, pos: int, scale: np.ndarray, k: int
              "qtype": IntType(32, True), "axis": 0}
     dq = Node("DequantizeLinear", [name], [f"{name}__dq"], attrs, f"{name}__dequant", "",
               13, 13)
+    graph.tensors[f"{name}__dq"] = TensorInfo("float32", tuple(q.shape))
     node.inputs = list(node.inputs)
     node.inputs[pos] = f"{name}__dq"
     return [dq]
 
 
 def _info(qt: IntType, shape):
-    from .ir import TensorInfo
     return TensorInfo(qt.name, tuple(shape) if shape is not None else None)
 
 

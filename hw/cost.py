@@ -35,12 +35,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dataflow import Dataflow
+from ..dataflow import (
+    AddLayer,
+    ConcatLayer,
+    ConvLayer,
+    Dataflow,
+    DenseLayer,
+    PadLayer,
+    PoolLayer,
+    RequantLayer,
+    ResizeLayer,
+    ViewLayer,
+    image_shape,
+)
 from .graph import Plan, Stage, layer_stages, plan_graph
 
 __all__ = [
     "matvec_latency", "requant_latency", "fifo_latency", "stage_cycles", "layer_cycles",
-    "layer_latency", "dataflow_cycles", "plan_timing",
+    "layer_latency", "dataflow_cycles", "plan_timing", "layer_need", "edge_fifo_depths",
 ]
 
 
@@ -234,3 +246,128 @@ def dataflow_cycles(dataflow: Dataflow, plan: Plan | None = None) -> dict:
         "latency_cycles": int(timing[plan.output_net][1]),
         "layers": layers,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Skip-branch FIFOs: how far one branch of a fork can run ahead of the other
+
+
+def _window_need(layer, out_channels: int, kernel, stride, dilation, pads) -> np.ndarray:
+    """Input elements a windowed layer has taken (whole rows: the window core releases an
+    output row once the last input row it reads is complete) before output element ``k``
+    can leave, for every ``k`` of one inference in channels-last order."""
+    from .window import WindowGeometry
+    c, h, w = image_shape(layer.in_shape)
+    g = WindowGeometry.make(c, h, w, kernel, stride, dilation, pads, 1)
+    rows = np.array([max(g.row_span(oh)[1], 1) for oh in range(g.out_height)], np.int64)
+    per_row = g.out_width * out_channels
+    return np.repeat(rows * w * c, per_row)
+
+
+def layer_need(layer) -> list[np.ndarray]:
+    """For each input of ``layer``: ``need[k]``, the input elements (in stream order) the
+    layer must have taken before its output element ``k`` (stream order) can leave."""
+    n_out = layer.out_size
+    k = np.arange(n_out, dtype=np.int64)
+    if isinstance(layer, (RequantLayer, ViewLayer)):
+        return [k + 1]
+    if isinstance(layer, AddLayer):
+        return [k + 1, k + 1]
+    if isinstance(layer, DenseLayer):
+        return [np.full(n_out, layer.in_size, np.int64)]
+    if isinstance(layer, ConvLayer):
+        return [_window_need(layer, layer.out_channels, layer.kernel, layer.stride,
+                             layer.dilation, layer.pads)]
+    if isinstance(layer, PoolLayer):
+        if layer.is_global:
+            return [np.full(n_out, layer.in_size, np.int64)]
+        return [_window_need(layer, layer.image[0], layer.kernel, layer.stride,
+                             layer.dilation, layer.pads)]
+    if isinstance(layer, PadLayer):
+        return [_window_need(layer, layer.image[0], (1, 1), (1, 1), (1, 1), layer.pads)]
+    if isinstance(layer, ResizeLayer):
+        c, _, w = image_shape(layer.in_shape)
+        per_row = len(layer.cols) * c
+        return [np.repeat((layer.rows + 1) * w * c, per_row)]
+    if isinstance(layer, ConcatLayer):
+        from .graph import _concat_chunks
+        sizes = [ch * layer.lanes for ch in _concat_chunks(layer)]
+        total = sum(sizes)
+        r, off = np.divmod(k, total)
+        needs, start = [], 0
+        for size in sizes:
+            needs.append(r * size + np.clip(off - start + 1, 0, size))
+            start += size
+        return needs
+    raise TypeError(f"Unknown layer type {type(layer).__name__}")  # pragma: no cover
+
+
+def edge_fifo_depths(dataflow: Dataflow, plan: Plan | None = None, *,
+                     margin: float = 0.1, extra: int = 8) -> dict:
+    """FIFO depths for the branches of every fork that meet again in a join, computed from
+    the layers' need functions (:func:`layer_need`), not by simulation.
+
+    A fork hands every element to all its branches at once. When branch ``a`` is short (a
+    skip connection) and branch ``b`` must take ``need_b(k)`` elements before the join's
+    ``k``-th output can form, ``a`` must hold ``need_b(k) - need_a(k)`` elements meanwhile,
+    or the fork stops and nothing moves again: the edge FIFO of ``a`` gets the largest such
+    difference, in transfers of the fork's stream, plus ``margin`` and ``extra`` transfers
+    so that the branches' own pipeline delays do not throttle the fork.
+
+    Returns
+    -------
+    dict
+        ``"tensor->layer"`` -> depth, for the edges that need a FIFO.
+    """
+    plan = plan or plan_graph(dataflow)
+    consumers: dict[str, list] = {}
+    for layer in dataflow.layers:
+        for t in layer.inputs:
+            consumers.setdefault(t, []).append(layer)
+    depths: dict[str, int] = {}
+    sizes = {dataflow.input.name: dataflow.input.size}
+    sizes.update({layer.output: layer.out_size for layer in dataflow.layers})
+    for fork, readers in consumers.items():
+        if len(readers) < 2:
+            continue
+        # need[e][tensor]: elements of `fork` taken through edge e before each element of
+        # `tensor` can leave (tensors reachable from the fork only through edge e).
+        reach = []
+        for first in readers:
+            table = {fork: np.arange(1, sizes[fork] + 1, dtype=np.int64)}
+            order = [ly for ly in dataflow.layers]
+            start = order.index(first)
+            for layer in order[start:]:
+                known = [t for t in layer.inputs if t in table]
+                if not known or (layer is not first and fork in layer.inputs):
+                    continue
+                needs = layer_need(layer)
+                parts = [table[t][np.maximum(needs[j], 1) - 1]
+                         for j, t in enumerate(layer.inputs) if t in table]
+                table[layer.output] = np.maximum.reduce(parts)
+            table.pop(fork)
+            reach.append(table)
+        # A join: a layer reading tensors reached through two different edges.
+        for join in dataflow.layers:
+            needs = layer_need(join)
+            via = {}
+            for j, t in enumerate(join.inputs):
+                for e, table in enumerate(reach):
+                    src = table.get(t)
+                    if t == fork and join is readers[e]:
+                        src = np.arange(1, sizes[fork] + 1, dtype=np.int64)
+                    if src is not None:
+                        f = src[np.maximum(needs[j], 1) - 1]
+                        via[e] = f if e not in via else np.maximum(via[e], f)
+            if len(via) < 2:
+                continue
+            for e, f in via.items():
+                ahead = max(int((g - f).max()) for o, g in via.items() if o != e)
+                if ahead <= 0:
+                    continue
+                lanes = plan.nets[plan.tensor_nets[fork]][1]
+                depth = -(-ahead // lanes)
+                depth += int(depth * margin) + extra
+                key = f"{fork}->{readers[e].name}"
+                depths[key] = max(depths.get(key, 0), depth)
+    return depths

@@ -129,6 +129,8 @@ class Plan:
     input_net: str
     output_net: str
     layer_stages: dict            # layer name -> names of its stages
+    nets: dict = field(default_factory=dict)         # net -> (IntType, lanes, size)
+    tensor_nets: dict = field(default_factory=dict)  # tensor -> net its producer writes
 
 
 # ---------------------------------------------------------------------------------------------
@@ -654,9 +656,10 @@ def layer_stages(layer, index: int = 0) -> list[Stage]:
 # The whole graph
 
 
-def plan_graph(dataflow: Dataflow) -> Plan:
+def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
     """Check ``dataflow`` and lower it into the cores of the accelerator (see the module
-    docstring).
+    docstring). With ``check_ports=False`` the ports' lane counts are not checked (folding
+    plans once to learn them).
 
     Raises
     ------
@@ -734,17 +737,15 @@ def plan_graph(dataflow: Dataflow) -> Plan:
     net = b.cast(net, out.type, "cast_out",
                  f"Last layer {last.name!r} feeding output port {out.name!r}")
     t, lanes, size = b.nets[net]
-    if lanes != out.lanes:
-        if lanes % out.lanes and out.lanes % lanes:
-            raise ValueError(f"Output port {out.name!r} must have the lanes of the last layer "
-                             f"{last.name!r} ({lanes}), not {out.lanes}")
+    if check_ports and lanes != out.lanes:
         raise ValueError(f"Output port {out.name!r} must have the lanes of the last layer "
                          f"{last.name!r} ({lanes}), not {out.lanes}")
     first = dataflow.consumers(inp.name)
-    if first and not isinstance(first[0], ViewLayer) and inp.lanes != first[0].in_lanes:
+    if check_ports and first and not isinstance(first[0], ViewLayer) and \
+            inp.lanes != first[0].in_lanes:
         raise ValueError(f"Input port {inp.name!r} must have the lanes of the first layer "
                          f"{first[0].name!r} ({first[0].in_lanes}), not {inp.lanes}")
-    return Plan(b.stages, orders, "in", net, layer_names)
+    return Plan(b.stages, orders, "in", net, layer_names, dict(b.nets), dict(tensor_net))
 
 
 def _reorder(b: _Builder, net: str, have, need, name: str, layer: str) -> str:

