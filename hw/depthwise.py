@@ -1,0 +1,343 @@
+"""Streaming depthwise convolution: the computing half of a depthwise ONNX Conv.
+
+A depthwise convolution (``group == C == OC``) is a :class:`~onnx2fpga.hw.window.SlidingWindowCore`
+followed by a :class:`DepthwiseCore`: per output pixel, the window core emits ``kh * kw`` window
+positions of ``channels // lanes`` transfers each, and the depthwise core multiplies every
+element by its channel's weight for that window position and sums per channel, ``lanes``
+multiply-accumulates per cycle. The input zero point is folded into the bias by the caller
+(padding carries the zero point, so ``sum_k (x - zp) * w = sum_k x * w - zp * sum_k w``); the
+core sees raw values. Requantization follows in a :class:`~onnx2fpga.hw.cores.RequantCore`.
+
+The cycle figures here follow the conventions of :mod:`onnx2fpga.hw.cost`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from amaranth import Array, C, Module, Mux, Shape, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .cores import _counter, _quiet_if_invalid, _range_shape, _shape_range, _wrap_incr, int_shape
+from .reduce import REGISTER_FOLDS_MAX, _check_geometry
+
+__all__ = ["DepthwiseCore", "depthwise_cycles", "depthwise_latency"]
+
+
+def depthwise_cycles(channels: int, window: int, lanes: int = 1) -> int:
+    """Steady-state cycles per output pixel of a :class:`DepthwiseCore`.
+
+    ``window * (channels // lanes)``: one input transfer per cycle, and the outputs of a pixel
+    never hold up the next one (when the output is not stalled). An inference of ``P`` output
+    pixels takes ``P`` times as many.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If a count is not a positive integer or ``lanes`` does not divide ``channels``.
+    """
+    channels, window, lanes = _check_geometry(channels, window, lanes)
+    return window * (channels // lanes)
+
+
+def depthwise_latency(channels: int, window: int, lanes: int = 1) -> int:
+    """Cycles from the first input transfer of an output pixel to its last output transfer.
+
+    ``window * (channels // lanes) + 2`` with the input at one transfer per cycle, the output
+    never stalled and the core idle before: the last input transfer comes
+    ``window * folds - 1`` cycles after the first, then the input register (with the weight
+    ROM read), the product register and the output register take one cycle each.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If a count is not a positive integer or ``lanes`` does not divide ``channels``.
+    """
+    return depthwise_cycles(channels, window, lanes) + 2
+
+
+def _int_array(name: str, value, shape: tuple) -> np.ndarray:
+    """``value`` as an int64 array of ``shape``."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an array of integers, not of dtype {arr.dtype}")
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}, not {arr.shape}")
+    if arr.dtype == np.uint64 and arr.size and arr.max() >= 1 << 63:
+        raise ValueError(f"{name} must fit 64-bit signed integers, not {arr.max()}")
+    return arr.astype(np.int64)
+
+
+class DepthwiseCore(wiring.Component):
+    """Per-channel weighted sum over a window, plus a bias: a depthwise convolution's
+    accumulators.
+
+    The input is a sequence of groups (output pixels) following each other without a gap or a
+    ``last`` flag; the core counts. A group is ``window`` window positions ``k``, each of
+    ``folds = channels // lanes`` transfers: lane ``j`` of transfer ``(k, cf)`` is element
+    ``x[k, c]`` of the window of channel ``c = cf*lanes + j`` (the output order of
+    :class:`~onnx2fpga.hw.window.SlidingWindowCore`). The group's output is ``folds``
+    transfers, lane ``j`` of transfer ``cf`` being::
+
+        y[c] = bias[c] + sum_k x[k, c] * weight[c, k]
+
+    With ``weight = w.reshape(C, kh * kw)`` of an ONNX depthwise weight ``w`` of shape
+    ``(C, 1, kh, kw)`` and ``bias = b - zp * weight.sum(1)``, that is
+    :func:`onnx2fpga.sim.golden.conv` with ``group=C`` and input zero point ``zp``.
+
+    Parameters
+    ----------
+    in_shape : IntType or Amaranth integer shape
+        Element shape of the input.
+    channels : int
+        Channels per window position; a multiple of ``lanes``.
+    window : int
+        Window positions per group, at least 1 (``kh * kw``).
+    weight : array of int, shape ``(channels, window)``
+    bias : array of int, shape ``(channels,)``
+    lanes : int
+        Elements per transfer: multiply-accumulates per cycle.
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(in_shape, lanes)))``
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(out_shape, lanes)))``
+        ``out_shape`` is the narrowest signed shape holding every ``y[c]`` over the input
+        range (exact, never wraps; the shape ``dataflow.acc_type_for(weight, bias, in_type)``
+        gives).
+
+    Structure: three registers deep. Stage 1 is the input register, next to the weights of its
+    window position and fold read from a ROM (:class:`~amaranth.lib.memory.Memory`,
+    ``window * folds`` words of ``lanes`` weights in the narrowest shape holding them,
+    addressed by the transfer's position within its group). Stage 2 holds the ``lanes``
+    products. Then one read-modify-write of the partial sums of the product's fold per cycle,
+    the first window position adding the bias (constants for one fold, else a ROM of one word
+    per fold read one stage ahead); the partial sums of the ``folds`` folds are registers up to
+    :data:`~onnx2fpga.hw.reduce.REGISTER_FOLDS_MAX` folds and a memory (block RAM, read one
+    stage ahead) beyond, none for ``window == 1``. The sum of the last window position of a
+    fold goes to the output register. :attr:`memory_bits` counts the weight and bias ROMs and
+    the partial-sum memory.
+
+    Timing: one input transfer per cycle; :attr:`cycles` (:func:`depthwise_cycles`)
+    ``= window * folds`` cycles per group with full-rate input and an output that is never
+    stalled; :attr:`latency` (:func:`depthwise_latency`) ``= window * folds + 2`` cycles from
+    the first input transfer of a group to its last output transfer. While the output stalls,
+    transfers of the first ``window - 1`` positions are still taken; one of the last position
+    waits in stage 2 (``i_stream.ready`` then follows ``o_stream.ready`` combinationally).
+    """
+
+    @_quiet_if_invalid
+    def __init__(self, in_shape, channels, window, weight, bias, lanes=1):
+        shape = int_shape(in_shape)
+        channels, window, lanes = _check_geometry(channels, window, lanes)
+        weight = _int_array("Weight", weight, (channels, window))
+        bias = _int_array("Bias", bias, (channels,))
+        self._in_shape = shape
+        self._channels = channels
+        self._window = window
+        self._lanes = lanes
+        self._weight = weight
+        self._bias = bias
+        self._w_shape = _range_shape(int(weight.min()), int(weight.max()))
+        lo, hi = _shape_range(shape)
+        w = weight.astype(object)
+        y_lo = (np.minimum(w * lo, w * hi).sum(axis=1) + bias.astype(object)).min()
+        y_hi = (np.maximum(w * lo, w * hi).sum(axis=1) + bias.astype(object)).max()
+        self._out_shape = signed(_range_shape(min(int(y_lo), -1), max(int(y_hi), 0)).width)
+        super().__init__({
+            "i_stream": In(stream.Signature(data.ArrayLayout(shape, lanes))),
+            "o_stream": Out(stream.Signature(data.ArrayLayout(self._out_shape, lanes))),
+        })
+
+    # -- Parameters and figures
+
+    @property
+    def in_shape(self) -> Shape:
+        return self._in_shape
+
+    @property
+    def out_shape(self) -> Shape:
+        """Element shape of the output: the narrowest signed shape holding every result."""
+        return self._out_shape
+
+    @property
+    def weight_shape(self) -> Shape:
+        """Element shape of the weight ROM: the narrowest holding every weight."""
+        return self._w_shape
+
+    @property
+    def channels(self) -> int:
+        return self._channels
+
+    @property
+    def window(self) -> int:
+        return self._window
+
+    @property
+    def lanes(self) -> int:
+        return self._lanes
+
+    @property
+    def weight(self) -> np.ndarray:
+        return self._weight.copy()
+
+    @property
+    def bias(self) -> np.ndarray:
+        return self._bias.copy()
+
+    @property
+    def folds(self) -> int:
+        """Transfers per window position and output transfers per group, ``channels // lanes``."""
+        return self._channels // self._lanes
+
+    @property
+    def storage(self) -> str:
+        """Where the partial sums live: ``"none"`` (``window == 1``), ``"registers"`` (up to
+        :data:`~onnx2fpga.hw.reduce.REGISTER_FOLDS_MAX` folds) or ``"memory"``."""
+        if self._window == 1:
+            return "none"
+        return "registers" if self.folds <= REGISTER_FOLDS_MAX else "memory"
+
+    @property
+    def weight_bits(self) -> int:
+        """Bits of the weight ROM, ``window * channels * weight_shape.width``."""
+        return self._window * self._channels * self._w_shape.width
+
+    @property
+    def bias_bits(self) -> int:
+        """Bits of the bias ROM, ``channels * out_shape.width`` (0 for one fold: constants)."""
+        return 0 if self.folds == 1 else self._channels * self._out_shape.width
+
+    @property
+    def storage_bits(self) -> int:
+        """Bits of partial-sum storage, ``channels * out_shape.width`` (0 for ``window == 1``);
+        a memory only when :attr:`storage` is ``"memory"``."""
+        return 0 if self.storage == "none" else self._channels * self._out_shape.width
+
+    @property
+    def memory_bits(self) -> int:
+        """Bits of all memories: the weight ROM, the bias ROM, and the partial sums when they
+        live in a memory. Pipeline registers are not counted."""
+        acc = self.storage_bits if self.storage == "memory" else 0
+        return self.weight_bits + self.bias_bits + acc
+
+    @property
+    def cycles(self) -> int:
+        """Steady-state cycles per group, :func:`depthwise_cycles`."""
+        return depthwise_cycles(self._channels, self._window, self._lanes)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from the first input transfer to the last output transfer of a group,
+        :func:`depthwise_latency`."""
+        return depthwise_latency(self._channels, self._window, self._lanes)
+
+    # -- Hardware
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, folds, window = self._lanes, self.folds, self._window
+        steps = window * folds
+        in_layout = data.ArrayLayout(self._in_shape, lanes)
+        out_shape = self._out_shape
+        out_layout = data.ArrayLayout(out_shape, lanes)
+        i_stream, o_stream = self.i_stream, self.o_stream
+
+        # -- Stage 0: position of the next input transfer within its group (the weight ROM
+        # address) and its fold.
+        step = _counter(steps)
+        cf = _counter(folds)
+
+        m.submodules.w_rom = w_rom = Memory(
+            shape=data.ArrayLayout(self._w_shape, lanes), depth=steps,
+            init=[[int(self._weight[f * lanes + j, k]) for j in range(lanes)]
+                  for k in range(window) for f in range(folds)])
+        w_rd = w_rom.read_port()
+
+        # -- Stage 1: the input register and its weights.
+        s1_valid, s1_first, s1_last = Signal(), Signal(), Signal()
+        s1_x = Signal(in_layout)
+        s1_cf = _counter(folds)
+        # -- Stage 2: the products.
+        s2_valid, s2_first, s2_last = Signal(), Signal(), Signal()
+        s2_cf = _counter(folds)
+        w_word = w_rd.data
+        prods = [Signal.like(s1_x[j] * w_word[j], name=f"prod_{j}") for j in range(lanes)]
+
+        o_valid = Signal()
+        # Stage 2 moves on unless it holds a last-position product and the output is full;
+        # the stages before move with it.
+        s2_go = ~s2_last | ~o_valid | o_stream.ready
+        s2_done = s2_valid & s2_go
+        advance = ~s2_valid | s2_go
+        m.d.comb += [i_stream.ready.eq(advance), w_rd.addr.eq(step), w_rd.en.eq(advance)]
+        take = i_stream.valid & advance
+        with m.If(take):
+            m.d.sync += [step.eq(_wrap_incr(step, steps)), cf.eq(_wrap_incr(cf, folds))]
+        with m.If(advance):
+            m.d.sync += [
+                s1_valid.eq(i_stream.valid), s1_x.eq(i_stream.payload), s1_cf.eq(cf),
+                s1_first.eq(step < folds), s1_last.eq(step >= steps - folds),
+                s2_valid.eq(s1_valid), s2_first.eq(s1_first), s2_last.eq(s1_last),
+                s2_cf.eq(s1_cf),
+            ]
+            m.d.sync += [prods[j].eq(s1_x[j] * w_word[j]) for j in range(lanes)]
+
+        # -- Bias of the fold in stage 2.
+        bias_words = self._bias.reshape(folds, lanes)
+        if folds == 1:
+            bias = [C(int(v), out_shape) for v in bias_words[0]]
+        else:
+            m.submodules.b_rom = b_rom = Memory(
+                shape=out_layout, depth=folds,
+                init=[[int(v) for v in row] for row in bias_words])
+            b_rd = b_rom.read_port()
+            m.d.comb += [b_rd.addr.eq(s1_cf), b_rd.en.eq(advance)]
+            bias = [b_rd.data[j] for j in range(lanes)]
+
+        # -- Partial sums: `prev` is the stored sum of fold s2_cf, `result` the new one. Sums
+        # wrap modulo 2**out_shape.width: exact, because every partial and final sum lies
+        # within out_shape (the input range contains 0, so each product's range does too).
+        storage = self.storage
+        if storage == "memory":
+            m.submodules.acc_mem = acc_mem = Memory(shape=out_layout, depth=folds, init=[])
+            acc_rd = acc_mem.read_port()
+            acc_wr = acc_mem.write_port()
+            # Read one stage ahead; the data holds while stage 2 stalls. With folds >= 2 the
+            # write of fold cf (one window position earlier) lands before it is read again.
+            m.d.comb += [acc_rd.addr.eq(s1_cf), acc_rd.en.eq(advance)]
+            prev = [acc_rd.data[j] for j in range(lanes)]
+        elif storage == "registers":
+            accs = [Signal(out_layout, name=f"acc_{f}") for f in range(folds)]
+            if folds == 1:
+                prev = [accs[0][j] for j in range(lanes)]
+            else:
+                prev = [Array(acc[j] for acc in accs)[s2_cf] for j in range(lanes)]
+
+        result = Signal(out_layout)
+        for j in range(lanes):
+            if storage == "none":
+                base = bias[j]
+            else:
+                base = Mux(s2_first, bias[j], prev[j])
+            m.d.comb += result[j].eq(base + prods[j])
+
+        with m.If(s2_done):
+            if storage == "memory":
+                m.d.comb += [acc_wr.addr.eq(s2_cf), acc_wr.data.eq(result), acc_wr.en.eq(1)]
+            elif storage == "registers":
+                with m.Switch(s2_cf):
+                    for f in range(folds):
+                        with m.Case(f):
+                            m.d.sync += accs[f].eq(result)
+
+        # -- Output register: the sum of the last window position of each fold.
+        o_payload = Signal(out_layout)
+        m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
+        with m.If(o_stream.ready):
+            m.d.sync += o_valid.eq(0)
+        with m.If(s2_done & s2_last):
+            m.d.sync += [o_valid.eq(1), o_payload.eq(result)]
+        return m
+
