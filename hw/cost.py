@@ -151,12 +151,13 @@ def _stage_timing(stage: Stage, first: int, last: int) -> tuple[int, int]:
     elif kind == "add":
         first_out, last_out = first + 2, last + 2
     elif kind == "resize":
+        from .resize import resize_latency
         p = stage.params
         row = p["width"] * p["channels"] // stage.in_lanes
         first_out = first + (int(p["rows"][0]) + 1) * row + 1
-        tail = int(np.sum(p["rows"] == p["rows"][-1])) * len(p["cols"]) * \
-            p["channels"] // stage.out_lanes
-        last_out = last + 1 + tail
+        latency = resize_latency(p["channels"], p["height"], p["width"], p["rows"], p["cols"],
+                                 stage.in_lanes)
+        last_out = last + latency - (stage.in_beats - 1)
     elif kind == "reorder":
         first_out = last + 2
         last_out = first_out
