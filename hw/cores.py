@@ -349,28 +349,59 @@ class MatVecCore(wiring.Component):
 
 
 class _StagePlan:
-    """Compile-time constants and value ranges of one requantization stage."""
+    """Compile-time constants and value ranges of one requantization stage.
+
+    ``params`` maps each per-channel parameter of the multiply step (``"m"`` and ``"off"``;
+    ``"nm"`` and ``"noff"`` for the negative side of a fused LeakyRelu) to its table
+    ``[lane][transfer % period]``, with the input zero point folded into the offsets.
+    """
 
     def __init__(self, stage: RequantStage, channels: int, lanes: int, x_lo: int, x_hi: int):
-        m_all, off_all = stage.channel_params(channels)
-        m_all = [int(v) for v in m_all]
-        # (x - in_zero_point) * m + off == x * m + (off - in_zero_point * m)
         izp = int(stage.in_zero_point)
-        off_all = [int(o) - izp * mm for o, mm in zip(off_all, m_all, strict=True)]
+
+        def per_channel(arr):
+            return [int(v) for v in np.broadcast_to(np.asarray(arr).reshape(-1), (channels,))]
+
+        # (x - in_zero_point) * m + off == x * m + (off - in_zero_point * m)
+        m_all = per_channel(stage.multiplier)
+        off_all = [o - izp * mm for o, mm in zip(per_channel(stage.offset), m_all, strict=True)]
+        values = {"m": m_all, "off": off_all}
+
+        # Value range of the product per channel. With negative-side parameters, the input
+        # range splits where x * m + off changes sign: the positive side covers one part, the
+        # negative side the other (both are intervals: the product is affine in x).
+        pos_ranges, neg_ranges = [], []
+        if stage.neg_multiplier is None:
+            self.use_pos, self.use_neg = True, False
+            pos_ranges = [_affine_range(mm, o, x_lo, x_hi) for mm, o in zip(m_all, off_all)]
+        else:
+            nm_all = per_channel(stage.neg_multiplier)
+            noff_all = [o - izp * mm for o, mm in
+                        zip(per_channel(stage.neg_offset), nm_all, strict=True)]
+            for mm, o, nm, no in zip(m_all, off_all, nm_all, noff_all, strict=True):
+                neg, pos = _sign_split(mm, o, x_lo, x_hi)
+                if pos is not None:
+                    pos_ranges.append(_affine_range(mm, o, *pos))
+                if neg is not None:
+                    neg_ranges.append(_affine_range(nm, no, *neg))
+            # A side that no input reaches needs no hardware.
+            self.use_pos, self.use_neg = bool(pos_ranges), bool(neg_ranges)
+            if self.use_neg:
+                values["nm"], values["noff"] = nm_all, noff_all
+            if not self.use_pos:
+                del values["m"], values["off"]
+        ranges = pos_ranges + neg_ranges
+        v_lo = min(lo for lo, _ in ranges)
+        v_hi = max(hi for _, hi in ranges)
+
         period = channels // gcd(channels, lanes)
         self.period = period
         # Lane j of transfer t (modulo the period) is channel (t*lanes + j) % channels.
-        self.m_table = [[m_all[(t * lanes + j) % channels] for t in range(period)]
-                        for j in range(lanes)]
-        self.off_table = [[off_all[(t * lanes + j) % channels] for t in range(period)]
-                          for j in range(lanes)]
-        self.m_varies = any(len(set(row)) > 1 for row in self.m_table)
-        self.off_varies = any(len(set(row)) > 1 for row in self.off_table)
-
-        v_lo = min(min(x_lo * mm, x_hi * mm) + o for mm, o in zip(m_all, off_all, strict=True))
-        v_hi = max(max(x_lo * mm, x_hi * mm) + o for mm, o in zip(m_all, off_all, strict=True))
-        self.m_shape = _range_shape(min(m_all), max(m_all))
-        self.off_shape = _range_shape(min(off_all), max(off_all))
+        self.tables = {name: [[vals[(t * lanes + j) % channels] for t in range(period)]
+                              for j in range(lanes)] for name, vals in values.items()}
+        self.varies = {name: any(len(set(row)) > 1 for row in table)
+                       for name, table in self.tables.items()}
+        self.shapes = {name: _range_shape(min(vals), max(vals)) for name, vals in values.items()}
         self.v_shape = _range_shape(v_lo, v_hi)
         self.v_signed = v_lo < 0
 
@@ -395,6 +426,25 @@ class _StagePlan:
         self.out_lo, self.out_hi = self.lo, self.hi
 
 
+def _affine_range(m: int, off: int, lo: int, hi: int) -> tuple[int, int]:
+    """The range of ``x * m + off`` for ``x`` in ``[lo, hi]``."""
+    return min(lo * m, hi * m) + off, max(lo * m, hi * m) + off
+
+
+def _sign_split(m: int, off: int, lo: int, hi: int):
+    """The parts of ``[lo, hi]`` where ``x * m + off`` is negative and where it is not:
+    ``(negative, non_negative)``, each an interval ``(lo, hi)`` or None if empty."""
+    if m > 0:
+        t = (-off - 1) // m             # the largest x with x * m + off < 0
+        neg, pos = (lo, min(hi, t)), (max(lo, t + 1), hi)
+    elif m < 0:
+        t = off // -m                   # the largest x with x * m + off >= 0
+        neg, pos = (max(lo, t + 1), hi), (lo, min(hi, t))
+    else:
+        neg, pos = ((lo, hi), (1, 0)) if off < 0 else ((1, 0), (lo, hi))
+    return (neg if neg[0] <= neg[1] else None), (pos if pos[0] <= pos[1] else None)
+
+
 class RequantCore(wiring.Component):
     """Pipelined elementwise requantization: every :class:`~onnx2fpga.dataflow.RequantStage`
     of ``stages`` in order, exactly as :func:`onnx2fpga.sim.golden.requant`::
@@ -402,7 +452,11 @@ class RequantCore(wiring.Component):
         y = clip(round_shift((x - in_zero_point) * multiplier[c] + offset[c], shift)
                  + zero_point, lo, hi)
 
-    with ``round_shift`` rounding half to even or half away from zero. Per-channel parameters
+    with ``round_shift`` rounding half to even or half away from zero. A stage with
+    ``neg_multiplier`` and ``neg_offset`` (a fused LeakyRelu) uses
+    ``(x - in_zero_point) * neg_multiplier[c] + neg_offset[c]`` wherever the product above is
+    negative: both products are computed side by side in the multiply step and the sign of the
+    first selects one, so the pipeline keeps its length. Per-channel parameters
     cycle through the channels in stream order: lane ``j`` of transfer ``g`` is channel
     ``(g*lanes + j) % channels`` (a transfer counter restarts every
     ``channels // gcd(channels, lanes)`` transfers). Per-channel tables live in a small ROM per
@@ -411,7 +465,8 @@ class RequantCore(wiring.Component):
     Parameters
     ----------
     stages : list of RequantStage
-        At least one stage. ``multiplier`` and ``offset`` have one entry or ``channels``.
+        At least one stage. ``multiplier`` and ``offset`` (and ``neg_multiplier`` and
+        ``neg_offset`` if given) have one entry or ``channels``.
     channels : int
         Number of channels the parameters cycle through.
     lanes : int
@@ -443,8 +498,10 @@ class RequantCore(wiring.Component):
         lanes = _check_count("Lanes", lanes)
         shape = int_shape(in_shape)
         for k, stage in enumerate(stages):
-            for what, arr in (("multiplier", stage.multiplier), ("offset", stage.offset)):
-                if arr.size not in (1, channels):
+            for what, arr in (("multiplier", stage.multiplier), ("offset", stage.offset),
+                              ("neg_multiplier", stage.neg_multiplier),
+                              ("neg_offset", stage.neg_offset)):
+                if arr is not None and arr.size not in (1, channels):
                     raise ValueError(f"Stage {k} {what} must have 1 or {channels} entries, "
                                      f"not {arr.size}")
             if not isinstance(stage.shift, (int, np.integer)) or stage.shift > 64:
@@ -518,23 +575,17 @@ class RequantCore(wiring.Component):
 
         for k, plan in enumerate(self._plans):
             # Parameters for this stage's multiply, read one stage early from a ROM.
-            if plan.m_varies or plan.off_varies:
-                fields = {}
-                if plan.m_varies:
-                    fields["m"] = plan.m_shape
-                if plan.off_varies:
-                    fields["off"] = plan.off_shape
+            fields = {name: plan.shapes[name] for name in plan.tables if plan.varies[name]}
+            if fields:
                 word = data.StructLayout(fields)
-                init = [[{name: (plan.m_table if name == "m" else plan.off_table)[j][t]
-                          for name in fields} for j in range(lanes)] for t in range(period)]
+                init = [[{name: plan.tables[name][j][t] for name in fields}
+                         for j in range(lanes)] for t in range(period)]
                 rom = Memory(shape=data.ArrayLayout(word, lanes), depth=period, init=init)
                 m.submodules[f"params_{k}"] = rom
                 rd = rom.read_port()
                 m.d.comb += [rd.addr.eq(t_prev), rd.en.eq(advance)]
-            mults, offs = [], []
-            for j in range(lanes):
-                mults.append(rd.data[j].m if plan.m_varies else plan.m_table[j][0])
-                offs.append(rd.data[j].off if plan.off_varies else plan.off_table[j][0])
+            params = [{name: (getattr(rd.data[j], name) if plan.varies[name] else table[j][0])
+                       for name, table in plan.tables.items()} for j in range(lanes)]
 
             v = [Signal(plan.v_shape, name=f"v{k}_{j}") for j in range(lanes)]
             r = [Signal(plan.r_shape, name=f"r{k}_{j}") for j in range(lanes)]
@@ -545,12 +596,13 @@ class RequantCore(wiring.Component):
                 m.d.sync += [valid_a.eq(valid), valid_b.eq(valid_a), valid_c.eq(valid_b),
                              t_a.eq(t_cur), t_b.eq(t_a), t_c.eq(t_b)]
                 for j in range(lanes):
-                    xj, mj, oj = x[j], mults[j], offs[j]
-                    if isinstance(mj, int):
-                        prod = xj if mj == 1 else C(0, 1) if mj == 0 else xj * C(mj)
-                    else:
-                        prod = xj * mj
-                    m.d.sync += v[j].eq(prod + (C(oj) if isinstance(oj, int) else oj))
+                    p = params[j]
+                    if plan.use_pos:
+                        value = _affine(x[j], p["m"], p["off"])
+                    if plan.use_neg:
+                        neg = _affine(x[j], p["nm"], p["noff"])
+                        value = Mux(value < 0, neg, value) if plan.use_pos else neg
+                    m.d.sync += v[j].eq(value)
 
                     if plan.shift == 0:
                         m.d.sync += r[j].eq(v[j] + plan.const)
@@ -576,6 +628,15 @@ class RequantCore(wiring.Component):
             o_stream.payload.eq(x),
         ]
         return m
+
+
+def _affine(x, mult, off):
+    """``x * mult + off`` with constant (int) or table-read (signal) parameters."""
+    if isinstance(mult, int):
+        prod = x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult)
+    else:
+        prod = x * mult
+    return prod + (C(off) if isinstance(off, int) else off)
 
 
 # ---------------------------------------------------------------------------------------------

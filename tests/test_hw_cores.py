@@ -1,5 +1,7 @@
 """Core tests: every hw core in amaranth.sim against the golden model, under random stalls."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from amaranth import ClockDomain, Module, Shape, signed, unsigned
@@ -7,7 +9,13 @@ from amaranth.sim import Simulator
 
 from onnx2fpga.dataflow import DenseLayer, IntType, RequantStage
 from onnx2fpga.hw import cost
-from onnx2fpga.hw.cores import MatVecCore, RequantCore, StreamFIFO, WidthConverter
+from onnx2fpga.hw.cores import (
+    MatVecCore,
+    RequantCore,
+    StreamFIFO,
+    WidthConverter,
+    _sign_split,
+)
 from onnx2fpga.hw.testing import stream_recv, stream_send
 from onnx2fpga.sim import golden
 
@@ -273,6 +281,127 @@ def test_requant_timing():
     np.testing.assert_array_equal(np.diff(times["out"]), 1)
 
 
+def with_leaky(stage, alpha):
+    """``stage`` with a fused LeakyRelu of slope ``alpha`` (a number, or one per channel) on
+    its negative side: ``neg_multiplier = round(alpha * multiplier)``, likewise the offset."""
+    alpha = np.asarray(alpha, dtype=np.float64)
+    return dataclasses.replace(
+        stage, neg_multiplier=np.round(alpha * stage.multiplier).astype(np.int64),
+        neg_offset=np.round(alpha * stage.offset).astype(np.int64))
+
+
+# (in_shape, channels, lanes, [(make_stage keywords, alpha or None)])
+LEAKY_CASES = [
+    # alpha in (0, 1), per-channel parameters, several lanes
+    (signed(16), 4, 2, [(dict(per_channel_m=True, per_channel_off=True, shift=14,
+                              rounding="half_even", out_type=IntType(8, True)), 0.125)]),
+    # alpha > 1, per-tensor
+    (signed(12), 3, 3, [(dict(per_channel_m=False, per_channel_off=False, shift=9,
+                              rounding="half_away", out_type=IntType(8, True)), 1.75)]),
+    # alpha < 0 with an input zero point, per-channel, lanes not dividing the channels
+    (unsigned(8), 4, 3, [(dict(per_channel_m=True, per_channel_off=True, shift=8,
+                               rounding="half_even", out_type=IntType(6, True), in_zp=100),
+                          -0.5)]),
+    # one alpha per channel (PRelu-like) on per-tensor positive parameters, one lane
+    (signed(10), 5, 1, [(dict(per_channel_m=False, per_channel_off=False, shift=6,
+                              rounding="half_away", out_type=IntType(8, True)),
+                         [0.1, 0.5, 2.0, -1.0, 0.0])]),
+    # no shift, then a plain stage, then a LeakyRelu stage again
+    (signed(8), 2, 4, [(dict(per_channel_m=True, per_channel_off=False, shift=0,
+                             rounding="half_even", out_type=IntType(12, True)), 0.25),
+                       (dict(per_channel_m=False, per_channel_off=False, shift=3,
+                             rounding="half_away", out_type=IntType(8, True), in_zp=-2), None),
+                       (dict(per_channel_m=False, per_channel_off=True, shift=2,
+                             rounding="half_even", out_type=IntType(4, False)), 3.0)]),
+]
+
+
+def build_leaky_stages(seed, in_shape, channels, specs):
+    rng = np.random.default_rng(seed)
+    lo, hi = _shape_range(in_shape)
+    stages = []
+    for spec, alpha in specs:
+        stage = make_stage(rng, (lo, hi), channels, **spec)
+        stages.append(stage if alpha is None else with_leaky(stage, alpha))
+        lo, hi = stage.lo, stage.hi
+    return stages
+
+
+def _shape_range(shape):
+    shape = Shape.cast(shape)
+    if shape.signed:
+        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
+    return 0, (1 << shape.width) - 1
+
+
+@pytest.mark.parametrize("seed,case", list(enumerate(LEAKY_CASES)))
+def test_requant_leaky_matches_golden(seed, case):
+    in_shape, channels, lanes, specs = case
+    stages = build_leaky_stages(seed, in_shape, channels, specs)
+    dut = RequantCore(stages, channels, lanes, in_shape)
+    rng = np.random.default_rng([seed, 0])
+    lo, hi = _shape_range(in_shape)
+    batch = int(np.lcm(channels, lanes) * max(2, 64 // np.lcm(channels, lanes))) // channels
+    x = rng.integers(lo, hi, size=(batch, channels), endpoint=True)
+    x[0], x[1] = lo, hi
+    expected = golden.requant_stages(x, stages)
+    # Both sides of the first stage are taken (the test would not test the LeakyRelu if not).
+    first = stages[0]
+    v = (x - first.in_zero_point) * first.multiplier + first.offset
+    assert (v < 0).any() and (v >= 0).any()
+    got = run_stream(dut, to_transfers(x, lanes), x.size // lanes, seed)
+    np.testing.assert_array_equal(np.array(got).reshape(batch, channels), expected)
+
+
+@pytest.mark.parametrize("in_shape,multiplier,offset,alpha,signs", [
+    (signed(8), [37, -53, 11], [-900, 1500, 0], [0.3, 1.5, -0.75], {-1, 1}),  # both sides
+    (unsigned(6), [5, 9, 1], [5, 12, 7], [0.5, 0.5, 0.5], {1}),              # never negative
+    (unsigned(6), [-5, -9, -1], [-6, -10, -700], [0.5, 2.0, -1.0], {-1}),    # always negative
+    (signed(5), [0, 7, -7], [-3, 0, 0], [2.0, 0.5, 0.5], {-1, 1}),           # zero multiplier
+])
+def test_requant_leaky_exhaustive(in_shape, multiplier, offset, alpha, signs):
+    # Every input value on every channel: the product's sign boundary and the extremes of
+    # both sides all occur, so a value range computed too narrow would wrap somewhere.
+    channels = 3
+    lo, hi = _shape_range(in_shape)
+    stage = with_leaky(RequantStage(multiplier, offset, 4, -3, -128, 127, IntType(8, True),
+                                    in_zero_point=1), alpha)
+    x = np.stack([np.roll(np.arange(lo, hi + 1), 7 * c) for c in range(channels)], axis=1)
+    v = (x - 1) * np.array(multiplier) + np.array(offset)
+    assert set(np.unique(np.where(v < 0, -1, 1))) == signs
+    dut = RequantCore([stage], channels, 3, in_shape)
+    expected = golden.requant_stages(x, [stage])
+    got = run_stream(dut, to_transfers(x, 3), len(x), 11)
+    np.testing.assert_array_equal(np.array(got).reshape(-1, channels), expected)
+
+
+def test_sign_split_brute_force():
+    # The split of the input range by the sign of x * m + off, which sizes the LeakyRelu
+    # product register, against counting every x.
+    for m in range(-4, 5):
+        for off in range(-13, 14):
+            for lo, hi in ((-6, 5), (0, 7), (3, 3), (-9, -2)):
+                xs = np.arange(lo, hi + 1)
+                neg, pos = xs[xs * m + off < 0], xs[xs * m + off >= 0]
+                expect = tuple((int(p.min()), int(p.max())) if p.size else None
+                               for p in (neg, pos))
+                assert _sign_split(m, off, lo, hi) == expect, (m, off, lo, hi)
+
+
+def test_requant_leaky_timing():
+    # The LeakyRelu selection lives inside the multiply step: the latency stays 1 + 3 * stages.
+    in_shape, channels, lanes, specs = LEAKY_CASES[4]
+    stages = build_leaky_stages(4, in_shape, channels, specs)
+    dut = RequantCore(stages, channels, lanes, in_shape)
+    x = np.random.default_rng(0).integers(-128, 128, size=(16, channels))
+    times = run_timed(dut, to_transfers(x, lanes), x.size // lanes)
+    np.testing.assert_array_equal(np.array(times["out_items"]).reshape(-1, channels),
+                                  golden.requant_stages(x, stages))
+    assert dut.latency == cost.requant_latency(3) == 10
+    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), 10)
+    np.testing.assert_array_equal(np.diff(times["out"]), 1)
+
+
 def test_requant_errors():
     stage = RequantStage([1, 2], [0], 0, 0, 0, 3, IntType(2, False))
     with pytest.raises(ValueError, match=r"^Stage 0 multiplier must have 1 or 3 entries, "
@@ -288,6 +417,16 @@ def test_requant_errors():
     with pytest.raises(TypeError, match=r"^Element shape must be an IntType or an integer "
                                         r"shape, not 'int8'$"):
         RequantCore([stage], 2, 1, "int8")
+    leaky = RequantStage([1], [0], 0, 0, 0, 3, IntType(2, False), neg_multiplier=[1, 2],
+                         neg_offset=[0])
+    with pytest.raises(ValueError, match=r"^Stage 0 neg_multiplier must have 1 or 3 entries, "
+                                         r"not 2$"):
+        RequantCore([leaky], 3, 1, signed(8))
+    leaky = RequantStage([1], [0], 0, 0, 0, 3, IntType(2, False), neg_multiplier=[1],
+                         neg_offset=[0, 1, 2, 3])
+    with pytest.raises(ValueError, match=r"^Stage 0 neg_offset must have 1 or 3 entries, "
+                                         r"not 4$"):
+        RequantCore([leaky], 3, 1, signed(8))
 
 
 # ---------------------------------------------------------------------------------------------

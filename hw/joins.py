@@ -1,0 +1,472 @@
+"""Stream forks and joins for graphs with branches: broadcast, element-wise add, concatenation.
+
+A residual block forks its input into a main branch and a skip branch
+(:class:`BroadcastCore`) and joins them again with a sum (:class:`AddCore`, followed by a
+:class:`~onnx2fpga.hw.cores.RequantCore` that requantizes the sum); an inception-style block
+joins its branches with a channel concatenation (:class:`ConcatCore`). Streams carry images
+channels-last (see :mod:`onnx2fpga.dataflow`), ``lanes`` elements per transfer.
+
+Cores with several streams on one side have an *array member* (``o_stream`` of the broadcast,
+``i_stream`` of the concatenation, built with :meth:`amaranth.lib.wiring.Member.array`): element
+``k`` is an ordinary stream interface, connected with
+``wiring.connect(m, core.o_stream[k], other.i_stream)``. In the Verilog the ports are named
+``o_stream__0__valid``, ``o_stream__0__payload``, ...
+
+The cycle figures follow the conventions of :mod:`onnx2fpga.hw.cost`: a *latency* runs from the
+first input transfer to the last output transfer of one tensor on an idle core fed at one
+transfer per cycle (every input valid in every cycle) with no output ever stalled; *cycles* is
+the steady-state number of cycles per tensor with tensors following each other back to back.
+Every core here has a registered output and moves one transfer per cycle per port; a transfer
+leaves :data:`BROADCAST_LATENCY`, :data:`ADD_LATENCY` or :data:`CONCAT_LATENCY` cycles after
+the input transfer it comes from.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from amaranth import C, Module, Shape, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .cores import _check_count, _counter, _quiet_if_invalid, _range_shape, _shape_range, int_shape
+
+__all__ = [
+    "ADD_LATENCY", "BROADCAST_LATENCY", "CONCAT_LATENCY", "AddCore", "BroadcastCore",
+    "ConcatCore", "add_cycles", "add_latency", "broadcast_cycles", "broadcast_latency",
+    "concat_cycles", "concat_latency",
+]
+
+#: Cycles from an input transfer to the output transfers of the same data, no output stalled.
+BROADCAST_LATENCY = 1
+#: Cycles from an input transfer (both inputs take part in the same cycle) to its output.
+ADD_LATENCY = 2
+#: Cycles from an input transfer of any input to its output transfer.
+CONCAT_LATENCY = 1
+
+
+def _check_int(name: str, value) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    return int(value)
+
+
+def _check_chunks(chunks) -> tuple[int, ...]:
+    if not isinstance(chunks, (list, tuple)):
+        raise TypeError(f"Chunks must be a list of integers, not {chunks!r}")
+    if len(chunks) < 2:
+        raise ValueError(f"Chunks must have at least 2 entries, not {chunks!r}")
+    return tuple(_check_count(f"Chunk {k}", c) for k, c in enumerate(chunks))
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing model
+
+
+def broadcast_cycles(transfers: int) -> int:
+    """Steady-state cycles per tensor of ``transfers`` transfers through a
+    :class:`BroadcastCore`: ``transfers`` (one per cycle when every output is ready).
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``transfers`` is not a positive integer.
+    """
+    return _check_count("Transfers", transfers)
+
+
+def broadcast_latency(transfers: int = 1) -> int:
+    """Cycles from the first input transfer to the last output transfer of a tensor of
+    ``transfers`` transfers: ``transfers - 1 + BROADCAST_LATENCY``, the same on every output.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``transfers`` is not a positive integer.
+    """
+    return _check_count("Transfers", transfers) - 1 + BROADCAST_LATENCY
+
+
+def add_cycles(transfers: int) -> int:
+    """Steady-state cycles per tensor of ``transfers`` transfers (on each input) through an
+    :class:`AddCore`: ``transfers``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``transfers`` is not a positive integer.
+    """
+    return _check_count("Transfers", transfers)
+
+
+def add_latency(transfers: int = 1) -> int:
+    """Cycles from the first input transfer to the last output transfer of a tensor of
+    ``transfers`` transfers: ``transfers - 1 + ADD_LATENCY``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``transfers`` is not a positive integer.
+    """
+    return _check_count("Transfers", transfers) - 1 + ADD_LATENCY
+
+
+def concat_cycles(chunks, rounds: int = 1) -> int:
+    """Steady-state cycles of ``rounds`` rounds through a :class:`ConcatCore`:
+    ``rounds * sum(chunks)``, one output transfer per cycle (a round is ``chunks[k]`` transfers
+    from every input ``k`` in turn: one pixel of a channel concatenation, or a whole tensor
+    of a concatenation of vectors).
+
+    Raises
+    ------
+    TypeError, ValueError
+        If ``chunks`` is not a list of at least two positive integers or ``rounds`` is not a
+        positive integer.
+    """
+    chunks = _check_chunks(chunks)
+    return _check_count("Rounds", rounds) * sum(chunks)
+
+
+def concat_latency(chunks, rounds: int = 1) -> int:
+    """Cycles from the first input transfer (of input 0) to the last output transfer of
+    ``rounds`` rounds: ``rounds * sum(chunks) - 1 + CONCAT_LATENCY``, with every input valid in
+    every cycle (each input is then taken only in its turn) and the output never stalled.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`concat_cycles`.
+    """
+    return concat_cycles(chunks, rounds) - 1 + CONCAT_LATENCY
+
+
+# ---------------------------------------------------------------------------------------------
+# Broadcast
+
+
+class BroadcastCore(wiring.Component):
+    """Fork one stream into ``outputs`` copies: every input transfer is delivered exactly once
+    on every output.
+
+    Each output has its own valid flag over a shared payload register: an output may take its
+    copy in a later cycle than the others. The input is taken again as soon as every output
+    either has no pending copy or passes it on in that cycle, so all pending copies are always
+    of the same transfer and one payload register serves them all. A stalled output holds back
+    the input (and so the other outputs) by at most one transfer: put a FIFO on an output
+    whose consumer runs behind (the skip branch of a residual block).
+
+    Parameters
+    ----------
+    shape : IntType or Amaranth integer shape
+        Element shape.
+    lanes : int
+        Elements per transfer.
+    outputs : int
+        Number of outputs, at least 2.
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(shape, lanes)))``
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(shape, lanes))).array(outputs)``
+        ``o_stream[k]`` is output ``k``.
+
+    Timing: one transfer per cycle when every output is ready; every output transfer comes
+    :data:`BROADCAST_LATENCY` ``= 1`` cycle after its input transfer. ``i_stream.ready``
+    follows the outputs' ``ready`` combinationally while copies are pending.
+    """
+
+    @_quiet_if_invalid
+    def __init__(self, shape, lanes, outputs):
+        self._shape = int_shape(shape)
+        self._lanes = _check_count("Lanes", lanes)
+        self._outputs = _check_count("Outputs", outputs, 2)
+        sig = stream.Signature(data.ArrayLayout(self._shape, self._lanes))
+        super().__init__({
+            "i_stream": In(sig),
+            "o_stream": Out(sig).array(self._outputs),
+        })
+
+    @property
+    def shape(self) -> Shape:
+        return self._shape
+
+    @property
+    def lanes(self) -> int:
+        return self._lanes
+
+    @property
+    def outputs(self) -> int:
+        return self._outputs
+
+    @property
+    def cycles(self) -> int:
+        """Steady-state cycles per transfer, 1 (see :func:`broadcast_cycles`)."""
+        return broadcast_cycles(1)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from an input transfer to its output transfers, :data:`BROADCAST_LATENCY`."""
+        return broadcast_latency(1)
+
+    def elaborate(self, platform):
+        m = Module()
+        i_stream, outs = self.i_stream, self.o_stream
+        payload = Signal(data.ArrayLayout(self._shape, self._lanes))
+        pending = [Signal(name=f"pending_{k}") for k in range(self._outputs)]
+        free = [~pending[k] | out.ready for k, out in enumerate(outs)]
+        ready = free[0]
+        for f in free[1:]:
+            ready = ready & f
+        m.d.comb += i_stream.ready.eq(ready)
+        take = i_stream.valid & ready
+        for k, out in enumerate(outs):
+            m.d.comb += [out.valid.eq(pending[k]), out.payload.eq(payload)]
+            with m.If(take):
+                m.d.sync += pending[k].eq(1)
+            with m.Elif(out.ready):
+                m.d.sync += pending[k].eq(0)
+        with m.If(take):
+            m.d.sync += payload.eq(i_stream.payload)
+        return m
+
+
+# ---------------------------------------------------------------------------------------------
+# Add
+
+
+class AddCore(wiring.Component):
+    """Element-wise sum of two quantized streams in multiplier form, exactly as
+    :func:`onnx2fpga.sim.golden.add`::
+
+        v = (a - za) * ma + (b - zb) * mb
+
+    with integer constants (the requantization of ``v`` is a separate
+    :class:`~onnx2fpga.hw.cores.RequantCore`). Lane ``j`` of output transfer ``t`` is the sum
+    of lane ``j`` of input transfer ``t`` of both inputs.
+
+    Parameters
+    ----------
+    a_shape, b_shape : IntType or Amaranth integer shape
+        Element shapes of the inputs.
+    lanes : int
+        Elements per transfer (on both inputs and the output).
+    zero_points : pair of int
+        ``(za, zb)``.
+    multipliers : pair of int
+        ``(ma, mb)``, one value for all elements.
+
+    Members
+    -------
+    i_a : ``In(stream.Signature(data.ArrayLayout(a_shape, lanes)))``
+    i_b : ``In(stream.Signature(data.ArrayLayout(b_shape, lanes)))``
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(out_shape, lanes)))``
+        ``out_shape`` is the narrowest shape holding ``v`` for every pair of input values (so
+        it never wraps).
+
+    Timing: a transfer is taken from both inputs in the same cycle, when both are valid
+    (``i_a.ready`` follows ``i_b.valid`` combinationally and vice versa, the usual join); one
+    transfer per cycle; the output transfer comes :data:`ADD_LATENCY` ``= 2`` cycles after the
+    input transfer (a register after the two constant multiplies, then the output register
+    after the sum). The pipeline stalls as a whole while the output holds a sum that is not
+    taken (the inputs' ``ready`` then follows ``o_stream.ready`` combinationally).
+    """
+
+    @_quiet_if_invalid
+    def __init__(self, a_shape, b_shape, lanes, zero_points=(0, 0), multipliers=(1, 1)):
+        self._a_shape = int_shape(a_shape)
+        self._b_shape = int_shape(b_shape)
+        self._lanes = _check_count("Lanes", lanes)
+        for what, pair in (("Zero points", zero_points), ("Multipliers", multipliers)):
+            if not isinstance(pair, (list, tuple)) or len(pair) != 2 or any(
+                    not isinstance(v, (int, np.integer)) or isinstance(v, bool) for v in pair):
+                raise TypeError(f"{what} must be a pair of integers, not {pair!r}")
+        self._zero_points = (int(zero_points[0]), int(zero_points[1]))
+        self._multipliers = (int(multipliers[0]), int(multipliers[1]))
+        lo = hi = 0
+        for shape, z, mult in zip((self._a_shape, self._b_shape), self._zero_points,
+                                  self._multipliers, strict=True):
+            x_lo, x_hi = _shape_range(shape)
+            ends = ((x_lo - z) * mult, (x_hi - z) * mult)
+            lo, hi = lo + min(ends), hi + max(ends)
+        self._out_range = (lo, hi)
+        self._out_shape = _range_shape(lo, hi)
+        super().__init__({
+            "i_a": In(stream.Signature(data.ArrayLayout(self._a_shape, self._lanes))),
+            "i_b": In(stream.Signature(data.ArrayLayout(self._b_shape, self._lanes))),
+            "o_stream": Out(stream.Signature(data.ArrayLayout(self._out_shape, self._lanes))),
+        })
+
+    @property
+    def a_shape(self) -> Shape:
+        return self._a_shape
+
+    @property
+    def b_shape(self) -> Shape:
+        return self._b_shape
+
+    @property
+    def lanes(self) -> int:
+        return self._lanes
+
+    @property
+    def zero_points(self) -> tuple[int, int]:
+        return self._zero_points
+
+    @property
+    def multipliers(self) -> tuple[int, int]:
+        return self._multipliers
+
+    @property
+    def out_range(self) -> tuple[int, int]:
+        """The smallest and largest value of ``v`` over the input shapes."""
+        return self._out_range
+
+    @property
+    def out_shape(self) -> Shape:
+        """Element shape of the output, the narrowest holding :attr:`out_range`."""
+        return self._out_shape
+
+    @property
+    def cycles(self) -> int:
+        """Steady-state cycles per transfer, 1 (see :func:`add_cycles`)."""
+        return add_cycles(1)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from an input transfer to its output transfer, :data:`ADD_LATENCY`."""
+        return add_latency(1)
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self._lanes
+        i_a, i_b, o_stream = self.i_a, self.i_b, self.o_stream
+        (za, zb), (ma, mb) = self._zero_points, self._multipliers
+
+        o_valid = Signal()
+        advance = ~o_valid | o_stream.ready
+        m.d.comb += [
+            i_a.ready.eq(advance & i_b.valid),
+            i_b.ready.eq(advance & i_a.valid),
+        ]
+        take = i_a.valid & i_b.valid & advance
+
+        def scaled(x, mult):
+            return x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult)
+
+        # Stage 1: the two products of each lane (constant multiplies).
+        s1_valid = Signal()
+        prods = []
+        for j in range(lanes):
+            pa, pb = scaled(i_a.payload[j], ma), scaled(i_b.payload[j], mb)
+            prods.append((Signal.like(pa, name=f"pa_{j}"), Signal.like(pb, name=f"pb_{j}")))
+        # Stage 2: the output register, v = a*ma + b*mb - (za*ma + zb*mb).
+        const = -(za * ma + zb * mb)
+        o_payload = Signal(data.ArrayLayout(self._out_shape, lanes))
+        with m.If(advance):
+            m.d.sync += [s1_valid.eq(take), o_valid.eq(s1_valid)]
+            for j, (pa, pb) in enumerate(prods):
+                m.d.sync += [
+                    pa.eq(scaled(i_a.payload[j], ma)),
+                    pb.eq(scaled(i_b.payload[j], mb)),
+                    # Truncation to out_shape is exact: the sum lies within out_range.
+                    o_payload[j].eq(pa + pb + C(const)),
+                ]
+        m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
+        return m
+
+
+# ---------------------------------------------------------------------------------------------
+# Concat
+
+
+class ConcatCore(wiring.Component):
+    """Interleave ``len(chunks)`` streams into one: ``chunks[0]`` transfers from input 0, then
+    ``chunks[1]`` transfers from input 1, ..., then again from input 0, and so on.
+
+    For a channel concatenation of images streamed channels-last, ``chunks[k]`` is
+    ``C_k // lanes`` (a round is one pixel); for a concatenation of vectors, ``size_k // lanes``
+    (a round is one tensor). All inputs share one element shape: the planner casts or
+    requantizes them before. No ``last`` flag: the core counts.
+
+    Parameters
+    ----------
+    shape : IntType or Amaranth integer shape
+        Element shape of every input and of the output.
+    lanes : int
+        Elements per transfer.
+    chunks : list of int
+        Transfers per round from each input, at least two inputs, each at least 1.
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(shape, lanes))).array(len(chunks))``
+        ``i_stream[k]`` is input ``k``; only the input whose turn it is sees ``ready``.
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(shape, lanes)))``
+
+    Timing: one transfer per cycle (registered output); each output transfer comes
+    :data:`CONCAT_LATENCY` ``= 1`` cycle after its input transfer; :func:`concat_cycles` and
+    :func:`concat_latency` per round. An input that is not valid in its turn holds up the
+    whole output (the others wait); ``ready`` of the input in turn follows ``o_stream.ready``
+    combinationally while the output register is full.
+    """
+
+    @_quiet_if_invalid
+    def __init__(self, shape, lanes, chunks):
+        self._shape = int_shape(shape)
+        self._lanes = _check_count("Lanes", lanes)
+        self._chunks = _check_chunks(chunks)
+        sig = stream.Signature(data.ArrayLayout(self._shape, self._lanes))
+        super().__init__({
+            "i_stream": In(sig).array(len(self._chunks)),
+            "o_stream": Out(sig),
+        })
+
+    @property
+    def shape(self) -> Shape:
+        return self._shape
+
+    @property
+    def lanes(self) -> int:
+        return self._lanes
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        return self._chunks
+
+    @property
+    def cycles(self) -> int:
+        """Steady-state cycles per round, :func:`concat_cycles` ``= sum(chunks)``."""
+        return concat_cycles(self._chunks)
+
+    @property
+    def latency(self) -> int:
+        """Cycles from the first input transfer to the last output transfer of one round,
+        :func:`concat_latency` ``= sum(chunks)``."""
+        return concat_latency(self._chunks)
+
+    def elaborate(self, platform):
+        m = Module()
+        chunks, n = self._chunks, len(self._chunks)
+        ins, o_stream = self.i_stream, self.o_stream
+
+        sel = _counter(n)                     # the input whose turn it is
+        count = _counter(max(chunks))         # transfers taken from it in this round
+        o_valid = Signal()
+        o_payload = Signal(data.ArrayLayout(self._shape, self._lanes))
+        advance = ~o_valid | o_stream.ready
+        m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
+        with m.If(o_stream.ready):
+            m.d.sync += o_valid.eq(0)
+        with m.Switch(sel):
+            for k, i_k in enumerate(ins):
+                with m.Case(k):
+                    m.d.comb += i_k.ready.eq(advance)
+                    with m.If(i_k.valid & advance):
+                        m.d.sync += [o_payload.eq(i_k.payload), o_valid.eq(1)]
+                        if chunks[k] == 1:
+                            m.d.sync += sel.eq((k + 1) % n)
+                        else:
+                            with m.If(count == chunks[k] - 1):
+                                m.d.sync += [sel.eq((k + 1) % n), count.eq(0)]
+                            with m.Else():
+                                m.d.sync += count.eq(count + 1)
+        return m
