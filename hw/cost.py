@@ -56,6 +56,9 @@ __all__ = [
 ]
 
 
+_PLUMBING = ("convert", "cast", "fifo")
+
+
 def matvec_latency(folds: int, groups: int) -> int:
     """Latency of a :class:`~onnx2fpga.hw.cores.MatVecCore` with ``folds`` input transfers and
     ``groups`` output transfers per vector: ``folds + folds * groups + 3``."""
@@ -163,7 +166,10 @@ def _stage_timing(stage: Stage, first: int, last: int) -> tuple[int, int]:
         last_out = first_out
     else:                                   # "cast": wires
         first_out, last_out = first, last
-    # A stream carries at most one transfer per cycle.
+    # A stream carries at most one transfer per cycle, and no core finishes an inference
+    # faster than its cycles per inference from its first input.
+    if kind not in ("cast", "convert", "fifo", "reorder"):
+        last_out = max(last_out, first + stage_cycles(stage))
     return first_out, max(last_out, first_out + stage.out_beats - 1)
 
 
@@ -187,7 +193,7 @@ def layer_cycles(layer) -> int:
     """Steady-state cycles per inference of ``layer``'s cores on their own: the slowest core
     (``(in_features // simd) * (out_features // pe)`` for a DenseLayer, whose
     requantization runs alongside; ``channels // lanes`` for a RequantLayer)."""
-    stages = layer_stages(layer)
+    stages = [s for s in layer_stages(layer) if s.kind not in _PLUMBING]
     return max([stage_cycles(s) for s in stages] + [layer.in_size // layer.in_lanes])
 
 
@@ -233,7 +239,10 @@ def dataflow_cycles(dataflow: Dataflow, plan: Plan | None = None) -> dict:
     layers = []
     for layer in dataflow.layers:
         names = plan.layer_stages.get(layer.name, [])
-        cyc = max([stage_cycles(by_name[n]) for n in names], default=0)
+        # Lane converters, casts and FIFOs on a layer's edges move data at the rate of its
+        # neighbours; the layer's own cores set its figure.
+        cyc = max([stage_cycles(by_name[n]) for n in names
+                   if by_name[n].kind not in _PLUMBING], default=0)
         layers.append({"name": layer.name, "cycles": int(cyc),
                        "latency": int(layer_latency(layer)) if names else 0})
     cycles = max([dataflow.input.beats, dataflow.output.beats]
