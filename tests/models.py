@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["float_mlp", "ort_qdq_mlp", "save"]
+__all__ = ["float_mlp", "ort_qdq_mlp", "save", "CNN_KINDS", "float_cnn", "ort_qdq_cnn"]
 
 
 def float_mlp(sizes=(16, 12, 6), *, kind="gemm", opset=13, softmax=True, seed=0,
@@ -74,6 +74,236 @@ def ort_qdq_mlp(tmp_path, *, sizes=(16, 12, 6), kind="gemm", opset=13, activatio
             return next(self.it, None)
 
     q = str(tmp_path / f"qdq_{kind}_{opset}_{activation}_{int(per_channel)}.onnx")
+    quantize_static(fp, q, Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8 if activation == "int8" else
+                    QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=per_channel,
+                    calibrate_method=CalibrationMethod.MinMax)
+    return q, cal
+
+
+# ---- convolutional networks -------------------------------------------------------------------
+
+#: The kinds :func:`float_cnn` builds, each with its input shape without the batch dimension
+#: (``(C, H, W)``, or ``(C, W)`` for 1-D).
+CNN_KINDS = {
+    "basic": (2, 8, 8),
+    "residual": (3, 8, 8),
+    "concat": (2, 8, 8),
+    "depthwise": (4, 8, 8),
+    "avgpool": (2, 8, 8),
+    "conv1d": (3, 16),
+    "resize": (2, 6, 6),
+    "bn": (3, 8, 8),
+    "pad": (2, 8, 8),
+}
+
+
+class _Graph:
+    """Collects nodes and initializers for :func:`float_cnn`; every value gets a fresh name."""
+
+    def __init__(self, rng):
+        self.rng, self.nodes, self.inits, self.count = rng, [], [], 0
+
+    def name(self, stem):
+        self.count += 1
+        return f"{stem}{self.count}"
+
+    def const(self, stem, array):
+        name = self.name(stem)
+        self.inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def op(self, op_type, inputs, **attrs):
+        out = self.name(op_type.lower() + "_")
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], name=out + "n",
+                                           **attrs))
+        return out
+
+    def conv(self, x, cin, cout, kernel, *, pads=None, group=1, gain=2.0 ** 0.5):
+        """Conv with bias; weights N(0, gain**2 / fan_in) so that activations stay O(1)."""
+        kernel = tuple(kernel)
+        fan_in = cin // group * int(np.prod(kernel))
+        w = self.rng.standard_normal((cout, cin // group) + kernel) * gain / np.sqrt(fan_in)
+        b = self.rng.standard_normal(cout) * 0.1
+        attrs = {"kernel_shape": list(kernel), "group": group}
+        if pads is not None:
+            attrs["pads"] = list(pads)
+        return self.op("Conv", [x, self.const("W", w.astype(np.float32)),
+                                self.const("B", b.astype(np.float32))], **attrs)
+
+    def dense(self, x, features, classes, shape, opset):
+        """Flatten then Gemm (``transB=1``, weights stored ``(classes, features)``).
+
+        The bias centres the logits over standard normal inputs of ``shape`` (the flattened
+        features' mean is measured with onnxruntime), so that the predicted class depends on the
+        input rather than on a constant offset. Not ``onnx.reference``: its BatchNormalization-9
+        (opsets 9..13) blends batch statistics into the running ones in inference
+        (onnx/onnx#5799, fix proposed in onnx/onnx#8442).
+        """
+        import onnxruntime as ort
+
+        f = self.op("Flatten", [x], axis=1)
+        w = (self.rng.standard_normal((classes, features)) / np.sqrt(features)).astype(np.float32)
+        probe = helper.make_graph(
+            self.nodes, "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+            [helper.make_tensor_value_info(f, TensorProto.FLOAT, None)], self.inits)
+        probe = helper.make_model(probe, opset_imports=[helper.make_opsetid("", opset)])
+        probe.ir_version = 8 if opset < 21 else 10
+        xs = np.random.default_rng(12345).standard_normal((64,) + shape).astype(np.float32)
+        sess = ort.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+        mean = sess.run(None, {"x": xs})[0].mean(axis=0)
+        b = -w @ mean + self.rng.standard_normal(classes) * 0.1
+        return self.op("Gemm", [f, self.const("W", w), self.const("B", b.astype(np.float32))],
+                       transB=1)
+
+
+def float_cnn(kind="basic", *, seed=0, opset=13, classes=5):
+    """A small float CNN (NCHW, input ``x: float32[N, *CNN_KINDS[kind]]``, output
+    ``y: float32[N, classes]``) with random weights, built with ``onnx.helper``.
+
+    Kinds (``3x3`` convolutions with pads 1 unless said otherwise; every Conv has a bias):
+
+    ``"basic"``      Conv(2->4), Relu, MaxPool(2x2, stride 2), Flatten, Gemm
+    ``"residual"``   Conv(3->4), Relu, Conv(4->4), Add(skip from the Relu), Relu,
+                     GlobalAveragePool, Flatten, Gemm
+    ``"concat"``     two branches Conv(2->3)+Relu and Conv(2->2, 1x1)+Relu, Concat(axis 1),
+                     MaxPool(2x2, stride 2), Flatten, Gemm
+    ``"depthwise"``  Conv(4->4, group 4), Relu, Conv(4->6, 1x1), Relu, MaxPool(2x2, stride 2),
+                     Flatten, Gemm
+    ``"avgpool"``    Conv(2->4), Relu, AveragePool(3x3, stride 2, pads 1,
+                     count_include_pad=0), Flatten, Gemm
+    ``"conv1d"``     on ``(N, 3, 16)``: Conv(3->4, kernel 3, pads 1), Relu, MaxPool(2, stride 2),
+                     Flatten, Gemm
+    ``"resize"``     on ``(N, 2, 6, 6)``: Resize(nearest, scales x2, asymmetric / floor, as
+                     PyTorch exports it), Conv(2->4), Relu, MaxPool(2x2, stride 2), Flatten, Gemm
+    ``"bn"``         Conv(3->4), BatchNormalization, LeakyRelu(alpha 0.1), MaxPool(2x2,
+                     stride 2), Flatten, Gemm
+    ``"pad"``        Pad(constant 0; top 1, left 2, bottom 2, right 1), Conv(2->4, no padding),
+                     Relu, MaxPool(3x3, stride 3), Flatten, Gemm
+
+    Weights are N(0, 2 / fan_in) (Gemm: 1 / fan_in), Conv biases N(0, 0.01): activations stay
+    O(1) for standard normal inputs. The Gemm bias centres the logits over such inputs, so the
+    predicted class varies with the input. Deterministic for a given ``seed``.
+    """
+    if kind not in CNN_KINDS:
+        raise ValueError(f"CNN kind must be one of {', '.join(CNN_KINDS)}, not {kind!r}")
+    rng = np.random.default_rng(seed)
+    g = _Graph(rng)
+    shape = CNN_KINDS[kind]
+    x = "x"
+    p1 = [1, 1, 1, 1]
+    if kind == "basic":
+        t = g.op("Relu", [g.conv(x, 2, 4, (3, 3), pads=p1)])
+        t = g.op("MaxPool", [t], kernel_shape=[2, 2], strides=[2, 2])
+        g.dense(t, 4 * 4 * 4, classes, shape, opset)
+    elif kind == "residual":
+        r = g.op("Relu", [g.conv(x, 3, 4, (3, 3), pads=p1)])
+        t = g.op("Add", [g.conv(r, 4, 4, (3, 3), pads=p1), r])
+        t = g.op("GlobalAveragePool", [g.op("Relu", [t])])
+        g.dense(t, 4, classes, shape, opset)
+    elif kind == "concat":
+        a = g.op("Relu", [g.conv(x, 2, 3, (3, 3), pads=p1)])
+        b = g.op("Relu", [g.conv(x, 2, 2, (1, 1))])
+        t = g.op("Concat", [a, b], axis=1)
+        t = g.op("MaxPool", [t], kernel_shape=[2, 2], strides=[2, 2])
+        g.dense(t, 5 * 4 * 4, classes, shape, opset)
+    elif kind == "depthwise":
+        t = g.op("Relu", [g.conv(x, 4, 4, (3, 3), pads=p1, group=4)])
+        t = g.op("Relu", [g.conv(t, 4, 6, (1, 1))])
+        t = g.op("MaxPool", [t], kernel_shape=[2, 2], strides=[2, 2])
+        g.dense(t, 6 * 4 * 4, classes, shape, opset)
+    elif kind == "avgpool":
+        t = g.op("Relu", [g.conv(x, 2, 4, (3, 3), pads=p1)])
+        t = g.op("AveragePool", [t], kernel_shape=[3, 3], strides=[2, 2], pads=p1,
+                 count_include_pad=0)
+        g.dense(t, 4 * 4 * 4, classes, shape, opset)
+    elif kind == "conv1d":
+        t = g.op("Relu", [g.conv(x, 3, 4, (3,), pads=[1, 1])])
+        t = g.op("MaxPool", [t], kernel_shape=[2], strides=[2])
+        g.dense(t, 4 * 8, classes, shape, opset)
+    elif kind == "resize":
+        scales = g.const("scales", np.array([1, 1, 2, 2], np.float32))
+        t = g.op("Resize", [x, "", scales], mode="nearest",
+                 coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        t = g.op("Relu", [g.conv(t, 2, 4, (3, 3), pads=p1)])
+        t = g.op("MaxPool", [t], kernel_shape=[2, 2], strides=[2, 2])
+        g.dense(t, 4 * 6 * 6, classes, shape, opset)
+    elif kind == "bn":
+        t = g.conv(x, 3, 4, (3, 3), pads=p1, gain=1.0)
+        params = [rng.uniform(0.5, 1.5, 4), rng.standard_normal(4) * 0.1,
+                  rng.standard_normal(4) * 0.2, rng.uniform(0.5, 1.5, 4)]
+        t = g.op("BatchNormalization", [t] + [g.const(s, p.astype(np.float32)) for s, p in
+                                              zip(("scale", "beta", "mean", "var"), params)],
+                 epsilon=1e-5)
+        t = g.op("LeakyRelu", [t], alpha=0.1)
+        t = g.op("MaxPool", [t], kernel_shape=[2, 2], strides=[2, 2])
+        g.dense(t, 4 * 4 * 4, classes, shape, opset)
+    else:  # "pad"
+        pads = g.const("pads", np.array([0, 0, 1, 2, 0, 0, 2, 1], np.int64))
+        t = g.op("Pad", [x, pads], mode="constant")
+        t = g.op("Relu", [g.conv(t, 2, 4, (3, 3))])
+        t = g.op("MaxPool", [t], kernel_shape=[3, 3], strides=[3, 3])
+        g.dense(t, 4 * 3 * 3, classes, shape, opset)
+    g.nodes[-1].output[0] = "y"
+    graph = helper.make_graph(
+        g.nodes, f"cnn_{kind}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", *shape])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", classes])], g.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              producer_name="onnx2fpga-tests")
+    model.ir_version = 8 if opset < 21 else 10
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def ort_qdq_cnn(tmp_path, *, kind="basic", per_channel=True, opset=13, activation="int8",
+                seed=0, samples=128):
+    """quantize_static (QDQ, MinMax, int8 weights) of :func:`float_cnn`.
+
+    The calibration reader feeds ``samples`` standard normal inputs one at a time. Returns
+    ``(path of the QDQ model, calibration inputs (samples, 1, *CNN_KINDS[kind]))``.
+
+    What onnxruntime's quantizer (1.32, no ``quant_pre_process``) makes of each kind:
+
+    - Conv and Gemm: int8 weights behind a DequantizeLinear, per channel (``axis=0``, one
+      scale per output channel, zero points 0) when ``per_channel``; the bias is int32 with
+      scale = input scale x weight scale.
+    - Relu disappears: the Q after the Conv (or the Add, in ``"residual"``) is calibrated on
+      the Relu's output, so its zero point (-128 for int8, 0 for uint8) does the clamping.
+      LeakyRelu stays, between DQ and Q.
+    - MaxPool, AveragePool, Flatten and Pad sit between DQ and Q that reuse the input's scale
+      and zero point. Add, Concat, GlobalAveragePool, LeakyRelu and BatchNormalization get an
+      output Q of their own; the two Concat inputs keep different scales.
+    - BatchNormalization is not folded into the Conv: its scale becomes an int8 per-tensor
+      DequantizeLinear, its B an int32 one, mean and var stay float initializers.
+    - Every kind is quantized end to end except ``"resize"``: the graph input is not quantized
+      before a leading Resize, which runs in float; the first Q is after it.
+
+    ``activation="int8"`` and ``"uint8"`` dequantize to the same values (MinMax: the same
+    scale, zero points 128 apart).
+    """
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    if activation not in ("int8", "uint8"):
+        raise ValueError(f"Activation must be 'int8' or 'uint8', not {activation!r}")
+    rng = np.random.default_rng(seed + 100)
+    cal = rng.standard_normal((samples, 1) + CNN_KINDS[kind]).astype(np.float32)
+    fp = save(float_cnn(kind, seed=seed, opset=opset), tmp_path / f"fp_cnn_{kind}_{opset}.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter({"x": c} for c in cal)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    q = str(tmp_path / f"qdq_cnn_{kind}_{opset}_{activation}_{int(per_channel)}.onnx")
     quantize_static(fp, q, Reader(), quant_format=QuantFormat.QDQ,
                     activation_type=QuantType.QInt8 if activation == "int8" else
                     QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=per_channel,
