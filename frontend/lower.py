@@ -49,7 +49,7 @@ from ..errors import UnsupportedError
 from ..sim import golden, host
 from .ir import Graph, Node
 
-__all__ = ["lower", "HW_OPS", "MAX_KERNEL"]
+__all__ = ["lower", "HW_OPS", "MAX_KERNEL", "ADD_MULTIPLIER_BITS"]
 
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose")
 EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip",
@@ -63,6 +63,8 @@ QDQ = ("QuantizeLinear", "DequantizeLinear")
 #: weights per output channel; beyond 8x8 both grow past what the target devices hold for
 #: realistic channel counts.
 MAX_KERNEL = 8
+#: Significant bits of the two multipliers of an add of activations (see ``_Lowerer.add``).
+ADD_MULTIPLIER_BITS = 12
 
 
 def _onnx_domain(n: Node) -> bool:
@@ -454,6 +456,12 @@ class _Lowerer:
         qtype, s_out, z_out = self.out_quant(grp)
         out = grp.quant.outputs[0]
         op = core.op if core is not None else None
+        if core is not None and "_geometry" in core.attrs and "kernel" in core.attrs[
+                "_geometry"] and not (op in ("GlobalAveragePool", "GlobalMaxPool")):
+            kh, kw = core.attrs["_geometry"]["kernel"]
+            if max(kh, kw) > MAX_KERNEL:
+                raise UnsupportedError([f"{core.describe()}: kernel {kh}x{kw} is unsupported; "
+                                        f"kernels up to {MAX_KERNEL}x{MAX_KERNEL}"])
         core_shape = self.shape(core.outputs[0]) if core is not None else \
             self.shape(grp.dqs[0].outputs[0])
         aff = self.epilogue(grp, core_shape)
@@ -666,7 +674,9 @@ class _Lowerer:
         qtype, s_out, z_out = self.out_quant(grp)
         reals = [float(_f32_ratio(np.float32(qi.scale) * np.float32(a[0]), s_out)[()])
                  for qi in infos]
-        ms, shift = _requant_params(np.array(reals), self.mbits)
+        # The add core multiplies by constants in logic: 12 significant bits keep each term
+        # within 1/16 LSB over an 8-bit input range at a fraction of the 16-24 bit cost.
+        ms, shift = _requant_params(np.array(reals), min(self.mbits, ADD_MULTIPLIER_BITS))
         # v = (a - za) * ma + (b - zb) * mb is the output on a scale of 2**shift; the stage
         # adds the offset, rounds, shifts and clips. A LeakyRelu slope rides on the stage's
         # own multiplier as a k-bit fixed-point number.

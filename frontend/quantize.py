@@ -328,10 +328,16 @@ def _quantize_weights(graph: Graph, grp: _Group, k: int, wq: IntType, s_in: floa
 
 
 def _quantize_bias(graph: Graph, node: Node, pos: int, scale: np.ndarray, k: int):
+    """An int32 bias on the accumulator's scale, or nothing (the float bias stays and the
+    lowering adds it after the accumulator) when a value would not fit int32 (wide weights
+    and activations make the accumulator's unit tiny)."""
     b = np.asarray(graph.constants[node.inputs[pos]], dtype=np.float64).reshape(-1)
     scale = np.broadcast_to(np.asarray(scale, np.float64), (max(b.size, scale.size),))
     b = np.broadcast_to(b, scale.shape)
-    q = np.clip(np.rint(b / scale), -(2 ** 31), 2 ** 31 - 1).astype(np.int32)
+    ratio = np.rint(b / scale)
+    if np.abs(ratio).max(initial=0) > 2 ** 31 - 1:
+        return []
+    q = ratio.astype(np.int32)
     name = f"{node.inputs[pos]}__bq{k}"
     graph.constants[name] = q
     graph.tensors[name] = _info(IntType(32, True), q.shape)
