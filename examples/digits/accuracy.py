@@ -14,8 +14,9 @@ def float_outputs(model, x):
         import onnxruntime as ort
     except ImportError:
         from onnx2fpga.frontend.load import load_model
+        from onnx2fpga.frontend.resolve import resolve_geometry
         from onnx2fpga.sim import host
-        g = load_model(model)
+        g = resolve_geometry(load_model(model))
         return np.stack([host.run_nodes(g.nodes, {g.inputs[0]: s[None]}, g.constants)
                          [g.outputs[0]][0] for s in x])
     sess = ort.InferenceSession(model)
