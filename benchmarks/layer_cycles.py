@@ -3,7 +3,7 @@ simulation (Verilator, no stalls).
 
     python benchmarks/layer_cycles.py DESIGN_DIR [--inferences N] [--json]
 
-Every layer is built alone (``Dataflow.isolate``: the layer between ports of its own input
+Every layer is built alone (``onnx2fpga.hw.graph.isolate``: the layer between ports of its own input
 and output, fed at one transfer per cycle, the output never stalled) and simulated for N
 back-to-back inferences; the whole design likewise. Prints, per layer, the manifest's cycles
 (the slowest core of the layer), the isolated layer's modelled cycles, the measured ones and
@@ -23,6 +23,7 @@ import onnx2fpga
 from onnx2fpga.dataflow import ViewLayer
 from onnx2fpga.hw import cost
 from onnx2fpga.hw.emit import emit_verilog
+from onnx2fpga.hw.graph import isolate
 from onnx2fpga.sim.rtl import simulate_rtl
 
 
@@ -58,7 +59,7 @@ def main(argv=None):
             continue
         entry = next(e for e in d.manifest["layers"] if e["name"] == layer.name)
         try:
-            sub = df.isolate(layer.name)
+            sub = isolate(df, layer.name)
         except ValueError as e:
             rows.append({"layer": layer.name, "skipped": str(e)})
             continue

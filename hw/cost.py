@@ -143,7 +143,9 @@ def _stage_timing(stage: Stage, first: int, last: int) -> tuple[int, int]:
         g = _geometry(stage)
         rows0 = g.row_span(0)[1]
         first_out = first + rows0 * g.width * g.folds + 1
-        last_out = last + g.latency - (g.in_beats - 1)
+        # After the last input row, only the output rows that read it remain.
+        last_rows = sum(1 for oh in range(g.out_height) if g.row_span(oh)[1] == g.height)
+        last_out = last + max(last_rows, 1) * g.row_beats + 1
     elif kind in ("reduce", "depthwise"):
         window, folds = stage.params["window"], stage.params["channels"] // stage.in_lanes
         extra = 0 if kind == "reduce" else 1
@@ -242,15 +244,20 @@ def dataflow_cycles(dataflow: Dataflow, plan: Plan | None = None) -> dict:
         # Lane converters, casts and FIFOs on a layer's edges move data at the rate of its
         # neighbours; the layer's own cores set its figure.
         cyc = max([stage_cycles(by_name[n]) for n in names
-                   if by_name[n].kind not in _PLUMBING], default=0)
-        layers.append({"name": layer.name, "cycles": int(cyc),
-                       "latency": int(layer_latency(layer)) if names else 0})
+                   if by_name[n].kind not in _PLUMBING + ("reorder",)], default=0)
+        edge = max([stage_cycles(by_name[n]) for n in names
+                    if by_name[n].kind == "reorder"], default=0)
+        entry = {"name": layer.name, "cycles": int(cyc),
+                 "latency": int(layer_latency(layer)) if names else 0}
+        if edge:
+            entry["reorder_cycles"] = int(edge)     # reordering its input: own core, own rate
+        layers.append(entry)
     cycles = max([dataflow.input.beats, dataflow.output.beats]
                  + [stage_cycles(s) for s in plan.stages])
     timing = plan_timing(plan, dataflow.input.beats)
-    top = max(ly["cycles"] for ly in layers)
+    top = max(max(ly["cycles"], ly.get("reorder_cycles", 0)) for ly in layers)
     for ly in layers:
-        ly["bottleneck"] = ly["cycles"] == top
+        ly["bottleneck"] = max(ly["cycles"], ly.get("reorder_cycles", 0)) == top
     return {
         "cycles_per_inference": int(cycles),
         "latency_cycles": int(timing[plan.output_net][1]),

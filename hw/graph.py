@@ -37,6 +37,7 @@ count) stages the consumer needs.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from math import gcd
 
@@ -52,6 +53,7 @@ from ..dataflow import (
     IntType,
     PadLayer,
     PoolLayer,
+    Port,
     RequantLayer,
     RequantStage,
     ResizeLayer,
@@ -61,7 +63,7 @@ from ..dataflow import (
 )
 
 __all__ = ["Stage", "plan_graph", "layer_stages", "requant_lanes", "tensor_orders",
-           "hwc_order", "stream_stages", "Plan"]
+           "hwc_order", "stream_stages", "Plan", "isolate"]
 
 
 @dataclass(frozen=True)
@@ -755,6 +757,50 @@ def _reorder(b: _Builder, net: str, have, need, name: str, layer: str) -> str:
     inv = np.empty(size, dtype=np.int64)
     inv[have_a] = np.arange(size)       # logical index -> stream position in `have`
     order = inv[need_a]                  # output position p takes input position order[p]
-    net = b.lanes(net, 1, f"{name}_in")
-    net = b.add("reorder", name, [net], t, 1, size, params={"order": order})
-    return net
+    # The widest lane count (dividing the stream's) whose groups the permutation moves whole:
+    # a transpose of image rows and columns moves pixels, all channels together.
+    width = 1
+    for w in range(lanes, 0, -1):
+        if lanes % w == 0 and size % w == 0:
+            groups = order.reshape(-1, w)
+            if np.all(groups[:, 0] % w == 0) and \
+                    np.array_equal(groups, groups[:, :1] + np.arange(w)):
+                width = w
+                break
+    net = b.lanes(net, width, f"{name}_in")
+    return b.add("reorder", name, [net], t, width, size, params={"order": order})
+
+
+def isolate(dataflow: Dataflow, name: str) -> Dataflow:
+    """A dataflow of layer ``name`` alone, between ports of its own input and output
+    (a copy; a join reads its one input port twice, so its inputs must have one shape),
+    the ports in the stream orders the layer takes and gives. For measuring one layer's
+    figures.
+
+    Raises
+    ------
+    ValueError
+        If no layer has that name, or a join's inputs differ in shape.
+    """
+    layer = next((ly for ly in dataflow.layers if ly.name == name), None)
+    if layer is None:
+        raise ValueError(f"No layer named {name!r}")
+    layer = copy.deepcopy(layer)
+    shapes = {tuple(s) for s in layer.in_shapes}
+    if len(shapes) != 1:
+        raise ValueError(f"Layer {name!r} joins tensors of shapes {sorted(shapes)}: it "
+                         f"cannot run from one input port")
+    types = layer.in_types if hasattr(layer, "in_types") else [layer.in_type]
+    in_type = types[0]
+    for t in types[1:]:
+        in_type = IntType.for_range(min(in_type.lo, t.lo), max(in_type.hi, t.hi))
+    layer.inputs = [f"{name}__in"] * len(layer.inputs)
+    layer.output = f"{name}__out"
+    lanes = 1 if isinstance(layer, ViewLayer) else layer.in_lanes
+    inp = Port(layer.inputs[0], (1,) + tuple(layer.in_shapes[0]), in_type, 1.0, 0, lanes)
+    out = Port(layer.output, (1,) + tuple(layer.out_shape), layer.out_type, 1.0, 0,
+               lanes if isinstance(layer, ViewLayer) else layer.out_lanes)
+    sub = Dataflow([layer], inp, out, fifo_depths=[0])
+    orders, _ = tensor_orders(sub)
+    inp.order, out.order = orders[inp.name], orders[out.name]
+    return sub

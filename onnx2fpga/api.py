@@ -222,6 +222,8 @@ def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
         "cycles": figures["cycles"], "latency_cycles": figures["latency"],
         "bottleneck": figures["bottleneck"], "fifo_depth_after": fifo_after,
     }
+    if "reorder_cycles" in figures:
+        entry["reorder_cycles"] = figures["reorder_cycles"]
     if isinstance(ly, ViewLayer):
         entry["perm"] = list(ly.perm) if ly.perm is not None else None
         return entry

@@ -978,37 +978,6 @@ class Dataflow:
                 layer.output = self.output.name if k == len(self.layers) - 1 else layer.name
             prev = layer.output
 
-    def isolate(self, name: str) -> Dataflow:
-        """A dataflow of layer ``name`` alone, between ports of its own input and output
-        (a copy; a join reads its one input port twice, so its inputs must have one shape).
-        For measuring one layer's figures.
-
-        Raises
-        ------
-        ValueError
-            If no layer has that name, or a join's inputs differ in shape.
-        """
-        import copy
-        layer = next((ly for ly in self.layers if ly.name == name), None)
-        if layer is None:
-            raise ValueError(f"No layer named {name!r}")
-        layer = copy.deepcopy(layer)
-        shapes = {tuple(s) for s in layer.in_shapes}
-        if len(shapes) != 1:
-            raise ValueError(f"Layer {name!r} joins tensors of shapes {sorted(shapes)}: it "
-                             f"cannot run from one input port")
-        types = layer.in_types if hasattr(layer, "in_types") else [layer.in_type]
-        in_type = types[0]
-        for t in types[1:]:
-            in_type = IntType.for_range(min(in_type.lo, t.lo), max(in_type.hi, t.hi))
-        layer.inputs = [f"{name}__in"] * len(layer.inputs)
-        layer.output = f"{name}__out"
-        lanes = 1 if isinstance(layer, ViewLayer) else layer.in_lanes
-        inp = Port(layer.inputs[0], (1,) + tuple(layer.in_shapes[0]), in_type, 1.0, 0, lanes)
-        out = Port(layer.output, (1,) + tuple(layer.out_shape), layer.out_type, 1.0, 0,
-                   lanes if isinstance(layer, ViewLayer) else layer.out_lanes)
-        return Dataflow([layer], inp, out, fifo_depths=[0])
-
     def producer(self, tensor: str):
         """The layer writing ``tensor`` (None for the input port's tensor)."""
         for layer in self.layers:

@@ -17,7 +17,7 @@ from onnx2fpga.dataflow import (
     ViewLayer,
 )
 from onnx2fpga.hw import cost
-from onnx2fpga.hw.graph import hwc_order, plan_graph, stream_stages, tensor_orders
+from onnx2fpga.hw.graph import hwc_order, isolate, plan_graph, stream_stages, tensor_orders
 from onnx2fpga.hw.top import Accelerator
 from onnx2fpga.sim import golden
 
@@ -86,10 +86,34 @@ def pad_pool_dataflow(seed=1):
     return df
 
 
+def transpose_dataflow(seed=2):
+    """conv (2, 6, 5) -> transpose H and W -> conv: the second convolution needs its input
+    channels-last in the transposed layout, a real reordering (a reorder core)."""
+    rng = np.random.default_rng(seed)
+    probe = rng.integers(0, 16, size=(16, 2, 6, 5))
+    c0 = ConvLayer("conv0", U4, 3, (2, 6, 5), rng.integers(-7, 8, size=(3, 2, 3, 3)),
+                   IntType(4, True), rng.integers(-9, 9, 3), [], pads=(1, 1, 1, 1), lanes=2,
+                   simd=2, pe=3, inputs=["x"], output="a")
+    c0.requant.append(fit_stage(rng, golden.run_layer(c0, probe), U4, relu=True))
+    h = golden.run_layer(c0, probe)
+    t = ViewLayer("swap", U4, (3, 6, 5), (3, 5, 6), perm=(0, 2, 1), inputs=["a"], output="b")
+    h = golden.run_layer(t, h)
+    c1 = ConvLayer("conv1", U4, 0, (3, 5, 6), rng.integers(-7, 8, size=(2, 3, 2, 2)),
+                   IntType(4, True), rng.integers(-9, 9, 2), [], stride=(2, 2), lanes=3,
+                   simd=3, pe=2, inputs=["b"], output="y")
+    c1.requant.append(fit_stage(rng, golden.run_layer(c1, h), I8))
+    df = Dataflow([c0, t, c1], Port("x", (1, 2, 6, 5), U4, 0.1, 3, lanes=2),
+                  Port("y", (1, 2, 2, 3), I8, 0.1, 0, lanes=2), fifo_depths=[2, 0, 2])
+    orders, _ = tensor_orders(df)
+    df.input.order, df.output.order = orders["x"], orders["y"]
+    return df
+
+
 DATAFLOWS = {
     "cnn": cnn_dataflow,
     "cnn_wide": lambda: cnn_dataflow(conv_lanes=2, simd=6, pe=4, pool_lanes=4, fc_simd=9),
     "pad_pool": pad_pool_dataflow,
+    "transpose": transpose_dataflow,
 }
 
 
@@ -104,7 +128,7 @@ def run(df, x, *, seed=0, idle=0.0, stall=0.0):
 
 @pytest.mark.parametrize("name, seed, idle, stall", [
     ("cnn", 1, 0.3, 0.3), ("cnn", 2, 0.0, 0.6), ("cnn_wide", 3, 0.2, 0.4),
-    ("pad_pool", 4, 0.3, 0.3), ("pad_pool", 5, 0.0, 0.0),
+    ("pad_pool", 4, 0.3, 0.3), ("pad_pool", 5, 0.0, 0.0), ("transpose", 6, 0.3, 0.3),
 ])
 def test_graph_matches_golden(name, seed, idle, stall):
     df = DATAFLOWS[name]()
@@ -113,7 +137,7 @@ def test_graph_matches_golden(name, seed, idle, stall):
     np.testing.assert_array_equal(y, golden.run_dataflow(df, x))
 
 
-@pytest.mark.parametrize("name", ["cnn", "cnn_wide", "pad_pool"])
+@pytest.mark.parametrize("name", ["cnn", "cnn_wide", "pad_pool", "transpose"])
 def test_graph_cycles(name):
     """Back-to-back inferences leave the accelerator ``cycles_per_inference`` apart (within
     5 %), and the modelled latency is within 10 % of the simulated one."""
@@ -155,3 +179,38 @@ def test_stream_stages_period():
     per_pixel = RequantStage(np.arange(6).reshape(1, 3, 2), [0], 3, 0, -8, 7, IntType(4, True))
     out, period = stream_stages([per_pixel], (4, 3, 2), hwc_order((4, 3, 2)))
     assert period == 24 and out[0].multiplier.tolist() == np.repeat(np.arange(6), 4).tolist()
+
+
+def test_reorder_only_where_needed():
+    """A flatten into a dense layer costs nothing; a transpose in front of a convolution
+    gets one reorder core, which permutes the stream into the transposed image's order."""
+    assert not [s for s in plan_graph(cnn_dataflow()).stages if s.kind == "reorder"]
+    df = transpose_dataflow()
+    reorders = [s for s in plan_graph(df).stages if s.kind == "reorder"]
+    assert len(reorders) == 1
+    # Output position p (channels-last in the (3, 5, 6) layout) takes input position
+    # order[p] (channels-last in the (3, 6, 5) layout): pixel (h, w) of the new layout is
+    # pixel (w, h) of the old.
+    order = reorders[0].params["order"].reshape(5, 6, 3)
+    for h, w, c in [(0, 0, 0), (1, 2, 1), (4, 5, 2)]:
+        assert order[h, w, c] == (w * 5 + h) * 3 + c
+
+
+@pytest.mark.parametrize("name", ["cnn", "pad_pool", "transpose"])
+def test_isolated_layer_cycles(name):
+    """Every layer alone, fed at full rate: its simulated cycles per inference are the
+    per-layer figure of the whole design's manifest (within 5 %)."""
+    df = DATAFLOWS[name]()
+    figures = {f["name"]: f["cycles"] for f in cost.dataflow_cycles(df)["layers"]}
+    for layer in df.layers:
+        if isinstance(layer, ViewLayer):
+            continue
+        sub = isolate(df, layer.name)
+        t = sub.input.type
+        x = np.random.default_rng(0).integers(t.lo, t.hi, size=(4, sub.input.size),
+                                              endpoint=True)
+        y, res = run(sub, x)
+        np.testing.assert_array_equal(y, golden.run_dataflow(sub, x))
+        last_out = [c for _, t_, c in res["out"] if t_]
+        steady = float(np.mean(np.diff(last_out[1:])))
+        assert abs(steady - figures[layer.name]) <= 0.05 * figures[layer.name], layer.name
