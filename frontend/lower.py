@@ -457,7 +457,7 @@ class _Lowerer:
         out = grp.quant.outputs[0]
         op = core.op if core is not None else None
         if core is not None and "_geometry" in core.attrs and "kernel" in core.attrs[
-                "_geometry"] and not (op in ("GlobalAveragePool", "GlobalMaxPool")):
+                "_geometry"] and op not in ("GlobalAveragePool", "GlobalMaxPool"):
             kh, kw = core.attrs["_geometry"]["kernel"]
             if max(kh, kw) > MAX_KERNEL:
                 raise UnsupportedError([f"{core.describe()}: kernel {kh}x{kw} is unsupported; "
