@@ -30,6 +30,7 @@ from ..dataflow import (
     ViewLayer,
     image_shape,
 )
+from ..errors import OptionError
 
 __all__ = ["fold", "divisors", "layer_options"]
 
@@ -133,12 +134,12 @@ def fold(dataflow: Dataflow, *, max_lanes: int = 8, overrides: dict | None = Non
 
     Raises
     ------
-    ValueError
+    OptionError
         If ``max_lanes`` is not a positive integer, an override names an unknown layer or
         does not fit the layer's sizes.
     """
     if not isinstance(max_lanes, int) or isinstance(max_lanes, bool) or max_lanes < 1:
-        raise ValueError(f"max_lanes must be a positive integer, not {max_lanes!r}")
+        raise OptionError(f"max_lanes must be a positive integer, not {max_lanes!r}")
     from ..hw.cost import edge_fifo_depths
     from ..hw.graph import plan_graph, tensor_orders
 
@@ -160,7 +161,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int = 8, overrides: dict | None = Non
         if o:
             _override(layer, o)
     if overrides:
-        raise ValueError(f"Folding overrides name unknown layers: {sorted(overrides)}")
+        raise OptionError(f"Folding overrides name unknown layers: {sorted(overrides)}")
     dataflow.fifo_depths = [fifo_depth] * len(layers)
     dataflow.edge_fifos = {}
     orders, _ = tensor_orders(dataflow)
@@ -178,11 +179,11 @@ def fold(dataflow: Dataflow, *, max_lanes: int = 8, overrides: dict | None = Non
 def _override(layer, o: dict) -> None:
     unknown = sorted(set(o) - {"simd", "pe", "lanes"})
     if unknown:
-        raise ValueError(f"Layer {layer.name!r}: unknown folding parameters {unknown}")
+        raise OptionError(f"Layer {layer.name!r}: unknown folding parameters {unknown}")
     if isinstance(layer, DenseLayer):
         simd, pe = int(o.get("simd", layer.simd)), int(o.get("pe", layer.pe))
         if layer.in_features % simd or layer.out_features % pe:
-            raise ValueError(f"Layer {layer.name!r}: simd={simd} must divide "
+            raise OptionError(f"Layer {layer.name!r}: simd={simd} must divide "
                              f"{layer.in_features} and pe={pe} must divide "
                              f"{layer.out_features}")
         layer.simd, layer.pe = simd, pe
@@ -191,6 +192,6 @@ def _override(layer, o: dict) -> None:
     for key, value in o.items():
         if (key, int(value)) not in allowed:
             values = sorted({v for k, v in allowed if k == key})
-            raise ValueError(f"Layer {layer.name!r}: {key}={value} is not a valid folding "
+            raise OptionError(f"Layer {layer.name!r}: {key}={value} is not a valid folding "
                              f"(possible: {values})")
         setattr(layer, key, int(value))

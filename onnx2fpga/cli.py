@@ -16,15 +16,22 @@ __all__ = ["main"]
 
 
 def _folding(text):
-    """``layer:simd:pe[,layer:simd:pe...]``"""
+    """``layer:simd:pe[:lanes][,...]`` or ``layer:lanes=L`` (a layer without a matrix
+    unit)."""
     out = {}
     for item in text.split(","):
         try:
-            name, simd, pe = item.split(":")
-            out[name] = {"simd": int(simd), "pe": int(pe)}
+            name, *values = item.split(":")
+            if len(values) == 1 and values[0].startswith("lanes="):
+                out[name] = {"lanes": int(values[0][len("lanes="):])}
+                continue
+            if len(values) not in (2, 3):
+                raise ValueError(item)
+            out[name] = dict(zip(("simd", "pe", "lanes"), map(int, values)))
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"folding must be NAME:SIMD:PE[,NAME:SIMD:PE...], not {item!r}") from None
+                f"folding must be NAME:SIMD:PE[:LANES] or NAME:lanes=L, comma-separated, "
+                f"not {item!r}") from None
     return out
 
 
@@ -59,8 +66,10 @@ def _parser():
                    help="significant bits of requantization multipliers (default: 24 for "
                    "models quantized elsewhere, which keeps every output within one LSB of "
                    "onnxruntime; 16 for our own calibration, which costs less hardware)")
-    c.add_argument("--folding", type=_folding, metavar="NAME:SIMD:PE,...",
-                   help="override the parallelism of named layers")
+    c.add_argument("--folding", type=_folding, metavar="NAME:SIMD:PE[:LANES],...",
+                   help="override the parallelism of named layers (LANES: channels per "
+                   "transfer into a convolution's window; NAME:lanes=L for pools and "
+                   "elementwise layers)")
 
     s = sub.add_parser("simulate", help="run a compiled design on inputs",
                        description="Run the design in DIR on the inputs in X.npy (stacked along "
@@ -147,10 +156,18 @@ def _compile(args):
           f"{m['cycles_per_inference']} cycles per inference, latency {m['latency_cycles']} "
           f"cycles")
     for ly in m["layers"]:
-        par = f"simd={ly['simd']} pe={ly['pe']}" if ly["kind"] == "dense" else \
-            f"lanes={ly['in_lanes']}"
+        if ly["kind"] == "dense":
+            par = f"simd={ly['simd']} pe={ly['pe']}"
+        elif ly["kind"] == "conv" and not ly["depthwise"]:
+            par = f"simd={ly['simd']} pe={ly['pe']} lanes={ly['lanes']}"
+        elif ly["kind"] == "view":
+            par = "(wires)"
+        else:
+            par = f"lanes={ly['in_lanes']}"
+        mark = "  <- bottleneck" if ly["bottleneck"] else ""
         print(f"  {ly['name']:<10} {ly['kind']:<8} {ly['in_size']:>5} -> {ly['out_size']:<5} "
-              f"{ly['in_type']:>6} -> {ly['out_type']:<6} {par:<14} {ly['cycles']} cycles")
+              f"{ly['in_type']:>6} -> {ly['out_type']:<6} {par:<22} {ly['cycles']} "
+              f"cycles{mark}")
     q = m["quantization"]
     if "calibration_max_abs_error" in q:
         extra = (f", argmax agreement {q['calibration_argmax_agreement'] * 100:.1f} %"

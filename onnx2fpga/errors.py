@@ -1,7 +1,7 @@
 """The project's error types. Every error a user can cause is one of these."""
 
 __all__ = ["Onnx2FpgaError", "LoadError", "CheckError", "UnsupportedError", "CalibrationError",
-           "DesignDirError"]
+           "DesignDirError", "OptionError"]
 
 
 class Onnx2FpgaError(Exception):
@@ -32,3 +32,7 @@ class CalibrationError(Onnx2FpgaError):
 
 class DesignDirError(Onnx2FpgaError):
     """The output or design directory is unusable (exists, not a design, ...)."""
+
+
+class OptionError(Onnx2FpgaError, ValueError):
+    """An option does not fit the model (a folding override a layer cannot take, ...)."""

@@ -149,3 +149,30 @@ def test_boards_lists_the_two_first_targets(capsys):
     code, out, _ = _run(capsys, "boards")
     names = [line.split()[0] for line in out.splitlines()]
     assert code == 0 and "icebreaker" in names and "ulx3s-85f" in names
+
+
+def test_folding_overrides_for_a_cnn(tmp_path, capsys):
+    """``--folding`` sets a convolution's simd, pe and window lanes and a pool's lanes; a
+    value the layer cannot take is one error line naming the layer and the valid values."""
+    from models import CNN_KINDS, float_cnn
+    path = save(float_cnn("basic"), tmp_path / "cnn.onnx")
+    cal = np.random.default_rng(0).standard_normal((16, 1) + CNN_KINDS["basic"]).astype(
+        np.float32)
+    np.save(tmp_path / "cal.npy", cal)
+    code, _, err = _run(capsys, "compile", path, "-o", tmp_path / "d", "--calibration",
+                        tmp_path / "cal.npy", "--folding", "conv0:6:2:2,pool1:lanes=4")
+    assert code == 0, err
+    layers = {ly["name"]: ly for ly in
+              json.loads((tmp_path / "d" / "manifest.json").read_text())["layers"]}
+    assert (layers["conv0"]["simd"], layers["conv0"]["pe"], layers["conv0"]["lanes"]) == \
+        (6, 2, 2)
+    assert layers["pool1"]["in_lanes"] == 4
+    code, _, err = _run(capsys, "compile", path, "-o", tmp_path / "e", "--calibration",
+                        tmp_path / "cal.npy", "--folding", "conv0:5:1")
+    assert code == 2
+    assert err.startswith("error: Layer 'conv0': simd=5 is not a valid folding (possible: [")
+    with pytest.raises(SystemExit) as e:             # argparse: usage and one error line
+        main(["compile", str(path), "-o", str(tmp_path / "f"), "--folding", "conv0:x"])
+    assert e.value.code == 2
+    assert "folding must be NAME:SIMD:PE[:LANES] or NAME:lanes=L, comma-separated, not " \
+           "'conv0:x'" in capsys.readouterr().err
