@@ -21,6 +21,7 @@ Example (simulation, USB side played by a testbench in the ``usb`` domain)::
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -230,7 +231,11 @@ class UsbAcmDevice(wiring.Component):
     def __init__(self, bus, *, vid=USB_VID, pid=USB_PID, manufacturer="onnx2fpga",
                  product="onnx2fpga accelerator", serial_number=""):
         try:
-            from luna.gateware.usb.devices.acm import USBSerialDevice
+            # LUNA 0.2 still imports Amaranth 0.4 names (Record, hdl.ast, hdl.xfrm) that
+            # Amaranth 0.5 deprecates; nothing a user of this module can act on.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                from luna.gateware.usb.devices.acm import USBSerialDevice
         except ImportError as exc:  # pragma: no cover - luna-usb is in the boards extra
             raise ImportError(f"The USB link needs LUNA: pip install luna-usb ({exc})") from None
         self._device = USBSerialDevice(bus=bus, idVendor=vid, idProduct=pid,
