@@ -4,6 +4,8 @@
   :func:`get_board`), with device limits, clock, UART and flasher.
 - :mod:`.wrapper`: :class:`UartBridge`, an accelerator with AXI4-Stream ports behind an 8N1 UART
   (:mod:`.uart`); :mod:`.loopback` has a stand-in accelerator for bring-up.
+- :mod:`.link`: the byte links both bridges use: the UART, or the board's USB port as a CDC-ACM
+  serial device (LUNA's gateware, OrangeCrab), with :mod:`.clocking` making its clocks.
 - :mod:`.build`: :func:`build_bitstream` through amaranth-boards and YoWASP (and apicula for
   Gowin), writing ``report.json``.
 - :mod:`.protocol`: the host link's frames (header, length, CRC-16), shared by the gateware

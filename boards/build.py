@@ -1,6 +1,8 @@
 """Bitstream builds through amaranth-boards and YoWASP, with a machine-readable report.
 
-The accelerator is wrapped in :class:`~onnx2fpga.boards.wrapper.UartBridge`, the platform's
+The accelerator is wrapped in :class:`~onnx2fpga.boards.framed.FramedBridge` (or the raw
+:class:`~onnx2fpga.boards.wrapper.UartBridge`) on the board's host link (a UART, or the USB port
+as a CDC-ACM serial device: :mod:`~onnx2fpga.boards.link`), the platform's
 build plan is written to ``build_dir``, and its commands (yosys, nextpnr, the packer) are run
 one by one so that each stage can be timed, reported and, on failure, explained. Tool names are
 those Amaranth uses (``YOSYS``, ``NEXTPNR_ICE40``, ``ICEPACK``, ``NEXTPNR_ECP5``, ``ECPPACK``
@@ -27,8 +29,9 @@ from amaranth.build.plat import Platform
 from amaranth.hdl import Elaboratable
 
 from ..errors import Onnx2FpgaError
-from .clocking import ClockedTop, plan_pll
+from .clocking import ClockedTop, UsbClockedTop, plan_pll
 from .framed import FramedBridge
+from .link import LINKS, USB_PID, USB_VID
 from .protocol import design_id_from_sha256
 from .targets import BoardTarget, get_board
 from .uart import uart_divisor
@@ -356,6 +359,24 @@ def _resources(target: BoardTarget, util: dict, cells: dict[str, int]) -> tuple[
     return ({k: {"used": v, "available": available[k]} for k, v in resources.items()}, notes)
 
 
+def _clocks_met(clocks: dict) -> bool:
+    """Every clock nextpnr timed (but its constant nets) reaches its constraint."""
+    return all(c["achieved_mhz"] >= c["constraint_mhz"] * (1 - 1e-6)
+               for name, c in clocks.items() if not name.startswith("$PACKER_"))
+
+
+def _usb_clocks(clocks: dict) -> dict:
+    """The USB clock nets (``usb_io`` at 48 MHz, ``usb`` at 12 MHz) by domain."""
+    out = {}
+    for name, c in clocks.items():
+        lower = name.lower()
+        if "usb_io" in lower:
+            out["usb_io"] = {"net": name, **c}
+        elif "usb" in lower and "por" not in lower:
+            out["usb"] = {"net": name, **c}
+    return out
+
+
 def _clocks(pnr: dict, clock_mhz: float):
     """All clocks nextpnr timed, and the Fmax of the main one.
 
@@ -367,6 +388,10 @@ def _clocks(pnr: dict, clock_mhz: float):
     clocks = {name: {"achieved_mhz": float(v["achieved"]), "constraint_mhz": float(v["constraint"])}
               for name, v in pnr.get("fmax", {}).items()}
     real = {name: c for name, c in clocks.items() if not name.startswith("$PACKER_")}
+    # The USB link's clocks (one of them at 48 MHz, like the OrangeCrab's oscillator) are
+    # reported apart (`usb`), never as the design's clock.
+    usb_nets = {c["net"] for c in _usb_clocks(real).values()}
+    real = {name: c for name, c in real.items() if name not in usb_nets}
     main = [c for c in real.values()
             if abs(c["constraint_mhz"] - clock_mhz) <= 1e-4 * clock_mhz]
     candidates = main or list(real.values())
@@ -389,7 +414,8 @@ def _critical_paths(pnr: dict) -> list[dict]:
 
 def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, build_dir, *,
                     seed=None, progress=True, cycles_per_inference=None, latency_cycles=None,
-                    baud=115200, ice40_dsp=False, design_id=None, clock_mhz=None) -> dict:
+                    baud=115200, ice40_dsp=False, design_id=None, clock_mhz=None,
+                    link=None) -> dict:
     """Build a bitstream of an accelerator behind the UART wrapper and write ``report.json``.
 
     Parameters
@@ -426,13 +452,20 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         oscillator drives it directly. Otherwise the board's PLL makes it (see
         :mod:`.clocking`); the report's ``clock_mhz`` is the frequency the PLL settings give,
         ``pll`` has the settings, and ``oscillator_mhz`` the board clock.
+    link : str, optional
+        The host link: ``"uart"`` or ``"usb"`` (the board's USB port as a CDC-ACM serial
+        device, where the board has one the FPGA drives). ``None``: the board's default
+        (:attr:`~.targets.BoardTarget.link`). On USB, ``baud`` is not used; the USB clocks
+        (``usb_io`` 48 MHz, ``usb`` 12 MHz) come from a PLL of their own and the report has
+        their Fmax under ``usb_clocks``.
 
     Returns
     -------
     dict
         The report also written to ``build_dir/report.json``. ``timing_met`` is false when the
         achieved Fmax of the main clock is below the board clock; the bitstream is still
-        written (nextpnr runs with ``--timing-allow-fail``) but must not be trusted.
+        written (nextpnr runs with ``--timing-allow-fail``) but must not be trusted. Every
+        other clock nextpnr timed (the USB clocks) must meet its constraint too.
 
     Raises
     ------
@@ -457,6 +490,14 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         if not hasattr(port, "tdata_width") or not hasattr(port, "beats"):
             raise TypeError(f"{name} must be an onnx2fpga.dataflow.Port, not {port!r}")
 
+    if link is None:
+        link = target.link
+    if link not in LINKS:
+        raise ValueError(f"Link must be one of {', '.join(map(repr, LINKS))}, not {link!r}")
+    if link not in target.links:
+        raise BuildError(f"{target.name} has no {link!r} link; it has: "
+                         f"{', '.join(target.links)}", stage="setup")
+
     # The clock and the serial rate are checked before the accelerator is made or a tool runs.
     platform: Platform = target.platform()
     oscillator_mhz = platform.default_clk_frequency / 1e6
@@ -467,10 +508,14 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     else:
         clock_mhz = oscillator_mhz
     clk_freq = round(clock_mhz * 1e6)
-    try:
-        uart_divisor(clk_freq, baud)
-    except ValueError as e:
-        raise BuildError(f"{target.name}: {e}", stage="setup") from None
+    if link == "uart":
+        try:
+            uart_divisor(clk_freq, baud)
+        except ValueError as e:
+            raise BuildError(f"{target.name}: {e}", stage="setup") from None
+        link_options = {"uart": target.uart}
+    else:
+        link_options = {"link": "usb", "usb": target.usb}
 
     if isinstance(accelerator_factory_or_component, Elaboratable):
         accelerator = accelerator_factory_or_component
@@ -490,12 +535,16 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
             design_id = design_id_from_sha256(design_id)
         bridge = FramedBridge(accelerator, in_port.tdata_width, out_port.tdata_width,
                               in_port.beats, out_port.beats, clk_freq=clk_freq, baud=baud,
-                              design_id=design_id, uart=target.uart, leds=target.leds)
+                              design_id=design_id, leds=target.leds, **link_options)
     else:
         bridge = UartBridge(accelerator, in_port.tdata_width, out_port.tdata_width,
                             in_port.beats, out_port.beats, clk_freq=clk_freq, baud=baud,
-                            uart=target.uart, leds=target.leds)
-    top = bridge if pll is None else ClockedTop(bridge, (target.clock, 0), pll)
+                            leds=target.leds, **link_options)
+    if link == "usb":
+        top = UsbClockedTop(bridge, (target.clock, 0), oscillator_mhz, target.family,
+                            sync_plan=pll)
+    else:
+        top = bridge if pll is None else ClockedTop(bridge, (target.clock, 0), pll)
 
     # iCE40: DSP inference is opt-in. yosys infers SB_MAC16 without its internal registers,
     # and nextpnr-ice40 does not time paths through such a DSP, so an inferred-DSP design's
@@ -561,7 +610,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         "pll": None if pll is None else pll.as_dict(),
         "fmax_mhz": None if fmax is None else round(fmax, 2),
         # Met only if nextpnr timed every path and the slowest meets the board clock.
-        "timing_met": fmax is not None and fmax >= clock_mhz and timing_complete,
+        "timing_met": (fmax is not None and fmax >= clock_mhz and timing_complete
+                       and _clocks_met(clocks)),
         "timing_complete": timing_complete,
         "timing_warnings": timing_warnings,
         "unregistered_dsps": gaps,
@@ -576,8 +626,16 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         "bitstream": bitstream.name,
         "bitstream_bytes": bitstream.stat().st_size,
         "flash_command": target.flash_command(bitstream.name),
-        "uart": {"resource": list(target.uart), "baud": baud, "divisor": bridge.divisor,
-                 "note": target.uart_note},
+        # "uart" keeps its shape for readers of older reports; on USB there is no baud rate
+        # (a host may set any; the device ignores it).
+        "link": link,
+        "uart": ({"link": "uart", "resource": list(target.uart), "baud": baud,
+                  "divisor": bridge.divisor, "note": target.uart_note} if link == "uart" else
+                 {"link": "usb", "resource": list(target.usb), "baud": None, "divisor": None,
+                  "note": f"no UART: {target.usb_note}; the baud rate a host sets is ignored"}),
+        "usb": ({"vid_pid": f"{USB_VID:04x}:{USB_PID:04x}", "class": "CDC-ACM",
+                 "speed": "full (12 Mbit/s)", "clocks": _usb_clocks(clocks)}
+                if link == "usb" else None),
         "host_link": "framed" if design_id is not None else "raw",
         "design_id": design_id.hex() if design_id is not None else None,
         "ports": {"in": {"tdata_width": in_port.tdata_width, "beats": in_port.beats},
@@ -614,6 +672,11 @@ def format_report(report: dict) -> str:
         share = f" ({100 * r['used'] / r['available']:.0f}%)" if r["available"] else ""
         parts.append(f"{name} {r['used']}/{r['available']}{share}")
     lines.append(", ".join(parts))
+    usb = report.get("usb")
+    if usb:
+        lines.append("USB CDC-ACM link " + usb["vid_pid"] + ": " + ", ".join(
+            f"{domain} Fmax {c['achieved_mhz']:.1f} MHz for {c['constraint_mhz']:g} MHz"
+            for domain, c in sorted(usb["clocks"].items())))
     lines.extend(f"warning: {w}" for w in report.get("timing_warnings", []))
     return "\n".join(lines)
 

@@ -52,7 +52,8 @@ from amaranth.lib import io
 
 from ..errors import Onnx2FpgaError
 
-__all__ = ["ClockError", "PllPlan", "plan_pll", "ClockedTop", "TOLERANCE"]
+__all__ = ["ClockError", "PllPlan", "plan_pll", "plan_usb_pll", "ClockedTop", "UsbClockedTop",
+           "TOLERANCE"]
 
 #: Largest relative amount by which the generated frequency may fall short of the wanted one.
 TOLERANCE = 0.05
@@ -198,8 +199,34 @@ def plan_pll(family: str, ref_mhz: float, want_mhz: float) -> PllPlan:
     return PllPlan(family, primitive, float(ref_mhz), want, out, vco, pfd, params)
 
 
-def _pll_instance(plan: PllPlan, clk_in, clk_out, locked):
-    """The PLL cell. ``clk_in`` is the oscillator's pin (iCE40) or its buffered signal."""
+def plan_usb_pll(family: str, ref_mhz: float) -> PllPlan:
+    """The PLL settings for USB full speed: 48 MHz on the primary output (``usb_io``) and
+    12 MHz on a secondary one (``usb``, ``CLKOS`` of the ECP5 ``EHXPLLL``), both from one VCO,
+    so that their edges are aligned as LUNA's gateware PHY requires.
+
+    Raises
+    ------
+    ClockError
+        If ``family`` is not ``"ecp5"`` (the only family with a USB link so far), or the
+        oscillator cannot make exactly 48 MHz (USB full speed allows 0.25 %).
+    """
+    if family != "ecp5":
+        raise ClockError(f"USB clocks are only made on ecp5 so far, not {family!r}")
+    plan = plan_pll(family, ref_mhz, 48.0)
+    if abs(plan.out_mhz - 48.0) > 48.0 * 0.0025:
+        raise ClockError(f"The {family} PLL cannot make 48 MHz for USB from the {ref_mhz:g} MHz "
+                         f"oscillator (nearest: {plan.out_mhz:.3f} MHz)")
+    # CPHASE counts VCO cycles: the same delay on both outputs puts every rising edge of the
+    # 12 MHz clock on one of the 48 MHz clock.
+    params = {**plan.params, "CLKOS_DIV": 4 * plan.params["CLKOP_DIV"],
+              "CLKOS_CPHASE": plan.params["CLKOP_CPHASE"], "CLKOS_FPHASE": 0}
+    return PllPlan(plan.family, plan.primitive, plan.ref_mhz, 48.0, plan.out_mhz, plan.vco_mhz,
+                   plan.pfd_mhz, params)
+
+
+def _pll_instance(plan: PllPlan, clk_in, clk_out, locked, clk_os=None):
+    """The PLL cell. ``clk_in`` is the oscillator's pin (iCE40) or its buffered signal;
+    ``clk_os`` the ECP5 secondary output, when the plan has ``CLKOS_DIV``."""
     p = plan.params
     if plan.family == "ice40":
         # The oscillator pin of iCE40 boards is the PLL's own input pad, which an input
@@ -212,8 +239,15 @@ def _pll_instance(plan: PllPlan, clk_in, clk_out, locked):
             i_PACKAGEPIN=clk_in, i_RESETB=Const(1), i_BYPASS=Const(0),
             o_PLLOUTGLOBAL=clk_out, o_LOCK=locked)
     if plan.family == "ecp5":
+        secondary = {}
+        if "CLKOS_DIV" in p:
+            secondary = dict(
+                a_FREQUENCY_PIN_CLKOS=f"{plan.vco_mhz / p['CLKOS_DIV']:.6f}",
+                p_CLKOS_ENABLE="ENABLED", p_CLKOS_DIV=p["CLKOS_DIV"],
+                p_CLKOS_CPHASE=p["CLKOS_CPHASE"], p_CLKOS_FPHASE=p["CLKOS_FPHASE"],
+                i_ENCLKOS=Const(0), o_CLKOS=clk_os)
         return Instance(
-            "EHXPLLL",
+            "EHXPLLL", **secondary,
             a_FREQUENCY_PIN_CLKI=f"{plan.ref_mhz:g}", a_FREQUENCY_PIN_CLKOP=f"{plan.out_mhz:.6f}",
             a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1",
             a_MFG_GMCREF_SEL="2",
@@ -285,16 +319,87 @@ class ClockedTop(Elaboratable):
         m.d.comb += ClockSignal("sync").eq(clk_out)
         platform.add_clock_constraint(clk_out, self.plan.out_mhz * 1e6)
 
-        # Reset: counted down in the PLL's domain once LOCK is seen (two flip-flops bring LOCK
-        # into that domain); any loss of lock starts again.
-        m.domains.por = ClockDomain("por", reset_less=True)
-        m.d.comb += ClockSignal("por").eq(clk_out)
-        lock_sync = Signal(2)
-        count = Signal(range(self.hold_cycles + 1), init=self.hold_cycles)
-        m.d.por += lock_sync.eq(lock_sync << 1 | locked)
-        with m.If(~lock_sync[1]):
-            m.d.por += count.eq(self.hold_cycles)
-        with m.Elif(count != 0):
-            m.d.por += count.eq(count - 1)
-        m.d.comb += ResetSignal("sync").eq(count != 0)
+        m.d.comb += ResetSignal("sync").eq(_held_reset(m, "por", clk_out, locked,
+                                                       self.hold_cycles))
+        return m
+
+
+def _held_reset(m, name, clk, locked, hold_cycles):
+    """A reset that is released ``hold_cycles`` cycles of ``clk`` after ``locked`` rose,
+    counted in a reset-less domain ``name`` on ``clk`` (two flip-flops bring ``locked`` into
+    it); any loss of lock starts again."""
+    m.domains += ClockDomain(name, reset_less=True)
+    m.d.comb += ClockSignal(name).eq(clk)
+    lock_sync = Signal(2, name=f"{name}_lock_sync")
+    count = Signal(range(hold_cycles + 1), init=hold_cycles, name=f"{name}_count")
+    m.d[name] += lock_sync.eq(lock_sync << 1 | locked)
+    with m.If(~lock_sync[1]):
+        m.d[name] += count.eq(hold_cycles)
+    with m.Elif(count != 0):
+        m.d[name] += count.eq(count - 1)
+    return count != 0
+
+
+class UsbClockedTop(Elaboratable):
+    """``design`` with the clock domains a USB link needs besides ``sync``: ``usb_io`` (48 MHz)
+    and ``usb`` (12 MHz) from one ECP5 PLL (:func:`plan_usb_pll`), both held in reset until it
+    has locked and ``hold_us`` more; ``sync`` from the oscillator itself or, with
+    ``sync_plan``, from a second PLL, as :class:`ClockedTop` does.
+
+    Parameters
+    ----------
+    design : Elaboratable
+        Uses ``sync``, ``usb`` and ``usb_io``, and defines none of them.
+    clock : tuple of (str, int)
+        The oscillator's resource.
+    ref_mhz : float
+        Its frequency.
+    family : str
+        ``"ecp5"``.
+    sync_plan : PllPlan, optional
+    hold_us : float
+    """
+
+    def __init__(self, design, clock, ref_mhz, family, *, sync_plan=None, hold_us=15.0):
+        self.design = design
+        self.clock = clock
+        self.usb_plan = plan_usb_pll(family, ref_mhz)
+        self.sync_plan = sync_plan
+        self.ref_mhz = ref_mhz
+        self.hold_us = hold_us
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.design = self.design
+        clk_io = platform.request(*self.clock, dir="-")
+        m.submodules.clk_buffer = clk_buffer = io.Buffer("i", clk_io)
+        clk_in = clk_buffer.i
+
+        usb_io_clk, usb_clk, usb_locked = Signal(), Signal(), Signal()
+        m.submodules.usb_pll = _pll_instance(self.usb_plan, clk_in, usb_io_clk, usb_locked,
+                                             clk_os=usb_clk)
+        m.domains.usb_io = ClockDomain("usb_io")
+        m.domains.usb = ClockDomain("usb")
+        m.d.comb += [ClockSignal("usb_io").eq(usb_io_clk), ClockSignal("usb").eq(usb_clk)]
+        platform.add_clock_constraint(usb_io_clk, self.usb_plan.out_mhz * 1e6)
+        platform.add_clock_constraint(usb_clk, self.usb_plan.out_mhz / 4 * 1e6)
+        # One reset for both USB domains, released in the slower one (the clocks are related).
+        usb_rst = _held_reset(m, "usb_por", usb_clk, usb_locked,
+                              max(1, int(self.hold_us * self.usb_plan.out_mhz / 4)))
+        m.d.comb += [ResetSignal("usb").eq(usb_rst), ResetSignal("usb_io").eq(usb_rst)]
+
+        m.domains.sync = ClockDomain("sync")
+        if self.sync_plan is None:
+            sync_clk, sync_locked = clk_in, Const(1)
+            sync_mhz = self.ref_mhz
+        else:
+            sync_clk, sync_locked = Signal(), Signal()
+            m.submodules.pll = _pll_instance(self.sync_plan, clk_in, sync_clk, sync_locked)
+            platform.add_clock_constraint(sync_clk, self.sync_plan.out_mhz * 1e6)
+            sync_mhz = self.sync_plan.out_mhz
+        m.d.comb += [
+            ClockSignal("sync").eq(sync_clk),
+            ResetSignal("sync").eq(_held_reset(m, "por", sync_clk, sync_locked,
+                                               max(1, int(self.hold_us * sync_mhz)))),
+        ]
         return m

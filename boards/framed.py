@@ -1,4 +1,5 @@
-"""The framed board wrapper: an accelerator behind a UART that speaks :mod:`.protocol`.
+"""The framed board wrapper: an accelerator behind a byte link (a UART, or the board's USB port
+as a CDC-ACM serial device: :mod:`.link`) that speaks :mod:`.protocol`.
 
 :class:`FramedBridge` parses request frames byte by byte, checks type, length and CRC, keeps an
 INFER payload in a buffer until its CRC has been checked, and only then streams it into the
@@ -18,9 +19,10 @@ from __future__ import annotations
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib.memory import Memory
 
+from .link import check_link, serial_front_end, usb_bridge_members
 from .protocol import PROTOCOL_VERSION, SYNC, BoardInfo, ErrorCode, FrameType
 from .uart import uart_divisor
-from .wrapper import AXIS_PORTS, uart_front_end
+from .wrapper import AXIS_PORTS
 
 __all__ = ["FramedBridge", "crc16_byte"]
 
@@ -34,8 +36,9 @@ def crc16_byte(crc, byte):
 
 
 class FramedBridge(Elaboratable):
-    """An accelerator with flat AXI4-Stream ports behind an 8N1 UART speaking the frame
-    protocol of :mod:`onnx2fpga.boards.protocol`.
+    """An accelerator with flat AXI4-Stream ports behind an 8N1 UART or a USB CDC-ACM device
+    (``link``), speaking the frame protocol of :mod:`onnx2fpga.boards.protocol`. The frames are
+    the same on both links; only the byte transport differs.
 
     Parameters
     ----------
@@ -48,19 +51,33 @@ class FramedBridge(Elaboratable):
     clk_freq : int or float
         Frequency of the ``sync`` clock in Hz (reported in the HELLO reply).
     baud : int
-        UART bit rate.
+        UART bit rate (not used on USB).
     design_id : bytes
         8 bytes returned by HELLO (:func:`~.protocol.design_id_from_sha256`).
     timeout_cycles : int, optional
         A frame whose next byte does not come within this many cycles is dropped and
-        answered with ``TIMEOUT``. Default: 20 ms.
+        answered with ``TIMEOUT``. Default: 20 ms. At least two byte times on a UART, two
+        USB frames (2 ms) on USB.
     rx_fifo_depth : int
-        Bytes buffered while the bridge sends a reply.
+        Bytes buffered while the bridge sends a reply (UART).
     uart : tuple of (str, int)
         The UART resource to request on a platform.
     leds : sequence of (str, int)
         Activity and error LEDs; missing ones are skipped. The error LED is lit from an
         ERROR reply until the next good request.
+    link : str
+        ``"uart"`` or ``"usb"`` (:data:`.link.LINKS`).
+    usb : tuple of (str, int)
+        The USB resource (``d_p``, ``d_n``, optional ``pullup``) to request on a platform.
+    usb_bus : object, optional
+        Instead of the platform's pins: the bus LUNA's device drives (a LUNA UTMI interface,
+        for simulation). Without it and without a platform, the USB side of the link is left
+        to a testbench: :attr:`usb_rx`, :attr:`usb_tx`, :attr:`usb_tx_last`.
+    usb_fifo_depth : int
+        Bytes in each of the two FIFOs between ``sync`` and ``usb`` (a power of 2).
+    usb_strings : dict, optional
+        Keyword arguments of :class:`~.link.UsbAcmDevice` (``vid``, ``pid``,
+        ``manufacturer``, ``product``, ``serial_number``).
 
     Attributes
     ----------
@@ -74,13 +91,18 @@ class FramedBridge(Elaboratable):
         8-bit wrapping counters of answered requests and of ERROR replies.
     in_bytes, out_bytes : int
         INFER payload sizes.
-    divisor : int
-        Clock cycles per UART bit.
+    divisor : int or None
+        Clock cycles per UART bit (``None`` on USB).
+    usb_rx, usb_tx : stream-like namespaces (``payload``, ``valid``, ``ready``)
+        ``usb`` domain, USB link without a device only: bytes from and to the host.
+    usb_tx_last : Signal
+        With :attr:`usb_tx`: the byte is the last one waiting.
     """
 
     def __init__(self, accelerator, in_tdata_width, out_tdata_width, in_beats, out_beats,
                  clk_freq, baud=115200, *, design_id, timeout_cycles=None, rx_fifo_depth=16,
-                 uart=("uart", 0), leds=(("led", 0), ("led", 1))):
+                 uart=("uart", 0), leds=(("led", 0), ("led", 1)), link="uart",
+                 usb=("usb", 0), usb_bus=None, usb_fifo_depth=64, usb_strings=None):
         if not isinstance(accelerator, Elaboratable):
             raise TypeError(f"Accelerator must be an Elaboratable, not {accelerator!r}")
         for name, value in (("Input tdata width", in_tdata_width),
@@ -101,13 +123,23 @@ class FramedBridge(Elaboratable):
             if len(sig) != expected.get(name, 1):
                 raise ValueError(f"Accelerator port {name!r} must be {expected.get(name, 1)} "
                                  f"bits wide, not {len(sig)}")
-        self.divisor = uart_divisor(clk_freq, baud)
+        self.link = check_link(link)
         if timeout_cycles is None:
             timeout_cycles = int(clk_freq * 0.02)
-        # A byte takes 10 bit periods; a timeout shorter than two bytes drops good frames.
-        if not isinstance(timeout_cycles, int) or timeout_cycles < 20 * self.divisor:
-            raise ValueError(f"Timeout must be an integer of at least {20 * self.divisor} "
-                             f"cycles (two bytes), not {timeout_cycles!r}")
+        if link == "uart":
+            self.divisor = uart_divisor(clk_freq, baud)
+            # A byte takes 10 bit periods; a timeout shorter than two bytes drops good frames.
+            least, unit = 20 * self.divisor, "two bytes"
+        else:
+            # The host sends a frame as bulk packets in 1 ms USB frames; a frame's bytes may be
+            # a frame apart.
+            self.divisor = None
+            least, unit = max(1, int(clk_freq * 0.002)), "two USB frames"
+        if not isinstance(timeout_cycles, int) or timeout_cycles < least:
+            raise ValueError(f"Timeout must be an integer of at least {least} cycles ({unit}), "
+                             f"not {timeout_cycles!r}")
+        usb_bridge_members(self, usb_resource=usb, usb_bus=usb_bus,
+                           usb_fifo_depth=usb_fifo_depth, usb_strings=usb_strings)
         self.in_bytes = in_tdata_width // 8 * in_beats
         self.out_bytes = out_tdata_width // 8 * out_beats
         if max(self.in_bytes, self.out_bytes) > 0xFFFF:
@@ -140,11 +172,10 @@ class FramedBridge(Elaboratable):
         m = Module()
         acc = self.accelerator
         m.submodules.accelerator = acc
-        uart_rx, uart_tx, rx_fifo = uart_front_end(m, platform, self,
-                                                   (self.activity, self.error_led))
-        with m.If(uart_rx.overrun):
+        link = serial_front_end(m, platform, self, (self.activity, self.error_led))
+        with m.If(link.overrun):
             m.d.sync += self.overrun.eq(1)
-        with m.If(uart_rx.framing_error):
+        with m.If(link.framing_error):
             m.d.sync += self.framing_error.eq(1)
 
         in_nbytes = self.in_tdata_width // 8
@@ -157,10 +188,10 @@ class FramedBridge(Elaboratable):
         rport = buffer.read_port()
 
         # ---- Receive side -----------------------------------------------------------------
-        byte = rx_fifo.r_data
+        byte = link.rx.payload
         take = Signal()                      # a byte is consumed this cycle
-        m.d.comb += rx_fifo.r_en.eq(take)
-        got = rx_fifo.r_rdy & take
+        m.d.comb += link.rx.ready.eq(take)
+        got = link.rx.valid & take
 
         req_type = Signal(8)
         seq = Signal(8)
@@ -186,8 +217,8 @@ class FramedBridge(Elaboratable):
         tx_left = Signal(16)                 # the reply's length, then payload bytes to send
         tx_byte = Signal(8)
         tx_valid = Signal()
-        m.d.comb += [uart_tx.i_stream.payload.eq(tx_byte), uart_tx.i_stream.valid.eq(tx_valid)]
-        sent = tx_valid & uart_tx.i_stream.ready
+        m.d.comb += [link.tx.payload.eq(tx_byte), link.tx.valid.eq(tx_valid)]
+        sent = tx_valid & link.tx.ready
         # Receiving and sending never overlap, so one CRC register and one update serve both.
         crc_next = crc16_byte(crc, Mux(tx_valid, tx_byte, byte))
 
@@ -380,7 +411,7 @@ class FramedBridge(Elaboratable):
         m.d.sync += prescaler.eq(prescaler[:prescale_bits] + 1)
         tick = prescaler[prescale_bits]
         stretch = Signal(2)
-        with m.If((rx_fifo.w_en & rx_fifo.w_rdy) | sent):
+        with m.If(link.rx_event | sent):
             m.d.sync += stretch.eq(3)
         with m.Elif(tick & (stretch != 0)):
             m.d.sync += stretch.eq(stretch - 1)

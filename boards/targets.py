@@ -1,4 +1,4 @@
-"""Board targets: which amaranth-boards platform, device limits, clock, UART and flasher.
+"""Board targets: which amaranth-boards platform, device limits, clock, host link and flasher.
 
 A target is looked up by the name the command line uses (``icebreaker``, ``ulx3s-85f``, ...).
 Device limits come from the device table in DESIGN.md (vendor data sheets); the build report
@@ -108,6 +108,15 @@ class BoardTarget:
         Its arguments; ``{bitstream}`` stands for the bitstream path.
     extra_resources : tuple
         Resources added to the platform (a UART on a header, for instance).
+    link : str
+        The host link a build uses unless told otherwise: ``"uart"`` (:attr:`uart`) or
+        ``"usb"`` (the FPGA drives the board's USB port as a CDC-ACM serial device,
+        :mod:`.link`).
+    usb : tuple of (str, int) or None
+        The USB resource (``d_p``, ``d_n``, ``pullup``) for ``link="usb"``; ``None`` if the
+        board's USB port does not reach the FPGA (or has no support here yet).
+    usb_note : str
+        How the host sees the USB link.
     """
     name: str
     platform_class: type
@@ -122,6 +131,15 @@ class BoardTarget:
     flash_tool: str
     flash_args: tuple[str, ...]
     extra_resources: tuple = field(default=(), repr=False)
+    link: str = "uart"
+    usb: tuple[str, int] | None = None
+    usb_note: str = ""
+
+    @property
+    def links(self) -> tuple[str, ...]:
+        """The host links this board can use, its default first."""
+        available = ("uart",) + (("usb",) if self.usb is not None else ())
+        return (self.link,) + tuple(x for x in available if x != self.link)
 
     @property
     def device(self) -> str:
@@ -181,9 +199,11 @@ def _ulx3s_target(size: str, platform_class, limits) -> BoardTarget:
         flash_tool="openFPGALoader", flash_args=("-b", "ulx3s", "-m", "{bitstream}"))
 
 
-# The OrangeCrab has no UART wired to a USB bridge (its USB goes straight to the FPGA). The
-# Feather convention puts RX on header pin 0 and TX on pin 1; the host needs a 3.3 V USB-UART
-# adapter there. Its RGB LED is also offered as plain LEDs so the wrapper can find them.
+# The OrangeCrab has no UART wired to a USB bridge: its USB connector goes straight to the
+# FPGA, so its default host link is that port as a USB CDC-ACM serial device (LUNA gateware).
+# The UART link remains selectable: the Feather convention puts RX on header pin 0 and TX on
+# pin 1, where the host needs a 3.3 V USB-UART adapter. Its RGB LED is also offered as plain
+# LEDs so the wrapper can find them.
 _ORANGECRAB_EXTRA = (
     UARTResource(0, rx="0", tx="1", conn=("io", 0), attrs=Attrs(IO_TYPE="LVCMOS33",
                                                                   PULLMODE="UP")),
@@ -206,7 +226,9 @@ def _orangecrab_targets() -> list[BoardTarget]:
         uart_note="external 3.3 V USB-UART adapter on Feather header pins 0 (RX) and 1 (TX)",
         leds=(("led", 1), ("led", 0)),
         flash_tool="dfu-util", flash_args=("-a", "0", "-D", "{bitstream}"),
-        extra_resources=_ORANGECRAB_EXTRA)
+        extra_resources=_ORANGECRAB_EXTRA, link="usb", usb=("usb", 0),
+        usb_note="the board's own USB-C port: a CDC-ACM serial device (Linux /dev/ttyACM0, "
+                 "macOS /dev/cu.usbmodem*, Windows COMn)")
         for size, cls, limits in (("25", OrangeCrabR0_2_25FPlatform, _ECP5_25F),
                                   ("85", OrangeCrabR0_2_85FPlatform, _ECP5_85F))]
 

@@ -1,19 +1,19 @@
-"""The board wrapper: an accelerator behind a UART.
+"""The raw board wrapper: an accelerator behind a UART (or the board's USB port, see
+:mod:`.link`).
 
-Bytes received on the UART become the accelerator's input beats, its output beats go back as
+Bytes received on the link become the accelerator's input beats, its output beats go back as
 bytes. No framing and no CRC yet: the host sends exactly one tensor's bytes and reads exactly
 one tensor's bytes back (see :class:`UartBridge`).
 """
 
 from __future__ import annotations
 
-from amaranth.build import ResourceError
 from amaranth.hdl import Cat, Elaboratable, Module, Signal
-from amaranth.lib import fifo, io
 
-from .uart import UARTRx, UARTTx, uart_divisor
+from .link import check_link, serial_front_end, usb_bridge_members
+from .uart import uart_divisor
 
-__all__ = ["UartBridge", "AXIS_PORTS", "uart_front_end"]
+__all__ = ["UartBridge", "AXIS_PORTS"]
 
 #: The flat AXI4-Stream ports every accelerator top level has: name -> direction seen from the
 #: accelerator. ``tdata`` widths come from the ports' ``Port.tdata_width``.
@@ -33,48 +33,9 @@ def _check_tdata_width(name, value):
         raise ValueError(f"{name} must be a positive multiple of 8, not {value!r}")
 
 
-
-def uart_front_end(m, platform, bridge, leds):
-    """The serial front end both bridges share: UART receiver and transmitter, a receive FIFO
-    of ``bridge.rx_fifo_depth`` bytes, and, on a platform, the UART pins and LEDs.
-
-    ``bridge`` provides ``divisor``, ``rx_fifo_depth``, ``uart_resource``, ``led_resources``,
-    ``rx`` and ``tx``; ``leds`` are the signals driving ``led_resources`` in order (an LED the
-    board lacks is skipped). Returns ``(uart_rx, uart_tx, rx_fifo)``.
-    """
-    m.submodules.uart_rx = uart_rx = UARTRx(bridge.divisor)
-    m.submodules.uart_tx = uart_tx = UARTTx(bridge.divisor)
-    m.submodules.rx_fifo = rx_fifo = fifo.SyncFIFOBuffered(width=8, depth=bridge.rx_fifo_depth)
-
-    if platform is not None:
-        # dir="-": raw ports and explicit io.Buffer components (Amaranth 0.5 deprecates the
-        # implicit buffers of platform.request); unused subsignals (RTS, DTR) stay unbuffered.
-        uart = platform.request(*bridge.uart_resource, dir="-")
-        m.submodules.rx_buffer = rx_buffer = io.Buffer("i", uart.rx)
-        m.submodules.tx_buffer = tx_buffer = io.Buffer("o", uart.tx)
-        m.d.comb += [bridge.rx.eq(rx_buffer.i), tx_buffer.o.eq(bridge.tx)]
-        for index, ((name, number), drive) in enumerate(
-                zip(bridge.led_resources, leds, strict=False)):
-            try:
-                led = platform.request(name, number, dir="-")
-            except ResourceError:
-                continue
-            m.submodules[f"led_buffer_{index}"] = led_buffer = io.Buffer("o", led)
-            m.d.comb += led_buffer.o.eq(drive)
-
-    m.d.comb += [uart_rx.rx.eq(bridge.rx), bridge.tx.eq(uart_tx.tx)]
-
-    # Receiver -> FIFO. The receiver holds one byte; when the FIFO is full, the next byte
-    # is dropped by the receiver and reported as an overrun.
-    m.d.comb += [
-        rx_fifo.w_data.eq(uart_rx.o_stream.payload),
-        rx_fifo.w_en.eq(uart_rx.o_stream.valid),
-        uart_rx.o_stream.ready.eq(rx_fifo.w_rdy),
-    ]
-    return uart_rx, uart_tx, rx_fifo
-
 class UartBridge(Elaboratable):
-    """An accelerator with flat AXI4-Stream ports, driven through an 8N1 UART.
+    """An accelerator with flat AXI4-Stream ports, driven through an 8N1 UART (or, with
+    ``link="usb"``, a USB CDC-ACM device: :mod:`.link`).
 
     Input: each ``in_tdata_width / 8`` received bytes form one beat, the first byte in the
     least significant bits (little-endian); ``s_axis_tlast`` is asserted on beat
@@ -110,6 +71,11 @@ class UartBridge(Elaboratable):
         The UART resource to request.
     leds : sequence of (str, int)
         Activity and error LED resources; missing ones are skipped.
+    link : str
+        ``"uart"`` or ``"usb"`` (:data:`.link.LINKS`). With ``"usb"``, ``baud`` and ``uart``
+        are not used, and neither overrun nor framing errors happen (USB has flow control).
+    usb, usb_bus, usb_fifo_depth, usb_strings :
+        As for :class:`~.framed.FramedBridge`.
 
     Attributes
     ----------
@@ -122,13 +88,14 @@ class UartBridge(Elaboratable):
         ``m_axis_tlast`` not on the expected beat.
     overrun, framing_error, tlast_error : Signal, out
         The sticky causes of ``error``.
-    divisor : int
-        Clock cycles per UART bit.
+    divisor : int or None
+        Clock cycles per UART bit (``None`` on USB).
     """
 
     def __init__(self, accelerator, in_tdata_width, out_tdata_width, in_beats_per_tensor,
                  out_beats_per_tensor, clk_freq, baud=115200, *, rx_fifo_depth=16,
-                 uart=("uart", 0), leds=(("led", 0), ("led", 1))):
+                 uart=("uart", 0), leds=(("led", 0), ("led", 1)), link="uart",
+                 usb=("usb", 0), usb_bus=None, usb_fifo_depth=64, usb_strings=None):
         if not isinstance(accelerator, Elaboratable):
             raise TypeError(f"Accelerator must be an Elaboratable, not {accelerator!r}")
         _check_tdata_width("Input tdata width", in_tdata_width)
@@ -145,7 +112,10 @@ class UartBridge(Elaboratable):
             if len(sig) != width:
                 raise ValueError(f"Accelerator port {name!r} must be {width} bits wide, "
                                  f"not {len(sig)}")
-        self.divisor = uart_divisor(clk_freq, baud)
+        self.link = check_link(link)
+        self.divisor = uart_divisor(clk_freq, baud) if link == "uart" else None
+        usb_bridge_members(self, usb_resource=usb, usb_bus=usb_bus,
+                           usb_fifo_depth=usb_fifo_depth, usb_strings=usb_strings)
 
         self.accelerator = accelerator
         self.in_tdata_width = in_tdata_width
@@ -170,8 +140,7 @@ class UartBridge(Elaboratable):
         m = Module()
         acc = self.accelerator
         m.submodules.accelerator = acc
-        uart_rx, uart_tx, rx_fifo = uart_front_end(m, platform, self,
-                                                   (self.activity, self.error))
+        link = serial_front_end(m, platform, self, (self.activity, self.error))
 
         # FIFO -> input beats: shift each byte in at the top, so after a full beat the first
         # byte sits in the least significant bits.
@@ -184,10 +153,11 @@ class UartBridge(Elaboratable):
             acc.s_axis_tdata.eq(beat),
             acc.s_axis_tvalid.eq(beat_full),
             acc.s_axis_tlast.eq(in_beat_index == self.in_beats_per_tensor - 1),
-            rx_fifo.r_en.eq(~beat_full),
+            link.rx.ready.eq(~beat_full),
         ]
-        with m.If(rx_fifo.r_rdy & ~beat_full):
-            m.d.sync += beat.eq(Cat(beat[8:], rx_fifo.r_data) if in_bytes > 1 else rx_fifo.r_data)
+        with m.If(link.rx.valid & ~beat_full):
+            m.d.sync += beat.eq(Cat(beat[8:], link.rx.payload) if in_bytes > 1
+                                else link.rx.payload)
             with m.If(byte_index == in_bytes - 1):
                 m.d.sync += [byte_index.eq(0), beat_full.eq(1)]
             with m.Else():
@@ -206,8 +176,8 @@ class UartBridge(Elaboratable):
         out_beat_index = Signal(range(self.out_beats_per_tensor))
         m.d.comb += [
             acc.m_axis_tready.eq(bytes_left == 0),
-            uart_tx.i_stream.payload.eq(shreg[:8]),
-            uart_tx.i_stream.valid.eq(bytes_left != 0),
+            link.tx.payload.eq(shreg[:8]),
+            link.tx.valid.eq(bytes_left != 0),
         ]
         with m.If(acc.m_axis_tvalid & acc.m_axis_tready):
             m.d.sync += [shreg.eq(acc.m_axis_tdata), bytes_left.eq(out_bytes)]
@@ -218,13 +188,13 @@ class UartBridge(Elaboratable):
                 m.d.sync += out_beat_index.eq(0)
             with m.Else():
                 m.d.sync += out_beat_index.eq(out_beat_index + 1)
-        with m.If(uart_tx.i_stream.valid & uart_tx.i_stream.ready):
+        with m.If(link.tx.valid & link.tx.ready):
             m.d.sync += [shreg.eq(shreg >> 8), bytes_left.eq(bytes_left - 1)]
 
         # Sticky errors and the activity LED.
-        with m.If(uart_rx.overrun):
+        with m.If(link.overrun):
             m.d.sync += self.overrun.eq(1)
-        with m.If(uart_rx.framing_error):
+        with m.If(link.framing_error):
             m.d.sync += self.framing_error.eq(1)
         m.d.comb += self.error.eq(self.overrun | self.framing_error | self.tlast_error)
 
@@ -235,8 +205,7 @@ class UartBridge(Elaboratable):
         m.d.sync += prescaler.eq(prescaler[:prescale_bits] + 1)
         tick = prescaler[prescale_bits]
         stretch = Signal(2)
-        with m.If((rx_fifo.w_en & rx_fifo.w_rdy) | (uart_tx.i_stream.valid
-                                                    & uart_tx.i_stream.ready)):
+        with m.If(link.rx_event | (link.tx.valid & link.tx.ready)):
             m.d.sync += stretch.eq(3)
         with m.Elif(tick & (stretch != 0)):
             m.d.sync += stretch.eq(stretch - 1)

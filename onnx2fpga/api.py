@@ -349,7 +349,8 @@ class CompiledDesign:
         return run_design(self.design, x, engine=rtl_engine)
 
     def build(self, board: str, *, seed: int | None = None, progress: bool = True,
-              clock_mhz: float | None = None, baud: int = 115200) -> dict:
+              clock_mhz: float | None = None, baud: int = 115200,
+              link: str | None = None) -> dict:
         """Build a bitstream for ``board``; writes ``build/<board>/report.json`` and returns
         it. A design that misses timing has ``timing_met`` false. The accelerator sits behind
         the framed host link (:mod:`onnx2fpga.boards.framed`), which answers HELLO with the
@@ -357,7 +358,8 @@ class CompiledDesign:
 
         ``clock_mhz``: run the design at this frequency, made by the board's PLL (default: the
         board oscillator). ``baud``: the serial link's bit rate (the host runtime reads it from
-        the report)."""
+        the report). ``link``: ``"uart"`` or ``"usb"`` (the board's own USB port as a CDC-ACM
+        serial device; the OrangeCrab's default), ``None`` for the board's default."""
         from .boards.build import build_bitstream
         from .hw.top import Accelerator
 
@@ -368,7 +370,7 @@ class CompiledDesign:
                                cycles_per_inference=self.manifest["cycles_per_inference"],
                                latency_cycles=self.manifest["latency_cycles"],
                                design_id=self.manifest["top"]["verilog_sha256"],
-                               clock_mhz=clock_mhz, baud=baud)
+                               clock_mhz=clock_mhz, baud=baud, link=link)
 
 
 def load(directory) -> CompiledDesign:

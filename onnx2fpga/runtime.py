@@ -160,7 +160,9 @@ def connect(directory, port=None, *, baud=None, sim=False, timeout=None, retries
     port : str, optional
         Serial port (pyserial name or URL) of a real board.
     baud : int, optional
-        Default: the baud rate in the newest build report of the design, else 115200.
+        Default: the baud rate in the newest build report of the design, else 115200 (a
+        report of a USB CDC-ACM link has none: the device ignores the baud rate, and 115200
+        only sizes the default timeout).
     sim : bool
         Start a simulated board (the framed wrapper and ``top.v`` in Verilator) instead.
     timeout : float, optional
