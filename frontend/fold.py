@@ -16,6 +16,7 @@ layers' cycle behaviour, so that the join can never deadlock.
 from __future__ import annotations
 
 from functools import lru_cache
+from math import gcd
 
 from ..dataflow import (
     AddLayer,
@@ -75,8 +76,11 @@ def layer_options(layer) -> list[tuple[int, int, dict]]:
             for lanes in divisors(c):
                 win = _window(layer, lanes)
                 for simd in divisors(k):
+                    # The window's lanes regroup into simd through their common divisor.
+                    regroup = pixels * k // gcd(lanes, simd)
                     for pe in divisors(layer.out_channels):
-                        cyc = max(win, pixels * (k // simd) * (layer.out_channels // pe))
+                        cyc = max(win, regroup,
+                                  pixels * (k // simd) * (layer.out_channels // pe))
                         opts.append((cyc, simd * pe, {"lanes": lanes, "simd": simd, "pe": pe}))
     elif isinstance(layer, (PoolLayer, PadLayer, ResizeLayer)):
         c = image_shape(layer.in_shape)[0]
@@ -141,28 +145,43 @@ def fold(dataflow: Dataflow, *, max_lanes: int = 8, overrides: dict | None = Non
     if not isinstance(max_lanes, int) or isinstance(max_lanes, bool) or max_lanes < 1:
         raise OptionError(f"max_lanes must be a positive integer, not {max_lanes!r}")
     from ..hw.cost import edge_fifo_depths
-    from ..hw.graph import plan_graph, tensor_orders
+    from ..hw.graph import plan_graph
 
     layers = dataflow.layers
+    unknown = sorted(set(overrides or {}) - {ly.name for ly in layers})
+    if unknown:
+        raise OptionError(f"Folding overrides name unknown layers: {unknown}")
     options = [layer_options(layer) for layer in layers]
     targets = sorted({cyc for opts in options for cyc, _, _ in opts})
     chosen = None
     for target in targets:  # ascending: the first that fits is the fastest
         picks = [_choose(opts, target) for opts in options]
         if all(p is not None for p in picks) and sum(p[0] for p in picks) <= max_lanes:
-            chosen = [p[1] for p in picks]
-            break
+            _fold_with(dataflow, [p[1] for p in picks], overrides)
+            # Lane converters between layers may regroup through a narrow common divisor:
+            # keep the target only if the whole design meets it.
+            if _design_cycles(dataflow) <= max(target, dataflow.input.beats,
+                                               dataflow.output.beats):
+                chosen = [p[1] for p in picks]
+                break
     if chosen is None:      # nothing fits: the cheapest folding of every layer
         chosen = [opts[0][2] for opts in options]
-    overrides = dict(overrides or {})
-    for layer, params in zip(layers, chosen):
+    _fold_with(dataflow, chosen, overrides)
+    dataflow.fifo_depths = [fifo_depth] * len(layers)
+    plan = plan_graph(dataflow, check_ports=False)
+    dataflow.edge_fifos = edge_fifo_depths(dataflow, plan)
+    return dataflow
+
+
+def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:
+    """Apply ``chosen`` (then the overrides) and set the ports' lanes and orders."""
+    from ..hw.graph import plan_graph, tensor_orders
+
+    for layer, params in zip(dataflow.layers, chosen):
         _apply(layer, params)
-        o = overrides.pop(layer.name, None)
+        o = (overrides or {}).get(layer.name)
         if o:
             _override(layer, o)
-    if overrides:
-        raise OptionError(f"Folding overrides name unknown layers: {sorted(overrides)}")
-    dataflow.fifo_depths = [fifo_depth] * len(layers)
     dataflow.edge_fifos = {}
     orders, _ = tensor_orders(dataflow)
     dataflow.input.order = orders[dataflow.input.name]
@@ -172,8 +191,12 @@ def fold(dataflow: Dataflow, *, max_lanes: int = 8, overrides: dict | None = Non
     dataflow.input.lanes = first.in_lanes if first is not None else 1
     plan = plan_graph(dataflow, check_ports=False)
     dataflow.output.lanes = plan.nets[plan.output_net][1]
-    dataflow.edge_fifos = edge_fifo_depths(dataflow, plan)
-    return dataflow
+
+
+def _design_cycles(dataflow: Dataflow) -> int:
+    from ..hw.cost import stage_cycles
+    from ..hw.graph import plan_graph
+    return max(stage_cycles(s) for s in plan_graph(dataflow, check_ports=False).stages)
 
 
 def _override(layer, o: dict) -> None:
