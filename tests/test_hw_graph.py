@@ -109,11 +109,41 @@ def transpose_dataflow(seed=2):
     return df
 
 
+def grouped_dataflow(seed=3):
+    """A grouped convolution (2 groups, dilation 2, stride 2, asymmetric pads) and a
+    depthwise one with a channel multiplier (each input channel feeds 2 outputs), both on
+    the matrix unit with block-diagonal weights, then a true depthwise 3x3."""
+    rng = np.random.default_rng(seed)
+    probe = rng.integers(0, 16, size=(16, 4, 9, 8))
+    g = ConvLayer("grouped", U4, 5, (4, 9, 8), rng.integers(-7, 8, size=(6, 2, 3, 3)),
+                  IntType(4, True), rng.integers(-9, 9, 6), [], stride=(2, 2),
+                  dilation=(2, 2), pads=(2, 1, 1, 2), group=2, lanes=2, simd=4, pe=3,
+                  inputs=["x"], output="a")
+    g.requant.append(fit_stage(rng, golden.run_layer(g, probe), U4, relu=True))
+    h = golden.run_layer(g, probe)
+    m = ConvLayer("multiplier", U4, 0, (6, 4, 4), rng.integers(-7, 8, size=(12, 1, 2, 2)),
+                  IntType(4, True), rng.integers(-9, 9, 12), [], group=6, lanes=3, simd=6,
+                  pe=4, inputs=["a"], output="b")
+    m.requant.append(fit_stage(rng, golden.run_layer(m, h), U4, relu=True))
+    h = golden.run_layer(m, h)
+    dw = ConvLayer("depthwise", U4, 2, (12, 3, 3), rng.integers(-7, 8, size=(12, 1, 3, 3)),
+                   IntType(4, True), rng.integers(-9, 9, 12), [], pads=(1, 1, 1, 1),
+                   group=12, lanes=4, inputs=["b"], output="y")
+    assert dw.depthwise and not m.depthwise
+    dw.requant.append(fit_stage(rng, golden.run_layer(dw, h), I8))
+    df = Dataflow([g, m, dw], Port("x", (1, 4, 9, 8), U4, 0.1, 5, lanes=2),
+                  Port("y", (1, 12, 3, 3), I8, 0.1, 0, lanes=4), fifo_depths=[2, 2, 2])
+    orders, _ = tensor_orders(df)
+    df.input.order, df.output.order = orders["x"], orders["y"]
+    return df
+
+
 DATAFLOWS = {
     "cnn": cnn_dataflow,
     "cnn_wide": lambda: cnn_dataflow(conv_lanes=2, simd=6, pe=4, pool_lanes=4, fc_simd=9),
     "pad_pool": pad_pool_dataflow,
     "transpose": transpose_dataflow,
+    "grouped": grouped_dataflow,
 }
 
 
@@ -129,6 +159,7 @@ def run(df, x, *, seed=0, idle=0.0, stall=0.0):
 @pytest.mark.parametrize("name, seed, idle, stall", [
     ("cnn", 1, 0.3, 0.3), ("cnn", 2, 0.0, 0.6), ("cnn_wide", 3, 0.2, 0.4),
     ("pad_pool", 4, 0.3, 0.3), ("pad_pool", 5, 0.0, 0.0), ("transpose", 6, 0.3, 0.3),
+    ("grouped", 7, 0.3, 0.3), ("grouped", 8, 0.5, 0.1),
 ])
 def test_graph_matches_golden(name, seed, idle, stall):
     df = DATAFLOWS[name]()
@@ -137,7 +168,7 @@ def test_graph_matches_golden(name, seed, idle, stall):
     np.testing.assert_array_equal(y, golden.run_dataflow(df, x))
 
 
-@pytest.mark.parametrize("name", ["cnn", "cnn_wide", "pad_pool", "transpose"])
+@pytest.mark.parametrize("name", ["cnn", "cnn_wide", "pad_pool", "transpose", "grouped"])
 def test_graph_cycles(name):
     """Back-to-back inferences leave the accelerator ``cycles_per_inference`` apart (within
     5 %), and the modelled latency is within 10 % of the simulated one."""
@@ -196,7 +227,7 @@ def test_reorder_only_where_needed():
         assert order[h, w, c] == (w * 5 + h) * 3 + c
 
 
-@pytest.mark.parametrize("name", ["cnn", "pad_pool", "transpose"])
+@pytest.mark.parametrize("name", ["cnn", "pad_pool", "transpose", "grouped"])
 def test_isolated_layer_cycles(name):
     """Every layer alone, fed at full rate: its simulated cycles per inference are the
     per-layer figure of the whole design's manifest (within 5 %)."""
