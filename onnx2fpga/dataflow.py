@@ -152,6 +152,38 @@ class RequantStage:
                 np.broadcast_to(self.offset.reshape(-1), (channels,)).copy())
 
 
+def _prod(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+
+
+class _Lanes:
+    """A layer that moves ``lanes`` elements per transfer on both sides."""
+
+    @property
+    def in_lanes(self) -> int:
+        return self.lanes
+
+    @property
+    def out_lanes(self) -> int:
+        return self.lanes
+
+
+class _OneInput:
+    """A layer reading one tensor of logical shape ``in_shape``."""
+
+    @property
+    def in_size(self) -> int:
+        return _prod(self.in_shape)
+
+    @property
+    def out_size(self) -> int:
+        return _prod(self.out_shape)
+
+    @property
+    def in_shapes(self) -> list[tuple]:
+        return [tuple(self.in_shape)]
+
+
 @dataclass
 class DenseLayer:
     """A fully connected layer with requantization: the matrix-vector core.
@@ -237,7 +269,7 @@ class DenseLayer:
 
 
 @dataclass
-class RequantLayer:
+class RequantLayer(_Lanes):
     """An elementwise requantization layer (a ReLU, LeakyRelu, BatchNormalization or any
     per-channel affine map on integers).
 
@@ -284,20 +316,8 @@ class RequantLayer:
         return self.requant[-1].out_type
 
     @property
-    def in_lanes(self) -> int:
-        return self.lanes
-
-    @property
-    def out_lanes(self) -> int:
-        return self.lanes
-
-    @property
     def cycles(self) -> int:
         return self.channels // self.lanes
-
-
-def _prod(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
 
 
 def image_shape(shape) -> tuple[int, int, int]:
@@ -342,7 +362,7 @@ def window_out_size(size: int, kernel: int, stride: int, dilation: int, before: 
     return (size + before + after - (kernel - 1) * dilation - 1) // stride + 1
 
 
-class _Windowed:
+class _Windowed(_OneInput):
     """Shared geometry of layers with a sliding window over a ``(C, H, W)`` image."""
 
     @property
@@ -366,18 +386,6 @@ class _Windowed:
         if len(self.in_shape) == 2:
             return (channels, ow)
         return (channels,)
-
-    @property
-    def in_size(self) -> int:
-        return _prod(self.in_shape)
-
-    @property
-    def out_size(self) -> int:
-        return _prod(self.out_shape)
-
-    @property
-    def in_shapes(self) -> list[tuple]:
-        return [tuple(self.in_shape)]
 
 
 @dataclass
@@ -493,7 +501,7 @@ class ConvLayer(_Windowed):
 
 
 @dataclass
-class PoolLayer(_Windowed):
+class PoolLayer(_Windowed, _Lanes):
     """A pooling layer over a ``(C, H, W)`` (or ``(C, W)``) image (ONNX MaxPool, AveragePool,
     GlobalMaxPool, GlobalAveragePool on integers).
 
@@ -560,17 +568,9 @@ class PoolLayer(_Windowed):
     def out_type(self) -> IntType:
         return self.requant[-1].out_type if self.requant else self.in_type
 
-    @property
-    def in_lanes(self) -> int:
-        return self.lanes
-
-    @property
-    def out_lanes(self) -> int:
-        return self.lanes
-
 
 @dataclass
-class AddLayer:
+class AddLayer(_Lanes):
     """The sum of two tensors of the same shape, requantized (ONNX Add of two quantized
     activations, a residual join)::
 
@@ -638,17 +638,9 @@ class AddLayer:
     def out_type(self) -> IntType:
         return self.requant[-1].out_type
 
-    @property
-    def in_lanes(self) -> int:
-        return self.lanes
-
-    @property
-    def out_lanes(self) -> int:
-        return self.lanes
-
 
 @dataclass
-class ConcatLayer:
+class ConcatLayer(_Lanes):
     """Tensors joined along logical ``axis`` (ONNX Concat; ``axis`` without the batch).
 
     Input ``k`` first goes through ``requant[k]`` (empty: values unchanged, they must fit
@@ -699,17 +691,9 @@ class ConcatLayer:
     def out_size(self) -> int:
         return _prod(self.out_shape)
 
-    @property
-    def in_lanes(self) -> int:
-        return self.lanes
-
-    @property
-    def out_lanes(self) -> int:
-        return self.lanes
-
 
 @dataclass
-class ResizeLayer:
+class ResizeLayer(_OneInput, _Lanes):
     """Nearest-neighbour resizing of a ``(C, H, W)`` (or ``(C, W)``) image (ONNX Resize /
     Upsample, ``mode="nearest"``): ``y[c, i, j] = x[c, rows[i], cols[j]]``, then ``requant``
     if any. The index maps follow from the operator's scales or sizes, coordinate
@@ -739,14 +723,6 @@ class ResizeLayer:
                                  f"indices below {n}")
 
     @property
-    def in_size(self) -> int:
-        return _prod(self.in_shape)
-
-    @property
-    def in_shapes(self) -> list[tuple]:
-        return [self.in_shape]
-
-    @property
     def out_shape(self) -> tuple:
         c = self.in_shape[0]
         if len(self.in_shape) == 3:
@@ -754,24 +730,12 @@ class ResizeLayer:
         return (c, len(self.cols))
 
     @property
-    def out_size(self) -> int:
-        return _prod(self.out_shape)
-
-    @property
     def out_type(self) -> IntType:
         return self.requant[-1].out_type if self.requant else self.in_type
 
-    @property
-    def in_lanes(self) -> int:
-        return self.lanes
-
-    @property
-    def out_lanes(self) -> int:
-        return self.lanes
-
 
 @dataclass
-class PadLayer:
+class PadLayer(_OneInput, _Lanes):
     """Constant padding of a ``(C, H, W)`` (or ``(C, W)``) image by ``pads = (top, left,
     bottom, right)`` with the integer ``value`` (ONNX Pad, ``mode="constant"``, that could not
     be merged into the padding of the following window)."""
@@ -798,14 +762,6 @@ class PadLayer:
                              f"{self.in_type.name}")
 
     @property
-    def in_size(self) -> int:
-        return _prod(self.in_shape)
-
-    @property
-    def in_shapes(self) -> list[tuple]:
-        return [self.in_shape]
-
-    @property
     def out_shape(self) -> tuple:
         c, h, w = image_shape(self.in_shape)
         top, left, bottom, right = self.pads
@@ -814,24 +770,12 @@ class PadLayer:
         return (c, w + left + right)
 
     @property
-    def out_size(self) -> int:
-        return _prod(self.out_shape)
-
-    @property
     def out_type(self) -> IntType:
         return self.in_type
 
-    @property
-    def in_lanes(self) -> int:
-        return self.lanes
-
-    @property
-    def out_lanes(self) -> int:
-        return self.lanes
-
 
 @dataclass
-class ViewLayer:
+class ViewLayer(_OneInput):
     """A change of logical shape that moves no data: ``y = x.transpose(perm).reshape(out)``
     (ONNX Reshape, Flatten, Squeeze, Unsqueeze: ``perm=None``; Transpose). In hardware it is
     wires: the stream keeps its element sequence, only the tensor's stream order changes."""
@@ -857,18 +801,6 @@ class ViewLayer:
         if _prod(self.in_shape) != _prod(self.out_shape):
             raise ValueError(f"Layer {self.name!r}: cannot view {self.in_shape} as "
                              f"{self.out_shape}")
-
-    @property
-    def in_size(self) -> int:
-        return _prod(self.in_shape)
-
-    @property
-    def out_size(self) -> int:
-        return _prod(self.out_shape)
-
-    @property
-    def in_shapes(self) -> list[tuple]:
-        return [self.in_shape]
 
     @property
     def out_type(self) -> IntType:
