@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = [
-    "IntType", "RequantStage", "DenseLayer", "RequantLayer", "ConvLayer", "PoolLayer",
-    "AddLayer", "ConcatLayer", "ResizeLayer", "PadLayer", "ViewLayer", "LAYER_TYPES", "Port",
-    "Dataflow", "HostNode", "Design", "acc_type_for", "save_design", "load_design",
+    "IntType", "RequantStage", "ThresholdStage", "DenseLayer", "RequantLayer", "ConvLayer",
+    "PoolLayer", "AddLayer", "ConcatLayer", "ResizeLayer", "PadLayer", "ViewLayer", "LAYER_TYPES",
+    "Port", "Dataflow", "HostNode", "Design", "acc_type_for", "save_design", "load_design",
     "image_shape", "align_params",
 ]
 
@@ -150,6 +150,50 @@ class RequantStage:
         """Multiplier and offset broadcast to ``channels`` entries (1-D parameters)."""
         return (np.broadcast_to(self.multiplier.reshape(-1), (channels,)).copy(),
                 np.broadcast_to(self.offset.reshape(-1), (channels,)).copy())
+
+
+@dataclass
+class ThresholdStage:
+    """An activation quantized by thresholds (FINN's MultiThreshold on integers), per channel
+    ``c``::
+
+        y = base + step * #{i : x >= thresholds[c, i]}
+
+    ``thresholds`` is ``(channels, n)`` (or ``(1, n)`` for all), each row non-decreasing;
+    ``out_type`` holds every ``base + step * k`` for ``k`` in ``0..n``. Used where a model
+    says so (MultiThreshold) and, in hardware, wherever it computes the same function as a
+    :class:`RequantStage` more cheaply (few output levels).
+    """
+    thresholds: np.ndarray
+    base: int
+    step: int
+    out_type: IntType
+
+    def __post_init__(self):
+        t = np.asarray(self.thresholds, dtype=np.int64)
+        self.thresholds = t.reshape(1, -1) if t.ndim == 1 else t
+        if self.thresholds.ndim != 2:
+            raise ValueError(f"Thresholds must be (channels, n), not {t.shape}")
+        if np.any(np.diff(self.thresholds, axis=1) < 0):
+            raise ValueError("Thresholds must be non-decreasing along each row")
+        self.base, self.step = int(self.base), int(self.step)
+        n = self.thresholds.shape[1]
+        ends = (self.base, self.base + self.step * n)
+        if not (self.out_type.lo <= min(ends) and max(ends) <= self.out_type.hi):
+            raise ValueError(f"Threshold outputs {min(ends)}..{max(ends)} must lie within "
+                             f"{self.out_type.name}")
+
+    @property
+    def lo(self) -> int:
+        return min(self.base, self.base + self.step * self.thresholds.shape[1])
+
+    @property
+    def hi(self) -> int:
+        return max(self.base, self.base + self.step * self.thresholds.shape[1])
+
+    @property
+    def per_element(self) -> bool:
+        return self.thresholds.shape[0] > 1
 
 
 def _prod(shape) -> int:
@@ -980,7 +1024,7 @@ def _encode(obj, arrays: dict, path: str):
 
 
 _TYPES = {cls.__name__: cls for cls in
-          (RequantStage, *LAYER_TYPES, Port, Dataflow, HostNode, Design)}
+          (RequantStage, ThresholdStage, *LAYER_TYPES, Port, Dataflow, HostNode, Design)}
 
 
 def _decode(obj, arrays):

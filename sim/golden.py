@@ -24,6 +24,7 @@ from ..dataflow import (
     RequantLayer,
     RequantStage,
     ResizeLayer,
+    ThresholdStage,
     ViewLayer,
     align_params,
     image_shape,
@@ -32,7 +33,7 @@ from ..dataflow import (
 __all__ = [
     "round_shift", "requant", "requant_stages", "dense", "conv", "max_pool", "window_sum",
     "add", "resize_nearest", "pad", "run_layer", "run_dataflow", "quantize_linear",
-    "dequantize_linear",
+    "dequantize_linear", "round_float", "ROUNDINGS", "threshold",
 ]
 
 _INT64_SAFE = (1 << 62)
@@ -62,6 +63,20 @@ def round_shift(v, shift: int, rounding: str = "half_even") -> np.ndarray:
     return floor + up.astype(np.int64)
 
 
+def threshold(x, stage: ThresholdStage) -> np.ndarray:
+    """One :class:`~onnx2fpga.dataflow.ThresholdStage` (FINN MultiThreshold on integers):
+    ``base + step * #{i : x >= thresholds[c, i]}``, thresholds aligned on the left with the
+    logical shape like requantization parameters (``x`` is ``(batch, *shape)``)."""
+    x = np.asarray(x, dtype=np.int64)
+    ndim = max(x.ndim - 1, 0)
+    t = np.asarray(stage.thresholds, dtype=np.int64)
+    count = np.zeros(x.shape, dtype=np.int64)
+    for i in range(t.shape[1]):
+        ti = align_params(t[:, i], ndim)            # one value, or per channel
+        count += x >= (ti.reshape((1,) + ti.shape) if ti.ndim else ti)
+    return stage.base + stage.step * count
+
+
 def requant(x, stage: RequantStage) -> np.ndarray:
     """One :class:`~onnx2fpga.dataflow.RequantStage` applied to integer array ``x``.
 
@@ -70,6 +85,8 @@ def requant(x, stage: RequantStage) -> np.ndarray:
     all). With ``neg_multiplier``, elements whose product is negative use the negative-side
     parameters (a fused LeakyRelu).
     """
+    if isinstance(stage, ThresholdStage):
+        return threshold(x, stage)
     x = np.asarray(x, dtype=np.int64)
     ndim = max(x.ndim - 1, 0)
 
@@ -312,15 +329,43 @@ def _along(axis: int, ndim: int, scale, zero_point):
     return scale, zp
 
 
-def quantize_linear(x, scale, zero_point, lo: int, hi: int, axis: int = 1) -> np.ndarray:
-    """ONNX QuantizeLinear (opsets 10-23): ``saturate(round_half_even(x / scale) + zero_point)``.
+ROUNDINGS = ("half_even", "half_away", "half_up", "floor", "ceil", "to_zero")
+
+
+def round_float(v, rounding: str = "half_even") -> np.ndarray:
+    """Round float array ``v`` to integers (as float): ``half_even`` (ONNX QuantizeLinear,
+    QONNX ``ROUND``), ``half_away`` (C ``round``), ``half_up`` (ties towards +infinity),
+    ``floor``, ``ceil``, ``to_zero`` (QONNX ``ROUND_TO_ZERO``)."""
+    if rounding == "half_even":
+        return np.rint(v)
+    if rounding == "half_away":
+        return np.sign(v) * np.floor(np.abs(v) + 0.5)
+    if rounding == "half_up":
+        return np.floor(v + 0.5)
+    if rounding == "floor":
+        return np.floor(v)
+    if rounding == "ceil":
+        return np.ceil(v)
+    if rounding == "to_zero":
+        return np.trunc(v)
+    raise ValueError(f"Rounding must be one of {', '.join(ROUNDINGS)}, not {rounding!r}")
+
+
+def quantize_linear(x, scale, zero_point, lo: int, hi: int, axis: int = 1,
+                    rounding: str = "half_even", bipolar: bool = False) -> np.ndarray:
+    """ONNX QuantizeLinear (opsets 10-23): ``saturate(round_half_even(x / scale) + zero_point)``
+    into ``[lo, hi]`` (the type's range, or narrower: QONNX's narrow range, a QCDQ Clip).
 
     Computed in float32 like onnxruntime; ``scale``/``zero_point`` are scalars or 1-D along
-    ``axis``. Returns int64.
+    ``axis``. ``rounding`` selects another rounding of ``x / scale`` (QONNX Quant's
+    ``rounding_mode``, see :func:`round_float`). ``bipolar``: QONNX BipolarQuant, ``+1`` where
+    ``x >= 0`` and ``-1`` elsewhere (scale and zero point unused). Returns int64.
     """
     x = np.asarray(x, dtype=np.float32)
+    if bipolar:
+        return np.where(x >= 0, 1, -1).astype(np.int64)
     scale, zp = _along(axis, x.ndim, scale, zero_point)
-    q = np.rint(x / scale).astype(np.int64) + zp
+    q = round_float(x / scale, rounding).astype(np.int64) + zp
     return np.clip(q, lo, hi)
 
 

@@ -111,3 +111,32 @@ def test_host_ops_match_reference(op, shapes, attrs, opset):
     want = _ref(op, inputs, attrs, opset)
     got = host.HOST_OPS[op](*inputs, version=opset, **attrs)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_threshold_stage_counts_thresholds_per_channel():
+    """FINN MultiThreshold semantics: base + step * (number of thresholds x reaches)."""
+    from onnx2fpga.dataflow import ThresholdStage
+    rng = np.random.default_rng(4)
+    t = np.sort(rng.integers(-50, 50, size=(3, 3)), axis=1)
+    st = ThresholdStage(t, base=-1, step=2, out_type=IntType(4, True))
+    x = rng.integers(-60, 60, size=(20, 3, 2, 2))
+    got = golden.requant(x, st)
+    for b, c, h, w in np.ndindex(x.shape):
+        k = sum(int(x[b, c, h, w] >= t[c, i]) for i in range(3))
+        assert got[b, c, h, w] == -1 + 2 * k
+    shared = ThresholdStage(t[:1], base=0, step=1, out_type=IntType(2, False))
+    np.testing.assert_array_equal(golden.requant(x[:, 0], shared),
+                                  (x[:, 0, ..., None] >= t[0]).sum(axis=-1))
+
+
+@pytest.mark.parametrize("rounding, expected", [
+    ("half_even", [-2, -2, -1, 0, 0, 2, 2]), ("half_away", [-3, -2, -1, 0, 1, 2, 3]),
+    ("half_up", [-2, -1, -1, 0, 1, 2, 3]), ("floor", [-3, -2, -2, 0, 0, 2, 2]),
+    ("ceil", [-2, -1, -1, 0, 1, 3, 3]), ("to_zero", [-2, -1, -1, 0, 0, 2, 2]),
+])
+def test_quantize_rounding_modes(rounding, expected):
+    x = np.array([-2.5, -1.5, -1.2, 0.0, 0.5, 2.4, 2.5], np.float32)
+    np.testing.assert_array_equal(golden.quantize_linear(x, 1.0, 0, -8, 7, rounding=rounding),
+                                  expected)
+    np.testing.assert_array_equal(golden.quantize_linear(x, 1.0, 0, -1, 1, bipolar=True),
+                                  np.where(x >= 0, 1, -1))
