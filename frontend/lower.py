@@ -47,7 +47,7 @@ from ..dataflow import (
 )
 from ..errors import UnsupportedError
 from ..sim import golden, host
-from .ir import Graph, Node
+from .ir import Graph, Node, TensorInfo
 
 __all__ = ["lower", "HW_OPS", "MAX_KERNEL", "ADD_MULTIPLIER_BITS"]
 
@@ -249,25 +249,33 @@ class _Lowerer:
         else:
             return None
         for t in ins:
-            chain = []
-            m = self.prod.get(t)
-            while m is not None and _onnx_domain(m) and (
-                    m.op in VIEW_OPS or (m.op == "Pad" and grp.core is not None and
-                                         grp.core.op in ("Conv",))) and \
-                    self.activation_input(m) == m.inputs[0]:
-                chain.insert(0, m)
-                members.append(m)
-                t = m.inputs[0]
-                m = self.prod.get(t)
-            if m is None or m.op != "DequantizeLinear" or not _onnx_domain(m) or \
-                    m.inputs[0] not in self.qinfo:
+            found = self.pre_chain(t, grp.core is not None and grp.core.op == "Conv")
+            if found is None:
                 return None
+            chain, m = found
+            members.extend(chain)
             grp.pre.append(chain)
             grp.dqs.append(m)
         for node in members:
             if node is not q and not all(self.internal(o, members) for o in node.outputs):
                 return None
         return grp
+
+    def pre_chain(self, t: str, pad_ok: bool):
+        """Views (and a Pad in front of a convolution) back from tensor ``t`` to the
+        DequantizeLinear of a quantized activation: ``(chain, dq)`` or None."""
+        chain = []
+        m = self.prod.get(t)
+        while m is not None and _onnx_domain(m) and (
+                m.op in VIEW_OPS or (m.op == "Pad" and pad_ok)) and \
+                self.activation_input(m) == m.inputs[0]:
+            chain.insert(0, m)
+            t = m.inputs[0]
+            m = self.prod.get(t)
+        if m is None or m.op != "DequantizeLinear" or not _onnx_domain(m) or \
+                m.inputs[0] not in self.qinfo:
+            return None
+        return chain, m
 
     # -- building layers -------------------------------------------------------------------
     def epilogue(self, grp: _Group, channel_shape) -> _Affine:
@@ -551,7 +559,16 @@ class _Lowerer:
                                s_w.astype(np.float32), 1.0).astype(np.float64)
         layer = DenseLayer(self.next_name("dense"), qi.type, qi.zero_point, weight,
                            _weight_type(weight), bias_int, [], inputs=[src], output=out)
-        layer.requant = [self.acc_stage(acc_scale, bias_real, aff, grp, n_out)]
+        return self.finish_core(layer, acc_scale, bias_real, aff, grp, n_out)
+
+    def finish_core(self, layer, acc_scale, bias_real, aff, grp, channels):
+        """The requantization after an accumulator; without a quantizer after the core (a
+        model's last layer), the accumulator itself leaves the hardware and ``self.acc``
+        keeps its real scale and float bias for the host."""
+        if grp.quant is None:
+            self.acc = (acc_scale, bias_real)
+            return layer
+        layer.requant = [self.acc_stage(acc_scale, bias_real, aff, grp, channels)]
         return layer
 
     def acc_stage(self, acc_scale, bias_real, aff, grp, channels):
@@ -625,9 +642,8 @@ class _Lowerer:
                           _weight_type(weight), bias_int, [], stride=tuple(geo["stride"]),
                           dilation=tuple(geo["dilation"]), pads=pads, group=int(geo["group"]),
                           inputs=[src], output=out)
-        layer.requant = [self.acc_stage(acc_scale.astype(np.float64), bias_real, aff, grp,
-                                        n_out)]
-        return layer
+        return self.finish_core(layer, acc_scale.astype(np.float64), bias_real, aff, grp,
+                                n_out)
 
     def pool(self, grp, src, qi, aff, out):
         core = grp.core
@@ -829,6 +845,7 @@ class _Lowerer:
                 used.add(id(n))
         if self.problems:
             raise UnsupportedError(self.problems)
+        self.accumulator_tail(used)
         if not [ly for ly in self.layers if not isinstance(ly, ViewLayer)]:
             raise UnsupportedError(self.unsupported_report(entry.outputs[0]))
         # DequantizeLinear nodes (of activations, weights, biases) read only by hardware
@@ -843,6 +860,66 @@ class _Lowerer:
         hw_out = self.check_tail(tail, entry.outputs[0])
         self.prune(self.name(hw_out))
         return self.design(entry, head, tail, hw_out)
+
+    def accumulator_tail(self, used: set) -> None:
+        """A MatMul / Gemm / Conv with a quantized weight on a quantized activation but no
+        quantizer after it (a model's last layer: TFC's, a classifier's logits) runs in
+        hardware up to its exact integer accumulator; the host dequantizes that per output
+        channel (``acc * s_in * s_w[c]``, a DequantizeLinear) and adds a float bias, then
+        runs what follows. Taken only when it is the one such node, reading the hardware
+        part's last result."""
+        g = self.g
+        found = []
+        for n in g.nodes:
+            if id(n) in used or not _onnx_domain(n) or n.op not in ("MatMul", "Gemm", "Conv") \
+                    or self.dq_constant(n.inputs[1]) is None:
+                continue
+            pre = self.pre_chain(n.inputs[0], n.op == "Conv")
+            if pre is not None and all(self.internal(o, [n] + pre[0]) for m in pre[0]
+                                       for o in m.outputs):
+                found.append((n, *pre))
+        if len(found) != 1:
+            return
+        n, chain, dq = found[0]
+        readers = [ly for ly in self.layers for t in ly.inputs
+                   if t == self.name(dq.inputs[0])]
+        if readers:
+            return                              # its input also feeds hardware layers
+        grp = _Group(quant=None, core=n, pre=[chain], dqs=[dq])
+        qi = self.in_info(dq)
+        names = [dq.name or dq.outputs[0]]
+        try:
+            src = self.views(chain, self.name(dq.inputs[0]), qi, names)
+            acc_t = f"{n.outputs[0]}__acc"
+            self.acc = None
+            layer = self.dense(grp, src, qi, _Affine(), acc_t) if n.op != "Conv" else \
+                self.conv(grp, src, qi, _Affine(), acc_t, self.pad)
+        except UnsupportedError:
+            return                              # it stays on the host, in float
+        acc_scale, bias_real = self.acc
+        layer.nodes = names + [n.name or n.outputs[0]]
+        self.layers.append(layer)
+        shape = self.shape(n.outputs[0])
+        acc_type = layer.acc_type
+        g.tensors[acc_t] = TensorInfo(acc_type.name, shape)
+        self.qinfo[acc_t] = _QInfo(acc_type, 1.0, 0)
+        out = n.outputs[0]
+        has_bias = bool(np.any(bias_real))
+        deq_out = f"{out}__unbiased" if has_bias else out
+        attrs = {"scale": np.asarray(acc_scale, np.float32).reshape(-1),
+                 "zero_point": np.zeros(len(acc_scale), np.int64), "qtype": acc_type,
+                 "axis": 1}
+        new = [Node("DequantizeLinear", [acc_t], [deq_out], attrs,
+                    f"{n.name or out}__dequantize_accumulator", "", 13, 13)]
+        if has_bias:
+            bias = np.asarray(bias_real, np.float32).reshape(
+                (-1,) + (1,) * (len(shape) - 2))
+            g.constants[f"{out}__bias"] = bias
+            new.append(Node("Add", [deq_out, f"{out}__bias"], [out], {},
+                            f"{n.name or out}__bias", "", 14, 14))
+        k = g.nodes.index(n)
+        g.nodes[k + 1:k + 1] = new
+        used.update(id(m) for m in [n] + chain)
 
     def design(self, entry, head, tail, hw_out) -> Design:
         g = self.g

@@ -9,6 +9,7 @@ import pytest
 from models import float_mlp, ort_qdq_mlp, save
 from onnx import TensorProto, helper, numpy_helper
 
+from onnx2fpga.dataflow import DenseLayer
 from onnx2fpga.errors import CalibrationError, CheckError, LoadError, UnsupportedError
 from onnx2fpga.frontend.fold import fold
 from onnx2fpga.frontend.load import Onnx2FpgaWarning, load_model
@@ -223,3 +224,30 @@ def test_host_op_failure_is_our_error_naming_the_node():
                        r"\(1, 3\), \(4, 2\)\)$"):
         host.run_nodes([node], {"a": np.ones((1, 3), np.float32)},
                        {"b": np.ones((4, 2), np.float32)})
+
+
+@pytest.mark.parametrize("opset", [13, 21])
+def test_last_layer_without_quantizer_ends_in_its_accumulator(tmp_path, opset):
+    """A model whose last MatMul/Gemm has no quantizer after it (like FINN's TFC): the
+    layer runs in hardware up to its exact accumulator, and the host dequantizes it per
+    output channel and adds the bias; the result tracks onnxruntime's float arithmetic."""
+    path, _ = ort_qdq_mlp(tmp_path, kind="gemm", opset=opset, softmax=False, per_channel=True)
+    m = onnx.load(path)
+    nodes = list(m.graph.node)
+    out = m.graph.output[0].name
+    dq = next(n for n in nodes if n.output[0] == out)
+    q = next(n for n in nodes if n.output[0] == dq.input[0])
+    last = next(n for n in nodes if q.input[0] in n.output)
+    last.output[0] = out
+    for n in (q, dq):
+        m.graph.node.remove(n)
+    onnx.save(m, tmp_path / "noq.onnx")
+    d = _design(tmp_path / "noq.onnx")
+    fold(d.dataflow)
+    final = d.dataflow.layers[-1]
+    assert isinstance(final, DenseLayer) and final.requant == []
+    assert d.dataflow.output.type == final.acc_type
+    assert d.tail[0].op == "DequantizeLinear" and d.tail[0].inputs == [d.dataflow.output.name]
+    x = np.random.default_rng(3).standard_normal((100, 1, 16)).astype(np.float32)
+    got, want = run_design(d, x), _ort(tmp_path / "noq.onnx", x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
