@@ -111,10 +111,11 @@ def threshold_latency(stages) -> int:
 
 # Resource estimates (LUT4 per lane) that decide between requantization and thresholds.
 # A LUT-built multiplier costs about 3 LUT4 per partial-product bit (DESIGN.md: 206 LUT4 for
-# 8x8, 60 for 4x4 on iCE40); a comparator or an adder one LUT4 per bit (with the carry
-# chain); a 2:1 multiplexer one per bit; a bit of a per-channel table 1/16 of a LUT4 (a LUT4
-# holds 16 bits: pessimistic where the table lands in block RAM). DSP blocks are not
-# counted: on a device with spare multipliers the requantization may be cheaper than this.
+# 8x8, 60 for 4x4 on iCE40); a constant multiplier one adder per set bit after the first; a
+# comparator or an adder one LUT4 per bit (with the carry chain); a 2:1 multiplexer one per
+# bit; a bit of a per-channel table 1/16 of a LUT4 (a LUT4 holds 16 bits; yosys 0.70 leaves
+# these small ROMs in LUTs). DSP blocks are not counted: on a device with spare multipliers
+# the requantization is cheaper than this (benchmarks/lowbit_resources.py measures both).
 
 
 def _bits(lo: int, hi: int) -> int:
@@ -135,8 +136,11 @@ def requant_luts(stage, in_bits: int, channels: int) -> float:
     v_bits = in_bits
     for mult, off in sides:
         m_bits = _bits(mult.min(), mult.max())
-        if mult.size > 1 or int(mult[0]) not in (0, 1):
+        if mult.size > 1:
             luts += 3 * in_bits * m_bits
+        else:                                            # shift and add per set bit
+            ones = bin(abs(int(mult[0]))).count("1")
+            luts += max(ones - 1, 0) * (in_bits + m_bits)
         v_bits = max(v_bits, in_bits + m_bits, _bits(off.min(), off.max()) + 1)
         luts += v_bits                                   # + offset
         for arr in (mult, off):
@@ -312,7 +316,9 @@ def layer_latency(layer) -> int:
     ``n = len(requant)``: ``folds + folds * groups + 3`` without requantization; with it,
     plus ``1 + 3 * n``, plus, when the requantization core has ``d < pe`` lanes (see
     :func:`onnx2fpga.hw.graph.requant_lanes`), ``pe // d`` (serializing) ``+ 1`` (gathering).
-    RequantLayer: ``channels // lanes - 1 + 1 + 3 * n``.
+    RequantLayer: ``channels // lanes - 1 + 1 + 3 * n``. Stages computed by a threshold core
+    (:func:`onnx2fpga.hw.graph.stage_cores`) count :func:`threshold_latency` instead of
+    ``1 + 3 * n``.
     """
     first, last = 0, layer.in_size // layer.in_lanes - 1
     for stage in layer_stages(layer):

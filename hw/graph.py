@@ -19,8 +19,13 @@ reorders it.
 
 Per layer
 ---------
-- DenseLayer: ``matvec`` (weights permuted to the input order), then, with requantization,
+- DenseLayer: ``matvec`` (weights permuted to the input order; multiplying, by weight
+  sign or by XNOR and popcount, :func:`matvec_arithmetic`), then, with requantization,
   ``requant`` of :func:`requant_lanes` lanes between ``convert`` stages.
+
+Wherever a layer's stage list becomes cores, :func:`stage_cores` splits it into
+``requant`` and ``threshold`` cores: ThresholdStages always on thresholds, RequantStages
+there too when they are monotonic and the thresholds cost less.
 - ConvLayer: ``window`` (padding with the input zero point), then ``matvec`` on the
   ``(i, j, c)`` window vector (:attr:`~onnx2fpga.dataflow.ConvLayer.matrix`) or, depthwise,
   ``depthwise``; then ``requant``.
