@@ -14,6 +14,7 @@ from onnx2fpga.dataflow import (
     Dataflow,
     DenseLayer,
     IntType,
+    PoolLayer,
     Port,
     RequantStage,
     ThresholdStage,
@@ -201,6 +202,32 @@ def bipolar_cnn(seed=1):
     orders, _ = tensor_orders(df)
     df.input.order = orders["x"]
     return df
+
+
+def threshold_pool(seed=2):
+    """x: (3, 4, 6) uint4 with zero point 5 -> average pool 2x2 stride 2 whose division is a
+    ThresholdStage on the window sum of x - 5 (per channel, 3 levels of uint2): the core
+    sums raw values, so the planner moves the thresholds by 4 * 5."""
+    rng = np.random.default_rng(seed)
+    u4 = IntType(4, False)
+    t = np.sort(rng.integers(-12, 16, size=(3, 3)), axis=1)
+    pool = PoolLayer("avg", "avg", u4, (3, 4, 6), (2, 2), (2, 2), in_zero_point=5, lanes=3,
+                     requant=[ThresholdStage(t, 0, 1, U2)], inputs=["x"], output="y")
+    df = Dataflow([pool], Port("x", (1, 3, 4, 6), u4, 0.1, 5, lanes=3),
+                  Port("y", (1, 3, 2, 3), U2, 1.0, 0, lanes=3), fifo_depths=[2])
+    orders, _ = tensor_orders(df)
+    df.input.order, df.output.order = orders["x"], orders["y"]
+    return df
+
+
+def test_threshold_pool_matches_golden():
+    df = threshold_pool()
+    assert [s.kind for s in plan_graph(df).stages][-3:] == ["reduce", "threshold", "fifo"]
+    x = np.random.default_rng(3).integers(0, 16, size=(4, df.input.size))
+    y, _ = run(df, x, seed=3, idle=0.3, stall=0.3)
+    expected = golden.run_dataflow(df, x)
+    assert len(np.unique(expected)) == 4
+    np.testing.assert_array_equal(y, expected)
 
 
 def run(df, x, *, seed=0, idle=0.0, stall=0.0):
