@@ -17,7 +17,7 @@ import functools
 from math import gcd
 
 import numpy as np
-from amaranth import C, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import C, Cat, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -157,10 +157,24 @@ class MatVecCore(wiring.Component):
     input transfer to the last output transfer when the input arrives at one transfer per cycle.
     The accumulator register is the output register: while an output waits for ``ready``, the
     pipeline holds as soon as the next group's first partial sum reaches it.
+
+    Arithmetic (``arithmetic``; the default is
+    :func:`onnx2fpga.hw.graph.matvec_arithmetic` of the layer), with the same pipeline and
+    the same cycle figures in every case:
+
+    - ``"multiply"``: ``simd * pe`` multipliers ``x * w``.
+    - ``"sign"``: every weight is -1 or +1 (stored as one bit, 1 for +1): ``x * w`` is
+      ``x`` or ``-x``, a multiplexer and a negation instead of a multiplier.
+    - ``"xnor"``: weights and inputs are all -1 or +1 (``layer.in_bipolar``; the input
+      type signed, at least 2 bits): an input is buffered as one bit (1 for +1, its sign
+      bit inverted), a (group, fold) step is ``pe`` XNORs of ``simd`` bits and their
+      popcounts, and ``sum_i x_i * w_i = 2 * popcount(xnor(x, w)) - in_features`` (the
+      ``- in_features`` is folded into the bias). An input other than -1 or +1 gives a
+      wrong result.
     """
 
     @_quiet_if_invalid
-    def __init__(self, layer: DenseLayer):
+    def __init__(self, layer: DenseLayer, *, arithmetic=None):
         if not isinstance(layer, DenseLayer):
             raise TypeError(f"Layer must be a DenseLayer, not {layer!r}")
         simd = _check_count(f"SIMD of layer {layer.name!r}", layer.simd)
@@ -181,6 +195,19 @@ class MatVecCore(wiring.Component):
         if layer.weight.min() < wt.lo or layer.weight.max() > wt.hi:
             raise ValueError(f"Weights of layer {layer.name!r} must lie within {wt.name}, not "
                              f"[{int(layer.weight.min())}, {int(layer.weight.max())}]")
+        from .graph import matvec_arithmetic
+        if arithmetic is None:
+            arithmetic = matvec_arithmetic(layer)
+        if arithmetic not in ("multiply", "sign", "xnor"):
+            raise ValueError(f"Arithmetic must be 'multiply', 'sign' or 'xnor', "
+                             f"not {arithmetic!r}")
+        if arithmetic != "multiply" and not np.all(np.abs(layer.weight) == 1):
+            raise ValueError(f"Weights of layer {layer.name!r} must all be -1 or +1 for "
+                             f"arithmetic={arithmetic!r}")
+        if arithmetic == "xnor" and not (layer.in_type.signed and layer.in_type.bits >= 2):
+            raise ValueError(f"Input type of layer {layer.name!r} must be signed and at least "
+                             f"2 bits wide for arithmetic='xnor', not {layer.in_type.name}")
+        self._arithmetic = arithmetic
         self._layer = layer
         self._in_shape = int_shape(layer.in_type)
         self._w_shape = int_shape(wt)
@@ -193,6 +220,11 @@ class MatVecCore(wiring.Component):
     @property
     def layer(self) -> DenseLayer:
         return self._layer
+
+    @property
+    def arithmetic(self) -> str:
+        """``"multiply"``, ``"sign"`` or ``"xnor"`` (see the class docstring)."""
+        return self._arithmetic
 
     @property
     def folds(self) -> int:
@@ -212,6 +244,10 @@ class MatVecCore(wiring.Component):
     def _weight_words(self) -> list:
         w = self._layer.weight
         simd, pe = self._layer.simd, self._layer.pe
+        if self._arithmetic != "multiply":       # one bit per weight, 1 for +1
+            return [[sum(1 << s for s in range(simd) if w[g * pe + p, f * simd + s] > 0)
+                     for p in range(pe)]
+                    for g in range(self.groups) for f in range(self.folds)]
         return [[[int(w[g * pe + p, f * simd + s]) for s in range(simd)] for p in range(pe)]
                 for g in range(self.groups) for f in range(self.folds)]
 
@@ -222,14 +258,18 @@ class MatVecCore(wiring.Component):
         acc_shape = self._acc_shape
         i_stream, o_stream = self.i_stream, self.o_stream
 
-        # Input buffer: bank 0 at [0, folds), bank 1 at [folds, 2*folds).
-        m.submodules.x_mem = x_mem = Memory(
-            shape=data.ArrayLayout(self._in_shape, simd), depth=2 * folds, init=[])
+        xnor = self._arithmetic == "xnor"
+        # Input buffer: bank 0 at [0, folds), bank 1 at [folds, 2*folds). XNOR: one bit per
+        # element, 1 for +1.
+        x_layout = unsigned(simd) if xnor else data.ArrayLayout(self._in_shape, simd)
+        m.submodules.x_mem = x_mem = Memory(shape=x_layout, depth=2 * folds, init=[])
         x_wr = x_mem.write_port()
         x_rd = x_mem.read_port()
-        m.submodules.w_mem = w_mem = Memory(
-            shape=data.ArrayLayout(data.ArrayLayout(self._w_shape, simd), pe),
-            depth=groups * folds, init=self._weight_words())
+        w_elem = self._w_shape if self._arithmetic == "multiply" else unsigned(simd)
+        w_layout = data.ArrayLayout(w_elem, pe) if self._arithmetic != "multiply" else \
+            data.ArrayLayout(data.ArrayLayout(w_elem, simd), pe)
+        m.submodules.w_mem = w_mem = Memory(shape=w_layout, depth=groups * folds,
+                                            init=self._weight_words())
         w_rd = w_mem.read_port()
 
         full0 = Signal()   # bank 0 holds a whole vector not yet consumed
@@ -242,7 +282,8 @@ class MatVecCore(wiring.Component):
         write = i_stream.valid & i_stream.ready
         m.d.comb += [
             x_wr.addr.eq(waddr),
-            x_wr.data.eq(i_stream.payload),
+            x_wr.data.eq(Cat(~i_stream.payload[s][-1] for s in range(simd)) if xnor
+                         else i_stream.payload),
             x_wr.en.eq(write),
         ]
         set0 = write & (waddr == folds - 1)
@@ -298,8 +339,17 @@ class MatVecCore(wiring.Component):
         s1_g = _counter(groups)
         s2_g = _counter(groups)
         x_word, w_word = x_rd.data, w_rd.data
-        prods = [[Signal.like(x_word[s] * w_word[p][s], name=f"prod_{p}_{s}")
-                  for s in range(simd)] for p in range(pe)]
+        if self._arithmetic == "multiply":
+            prod_values = [[x_word[s] * w_word[p][s] for s in range(simd)] for p in range(pe)]
+        elif self._arithmetic == "sign":
+            neg_shape = signed(self._in_shape.width + 1)
+            prod_values = [[Mux(w_word[p][s], x_word[s], -x_word[s]) for s in range(simd)]
+                           for p in range(pe)]
+        else:
+            prod_values = [[~(x_word ^ w_word[p])] for p in range(pe)]
+        prods = [[Signal(neg_shape if self._arithmetic == "sign" else Shape.cast(v.shape()),
+                         name=f"prod_{p}_{s}") for s, v in enumerate(row)]
+                 for p, row in enumerate(prod_values)]
         sums = [Signal(acc_shape, name=f"sum_{p}") for p in range(pe)]
         with m.If(advance):
             m.d.sync += [
@@ -309,13 +359,19 @@ class MatVecCore(wiring.Component):
                 s3_valid.eq(s2_valid), s3_first.eq(s2_first), s3_last.eq(s2_last),
             ]
             for p in range(pe):
-                for s in range(simd):
-                    m.d.sync += prods[p][s].eq(x_word[s] * w_word[p][s])
+                for prod, value in zip(prods[p], prod_values[p]):
+                    m.d.sync += prod.eq(value)
                 # Sums and the accumulator wrap modulo 2**acc_bits: exact, because the final
                 # value lies within acc_type (two's complement addition is modular).
-                m.d.sync += sums[p].eq(_tree_sum(list(prods[p])))
+                if xnor:        # 2 * popcount; the -in_features sits in the bias
+                    pop = _tree_sum([prods[p][0][s] for s in range(simd)])
+                    m.d.sync += sums[p].eq(Cat(C(0, 1), pop))
+                else:
+                    m.d.sync += sums[p].eq(_tree_sum(list(prods[p])))
 
         bias_words = self._layer.folded_bias.reshape(groups, pe)
+        if xnor:
+            bias_words = bias_words - self._layer.in_features
         if groups > 1:
             m.submodules.b_mem = b_mem = Memory(
                 shape=data.ArrayLayout(acc_shape, pe), depth=groups,

@@ -17,6 +17,13 @@ same list the hardware is built from. Per core:
   accumulate add 4). A convolution feeds it one vector per output pixel.
 - :class:`~onnx2fpga.hw.cores.RequantCore` with ``n`` stages: one transfer per cycle; an
   element leaves ``1 + 3 * n`` cycles after it enters.
+- :class:`~onnx2fpga.hw.threshold.ThresholdCore`: one transfer per cycle; an element leaves
+  ``1 + sum`` of its stages' latencies after it enters: 2 for a stage of at most 15
+  thresholds (parallel comparators), ``max(1, n.bit_length())`` for ``n`` thresholds
+  searched in binary (:func:`threshold_stage_latency`).
+- :class:`~onnx2fpga.hw.cores.MatVecCore` computes with multipliers, by the sign of ±1
+  weights or by XNOR and popcount (bipolar weights and inputs): the same pipeline and the
+  same figures in all three cases.
 - :class:`~onnx2fpga.hw.cores.StreamFIFO`: 1 cycle through (depth up to 4), 2 (deeper).
 - :class:`~onnx2fpga.hw.cores.WidthConverter`: gathering ``k`` transfers: 1 cycle after the
   last; splitting into ``k``: the last piece ``k`` cycles after the input transfer.
@@ -41,6 +48,7 @@ from ..dataflow import (
     ConvLayer,
     Dataflow,
     DenseLayer,
+    IntType,
     PadLayer,
     PoolLayer,
     RequantLayer,
@@ -51,7 +59,9 @@ from ..dataflow import (
 from .graph import Plan, Stage, layer_stages, plan_graph
 
 __all__ = [
-    "matvec_latency", "requant_latency", "fifo_latency", "stage_cycles", "layer_cycles",
+    "matvec_latency", "requant_latency", "fifo_latency", "threshold_search",
+    "threshold_stage_latency", "threshold_latency", "requant_luts", "threshold_luts",
+    "threshold_is_cheaper", "THRESHOLD_PARALLEL_MAX", "stage_cycles", "layer_cycles",
     "layer_latency", "dataflow_cycles", "plan_timing", "layer_need", "edge_fifo_depths",
 ]
 
@@ -69,6 +79,102 @@ def requant_latency(stages: int) -> int:
     """Latency of a :class:`~onnx2fpga.hw.cores.RequantCore` of ``stages`` stages
     (``1 + 3 * stages``; 0 for no stage, when no core is built)."""
     return 1 + 3 * stages if stages else 0
+
+
+#: The most thresholds per stage that :class:`~onnx2fpga.hw.threshold.ThresholdCore` compares
+#: in parallel (a 4-bit output); more are searched in binary.
+THRESHOLD_PARALLEL_MAX = 15
+
+
+def threshold_search(n: int) -> str:
+    """How a :class:`~onnx2fpga.hw.threshold.ThresholdCore` computes a stage of ``n``
+    thresholds: ``"parallel"`` (``n`` comparators per lane) up to
+    :data:`THRESHOLD_PARALLEL_MAX`, else ``"binary"`` (``n.bit_length()`` comparators, each
+    choosing among ``2**L`` thresholds: past 16 levels the comparator bank grows faster
+    than the search's multiplexers)."""
+    return "parallel" if n <= THRESHOLD_PARALLEL_MAX else "binary"
+
+
+def threshold_stage_latency(n: int, search: str | None = None) -> int:
+    """Cycles one threshold stage of ``n`` thresholds adds: 2 in parallel (compare, then
+    count), ``max(1, n.bit_length())`` levels of a binary search."""
+    search = search or threshold_search(n)
+    return 2 if search == "parallel" else max(1, int(n).bit_length())
+
+
+def threshold_latency(stages) -> int:
+    """Latency of a :class:`~onnx2fpga.hw.threshold.ThresholdCore` of ``stages``
+    (ThresholdStages, with the automatic choice of search): an input register plus every
+    stage's :func:`threshold_stage_latency`."""
+    return 1 + sum(threshold_stage_latency(st.thresholds.shape[1]) for st in stages)
+
+
+# Resource estimates (LUT4 per lane) that decide between requantization and thresholds.
+# A LUT-built multiplier costs about 3 LUT4 per partial-product bit (DESIGN.md: 206 LUT4 for
+# 8x8, 60 for 4x4 on iCE40); a constant multiplier one adder per set bit after the first; a
+# comparator or an adder one LUT4 per bit (with the carry chain); a 2:1 multiplexer one per
+# bit; a bit of a per-channel table 1/16 of a LUT4 (a LUT4 holds 16 bits; yosys 0.70 leaves
+# these small ROMs in LUTs). DSP blocks are not counted: on a device with spare multipliers
+# the requantization is cheaper than this (benchmarks/lowbit_resources.py measures both).
+
+
+def _bits(lo: int, hi: int) -> int:
+    return IntType.for_range(min(int(lo), 0), max(int(hi), 0)).bits
+
+
+def requant_luts(stage, in_bits: int, channels: int) -> float:
+    """Estimated LUT4 of one lane of one :class:`~onnx2fpga.dataflow.RequantStage` on
+    ``in_bits``-wide inputs, its parameters cycling through ``channels``: the multiplier
+    (none for a constant multiplier of 0 or 1), the offset and rounding adders, the clip
+    comparators and multiplexers, and the per-channel parameter table (see the comment
+    above)."""
+    luts, table = 0.0, 0
+    sides = [(stage.multiplier, stage.offset)]
+    if stage.neg_multiplier is not None:
+        sides.append((stage.neg_multiplier, stage.neg_offset))
+        luts += in_bits                                  # choosing a side
+    v_bits = in_bits
+    for mult, off in sides:
+        m_bits = _bits(mult.min(), mult.max())
+        if mult.size > 1:
+            luts += 3 * in_bits * m_bits
+        else:                                            # shift and add per set bit
+            ones = bin(abs(int(mult[0]))).count("1")
+            luts += max(ones - 1, 0) * (in_bits + m_bits)
+        v_bits = max(v_bits, in_bits + m_bits, _bits(off.min(), off.max()) + 1)
+        luts += v_bits                                   # + offset
+        for arr in (mult, off):
+            if arr.size > 1:
+                table += channels * _bits(arr.min(), arr.max())
+    r_bits = max(v_bits - int(stage.shift), stage.out_type.bits)
+    luts += v_bits + 4 * r_bits                          # rounding; clip compare and mux
+    return luts + table / 16
+
+
+def threshold_luts(n: int, in_bits: int, channels: int, per_channel: bool) -> float:
+    """Estimated LUT4 of one lane of a threshold stage of ``n`` thresholds on
+    ``in_bits``-wide inputs (comparators ``in_bits + 1`` wide, see
+    :class:`~onnx2fpga.hw.threshold.ThresholdCore`), the thresholds per channel
+    (``per_channel``, a table of ``channels`` rows) or constants."""
+    w = in_bits + 1
+    table = channels * n * w if per_channel else 0
+    if threshold_search(n) == "parallel":
+        return n * w + n + table / 16                    # comparators, count
+    levels = max(1, int(n).bit_length())
+    luts = levels * w
+    if not per_channel:                                  # constant multiplexers per level
+        luts += w * sum(-(-(1 << level) // 16) for level in range(1, levels))
+    return luts + table / 16
+
+
+def threshold_is_cheaper(stage, thresholds, in_bits: int, channels: int) -> bool:
+    """True if ``thresholds`` (the ThresholdStage computing ``stage`` exactly, from
+    :func:`onnx2fpga.hw.threshold.requant_as_thresholds`) is estimated to cost no more
+    LUT4 than the requantization ``stage`` (:func:`threshold_luts` against
+    :func:`requant_luts`)."""
+    t = thresholds.thresholds
+    return threshold_luts(t.shape[1], in_bits, channels, t.shape[0] > 1) <= \
+        requant_luts(stage, in_bits, channels)
 
 
 def fifo_latency(depth: int) -> int:
@@ -126,6 +232,9 @@ def _stage_timing(stage: Stage, first: int, last: int) -> tuple[int, int]:
         last_out = last + folds * groups + 4
     elif kind == "requant":
         d = requant_latency(len(stage.params["stages"]))
+        first_out, last_out = first + d, last + d
+    elif kind == "threshold":
+        d = threshold_latency(stage.params["stages"])
         first_out, last_out = first + d, last + d
     elif kind == "fifo":
         d = fifo_latency(stage.params["depth"])
@@ -207,7 +316,9 @@ def layer_latency(layer) -> int:
     ``n = len(requant)``: ``folds + folds * groups + 3`` without requantization; with it,
     plus ``1 + 3 * n``, plus, when the requantization core has ``d < pe`` lanes (see
     :func:`onnx2fpga.hw.graph.requant_lanes`), ``pe // d`` (serializing) ``+ 1`` (gathering).
-    RequantLayer: ``channels // lanes - 1 + 1 + 3 * n``.
+    RequantLayer: ``channels // lanes - 1 + 1 + 3 * n``. Stages computed by a threshold core
+    (:func:`onnx2fpga.hw.graph.stage_cores`) count :func:`threshold_latency` instead of
+    ``1 + 3 * n``.
     """
     first, last = 0, layer.in_size // layer.in_lanes - 1
     for stage in layer_stages(layer):

@@ -19,8 +19,13 @@ reorders it.
 
 Per layer
 ---------
-- DenseLayer: ``matvec`` (weights permuted to the input order), then, with requantization,
+- DenseLayer: ``matvec`` (weights permuted to the input order; multiplying, by weight
+  sign or by XNOR and popcount, :func:`matvec_arithmetic`), then, with requantization,
   ``requant`` of :func:`requant_lanes` lanes between ``convert`` stages.
+
+Wherever a layer's stage list becomes cores, :func:`stage_cores` splits it into
+``requant`` and ``threshold`` cores: ThresholdStages always on thresholds, RequantStages
+there too when they are monotonic and the thresholds cost less.
 - ConvLayer: ``window`` (padding with the input zero point), then ``matvec`` on the
   ``(i, j, c)`` window vector (:attr:`~onnx2fpga.dataflow.ConvLayer.matrix`) or, depthwise,
   ``depthwise``; then ``requant``.
@@ -57,13 +62,14 @@ from ..dataflow import (
     RequantLayer,
     RequantStage,
     ResizeLayer,
+    ThresholdStage,
     ViewLayer,
     align_params,
     image_shape,
 )
 
 __all__ = ["Stage", "plan_graph", "layer_stages", "requant_lanes", "tensor_orders",
-           "hwc_order", "stream_stages", "Plan", "isolate"]
+           "hwc_order", "stream_stages", "stage_cores", "matvec_arithmetic", "Plan", "isolate"]
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,7 @@ class Stage:
     Parameters
     ----------
     kind : str
-        ``"matvec"``, ``"requant"``, ``"fifo"``, ``"convert"``, ``"cast"`` (a
+        ``"matvec"``, ``"requant"``, ``"threshold"``, ``"fifo"``, ``"convert"``, ``"cast"`` (a
         value-preserving change of element type, wires only), ``"window"``, ``"reduce"``,
         ``"depthwise"``, ``"add"``, ``"concat"``, ``"broadcast"``, ``"resize"`` or
         ``"reorder"``.
@@ -89,7 +95,9 @@ class Stage:
         The dataflow layer a stage comes from (None for plumbing).
     params : dict
         Per kind: ``"matvec"``: ``layer`` (the DenseLayer the core computes, weights in
-        stream order). ``"requant"``: ``stages``, ``channels``. ``"fifo"``: ``depth``.
+        stream order), ``arithmetic`` (:func:`matvec_arithmetic`). ``"requant"`` (only
+        RequantStages) and ``"threshold"`` (only ThresholdStages): ``stages``, ``channels``
+        (:func:`stage_cores`). ``"fifo"``: ``depth``.
         ``"window"``: ``channels``, ``height``, ``width``, ``kernel``, ``stride``,
         ``dilation``, ``pads``, ``pad_value``. ``"reduce"``: ``op``, ``channels``,
         ``window``. ``"depthwise"``: ``channels``, ``window``, ``weight``, ``bias``.
@@ -226,25 +234,32 @@ def tensor_orders(dataflow: Dataflow) -> tuple[dict, dict]:
     return orders, wanted
 
 
-def stream_stages(stages, shape, order) -> tuple[list[RequantStage], int]:
+def stream_stages(stages, shape, order) -> tuple[list, int]:
     """Requantization stages with logical per-channel parameters turned into the form
-    :class:`~onnx2fpga.hw.cores.RequantCore` takes: 1-D parameters over a period of
-    ``channels`` stream positions (the shortest period of all parameters in stream order).
+    :class:`~onnx2fpga.hw.cores.RequantCore` and
+    :class:`~onnx2fpga.hw.threshold.ThresholdCore` take: 1-D parameters (thresholds: rows)
+    over a period of ``channels`` stream positions (the shortest period of all parameters
+    in stream order).
 
-    Returns the stages and ``channels``.
+    Returns the stages (RequantStages and ThresholdStages as given) and ``channels``.
     """
     shape = tuple(int(d) for d in shape)
     n = int(np.prod(shape, dtype=np.int64))
-    rows, slots = [], []
-    for stage in stages:
+
+    def columns(stage):
+        if isinstance(stage, ThresholdStage):
+            t = stage.thresholds
+            return [t[:, i] for i in range(t.shape[1])]
         names = ["multiplier", "offset"]
         if stage.neg_multiplier is not None:
             names += ["neg_multiplier", "neg_offset"]
-        for name in names:
-            full = np.broadcast_to(align_params(getattr(stage, name), len(shape)),
-                                   shape).reshape(-1)
+        return [getattr(stage, name) for name in names]
+
+    rows = []
+    for stage in stages:
+        for param in columns(stage):
+            full = np.broadcast_to(align_params(param, len(shape)), shape).reshape(-1)
             rows.append(full if order is None else full[order])
-            slots.append(name)
     table = np.stack(rows) if rows else np.zeros((0, n), np.int64)
     period = n
     for p in sorted({d for d in range(1, n + 1) if n % d == 0}):
@@ -253,17 +268,57 @@ def stream_stages(stages, shape, order) -> tuple[list[RequantStage], int]:
             break
     out, r = [], 0
     for stage in stages:
-        kw = {}
-        for name in (["multiplier", "offset"] + (["neg_multiplier", "neg_offset"]
-                                                  if stage.neg_multiplier is not None else [])):
+        cols = []
+        for _ in columns(stage):
             v = table[r, :period]
-            kw[name] = v[:1] if np.all(v == v[0]) else v
+            cols.append(v[:1] if np.all(v == v[0]) else v)
             r += 1
+        if isinstance(stage, ThresholdStage):
+            t = np.stack([np.broadcast_to(c, (period,)) for c in cols], axis=1) if cols \
+                else np.zeros((1, 0), np.int64)
+            if len(t) > 1 and np.all(t == t[:1]):
+                t = t[:1]
+            out.append(ThresholdStage(t, stage.base, stage.step, stage.out_type))
+            continue
+        kw = dict(zip(["multiplier", "offset", "neg_multiplier", "neg_offset"], cols))
         out.append(RequantStage(kw["multiplier"], kw["offset"], stage.shift, stage.zero_point,
                                 stage.lo, stage.hi, stage.out_type, stage.in_zero_point,
                                 stage.rounding, kw.get("neg_multiplier"),
                                 kw.get("neg_offset")))
     return out, period
+
+
+def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list]]:
+    """Which core computes each stage of an elementwise stage list (in stream form, see
+    :func:`stream_stages`): ``[(kind, stages), ...]``, consecutive stages of one kind in one
+    core, ``kind`` ``"requant"`` (:class:`~onnx2fpga.hw.cores.RequantCore`) or
+    ``"threshold"`` (:class:`~onnx2fpga.hw.threshold.ThresholdCore`).
+
+    A ThresholdStage always goes to a threshold core. A RequantStage does where it is
+    monotonic over its input range (the range of ``in_type`` for the first stage, of the
+    previous stage's output after that), its output takes at most 256 levels, and its
+    exact thresholds (:func:`~onnx2fpga.hw.threshold.requant_as_thresholds`) are estimated
+    to cost no more (:func:`onnx2fpga.hw.cost.threshold_is_cheaper`: in practice up to 15
+    thresholds, a 4-bit output, against a multiplier of a few bits or more); the stage is
+    then replaced by those thresholds, which compute the same integers.
+    """
+    from .cost import threshold_is_cheaper
+    from .threshold import requant_as_thresholds
+    lo, hi = in_type.lo, in_type.hi
+    runs: list[tuple[str, list]] = []
+    for stage in stages:
+        kind = "threshold" if isinstance(stage, ThresholdStage) else "requant"
+        if kind == "requant" and stage.hi - stage.lo < 256:
+            th = requant_as_thresholds(stage, lo, hi, channels)
+            if th is not None and threshold_is_cheaper(stage, th, IntType.for_range(lo, hi).bits,
+                                                       channels):
+                kind, stage = "threshold", th
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(stage)
+        else:
+            runs.append((kind, [stage]))
+        lo, hi = stage.lo, stage.hi
+    return runs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -440,9 +495,30 @@ class _Builder:
         if lanes is not None:
             net = self.lanes(net, lanes, f"{name}_in")
         st, channels = stream_stages(stages, shape, order)
-        _, lanes_now, _ = self.nets[net]
-        return self.add("requant", name, [net], st[-1].out_type, lanes_now, size, layer=layer,
-                        params={"stages": st, "channels": channels})
+        t_now, lanes_now, _ = self.nets[net]
+        runs = stage_cores(st, t_now, channels)
+        for j, (kind, run) in enumerate(runs):
+            nm = name if len(runs) == 1 else f"{name}_{j}"
+            if kind == "threshold":
+                nm = nm.replace("requant", "threshold", 1)
+            net = self.add(kind, nm, [net], run[-1].out_type, lanes_now, size, layer=layer,
+                           params={"stages": run, "channels": channels})
+        return net
+
+
+def matvec_arithmetic(layer: DenseLayer) -> str:
+    """How the matrix-vector unit of ``layer`` multiplies
+    (:class:`~onnx2fpga.hw.cores.MatVecCore`): ``"xnor"`` (XNOR and popcount) when every
+    weight is -1 or +1 and ``layer.in_bipolar`` says every input is too (the input type
+    signed, at least 2 bits); ``"sign"`` (adding or subtracting each input) when every
+    weight is -1 or +1; ``"multiply"`` otherwise."""
+    w = np.asarray(layer.weight)
+    if w.size and np.all(np.abs(w) == 1):
+        t = layer.in_type
+        if getattr(layer, "in_bipolar", False) and t.signed and t.bits >= 2:
+            return "xnor"
+        return "sign"
+    return "multiply"
 
 
 def _matvec_stages(b: _Builder, dense: DenseLayer, net: str, k: int, layer,
@@ -451,7 +527,7 @@ def _matvec_stages(b: _Builder, dense: DenseLayer, net: str, k: int, layer,
     between converters, back to ``pe`` lanes."""
     net = b.add("matvec", f"matvec_{k}", [net], dense.acc_type, dense.pe, dense.out_features
                 * (layer.out_size // dense.out_features), layer=layer,
-                params={"layer": dense})
+                params={"layer": dense, "arithmetic": matvec_arithmetic(dense)})
     if not layer.requant:
         return net
     d = requant_lanes(dense)
@@ -490,7 +566,7 @@ def _layer_body(b: _Builder, layer, ins: list[str], orders: list, k: int, out_ne
         dense = layer if order is None else DenseLayer(
             layer.name, layer.in_type, layer.in_zero_point, layer.weight[:, order],
             layer.weight_type, layer.bias, layer.requant, layer.simd, layer.pe,
-            list(layer.nodes))
+            list(layer.nodes), in_bipolar=layer.in_bipolar)
         net = _matvec_stages(b, dense, net, k, layer, (layer.out_features,), None)
         return _finish(b, net, out_net)
     if isinstance(layer, RequantLayer):
@@ -516,9 +592,11 @@ def _layer_body(b: _Builder, layer, ins: list[str], orders: list, k: int, out_ne
                                 hwc_order(layer.out_shape), f"requant_{k}", layer)
             return _finish(b, net, out_net)
         net = b.lanes(net, layer.simd, f"gather_{k}")
+        # Padding holds the input zero point: still bipolar only if that is -1 or +1.
+        bipolar = layer.in_bipolar and (not any(layer.pads) or layer.in_zero_point in (-1, 1))
         dense = DenseLayer(layer.name, layer.in_type, layer.in_zero_point, layer.matrix,
                            layer.weight_type, layer.bias, [], layer.simd, layer.pe,
-                           list(layer.nodes))
+                           list(layer.nodes), in_bipolar=bipolar)
         net = _matvec_stages(b, dense, net, k, layer, layer.out_shape,
                              hwc_order(layer.out_shape))
         return _finish(b, net, out_net)
@@ -547,10 +625,14 @@ def _layer_body(b: _Builder, layer, ins: list[str], orders: list, k: int, out_ne
             # The core sums raw values, padding (the zero point) included: that is the
             # window sum of x - zero_point plus window * zero_point.
             s0 = stages[0]
-            stages[0] = RequantStage(s0.multiplier, s0.offset, s0.shift, s0.zero_point, s0.lo,
-                                     s0.hi, s0.out_type,
-                                     s0.in_zero_point + window * layer.in_zero_point,
-                                     s0.rounding, s0.neg_multiplier, s0.neg_offset)
+            if isinstance(s0, ThresholdStage):
+                stages[0] = ThresholdStage(s0.thresholds + window * layer.in_zero_point,
+                                           s0.base, s0.step, s0.out_type)
+            else:
+                stages[0] = RequantStage(s0.multiplier, s0.offset, s0.shift, s0.zero_point,
+                                         s0.lo, s0.hi, s0.out_type,
+                                         s0.in_zero_point + window * layer.in_zero_point,
+                                         s0.rounding, s0.neg_multiplier, s0.neg_offset)
         net = b.requant(net, stages, layer.out_shape, hwc_order(layer.out_shape),
                         f"requant_{k}", layer)
         return _finish(b, net, out_net)

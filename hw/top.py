@@ -29,7 +29,9 @@ class Accelerator(wiring.Component):
 
     The cores and their connections are those of :func:`onnx2fpga.hw.graph.plan_graph`: a
     :class:`~onnx2fpga.dataflow.DenseLayer` becomes a :class:`~onnx2fpga.hw.cores.MatVecCore`
-    followed by a :class:`~onnx2fpga.hw.cores.RequantCore`; a convolution a
+    (multiplying, by weight sign or by XNOR and popcount) followed by a
+    :class:`~onnx2fpga.hw.cores.RequantCore` or a
+    :class:`~onnx2fpga.hw.threshold.ThresholdCore`, whichever is cheaper; a convolution a
     :class:`~onnx2fpga.hw.window.SlidingWindowCore` feeding a matrix-vector or depthwise core;
     a pool a window and a :class:`~onnx2fpga.hw.reduce.WindowReduceCore`; joins and forks
     their own cores. A :class:`~onnx2fpga.hw.cores.StreamFIFO` of depth
@@ -195,9 +197,12 @@ def _make_core(stage):
     p = stage.params
     kind = stage.kind
     if kind == "matvec":
-        return MatVecCore(p["layer"])
+        return MatVecCore(p["layer"], arithmetic=p.get("arithmetic"))
     if kind == "requant":
         return RequantCore(p["stages"], p["channels"], stage.in_lanes, stage.in_type)
+    if kind == "threshold":
+        from .threshold import ThresholdCore
+        return ThresholdCore(p["stages"], p["channels"], stage.in_lanes, stage.in_type)
     if kind == "fifo":
         return StreamFIFO(stage.out_type, stage.out_lanes, p["depth"])
     if kind == "convert":

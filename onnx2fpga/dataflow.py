@@ -196,6 +196,16 @@ class ThresholdStage:
         return self.thresholds.shape[0] > 1
 
 
+def _check_bipolar(layer) -> None:
+    if not isinstance(layer.in_bipolar, (bool, np.bool_)):
+        raise TypeError(f"in_bipolar of layer {layer.name!r} must be a bool, "
+                        f"not {layer.in_bipolar!r}")
+    layer.in_bipolar = bool(layer.in_bipolar)
+    if layer.in_bipolar and not (layer.in_type.signed and layer.in_type.bits >= 2):
+        raise ValueError(f"Layer {layer.name!r}: bipolar inputs need a signed input type of "
+                         f"at least 2 bits, not {layer.in_type.name}")
+
+
 def _prod(shape) -> int:
     return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
 
@@ -235,6 +245,14 @@ class DenseLayer:
     ``acc[o] = sum_i (x[i] - in_zero_point) * weight[o, i] + bias[o]``, then every stage of
     ``requant`` in order. ``simd`` input elements and ``pe`` output channels are processed per
     cycle; ``in_features % simd == 0`` and ``out_features % pe == 0``.
+
+    ``in_bipolar``: every input value is -1 or +1 (the raw integers, before the zero point
+    is subtracted; the producer is a bipolar quantizer or a threshold stage with outputs
+    -1 and +1, and ``in_type`` is signed, ``int2``). Set by the frontend; the golden model
+    does not read it (the values say it), the hardware does: with weights of -1 and +1
+    too, the matrix-vector unit computes by XNOR and popcount
+    (:func:`onnx2fpga.hw.graph.matvec_arithmetic`). An input outside {-1, +1} then gives
+    wrong results.
     """
     name: str
     in_type: IntType
@@ -248,6 +266,7 @@ class DenseLayer:
     nodes: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     output: str = ""
+    in_bipolar: bool = False
 
     kind = "dense"
 
@@ -259,6 +278,7 @@ class DenseLayer:
         if self.bias.shape != (self.out_features,):
             raise ValueError(f"Bias of layer {self.name!r} must have shape "
                              f"({self.out_features},), not {self.bias.shape}")
+        _check_bipolar(self)
 
     @property
     def in_features(self) -> int:
@@ -449,6 +469,10 @@ class ConvLayer(_Windowed):
     convolution then runs on a matrix-vector unit with ``simd`` window elements and ``pe``
     output channels per cycle; a depthwise one (``group == C == OC``) computes ``lanes``
     channels per cycle.
+
+    ``in_bipolar``: every input value is -1 or +1, as for :class:`DenseLayer` (padding
+    holds ``in_zero_point``: the matrix unit takes the XNOR form only without padding or
+    with a zero point of -1 or +1).
     """
     name: str
     in_type: IntType
@@ -468,6 +492,7 @@ class ConvLayer(_Windowed):
     nodes: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     output: str = ""
+    in_bipolar: bool = False
 
     kind = "conv"
 
@@ -489,6 +514,7 @@ class ConvLayer(_Windowed):
         if self.bias.shape != (self.out_channels,):
             raise ValueError(f"Bias of layer {self.name!r} must have shape "
                              f"({self.out_channels},), not {self.bias.shape}")
+        _check_bipolar(self)
         if min(self.out_hw) < 1:
             raise ValueError(f"Layer {self.name!r}: the output would be empty "
                              f"({self.out_hw})")

@@ -1,0 +1,459 @@
+"""Activation by thresholds: the :class:`ThresholdCore` and the exact conversion of a
+monotonic requantization into thresholds (:func:`requant_as_thresholds`).
+
+A :class:`~onnx2fpga.dataflow.ThresholdStage` maps an integer ``x`` of channel ``c`` to
+``base + step * #{i : x >= thresholds[c, i]}`` (FINN's MultiThreshold on integers, see
+:func:`onnx2fpga.sim.golden.threshold`). Every monotonic function of one integer onto a range
+of integers has this form, so a requantization stage whose output takes few values (a 1 to
+4 bit activation) can be computed by a handful of comparators instead of a wide multiplier,
+rounding and clipping: :func:`requant_as_thresholds` finds the thresholds by an exact integer
+search against the golden model, and :mod:`onnx2fpga.hw.graph` uses them where
+:func:`onnx2fpga.hw.cost.threshold_is_cheaper` says they cost less.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+
+import numpy as np
+from amaranth import C, Cat, Module, Shape, Signal
+from amaranth.hdl import Array
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..dataflow import RequantStage, ThresholdStage
+from ..sim import golden
+from . import cost
+from .cores import (
+    _check_count,
+    _quiet_if_invalid,
+    _range_shape,
+    _shape_range,
+    _sign_split,
+    _tree_sum,
+    _wrap_incr,
+    int_shape,
+)
+
+__all__ = ["ThresholdCore", "requant_as_thresholds"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Requantization -> thresholds
+
+
+def _as_channels(arr, channels: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(arr, np.int64).reshape(-1), (channels,)).copy()
+
+
+def _direction(stage: RequantStage, channels: int, in_lo: int, in_hi: int) -> np.ndarray:
+    """Per channel: +1 if the stage is non-decreasing over ``[in_lo, in_hi]``, -1 if
+    non-increasing, 0 if constant, 2 if neither.
+
+    The value before rounding, ``v = (x - in_zero_point) * m + off`` (or the negative side's
+    parameters where that is negative), is affine on at most two intervals of ``x`` (see
+    :func:`onnx2fpga.hw.cores._sign_split`); rounding, the zero point and clipping are
+    non-decreasing functions of ``v``. So the stage is monotonic on each interval, and the
+    sign of the difference of its values at the interval's ends is its direction there
+    (exact: no sampling); the two pieces then have to agree and join in order.
+    """
+    izp = int(stage.in_zero_point)
+    m = _as_channels(stage.multiplier, channels)
+    off = _as_channels(stage.offset, channels)
+
+    def f(c, x):
+        xs = np.zeros((1, channels), np.int64)
+        xs[0, c] = x
+        return int(golden.requant(xs, stage)[0, c])
+
+    out = np.zeros(channels, np.int64)
+    for c in range(channels):
+        if stage.neg_multiplier is None:
+            pieces = [(in_lo, in_hi)]
+        else:
+            # x * m + (off - izp * m) < 0 selects the negative side.
+            neg, pos = _sign_split(int(m[c]), int(off[c]) - izp * int(m[c]), in_lo, in_hi)
+            pieces = sorted(p for p in (neg, pos) if p is not None)
+        dirs, ends = [], []
+        for a, b in pieces:
+            fa, fb = f(c, a), f(c, b)
+            dirs.append(int(np.sign(fb - fa)))
+            ends.append((fa, fb))
+        d = 0
+        for k, dk in enumerate(dirs):
+            if k:       # the join between the pieces: the last value before, the first after
+                dj = int(np.sign(ends[k][0] - ends[k - 1][1]))
+                if dj:
+                    d = dj if d in (0, dj) else 2
+            if dk:
+                d = dk if d in (0, dk) else 2
+        out[c] = d
+    return out
+
+
+def requant_as_thresholds(stage: RequantStage, in_lo: int, in_hi: int,
+                          channels: int) -> ThresholdStage | None:
+    """The thresholds that compute ``stage`` exactly on every integer of ``[in_lo, in_hi]``.
+
+    The stage is monotonic per channel when it is non-decreasing (multiplier positive) or
+    non-increasing (multiplier negative) over the input range, a fused LeakyRelu's negative
+    side included (its slope must have the same sign and its values must join in order); all
+    channels must go the same way (a channel that is constant goes either way), because a
+    :class:`~onnx2fpga.dataflow.ThresholdStage` has one ``base`` and ``step``.
+
+    A non-decreasing stage gives ``base = min_c f_c(in_lo)``, ``step = 1`` and, for every
+    output level ``v`` above the base up to ``max_c f_c(in_hi)``, the threshold
+    ``min {x in [in_lo, in_hi] : f_c(x) >= v}`` (``in_hi + 1`` where no input reaches ``v``);
+    a non-increasing one ``base = max_c f_c(in_lo)``, ``step = -1`` and
+    ``min {x : f_c(x) <= v}``. Each threshold is found by a binary search over the integers
+    evaluating :func:`onnx2fpga.sim.golden.requant` itself, so rounding ties, clipping and
+    the LeakyRelu branch are exactly those of the golden model (no float division).
+
+    Parameters
+    ----------
+    stage : RequantStage
+        ``multiplier`` and ``offset`` (and the negative side's) with one entry or
+        ``channels`` (1-D, as :class:`~onnx2fpga.hw.cores.RequantCore` takes them).
+    in_lo, in_hi : int
+        The input range, ``in_lo <= in_hi``.
+    channels : int
+        Number of channels the parameters cycle through.
+
+    Returns
+    -------
+    ThresholdStage or None
+        ``thresholds`` of shape ``(channels, n)`` (``(1, n)`` when every channel has the same
+        ones), ``out_type`` that of ``stage``; None if the stage is not monotonic.
+
+    Raises
+    ------
+    TypeError
+        If ``stage`` is not a RequantStage or a bound or ``channels`` is not an integer.
+    ValueError
+        If ``in_lo > in_hi``, ``channels < 1`` or a parameter has neither 1 nor ``channels``
+        entries.
+    """
+    if not isinstance(stage, RequantStage):
+        raise TypeError(f"Stage must be a RequantStage, not {stage!r}")
+    for name, v in (("in_lo", in_lo), ("in_hi", in_hi)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            raise TypeError(f"{name} must be an integer, not {v!r}")
+    in_lo, in_hi = int(in_lo), int(in_hi)
+    if in_lo > in_hi:
+        raise ValueError(f"in_lo must not exceed in_hi, not [{in_lo}, {in_hi}]")
+    channels = _check_count("Channels", channels)
+    for name in ("multiplier", "offset", "neg_multiplier", "neg_offset"):
+        arr = getattr(stage, name)
+        if arr is not None and arr.size not in (1, channels):
+            raise ValueError(f"Stage {name} must have 1 or {channels} entries, not {arr.size}")
+
+    dirs = _direction(stage, channels, in_lo, in_hi)
+    if np.any(dirs == 2) or (np.any(dirs == 1) and np.any(dirs == -1)):
+        return None
+    up = not np.any(dirs == -1)
+
+    def f(x):                                    # x: (channels, k) -> f_c(x[c, i])
+        return golden.requant(x.T, stage).T
+
+    ends = f(np.array([[in_lo, in_hi]] * channels, np.int64))
+    if up:
+        base, top = int(ends[:, 0].min()), int(ends[:, 1].max())
+        levels = np.arange(base + 1, top + 1, dtype=np.int64)
+    else:
+        base, top = int(ends[:, 0].max()), int(ends[:, 1].min())
+        levels = np.arange(base - 1, top - 1, -1, dtype=np.int64)
+    n = len(levels)
+    # Binary search for the first x reaching each level: the answer lies in [a, b], where
+    # b = in_hi + 1 stands for "never".
+    a = np.full((channels, n), in_lo, np.int64)
+    b = np.full((channels, n), in_hi + 1, np.int64)
+    v = np.broadcast_to(levels, (channels, n))
+    while np.any(a < b):
+        mid = (a + b) // 2                       # floor: a <= mid < b <= in_hi + 1
+        fm = f(np.minimum(mid, in_hi))
+        reached = (fm >= v) if up else (fm <= v)
+        reached &= a < b
+        b = np.where(reached, mid, b)
+        a = np.where(~reached & (a < b), mid + 1, a)
+    thresholds = a
+    if channels > 1 and np.all(thresholds == thresholds[:1]):
+        thresholds = thresholds[:1]
+    return ThresholdStage(thresholds, base, 1 if up else -1, stage.out_type)
+
+
+# ---------------------------------------------------------------------------------------------
+# The core
+
+
+class _ThresholdPlan:
+    """Compile-time tables of one threshold stage on an input range ``[x_lo, x_hi]``.
+
+    Thresholds are clamped to ``[x_lo, x_hi + 1]`` (one below the range is always passed,
+    one above never), which keeps the comparators as wide as the input plus one bit.
+    ``rows[j][t]`` is the threshold row of lane ``j`` in transfer ``t`` of the period.
+    """
+
+    def __init__(self, stage: ThresholdStage, channels: int, lanes: int, x_lo: int,
+                 x_hi: int, search: str):
+        t = np.clip(np.asarray(stage.thresholds, np.int64), x_lo, x_hi + 1)
+        t = np.broadcast_to(t, (channels, t.shape[1]))
+        self.n = int(t.shape[1])
+        self.search = cost.threshold_search(self.n) if search == "auto" else search
+        self.period = channels // gcd(channels, lanes)
+        self.rows = [[[int(v) for v in t[(p * lanes + j) % channels]]
+                      for p in range(self.period)] for j in range(lanes)]
+        self.thr_shape = _range_shape(x_lo, x_hi + 1)
+        self.base, self.step = int(stage.base), int(stage.step)
+        self.out_shape = int_shape(stage.out_type)
+        self.out_lo, self.out_hi = stage.lo, stage.hi
+        self.levels = max(1, self.n.bit_length())   # binary search: 2**levels - 1 >= n
+        self.latency = cost.threshold_stage_latency(self.n, self.search)
+
+    def level_table(self, j: int, level: int) -> list[list[int]]:
+        """Binary search, lane ``j``, level ``level``: ``table[t][p]`` is the threshold
+        compared when the ``level`` bits decided before are ``p`` (thresholds padded to
+        ``2**levels - 1`` with ones never passed)."""
+        s = self.levels - 1 - level
+        pad = (1 << self.levels) - 1 - self.n
+        never = (1 << (self.thr_shape.width - 1)) - 1 if self.thr_shape.signed else \
+            (1 << self.thr_shape.width) - 1
+        table = []
+        for row in self.rows[j]:
+            full = [min(v, never) for v in row] + [never] * pad
+            table.append([full[(p << (s + 1)) + (1 << s) - 1] for p in range(1 << level)])
+        return table
+
+
+class ThresholdCore(wiring.Component):
+    """Pipelined elementwise activation by thresholds: every
+    :class:`~onnx2fpga.dataflow.ThresholdStage` of ``stages`` in order, exactly as
+    :func:`onnx2fpga.sim.golden.threshold`::
+
+        y = base + step * #{i : x >= thresholds[c, i]}
+
+    Channels cycle as in :class:`~onnx2fpga.hw.cores.RequantCore`: lane ``j`` of transfer
+    ``t`` is channel ``(t*lanes + j) % channels``; thresholds that vary over the channels of
+    a lane live in a ROM per lane, read one cycle ahead; thresholds equal for all channels
+    of a lane are constants. Thresholds below the input range are always passed and those
+    above never, so they are clamped to ``[x_lo, x_hi + 1]``: a comparator is as wide as the
+    input plus one bit.
+
+    A stage of ``n`` thresholds is computed one of two ways (``search``; ``"auto"`` takes
+    :func:`onnx2fpga.hw.cost.threshold_search`: parallel up to 15 thresholds, a 4-bit
+    output):
+
+    - ``"parallel"``: ``n`` comparators per lane in one cycle (their results a thermometer
+      code, registered), then their count times ``step`` plus ``base`` in a second cycle.
+      Latency 2 cycles; cost ``n`` comparators per lane and one ROM word of ``n``
+      thresholds per channel.
+    - ``"binary"``: a pipelined binary search over the thresholds (padded to
+      ``2**k - 1`` with ``k = max(1, n.bit_length())``): level ``L`` compares with the
+      threshold picked by the ``L`` result bits before it, one level per cycle, the last
+      one writing ``base + step * count``. Latency ``k`` cycles; cost ``k`` comparators per
+      lane and, per level ``L``, a ROM of ``2**L`` thresholds per channel (or a
+      ``2**L``-way constant multiplexer).
+
+    Parameters
+    ----------
+    stages : list of ThresholdStage
+        At least one; ``thresholds`` with 1 or ``channels`` rows.
+    channels : int
+        Number of channels the thresholds cycle through.
+    lanes : int
+        Elements per transfer.
+    in_shape : IntType or Amaranth integer shape
+        Type of the input elements.
+    search : str
+        ``"auto"``, ``"parallel"`` or ``"binary"``, for every stage.
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(in_shape, lanes)))``
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(out_shape, lanes)))``
+        ``out_shape`` is the shape of ``stages[-1].out_type``.
+
+    Timing: one transfer per cycle; latency ``1 + sum of the stages' latencies`` (an input
+    register first), :func:`onnx2fpga.hw.cost.threshold_latency`. The pipeline stalls as a
+    whole while its last register holds an output that is not taken (``i_stream.ready``
+    follows ``o_stream.ready`` combinationally then).
+    """
+
+    @_quiet_if_invalid
+    def __init__(self, stages, channels, lanes, in_shape, search="auto"):
+        if not isinstance(stages, (list, tuple)) or not stages:
+            raise ValueError(f"Stages must be a non-empty list of ThresholdStage, "
+                             f"not {stages!r}")
+        for k, stage in enumerate(stages):
+            if not isinstance(stage, ThresholdStage):
+                raise TypeError(f"Stage {k} must be a ThresholdStage, not {stage!r}")
+        channels = _check_count("Channels", channels)
+        lanes = _check_count("Lanes", lanes)
+        shape = int_shape(in_shape)
+        if search not in ("auto", "parallel", "binary"):
+            raise ValueError(f"Search must be 'auto', 'parallel' or 'binary', not {search!r}")
+        for k, stage in enumerate(stages):
+            rows = stage.thresholds.shape[0]
+            if rows not in (1, channels):
+                raise ValueError(f"Stage {k} thresholds must have 1 or {channels} rows, "
+                                 f"not {rows}")
+        self._stages = list(stages)
+        self._channels, self._lanes, self._in_shape = channels, lanes, shape
+        x_lo, x_hi = _shape_range(shape)
+        self._plans = []
+        for stage in self._stages:
+            plan = _ThresholdPlan(stage, channels, lanes, x_lo, x_hi, search)
+            self._plans.append(plan)
+            x_lo, x_hi = plan.out_lo, plan.out_hi
+        self._out_shape = self._plans[-1].out_shape
+        super().__init__({
+            "i_stream": In(stream.Signature(data.ArrayLayout(shape, lanes))),
+            "o_stream": Out(stream.Signature(data.ArrayLayout(self._out_shape, lanes))),
+        })
+
+    @property
+    def stages(self) -> list:
+        return list(self._stages)
+
+    @property
+    def channels(self) -> int:
+        return self._channels
+
+    @property
+    def lanes(self) -> int:
+        return self._lanes
+
+    @property
+    def in_shape(self) -> Shape:
+        return self._in_shape
+
+    @property
+    def out_shape(self) -> Shape:
+        return self._out_shape
+
+    @property
+    def searches(self) -> list[str]:
+        """The way each stage is computed, ``"parallel"`` or ``"binary"``."""
+        return [p.search for p in self._plans]
+
+    @property
+    def latency(self) -> int:
+        """Cycles from an input transfer to the output transfer of the same elements."""
+        return 1 + sum(p.latency for p in self._plans)
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self._lanes
+        i_stream, o_stream = self.i_stream, self.o_stream
+        period = self._plans[0].period            # the same for every stage
+        t_shape = range(max(period, 2))
+
+        o_valid = Signal()
+        advance = ~o_valid | o_stream.ready
+        m.d.comb += i_stream.ready.eq(advance)
+
+        t_in = Signal(t_shape)
+        with m.If(i_stream.valid & advance):
+            m.d.sync += t_in.eq(_wrap_incr(t_in, period))
+
+        x = Signal(data.ArrayLayout(self._in_shape, lanes))
+        valid = Signal()
+        t_cur = Signal(t_shape)
+        # `t_next` is what the register holding `t_cur` loads on the next advance: a ROM
+        # addressed with it has its data line up with the register's contents.
+        t_next = t_in
+        with m.If(advance):
+            m.d.sync += [x.eq(i_stream.payload), valid.eq(i_stream.valid), t_cur.eq(t_in)]
+
+        for k, plan in enumerate(self._plans):
+            if plan.search == "parallel":
+                x, valid, t_cur, t_next = self._parallel(m, k, plan, x, valid, t_cur, t_next,
+                                                         advance)
+            else:
+                x, valid, t_cur, t_next = self._binary(m, k, plan, x, valid, t_cur, t_next,
+                                                       advance)
+
+        m.d.comb += [
+            o_valid.eq(valid),
+            o_stream.valid.eq(o_valid),
+            o_stream.payload.eq(x),
+        ]
+        return m
+
+    def _map(self, plan, count):
+        """``base + step * count``."""
+        prod = count if plan.step == 1 else count * C(plan.step)
+        return C(plan.base) + prod
+
+    def _parallel(self, m, k, plan, x, valid, t_cur, t_next, advance):
+        lanes, n = self._lanes, plan.n
+        t_shape = t_cur.shape()
+        varies = any(len({tuple(r) for r in rows}) > 1 for rows in plan.rows)
+        if varies and n:
+            word = data.ArrayLayout(plan.thr_shape, n)
+            rom = Memory(shape=data.ArrayLayout(word, lanes), depth=plan.period,
+                         init=[[plan.rows[j][t] for j in range(lanes)]
+                               for t in range(plan.period)])
+            m.submodules[f"thresholds_{k}"] = rom
+            rd = rom.read_port()
+            m.d.comb += [rd.addr.eq(t_next), rd.en.eq(advance)]
+            thr = [[rd.data[j][i] for i in range(n)] for j in range(lanes)]
+        else:
+            thr = [[C(v, plan.thr_shape) for v in plan.rows[j][0]] for j in range(lanes)]
+        bits = [Signal(max(n, 1), name=f"cmp{k}_{j}") for j in range(lanes)]
+        y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}")
+        valid_a, valid_b = Signal(name=f"valid{k}_a"), Signal(name=f"valid{k}_b")
+        t_a, t_b = Signal(t_shape, name=f"t{k}_a"), Signal(t_shape, name=f"t{k}_b")
+        with m.If(advance):
+            m.d.sync += [valid_a.eq(valid), valid_b.eq(valid_a), t_a.eq(t_cur), t_b.eq(t_a)]
+            for j in range(lanes):
+                if n:
+                    m.d.sync += bits[j].eq(Cat(x[j] >= thr[j][i] for i in range(n)))
+                count = _tree_sum([bits[j][i] for i in range(n)]) if n else C(0, 1)
+                m.d.sync += y[j].eq(self._map(plan, count))
+        return y, valid_b, t_b, t_a
+
+    def _binary(self, m, k, plan, x, valid, t_cur, t_next, advance):
+        lanes = self._lanes
+        t_shape = t_cur.shape()
+        prefix = [None] * lanes          # the bits decided so far, per lane (register)
+        prefix_next = [None] * lanes     # what that register loads on the next advance
+        for level in range(plan.levels):
+            last = level == plan.levels - 1
+            thr = []
+            for j in range(lanes):
+                table = plan.level_table(j, level)
+                if any(row != table[0] for row in table):
+                    # Address: the channel's transfer slot and the bits decided so far.
+                    init = [v for row in table for v in row]
+                    rom = Memory(shape=plan.thr_shape, depth=len(init), init=init)
+                    m.submodules[f"thresholds_{k}_{level}_{j}"] = rom
+                    rd = rom.read_port()
+                    addr = t_next if level == 0 else Cat(prefix_next[j], t_next)
+                    m.d.comb += [rd.addr.eq(addr), rd.en.eq(advance)]
+                    thr.append(rd.data)
+                elif level == 0:
+                    thr.append(C(table[0][0], plan.thr_shape))
+                else:
+                    consts = Array(C(v, plan.thr_shape) for v in table[0])
+                    thr.append(consts[prefix[j]])
+            bit = [x[j] >= thr[j] for j in range(lanes)]
+            decided = [bit[j] if level == 0 else Cat(bit[j], prefix[j]) for j in range(lanes)]
+            valid_n = Signal(name=f"valid{k}_{level}")
+            t_n = Signal(t_shape, name=f"t{k}_{level}")
+            with m.If(advance):
+                m.d.sync += [valid_n.eq(valid), t_n.eq(t_cur)]
+            if last:
+                y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}")
+                with m.If(advance):
+                    m.d.sync += [y[j].eq(self._map(plan, decided[j])) for j in range(lanes)]
+                return y, valid_n, t_n, t_cur
+            x_n = Signal.like(x, name=f"x{k}_{level}")
+            p_n = [Signal(level + 1, name=f"p{k}_{level}_{j}") for j in range(lanes)]
+            with m.If(advance):
+                m.d.sync += x_n.eq(x)
+                m.d.sync += [p_n[j].eq(decided[j]) for j in range(lanes)]
+            x, valid, prefix, prefix_next = x_n, valid_n, p_n, decided
+            t_next, t_cur = t_cur, t_n
+        raise AssertionError("unreachable")  # pragma: no cover
+
