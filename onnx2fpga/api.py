@@ -209,6 +209,19 @@ def _port_json(port) -> dict:
     }
 
 
+def _stage_json(st) -> dict:
+    from .dataflow import ThresholdStage
+
+    if isinstance(st, ThresholdStage):
+        return {"thresholds": int(st.thresholds.shape[1]), "per_channel": st.per_element,
+                "base": st.base, "step": st.step, "clip": [st.lo, st.hi]}
+    return {"shift": st.shift,
+            "multiplier_bits": int(max(int(np.abs(st.multiplier).max()), 1)).bit_length(),
+            "per_channel": bool(st.per_element), "zero_point": st.zero_point,
+            "clip": [st.lo, st.hi], "rounding": st.rounding,
+            "leaky": st.neg_multiplier is not None}
+
+
 def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
     """One layer's manifest entry: what it computes, its folding and its figures."""
     from .dataflow import AddLayer, ConcatLayer, ConvLayer, PoolLayer, ViewLayer
@@ -231,12 +244,7 @@ def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
     stages = list(getattr(ly, "requant", []))
     if isinstance(ly, ConcatLayer):
         stages = [st for sts in ly.requant for st in sts]
-    entry["requant"] = [{
-        "shift": st.shift,
-        "multiplier_bits": int(max(int(np.abs(st.multiplier).max()), 1)).bit_length(),
-        "per_channel": bool(st.per_element), "zero_point": st.zero_point,
-        "clip": [st.lo, st.hi], "rounding": st.rounding,
-        "leaky": st.neg_multiplier is not None} for st in stages]
+    entry["requant"] = [_stage_json(st) for st in stages]
     if isinstance(ly, DenseLayer):
         entry.update({"in_features": ly.in_features, "out_features": ly.out_features,
                       "simd": ly.simd, "pe": ly.pe, "weight_type": ly.weight_type.name,
