@@ -4,8 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from amaranth import ClockDomain, Module, Shape, signed, unsigned
-from amaranth.sim import Simulator
+from amaranth import Shape, signed, unsigned
 
 from onnx2fpga.dataflow import DenseLayer, IntType, RequantStage
 from onnx2fpga.hw import cost
@@ -16,65 +15,8 @@ from onnx2fpga.hw.cores import (
     WidthConverter,
     _sign_split,
 )
-from onnx2fpga.hw.testing import stream_recv, stream_send
+from onnx2fpga.hw.testing import run_stream, run_timed
 from onnx2fpga.sim import golden
-
-# Traffic phases: probability of an idle input cycle / a stalled output cycle. Every simulation
-# walks through all of them, so each structure sees bursts, trickles and back-to-back traffic.
-IDLE_PHASES = [0.0, 0.6, 0.2, 0.9, 0.0]
-STALL_PHASES = [0.0, 0.5, 0.9, 0.0, 0.3]
-
-
-def simulate(dut, *testbenches):
-    m = Module()
-    m.submodules.dut = dut
-    m.domains.sync = ClockDomain()          # also for the cores that are only wires
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    for tb in testbenches:
-        sim.add_testbench(tb)
-    sim.run()
-
-
-def split_phases(items, phases):
-    """Cut ``items`` into len(phases) consecutive chunks, each with its probability."""
-    bounds = np.linspace(0, len(items), len(phases) + 1).astype(int)
-    spans = zip(bounds[:-1], bounds[1:], strict=True)
-    return [(items[a:b], p) for (a, b), p in zip(spans, phases, strict=True)]
-
-
-def run_stream(dut, items, n_out, seed, *, idle=IDLE_PHASES, stall=STALL_PHASES):
-    """Send ``items`` into ``dut.i_stream``, collect ``n_out`` transfers of ``dut.o_stream``,
-    with the traffic phases above. Returns the output payloads."""
-    rng_in = np.random.default_rng([seed, 1])
-    rng_out = np.random.default_rng([seed, 2])
-    result = []
-
-    async def producer(ctx):
-        for chunk, p in split_phases(items, idle):
-            await stream_send(ctx, dut.i_stream, chunk, rng=rng_in, idle=p)
-
-    async def consumer(ctx):
-        for chunk, p in split_phases(list(range(n_out)), stall):
-            got, _ = await stream_recv(ctx, dut.o_stream, len(chunk), rng=rng_out, stall=p)
-            result.extend(got)
-
-    simulate(dut, producer, consumer)
-    return result
-
-
-def run_timed(dut, items, n_out):
-    """Full-rate traffic: the cycles of every input and output transfer."""
-    times = {}
-
-    async def producer(ctx):
-        times["in"] = await stream_send(ctx, dut.i_stream, items)
-
-    async def consumer(ctx):
-        times["out_items"], times["out"] = await stream_recv(ctx, dut.o_stream, n_out)
-
-    simulate(dut, producer, consumer)
-    return times
 
 
 def to_transfers(x, lanes):
