@@ -13,19 +13,25 @@ against a device in a ``sync`` clock domain; :func:`sender` and :func:`receiver`
 testbenches that walk one port through traffic phases (:data:`IDLE_PHASES`,
 :data:`STALL_PHASES`), :func:`timed_sender` and :func:`timed_receiver` ones that move data at
 full rate and record cycles; :func:`run_stream` and :func:`run_timed` do both for a device with
-one ``i_stream`` and one ``o_stream``.
+one ``i_stream`` and one ``o_stream``. :func:`shape_range`, :func:`random_values`,
+:func:`random_images`, :func:`to_transfers` and :func:`image_transfers` make test data and put
+it in stream order; they are written independently of the cores' own helpers, so that a test
+does not check a core against the code it is built from.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from amaranth import ClockDomain, Module
+from amaranth import ClockDomain, Module, Shape
 from amaranth.sim import Simulator
 
+from ..dataflow import IntType
+
 __all__ = [
-    "IDLE_PHASES", "STALL_PHASES", "StreamProtocolError", "receiver", "rotated", "run_stream",
-    "run_timed", "sender", "simulate", "split_phases", "stream_recv", "stream_send",
-    "timed_receiver", "timed_sender",
+    "IDLE_PHASES", "STALL_PHASES", "StreamProtocolError", "image_transfers", "random_images",
+    "random_values", "receiver", "rotated", "run_stream", "run_timed", "sender", "shape_range",
+    "simulate", "split_phases", "stream_recv", "stream_send", "timed_receiver", "timed_sender",
+    "to_transfers",
 ]
 
 #: Traffic phases: the probability of an idle input cycle in each phase. A simulation walks
@@ -347,3 +353,50 @@ def run_timed(dut, items, n_out, *, delay=0, timeout=100_000):
     simulate(dut, timed_sender(dut.i_stream, items, times, "in"),
              timed_receiver(dut.o_stream, n_out, times, "out", delay=delay, timeout=timeout))
     return times
+
+
+# ---------------------------------------------------------------------------------------------
+# Test data
+
+
+def shape_range(shape):
+    """The smallest and largest value of an element shape.
+
+    Parameters
+    ----------
+    shape : IntType or Amaranth integer shape
+
+    Returns
+    -------
+    (int, int)
+    """
+    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
+    if shape.signed:
+        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
+    return 0, (1 << shape.width) - 1
+
+
+def random_values(rng, shape, size):
+    """Uniform random values of the element ``shape`` (both ends included), an array of
+    ``size``."""
+    lo, hi = shape_range(shape)
+    return rng.integers(lo, hi, size=size, endpoint=True)
+
+
+def random_images(rng, shape, n, channels, height, width):
+    """``n`` random images ``x[n, c, h, w]`` of the element ``shape``, the first element its
+    smallest value and the last its largest, so that the extremes occur."""
+    lo, hi = shape_range(shape)
+    x = rng.integers(lo, hi, size=(n, channels, height, width), endpoint=True)
+    x.flat[0], x.flat[-1] = lo, hi
+    return x
+
+
+def to_transfers(x, lanes):
+    """Any integer array, flattened in C order, as a list of per-transfer lane lists."""
+    return [[int(v) for v in row] for row in np.asarray(x).reshape(-1, lanes)]
+
+
+def image_transfers(x, lanes):
+    """Images ``x[n, c, h, w]`` as a stream: channels-last, ``lanes`` per transfer."""
+    return [[int(v) for v in row] for row in x.transpose(0, 2, 3, 1).reshape(-1, lanes)]

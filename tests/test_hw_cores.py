@@ -15,14 +15,8 @@ from onnx2fpga.hw.cores import (
     WidthConverter,
     _sign_split,
 )
-from onnx2fpga.hw.testing import run_stream, run_timed
+from onnx2fpga.hw.testing import random_values, run_stream, run_timed, shape_range, to_transfers
 from onnx2fpga.sim import golden
-
-
-def to_transfers(x, lanes):
-    """Flat integer vector -> list of per-transfer lane lists."""
-    x = np.asarray(x).reshape(-1, lanes)
-    return [[int(v) for v in row] for row in x]
 
 
 def random_ints(rng, t: IntType, shape):
@@ -260,7 +254,7 @@ LEAKY_CASES = [
 
 def build_leaky_stages(seed, in_shape, channels, specs):
     rng = np.random.default_rng(seed)
-    lo, hi = _shape_range(in_shape)
+    lo, hi = shape_range(in_shape)
     stages = []
     for spec, alpha in specs:
         stage = make_stage(rng, (lo, hi), channels, **spec)
@@ -269,20 +263,13 @@ def build_leaky_stages(seed, in_shape, channels, specs):
     return stages
 
 
-def _shape_range(shape):
-    shape = Shape.cast(shape)
-    if shape.signed:
-        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
-    return 0, (1 << shape.width) - 1
-
-
 @pytest.mark.parametrize("seed,case", list(enumerate(LEAKY_CASES)))
 def test_requant_leaky_matches_golden(seed, case):
     in_shape, channels, lanes, specs = case
     stages = build_leaky_stages(seed, in_shape, channels, specs)
     dut = RequantCore(stages, channels, lanes, in_shape)
     rng = np.random.default_rng([seed, 0])
-    lo, hi = _shape_range(in_shape)
+    lo, hi = shape_range(in_shape)
     batch = int(np.lcm(channels, lanes) * max(2, 64 // np.lcm(channels, lanes))) // channels
     x = rng.integers(lo, hi, size=(batch, channels), endpoint=True)
     x[0], x[1] = lo, hi
@@ -305,7 +292,7 @@ def test_requant_leaky_exhaustive(in_shape, multiplier, offset, alpha, signs):
     # Every input value on every channel: the product's sign boundary and the extremes of
     # both sides all occur, so a value range computed too narrow would wrap somewhere.
     channels = 3
-    lo, hi = _shape_range(in_shape)
+    lo, hi = shape_range(in_shape)
     stage = with_leaky(RequantStage(multiplier, offset, 4, -3, -128, 127, IntType(8, True),
                                     in_zero_point=1), alpha)
     x = np.stack([np.roll(np.arange(lo, hi + 1), 7 * c) for c in range(channels)], axis=1)
@@ -383,19 +370,11 @@ FIFO_CASES = [
 ]
 
 
-def _elements(rng, shape, n):
-    shape = Shape.cast(shape) if not isinstance(shape, IntType) else \
-        Shape(shape.bits, shape.signed)
-    lo = -(1 << (shape.width - 1)) if shape.signed else 0
-    hi = (1 << (shape.width - 1)) - 1 if shape.signed else (1 << shape.width) - 1
-    return rng.integers(lo, hi, size=n, endpoint=True)
-
-
 @pytest.mark.parametrize("seed,case", list(enumerate(FIFO_CASES)))
 def test_fifo_keeps_order(seed, case):
     shape, lanes, depth = case
     dut = StreamFIFO(shape, lanes, depth)
-    x = _elements(np.random.default_rng(seed), shape, 40 * lanes)
+    x = random_values(np.random.default_rng(seed), shape, 40 * lanes)
     got = run_stream(dut, to_transfers(x, lanes), 40, seed)
     np.testing.assert_array_equal(np.array(got).reshape(-1), x)
     # Full rate: a transfer per cycle on both sides, `latency` cycles through.
@@ -419,7 +398,7 @@ def test_width_converter_keeps_order(seed, case):
     shape, n_in, n_out = case
     dut = WidthConverter(shape, n_in, n_out)
     n = 12 * max(n_in, n_out)
-    x = _elements(np.random.default_rng(seed), shape, n)
+    x = random_values(np.random.default_rng(seed), shape, n)
     got = run_stream(dut, to_transfers(x, n_in), n // n_out, seed)
     np.testing.assert_array_equal(np.array(got).reshape(-1), x)
     # Full rate: the narrow side moves a transfer every cycle.

@@ -27,36 +27,22 @@ from onnx2fpga.hw.joins import (
 from onnx2fpga.hw.testing import (
     IDLE_PHASES,
     STALL_PHASES,
+    random_values,
     receiver,
     rotated,
     sender,
+    shape_range,
     simulate,
     stream_send,
     timed_receiver,
     timed_sender,
+    to_transfers,
 )
 from onnx2fpga.sim import golden
 
 # Traffic: every port walks through all the phases of hw.testing (IDLE_PHASES, STALL_PHASES),
 # each port with its own random source and the phases rotated per port, so that ports stall
 # at different times.
-
-
-def shape_range(shape):
-    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
-    if shape.signed:
-        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
-    return 0, (1 << shape.width) - 1
-
-
-def random_values(rng, shape, size):
-    lo, hi = shape_range(shape)
-    return rng.integers(lo, hi, size=size, endpoint=True)
-
-
-def to_transfers(x, lanes):
-    """Any integer array, flattened in C order, as a list of per-transfer lane lists."""
-    return [[int(v) for v in row] for row in np.asarray(x).reshape(-1, lanes)]
 
 
 def channels_last(x):

@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 import pytest
-from amaranth import Fragment, Shape, signed, unsigned
+from amaranth import Fragment, signed, unsigned
 from amaranth.back import verilog
 
 from onnx2fpga.dataflow import IntType
@@ -16,14 +16,7 @@ from onnx2fpga.hw.reduce import (
     reduce_cycles,
     reduce_latency,
 )
-from onnx2fpga.hw.testing import run_stream, run_timed
-
-
-def shape_range(shape):
-    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
-    if shape.signed:
-        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
-    return 0, (1 << shape.width) - 1
+from onnx2fpga.hw.testing import run_stream, run_timed, shape_range, to_transfers
 
 
 def make_groups(rng, shape, groups, window, channels):
@@ -40,11 +33,6 @@ def make_groups(rng, shape, groups, window, channels):
 def reference(x, op):
     """The independent model: reduce over the window axis."""
     return np.max(x, axis=1) if op == "max" else np.sum(x, axis=1)
-
-
-def to_transfers(x, lanes):
-    """``(groups, window, channels)`` in stream order (window position, then channel fold)."""
-    return [[int(v) for v in row] for row in np.asarray(x).reshape(-1, lanes)]
 
 
 # (shape, channels, window, lanes, op)

@@ -5,7 +5,7 @@ import functools
 
 import numpy as np
 import pytest
-from amaranth import Fragment, Shape, signed, unsigned
+from amaranth import Fragment, signed, unsigned
 from amaranth.back import verilog
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
@@ -19,28 +19,8 @@ from onnx2fpga.hw.resize import (
     resize_cycles,
     resize_latency,
 )
-from onnx2fpga.hw.testing import run_stream, run_timed
+from onnx2fpga.hw.testing import image_transfers, random_images, run_stream, run_timed, shape_range
 from onnx2fpga.sim import golden
-
-
-def shape_range(shape):
-    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
-    if shape.signed:
-        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
-    return 0, (1 << shape.width) - 1
-
-
-def random_images(rng, shape, n, channels, height, width):
-    lo, hi = shape_range(shape)
-    x = rng.integers(lo, hi, size=(n, channels, height, width), endpoint=True)
-    x.flat[0], x.flat[-1] = lo, hi
-    return x
-
-
-def image_transfers(x, lanes):
-    """Images ``x[n, c, h, w]`` as a stream: channels-last, ``lanes`` per transfer."""
-    return [[int(v) for v in row] for row in x.transpose(0, 2, 3, 1).reshape(-1, lanes)]
-
 
 # ---------------------------------------------------------------------------------------------
 # ONNX Resize (nearest) as onnx.reference computes it

@@ -3,12 +3,12 @@ stalls, and the cycle model against the simulated cycles."""
 
 import numpy as np
 import pytest
-from amaranth import Shape, signed, unsigned
+from amaranth import signed, unsigned
 from amaranth.back import verilog
 from amaranth.hdl import Fragment
 
 from onnx2fpga.dataflow import IntType
-from onnx2fpga.hw.testing import run_stream, run_timed
+from onnx2fpga.hw.testing import image_transfers, random_images, run_stream, run_timed
 from onnx2fpga.hw.window import SlidingWindowCore, WindowGeometry, window_cycles, window_latency
 
 # Cycles the output may take at most in each traffic phase (hw.testing's default is 100 000).
@@ -36,20 +36,6 @@ def reference_windows(x, kernel, stride, dilation, pads, pad_value, lanes):
                 # Order (ki, kj, c): channels innermost, cut into transfers of `lanes`.
                 beats.append(window.transpose(1, 2, 0).reshape(-1, lanes))
     return np.concatenate(beats)
-
-
-def image_transfers(x, lanes):
-    """Images ``x[n, c, h, w]`` as the input stream: channels-last, ``lanes`` per transfer."""
-    return [[int(v) for v in row] for row in x.transpose(0, 2, 3, 1).reshape(-1, lanes)]
-
-
-def random_images(rng, shape, n, channels, height, width):
-    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
-    lo = -(1 << (shape.width - 1)) if shape.signed else 0
-    hi = (1 << (shape.width - 1)) - 1 if shape.signed else (1 << shape.width) - 1
-    x = rng.integers(lo, hi, size=(n, channels, height, width), endpoint=True)
-    x.flat[0], x.flat[-1] = lo, hi              # the extremes of the element shape occur
-    return x
 
 
 def test_reference_matches_onnx_definition():
