@@ -93,6 +93,14 @@ def _check_count(name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
+def _check_lanes(lanes, channels: int) -> int:
+    """``lanes`` checked as a count that divides ``channels`` (already checked)."""
+    lanes = _check_count("Lanes", lanes)
+    if channels % lanes:
+        raise ValueError(f"Lanes must divide channels={channels}, not {lanes}")
+    return lanes
+
+
 def _tree_sum(terms: list):
     """Sum ``terms`` as a balanced adder tree (log depth instead of a chain)."""
     while len(terms) > 1:

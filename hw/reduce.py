@@ -19,6 +19,7 @@ from amaranth.lib.wiring import In, Out
 
 from .cores import (
     _check_count,
+    _check_lanes,
     _counter,
     _quiet_if_invalid,
     _range_shape,
@@ -40,9 +41,7 @@ def _check_geometry(channels, window, lanes) -> tuple[int, int, int]:
     """Validated ``(channels, window, lanes)``; ``lanes`` must divide ``channels``."""
     channels = _check_count("Channels", channels)
     window = _check_count("Window", window)
-    lanes = _check_count("Lanes", lanes)
-    if channels % lanes:
-        raise ValueError(f"Lanes must divide channels={channels}, not {lanes}")
+    lanes = _check_lanes(lanes, channels)
     return channels, window, lanes
 
 

@@ -20,7 +20,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .cores import _check_count, _counter, _quiet_if_invalid, _wrap_incr, int_shape
+from .cores import _check_count, _check_lanes, _counter, _quiet_if_invalid, _wrap_incr, int_shape
 
 __all__ = [
     "ReorderCore", "ResizeCore", "ResizeGeometry", "affine_loops", "resize_cycles",
@@ -112,9 +112,7 @@ class ResizeGeometry:
         channels = _check_count("Channels", channels)
         height = _check_count("Height", height)
         width = _check_count("Width", width)
-        lanes = _check_count("Lanes", lanes)
-        if channels % lanes:
-            raise ValueError(f"Lanes must divide channels={channels}, not {lanes}")
+        lanes = _check_lanes(lanes, channels)
         rows = _check_index_map("Rows", rows, height)
         cols = _check_index_map("Cols", cols, width)
         geom = cls(channels, height, width, rows, cols, lanes, 2)
