@@ -44,12 +44,6 @@ ADD_LATENCY = 2
 CONCAT_LATENCY = 1
 
 
-def _check_int(name: str, value) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
-    return int(value)
-
-
 def _check_chunks(chunks) -> tuple[int, ...]:
     if not isinstance(chunks, (list, tuple)):
         raise TypeError(f"Chunks must be a list of integers, not {chunks!r}")
