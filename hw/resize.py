@@ -32,8 +32,8 @@ __all__ = [
 # Helpers
 
 
-def _check_index_map(name: str, value, size: int) -> tuple[int, ...]:
-    """A non-empty, non-decreasing sequence of integers in ``[0, size)``."""
+def _int_sequence(name: str, value) -> np.ndarray:
+    """A non-empty sequence of integers (not booleans) as a one-dimensional integer array."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError(f"{name} must be a sequence of integers, not {value!r}")
     arr = np.asarray(value)
@@ -42,7 +42,12 @@ def _check_index_map(name: str, value, size: int) -> tuple[int, ...]:
         raise TypeError(f"{name} must be a sequence of integers, not {value!r}")
     if arr.size == 0:
         raise ValueError(f"{name} must not be empty")
-    seq = tuple(int(v) for v in arr)
+    return arr
+
+
+def _check_index_map(name: str, value, size: int) -> tuple[int, ...]:
+    """A non-empty, non-decreasing sequence of integers in ``[0, size)``."""
+    seq = tuple(int(v) for v in _int_sequence(name, value))
     if min(seq) < 0 or max(seq) >= size:
         bad = next(v for v in seq if not 0 <= v < size)
         raise ValueError(f"{name} must be indices from 0 to {size - 1}, not {bad}")
@@ -678,15 +683,8 @@ class ReorderCore(wiring.Component):
     def __init__(self, shape, order, lanes=1):
         elem = int_shape(shape)
         lanes = _check_count("Lanes", lanes)
-        if isinstance(order, (str, bytes)) or not hasattr(order, "__len__"):
-            raise TypeError(f"Order must be a sequence of integers, not {order!r}")
-        arr = np.asarray(order)
-        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu") or \
-                any(isinstance(v, bool) for v in order):
-            raise TypeError(f"Order must be a sequence of integers, not {order!r}")
+        arr = _int_sequence("Order", order)
         n = len(arr)
-        if n == 0:
-            raise ValueError("Order must not be empty")
         arr = arr.astype(np.int64)
         bad = np.flatnonzero((arr < 0) | (arr >= n))
         if bad.size:
