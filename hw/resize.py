@@ -20,7 +20,16 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .cores import _check_count, _check_lanes, _counter, _quiet_if_invalid, _wrap_incr, int_shape
+from .cores import (
+    _check_count,
+    _check_lanes,
+    _counter,
+    _double_buffer_release,
+    _double_buffer_writer,
+    _quiet_if_invalid,
+    _wrap_incr,
+    int_shape,
+)
 
 __all__ = [
     "ReorderCore", "ResizeCore", "ResizeGeometry", "affine_loops", "resize_cycles",
@@ -814,23 +823,9 @@ class ReorderCore(wiring.Component):
         wr = buf.write_port()
         rd = buf.read_port()
 
-        full0 = Signal()        # bank 0 holds a whole tensor not yet read
-        full1 = Signal()
-
-        # -- Writer: bank wb, address waddr over both banks.
-        wb = Signal()
-        waddr = _counter(2 * words)
-        m.d.comb += i_stream.ready.eq(~Mux(wb, full1, full0))
-        write = i_stream.valid & i_stream.ready
-        m.d.comb += [wr.addr.eq(waddr), wr.data.eq(i_stream.payload), wr.en.eq(write)]
-        set0 = write & (waddr == words - 1)
-        set1 = write & (waddr == 2 * words - 1)
-        with m.If(write):
-            m.d.sync += waddr.eq(_wrap_incr(waddr, 2 * words))
-            with m.If(set0):
-                m.d.sync += wb.eq(1)
-            with m.If(set1):
-                m.d.sync += wb.eq(0)
+        # -- Writer: the banks in turn; full0/full1: a whole tensor not yet read.
+        full, fill = _double_buffer_writer(m, i_stream, wr, words)
+        full0, full1 = full
 
         # -- Reader: bank rb, word address `addr` within the bank.
         rb = Signal()
@@ -881,15 +876,7 @@ class ReorderCore(wiring.Component):
             m.d.sync += o_valid.eq(issue)
         with m.If(done):
             m.d.sync += rb.eq(~rb)
-
-        with m.If(set0):
-            m.d.sync += full0.eq(1)
-        with m.Elif(done & ~rb):
-            m.d.sync += full0.eq(0)
-        with m.If(set1):
-            m.d.sync += full1.eq(1)
-        with m.Elif(done & rb):
-            m.d.sync += full1.eq(0)
+        _double_buffer_release(m, full, fill, done, rb)
         return m
 
 
