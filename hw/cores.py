@@ -124,6 +124,21 @@ def _wrap_incr(counter: Signal, modulo: int):
     return Mux(counter == modulo - 1, 0, counter + 1)
 
 
+def _output_register(m: Module, o_stream, o_valid: Signal, layout) -> Signal:
+    """An output register that holds its transfer until it is taken.
+
+    ``o_valid`` and the returned payload register (of ``layout``) drive ``o_stream``;
+    ``o_valid`` falls when the transfer happens. The caller loads the register: it sets
+    ``o_valid`` to 1 and the payload in statements added after this call, which take
+    precedence (a transfer and a load in the same cycle leave it full).
+    """
+    o_payload = Signal(layout)
+    m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
+    with m.If(o_stream.ready):
+        m.d.sync += o_valid.eq(0)
+    return o_payload
+
+
 def _double_buffer_writer(m: Module, i_stream, wr, words: int):
     """The write side of a double buffer: a memory of two banks of ``words`` words (bank 0 at
     ``[0, words)``, bank 1 at ``[words, 2*words)``) that ``i_stream`` fills in turn.

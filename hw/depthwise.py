@@ -19,7 +19,15 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .cores import _counter, _quiet_if_invalid, _range_shape, _shape_range, _wrap_incr, int_shape
+from .cores import (
+    _counter,
+    _output_register,
+    _quiet_if_invalid,
+    _range_shape,
+    _shape_range,
+    _wrap_incr,
+    int_shape,
+)
 from .reduce import REGISTER_FOLDS_MAX, _check_geometry
 
 __all__ = ["DepthwiseCore", "depthwise_cycles", "depthwise_latency"]
@@ -333,10 +341,7 @@ class DepthwiseCore(wiring.Component):
                             m.d.sync += accs[f].eq(result)
 
         # -- Output register: the sum of the last window position of each fold.
-        o_payload = Signal(out_layout)
-        m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
-        with m.If(o_stream.ready):
-            m.d.sync += o_valid.eq(0)
+        o_payload = _output_register(m, o_stream, o_valid, out_layout)
         with m.If(s2_done & s2_last):
             m.d.sync += [o_valid.eq(1), o_payload.eq(result)]
         return m

@@ -21,6 +21,7 @@ from .cores import (
     _check_count,
     _check_lanes,
     _counter,
+    _output_register,
     _quiet_if_invalid,
     _range_shape,
     _shape_range,
@@ -273,10 +274,7 @@ class WindowReduceCore(wiring.Component):
                             m.d.sync += accs[f].eq(result)
 
         # -- Output register: the result of the last window position of each fold.
-        o_payload = Signal(out_layout)
-        m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
-        with m.If(o_stream.ready):
-            m.d.sync += o_valid.eq(0)
+        o_payload = _output_register(m, o_stream, o_valid, out_layout)
         with m.If(s1_done & s1_last):
             m.d.sync += [o_valid.eq(1), o_payload.eq(result)]
         return m
