@@ -93,6 +93,14 @@ def _check_count(name: str, value, minimum: int = 1) -> int:
     return int(value)
 
 
+def _check_lanes(lanes, channels: int) -> int:
+    """``lanes`` checked as a count that divides ``channels`` (already checked)."""
+    lanes = _check_count("Lanes", lanes)
+    if channels % lanes:
+        raise ValueError(f"Lanes must divide channels={channels}, not {lanes}")
+    return lanes
+
+
 def _tree_sum(terms: list):
     """Sum ``terms`` as a balanced adder tree (log depth instead of a chain)."""
     while len(terms) > 1:
@@ -114,6 +122,71 @@ def _wrap_incr(counter: Signal, modulo: int):
     if modulo <= 1:
         return C(0, 1)
     return Mux(counter == modulo - 1, 0, counter + 1)
+
+
+def _output_register(m: Module, o_stream, o_valid: Signal, layout) -> Signal:
+    """An output register that holds its transfer until it is taken.
+
+    ``o_valid`` and the returned payload register (of ``layout``) drive ``o_stream``;
+    ``o_valid`` falls when the transfer happens. The caller loads the register: it sets
+    ``o_valid`` to 1 and the payload in statements added after this call, which take
+    precedence (a transfer and a load in the same cycle leave it full).
+    """
+    o_payload = Signal(layout)
+    m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
+    with m.If(o_stream.ready):
+        m.d.sync += o_valid.eq(0)
+    return o_payload
+
+
+def _double_buffer_writer(m: Module, i_stream, wr, words: int, data=None):
+    """The write side of a double buffer: a memory of two banks of ``words`` words (bank 0 at
+    ``[0, words)``, bank 1 at ``[words, 2*words)``) that ``i_stream`` fills in turn.
+
+    Each transfer is written through the write port ``wr`` (its payload, or ``data`` computed
+    from it); ``i_stream.ready`` is high while
+    the bank being written is not full. A bank becomes full with its last word and empty when
+    the reader is done with it (:func:`_double_buffer_release`, added once the reader is built).
+
+    Returns
+    -------
+    full : (Signal, Signal)
+        ``full[b]``: bank ``b`` holds a whole block the reader has not finished (the registers
+        ``full0`` and ``full1``).
+    fill : (Value, Value)
+        ``fill[b]``: the last word of bank ``b`` is written in this cycle.
+    """
+    full0 = Signal()
+    full1 = Signal()
+    wb = Signal()                               # the bank being written
+    waddr = _counter(2 * words)                 # the address over both banks
+    m.d.comb += i_stream.ready.eq(~Mux(wb, full1, full0))
+    write = i_stream.valid & i_stream.ready
+    m.d.comb += [wr.addr.eq(waddr),
+                 wr.data.eq(i_stream.payload if data is None else data), wr.en.eq(write)]
+    set0 = write & (waddr == words - 1)
+    set1 = write & (waddr == 2 * words - 1)
+    with m.If(write):
+        m.d.sync += waddr.eq(_wrap_incr(waddr, 2 * words))
+        with m.If(set0):
+            m.d.sync += wb.eq(1)
+        with m.If(set1):
+            m.d.sync += wb.eq(0)
+    return (full0, full1), (set0, set1)
+
+
+def _double_buffer_release(m: Module, full, fill, done, rb):
+    """The ``full`` flags of :func:`_double_buffer_writer`: bank ``b`` becomes full with
+    ``fill[b]`` and empty when the reader, reading bank ``rb``, is ``done`` with it."""
+    (full0, full1), (set0, set1) = full, fill
+    with m.If(set0):
+        m.d.sync += full0.eq(1)
+    with m.Elif(done & ~rb):
+        m.d.sync += full0.eq(0)
+    with m.If(set1):
+        m.d.sync += full1.eq(1)
+    with m.Elif(done & rb):
+        m.d.sync += full1.eq(0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,28 +345,12 @@ class MatVecCore(wiring.Component):
                                             init=self._weight_words())
         w_rd = w_mem.read_port()
 
-        full0 = Signal()   # bank 0 holds a whole vector not yet consumed
-        full1 = Signal()
-
-        # -- Write side: fill bank `wb` at `waddr`.
-        wb = Signal()
-        waddr = _counter(2 * folds)
-        m.d.comb += i_stream.ready.eq(~Mux(wb, full1, full0))
-        write = i_stream.valid & i_stream.ready
-        m.d.comb += [
-            x_wr.addr.eq(waddr),
-            x_wr.data.eq(Cat(~i_stream.payload[s][-1] for s in range(simd)) if xnor
-                         else i_stream.payload),
-            x_wr.en.eq(write),
-        ]
-        set0 = write & (waddr == folds - 1)
-        set1 = write & (waddr == 2 * folds - 1)
-        with m.If(write):
-            m.d.sync += waddr.eq(_wrap_incr(waddr, 2 * folds))
-            with m.If(set0):
-                m.d.sync += wb.eq(1)
-            with m.If(set1):
-                m.d.sync += wb.eq(0)
+        # -- Write side: fill the banks in turn; full0/full1: a whole vector not yet consumed.
+        # XNOR stores the sign bits (1 for +1).
+        x_data = Cat(~i_stream.payload[s][-1] for s in range(simd)) if xnor else \
+            i_stream.payload
+        full, fill = _double_buffer_writer(m, i_stream, x_wr, folds, data=x_data)
+        full0, full1 = full
 
         # -- Read side: one (group g, fold f) step per cycle from bank `rb`.
         stall = Signal()
@@ -322,15 +379,7 @@ class MatVecCore(wiring.Component):
                                  waddr_w.eq(waddr_w + 1)]
             with m.Else():
                 m.d.sync += [f.eq(f + 1), raddr.eq(raddr + 1), waddr_w.eq(waddr_w + 1)]
-
-        with m.If(set0):
-            m.d.sync += full0.eq(1)
-        with m.Elif(done & ~rb):
-            m.d.sync += full0.eq(0)
-        with m.If(set1):
-            m.d.sync += full1.eq(1)
-        with m.Elif(done & rb):
-            m.d.sync += full1.eq(0)
+        _double_buffer_release(m, full, fill, done, rb)
 
         # -- Pipeline: S1 memory data, S2 products, S3 sums (+ bias), then the accumulator.
         s1_valid, s1_first, s1_last = Signal(), Signal(), Signal()

@@ -14,13 +14,21 @@ The cycle figures here follow the conventions of :mod:`onnx2fpga.hw.cost`.
 from __future__ import annotations
 
 import numpy as np
-from amaranth import Array, C, Module, Mux, Shape, Signal, signed
+from amaranth import C, Module, Mux, Shape, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .cores import _counter, _quiet_if_invalid, _range_shape, _shape_range, _wrap_incr, int_shape
-from .reduce import REGISTER_FOLDS_MAX, _check_geometry
+from .cores import (
+    _counter,
+    _output_register,
+    _quiet_if_invalid,
+    _range_shape,
+    _shape_range,
+    _wrap_incr,
+    int_shape,
+)
+from .reduce import REGISTER_FOLDS_MAX, _check_geometry, _fold_storage, _partial_results
 
 __all__ = ["DepthwiseCore", "depthwise_cycles", "depthwise_latency"]
 
@@ -195,9 +203,7 @@ class DepthwiseCore(wiring.Component):
     def storage(self) -> str:
         """Where the partial sums live: ``"none"`` (``window == 1``), ``"registers"`` (up to
         :data:`~onnx2fpga.hw.reduce.REGISTER_FOLDS_MAX` folds) or ``"memory"``."""
-        if self._window == 1:
-            return "none"
-        return "registers" if self.folds <= REGISTER_FOLDS_MAX else "memory"
+        return _fold_storage(self._window, self.folds, REGISTER_FOLDS_MAX)
 
     @property
     def weight_bits(self) -> int:
@@ -300,21 +306,8 @@ class DepthwiseCore(wiring.Component):
         # wrap modulo 2**out_shape.width: exact, because every partial and final sum lies
         # within out_shape (the input range contains 0, so each product's range does too).
         storage = self.storage
-        if storage == "memory":
-            m.submodules.acc_mem = acc_mem = Memory(shape=out_layout, depth=folds, init=[])
-            acc_rd = acc_mem.read_port()
-            acc_wr = acc_mem.write_port()
-            # Read one stage ahead; the data holds while stage 2 stalls. With folds >= 2 the
-            # write of fold cf (one window position earlier) lands before it is read again.
-            m.d.comb += [acc_rd.addr.eq(s1_cf), acc_rd.en.eq(advance)]
-            prev = [acc_rd.data[j] for j in range(lanes)]
-        elif storage == "registers":
-            accs = [Signal(out_layout, name=f"acc_{f}") for f in range(folds)]
-            if folds == 1:
-                prev = [accs[0][j] for j in range(lanes)]
-            else:
-                prev = [Array(acc[j] for acc in accs)[s2_cf] for j in range(lanes)]
-
+        prev, store = _partial_results(m, storage, out_layout, folds, fold=s2_cf,
+                                       next_fold=s1_cf, advance=advance)
         result = Signal(out_layout)
         for j in range(lanes):
             if storage == "none":
@@ -324,19 +317,10 @@ class DepthwiseCore(wiring.Component):
             m.d.comb += result[j].eq(base + prods[j])
 
         with m.If(s2_done):
-            if storage == "memory":
-                m.d.comb += [acc_wr.addr.eq(s2_cf), acc_wr.data.eq(result), acc_wr.en.eq(1)]
-            elif storage == "registers":
-                with m.Switch(s2_cf):
-                    for f in range(folds):
-                        with m.Case(f):
-                            m.d.sync += accs[f].eq(result)
+            store(result)
 
         # -- Output register: the sum of the last window position of each fold.
-        o_payload = Signal(out_layout)
-        m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
-        with m.If(o_stream.ready):
-            m.d.sync += o_valid.eq(0)
+        o_payload = _output_register(m, o_stream, o_valid, out_layout)
         with m.If(s2_done & s2_last):
             m.d.sync += [o_valid.eq(1), o_payload.eq(result)]
         return m

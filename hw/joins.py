@@ -28,7 +28,15 @@ from amaranth import C, Module, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .cores import _check_count, _counter, _quiet_if_invalid, _range_shape, _shape_range, int_shape
+from .cores import (
+    _check_count,
+    _counter,
+    _output_register,
+    _quiet_if_invalid,
+    _range_shape,
+    _shape_range,
+    int_shape,
+)
 
 __all__ = [
     "ADD_LATENCY", "BROADCAST_LATENCY", "CONCAT_LATENCY", "AddCore", "BroadcastCore",
@@ -42,12 +50,6 @@ BROADCAST_LATENCY = 1
 ADD_LATENCY = 2
 #: Cycles from an input transfer of any input to its output transfer.
 CONCAT_LATENCY = 1
-
-
-def _check_int(name: str, value) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
-    return int(value)
 
 
 def _check_chunks(chunks) -> tuple[int, ...]:
@@ -451,11 +453,9 @@ class ConcatCore(wiring.Component):
         sel = _counter(n)                     # the input whose turn it is
         count = _counter(max(chunks))         # transfers taken from it in this round
         o_valid = Signal()
-        o_payload = Signal(data.ArrayLayout(self._shape, self._lanes))
         advance = ~o_valid | o_stream.ready
-        m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
-        with m.If(o_stream.ready):
-            m.d.sync += o_valid.eq(0)
+        o_payload = _output_register(m, o_stream, o_valid,
+                                     data.ArrayLayout(self._shape, self._lanes))
         with m.Switch(sel):
             for k, i_k in enumerate(ins):
                 with m.Case(k):

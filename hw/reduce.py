@@ -19,7 +19,9 @@ from amaranth.lib.wiring import In, Out
 
 from .cores import (
     _check_count,
+    _check_lanes,
     _counter,
+    _output_register,
     _quiet_if_invalid,
     _range_shape,
     _shape_range,
@@ -40,10 +42,70 @@ def _check_geometry(channels, window, lanes) -> tuple[int, int, int]:
     """Validated ``(channels, window, lanes)``; ``lanes`` must divide ``channels``."""
     channels = _check_count("Channels", channels)
     window = _check_count("Window", window)
-    lanes = _check_count("Lanes", lanes)
-    if channels % lanes:
-        raise ValueError(f"Lanes must divide channels={channels}, not {lanes}")
+    lanes = _check_lanes(lanes, channels)
     return channels, window, lanes
+
+
+def _fold_storage(window: int, folds: int, registers_max: int) -> str:
+    """Where a reduction over ``window`` positions keeps the partial results of its ``folds``
+    folds: ``"none"`` for ``window == 1`` (nothing to keep), ``"registers"`` up to
+    ``registers_max`` folds, ``"memory"`` beyond."""
+    if window == 1:
+        return "none"
+    return "registers" if folds <= registers_max else "memory"
+
+
+def _partial_results(m: Module, storage: str, layout, folds: int, *, fold, next_fold, advance):
+    """The partial results of a reduction over window positions, one ``layout`` word per fold.
+
+    Parameters
+    ----------
+    m : Module
+    storage : str
+        As :func:`_fold_storage` gives it.
+    layout : data.ArrayLayout
+        One partial result, a lane per element.
+    folds : int
+    fold : Signal
+        The fold of the stage that updates a partial result: the one read and written.
+    next_fold : Value
+        The fold of the transfer one stage earlier: a memory is read there, one stage ahead.
+    advance : Value
+        The stage holding ``next_fold`` moves on; the memory read is enabled only then, so its
+        data hold while that stage stalls.
+
+    Returns
+    -------
+    prev : list of Value, or None
+        The stored partial result of fold ``fold``, per lane (None for ``"none"``).
+    store : function
+        ``store(result)`` adds the write of ``result`` as the partial result of fold ``fold``;
+        call it under the condition of the update.
+    """
+    lanes = layout.length
+    if storage == "memory":
+        m.submodules.acc_mem = acc_mem = Memory(shape=layout, depth=folds, init=[])
+        acc_rd = acc_mem.read_port()
+        acc_wr = acc_mem.write_port()
+        # Read one stage ahead. With folds >= 2 the write of a fold (one window position
+        # earlier) lands before that fold is read again.
+        m.d.comb += [acc_rd.addr.eq(next_fold), acc_rd.en.eq(advance)]
+
+        def store(result):
+            m.d.comb += [acc_wr.addr.eq(fold), acc_wr.data.eq(result), acc_wr.en.eq(1)]
+        return [acc_rd.data[j] for j in range(lanes)], store
+    if storage == "registers":
+        accs = [Signal(layout, name=f"acc_{f}") for f in range(folds)]
+
+        def store(result):
+            with m.Switch(fold):
+                for f in range(folds):
+                    with m.Case(f):
+                        m.d.sync += accs[f].eq(result)
+        if folds == 1:
+            return [accs[0][j] for j in range(lanes)], store
+        return [Array(acc[j] for acc in accs)[fold] for j in range(lanes)], store
+    return None, lambda result: None
 
 
 def reduce_cycles(channels: int, window: int, lanes: int = 1) -> int:
@@ -181,9 +243,7 @@ class WindowReduceCore(wiring.Component):
     def storage(self) -> str:
         """Where the partial results live: ``"none"`` (``window == 1``), ``"registers"``
         (up to :data:`REGISTER_FOLDS_MAX` folds) or ``"memory"``."""
-        if self._window == 1:
-            return "none"
-        return "registers" if self.folds <= REGISTER_FOLDS_MAX else "memory"
+        return _fold_storage(self._window, self.folds, REGISTER_FOLDS_MAX)
 
     @property
     def storage_bits(self) -> int:
@@ -238,21 +298,8 @@ class WindowReduceCore(wiring.Component):
 
         # -- Partial results: `prev` is the stored value of fold s1_cf, `result` the new one.
         storage = self.storage
-        if storage == "memory":
-            m.submodules.acc_mem = acc_mem = Memory(shape=out_layout, depth=folds, init=[])
-            rd = acc_mem.read_port()
-            wr = acc_mem.write_port()
-            # Read one cycle ahead; the data holds while stage 1 stalls. With folds >= 2 the
-            # write of fold cf (one window position earlier) lands before it is read again.
-            m.d.comb += [rd.addr.eq(cf), rd.en.eq(advance)]
-            prev = [rd.data[j] for j in range(lanes)]
-        elif storage == "registers":
-            accs = [Signal(out_layout, name=f"acc_{f}") for f in range(folds)]
-            if folds == 1:
-                prev = [accs[0][j] for j in range(lanes)]
-            else:
-                prev = [Array(acc[j] for acc in accs)[s1_cf] for j in range(lanes)]
-
+        prev, store = _partial_results(m, storage, out_layout, folds, fold=s1_cf, next_fold=cf,
+                                       advance=advance)
         result = Signal(out_layout)
         for j in range(lanes):
             x = s1_x[j]
@@ -265,19 +312,10 @@ class WindowReduceCore(wiring.Component):
             m.d.comb += result[j].eq(value)
 
         with m.If(s1_done):
-            if storage == "memory":
-                m.d.comb += [wr.addr.eq(s1_cf), wr.data.eq(result), wr.en.eq(1)]
-            elif storage == "registers":
-                with m.Switch(s1_cf):
-                    for f in range(folds):
-                        with m.Case(f):
-                            m.d.sync += accs[f].eq(result)
+            store(result)
 
         # -- Output register: the result of the last window position of each fold.
-        o_payload = Signal(out_layout)
-        m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
-        with m.If(o_stream.ready):
-            m.d.sync += o_valid.eq(0)
+        o_payload = _output_register(m, o_stream, o_valid, out_layout)
         with m.If(s1_done & s1_last):
             m.d.sync += [o_valid.eq(1), o_payload.eq(result)]
         return m

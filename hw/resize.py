@@ -20,7 +20,16 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .cores import _check_count, _counter, _quiet_if_invalid, _wrap_incr, int_shape
+from .cores import (
+    _check_count,
+    _check_lanes,
+    _counter,
+    _double_buffer_release,
+    _double_buffer_writer,
+    _quiet_if_invalid,
+    _wrap_incr,
+    int_shape,
+)
 
 __all__ = [
     "ReorderCore", "ResizeCore", "ResizeGeometry", "affine_loops", "resize_cycles",
@@ -32,8 +41,8 @@ __all__ = [
 # Helpers
 
 
-def _check_index_map(name: str, value, size: int) -> tuple[int, ...]:
-    """A non-empty, non-decreasing sequence of integers in ``[0, size)``."""
+def _int_sequence(name: str, value) -> np.ndarray:
+    """A non-empty sequence of integers (not booleans) as a one-dimensional integer array."""
     if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError(f"{name} must be a sequence of integers, not {value!r}")
     arr = np.asarray(value)
@@ -42,7 +51,12 @@ def _check_index_map(name: str, value, size: int) -> tuple[int, ...]:
         raise TypeError(f"{name} must be a sequence of integers, not {value!r}")
     if arr.size == 0:
         raise ValueError(f"{name} must not be empty")
-    seq = tuple(int(v) for v in arr)
+    return arr
+
+
+def _check_index_map(name: str, value, size: int) -> tuple[int, ...]:
+    """A non-empty, non-decreasing sequence of integers in ``[0, size)``."""
+    seq = tuple(int(v) for v in _int_sequence(name, value))
     if min(seq) < 0 or max(seq) >= size:
         bad = next(v for v in seq if not 0 <= v < size)
         raise ValueError(f"{name} must be indices from 0 to {size - 1}, not {bad}")
@@ -112,9 +126,7 @@ class ResizeGeometry:
         channels = _check_count("Channels", channels)
         height = _check_count("Height", height)
         width = _check_count("Width", width)
-        lanes = _check_count("Lanes", lanes)
-        if channels % lanes:
-            raise ValueError(f"Lanes must divide channels={channels}, not {lanes}")
+        lanes = _check_lanes(lanes, channels)
         rows = _check_index_map("Rows", rows, height)
         cols = _check_index_map("Cols", cols, width)
         geom = cls(channels, height, width, rows, cols, lanes, 2)
@@ -680,15 +692,8 @@ class ReorderCore(wiring.Component):
     def __init__(self, shape, order, lanes=1):
         elem = int_shape(shape)
         lanes = _check_count("Lanes", lanes)
-        if isinstance(order, (str, bytes)) or not hasattr(order, "__len__"):
-            raise TypeError(f"Order must be a sequence of integers, not {order!r}")
-        arr = np.asarray(order)
-        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu") or \
-                any(isinstance(v, bool) for v in order):
-            raise TypeError(f"Order must be a sequence of integers, not {order!r}")
+        arr = _int_sequence("Order", order)
         n = len(arr)
-        if n == 0:
-            raise ValueError("Order must not be empty")
         arr = arr.astype(np.int64)
         bad = np.flatnonzero((arr < 0) | (arr >= n))
         if bad.size:
@@ -818,23 +823,9 @@ class ReorderCore(wiring.Component):
         wr = buf.write_port()
         rd = buf.read_port()
 
-        full0 = Signal()        # bank 0 holds a whole tensor not yet read
-        full1 = Signal()
-
-        # -- Writer: bank wb, address waddr over both banks.
-        wb = Signal()
-        waddr = _counter(2 * words)
-        m.d.comb += i_stream.ready.eq(~Mux(wb, full1, full0))
-        write = i_stream.valid & i_stream.ready
-        m.d.comb += [wr.addr.eq(waddr), wr.data.eq(i_stream.payload), wr.en.eq(write)]
-        set0 = write & (waddr == words - 1)
-        set1 = write & (waddr == 2 * words - 1)
-        with m.If(write):
-            m.d.sync += waddr.eq(_wrap_incr(waddr, 2 * words))
-            with m.If(set0):
-                m.d.sync += wb.eq(1)
-            with m.If(set1):
-                m.d.sync += wb.eq(0)
+        # -- Writer: the banks in turn; full0/full1: a whole tensor not yet read.
+        full, fill = _double_buffer_writer(m, i_stream, wr, words)
+        full0, full1 = full
 
         # -- Reader: bank rb, word address `addr` within the bank.
         rb = Signal()
@@ -885,15 +876,7 @@ class ReorderCore(wiring.Component):
             m.d.sync += o_valid.eq(issue)
         with m.If(done):
             m.d.sync += rb.eq(~rb)
-
-        with m.If(set0):
-            m.d.sync += full0.eq(1)
-        with m.Elif(done & ~rb):
-            m.d.sync += full0.eq(0)
-        with m.If(set1):
-            m.d.sync += full1.eq(1)
-        with m.Elif(done & rb):
-            m.d.sync += full1.eq(0)
+        _double_buffer_release(m, full, fill, done, rb)
         return m
 
 

@@ -7,11 +7,38 @@ line up (cycle ``c`` is the clock period that ends with rising edge ``c + 1``).
 
 The receiver checks the stream rules of :mod:`amaranth.lib.stream` on the producer it listens
 to: once ``valid`` is high it must stay high, with the same payload, until the transfer.
+
+On top of :func:`stream_send` and :func:`stream_recv`: :func:`simulate` runs testbenches
+against a device in a ``sync`` clock domain; :func:`sender` and :func:`receiver` build
+testbenches that walk one port through traffic phases (:data:`IDLE_PHASES`,
+:data:`STALL_PHASES`), :func:`timed_sender` and :func:`timed_receiver` ones that move data at
+full rate and record cycles; :func:`run_stream` and :func:`run_timed` do both for a device with
+one ``i_stream`` and one ``o_stream``. :func:`shape_range`, :func:`random_values`,
+:func:`random_images`, :func:`to_transfers` and :func:`image_transfers` make test data and put
+it in stream order; they are written independently of the cores' own helpers, so that a test
+does not check a core against the code it is built from.
 """
 
 from __future__ import annotations
 
-__all__ = ["StreamProtocolError", "stream_send", "stream_recv"]
+import numpy as np
+from amaranth import ClockDomain, Module, Shape
+from amaranth.sim import Simulator
+
+from ..dataflow import IntType
+
+__all__ = [
+    "IDLE_PHASES", "STALL_PHASES", "StreamProtocolError", "image_transfers", "random_images",
+    "random_values", "receiver", "rotated", "run_stream", "run_timed", "sender", "shape_range",
+    "simulate", "split_phases", "stream_recv", "stream_send", "timed_receiver", "timed_sender",
+    "to_transfers",
+]
+
+#: Traffic phases: the probability of an idle input cycle in each phase. A simulation walks
+#: through all of them, so each structure sees bursts, trickles and back-to-back traffic.
+IDLE_PHASES = [0.0, 0.6, 0.2, 0.9, 0.0]
+#: The probability of a stalled output cycle in each phase (see :data:`IDLE_PHASES`).
+STALL_PHASES = [0.0, 0.5, 0.9, 0.0, 0.3]
 
 
 class StreamProtocolError(AssertionError):
@@ -135,3 +162,241 @@ async def stream_recv(ctx, port, count, *, rng=None, stall=0.0, timeout=100_000,
         cycle += 1
     ctx.set(ready, 0)
     return items, times
+
+
+# ---------------------------------------------------------------------------------------------
+# Scaffolding: simulation, traffic phases, testbenches
+
+
+def simulate(dut, *testbenches):
+    """Run ``testbenches`` against ``dut`` until all of them return.
+
+    Parameters
+    ----------
+    dut : Elaboratable
+        The device; it is put in a module with a ``sync`` clock domain (also for devices that
+        are only wires) and a 1 MHz clock.
+    *testbenches : async functions of a :class:`amaranth.sim.TestbenchContext`
+    """
+    m = Module()
+    m.submodules.dut = dut
+    m.domains.sync = ClockDomain()
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    for tb in testbenches:
+        sim.add_testbench(tb)
+    sim.run()
+
+
+def split_phases(items, phases):
+    """Cut ``items`` into ``len(phases)`` consecutive chunks, each with its probability.
+
+    Returns
+    -------
+    list of (sequence, float)
+        ``(chunk, probability)`` pairs in order; the chunks together are ``items``.
+    """
+    bounds = np.linspace(0, len(items), len(phases) + 1).astype(int)
+    spans = zip(bounds[:-1], bounds[1:], strict=True)
+    return [(items[a:b], p) for (a, b), p in zip(spans, phases, strict=True)]
+
+
+def rotated(phases, k):
+    """``phases`` rotated left by ``k`` places, so that ports with their own ``k`` stall at
+    different times."""
+    return phases[k % len(phases):] + phases[:k % len(phases)]
+
+
+def sender(port, items, rng, phases, times=None):
+    """A testbench that sends ``items`` into ``port`` through the traffic ``phases``.
+
+    Parameters
+    ----------
+    port : stream interface
+        The device's input stream.
+    items : sequence
+        Payload values, cut into one chunk per phase (:func:`split_phases`).
+    rng : numpy.random.Generator
+        Source of idle cycles.
+    phases : list of float
+        Probability of an idle cycle before each item, one per phase.
+    times : list, optional
+        Receives the transfer cycles of each chunk (a list per phase, as :func:`stream_send`
+        returns them; each counted from the start of its chunk).
+    """
+    async def tb(ctx):
+        for chunk, p in split_phases(items, phases):
+            t = await stream_send(ctx, port, chunk, rng=rng, idle=p)
+            if times is not None:
+                times.append(t)
+    return tb
+
+
+def receiver(port, n, rng, phases, result, *, timeout=100_000):
+    """A testbench that receives ``n`` transfers from ``port`` through the traffic ``phases``.
+
+    Parameters
+    ----------
+    port : stream interface
+        The device's output stream.
+    n : int
+        Transfers to receive, cut into one count per phase (:func:`split_phases`).
+    rng : numpy.random.Generator
+        Source of stall cycles.
+    phases : list of float
+        Probability that ``ready`` is low in a cycle, one per phase.
+    result : list
+        Receives the payloads, in order.
+    timeout : int
+        Cycles to wait at most in each phase (see :func:`stream_recv`).
+    """
+    async def tb(ctx):
+        for chunk, p in split_phases(list(range(n)), phases):
+            got, _ = await stream_recv(ctx, port, len(chunk), rng=rng, stall=p, timeout=timeout)
+            result.extend(got)
+    return tb
+
+
+def timed_sender(port, items, times, key):
+    """A testbench that sends ``items`` into ``port`` at full rate and stores the cycle of
+    each transfer as ``times[key]``."""
+    async def tb(ctx):
+        times[key] = await stream_send(ctx, port, items)
+    return tb
+
+
+def timed_receiver(port, n, times, key, *, delay=0, timeout=100_000):
+    """A testbench that receives ``n`` transfers from ``port`` at full rate.
+
+    Parameters
+    ----------
+    port : stream interface
+        The device's output stream.
+    n : int
+        Transfers to receive.
+    times : dict
+        Receives the cycle of each transfer as ``times[key]`` and the payloads as
+        ``times[key + "_items"]``.
+    key : str
+    delay : int
+        Cycles with ``ready`` low before receiving; the cycles stored count from the start of
+        the testbench.
+    timeout : int
+        Cycles to wait at most after ``delay`` (see :func:`stream_recv`).
+    """
+    async def tb(ctx):
+        ctx.set(port.ready, 0)
+        if delay:
+            await ctx.tick().repeat(delay)
+        items, t = await stream_recv(ctx, port, n, timeout=timeout)
+        times[key] = [c + delay for c in t]
+        times[key + "_items"] = items
+    return tb
+
+
+def run_stream(dut, items, n_out, seed, *, idle=IDLE_PHASES, stall=STALL_PHASES,
+               timeout=100_000):
+    """Send ``items`` into ``dut.i_stream`` and collect ``n_out`` transfers of
+    ``dut.o_stream``, through the traffic phases.
+
+    Parameters
+    ----------
+    dut : Elaboratable with ``i_stream`` and ``o_stream``
+    items : sequence
+        Input payloads.
+    n_out : int
+        Output transfers to collect.
+    seed : int
+        Seeds the idle cycles (``default_rng([seed, 1])``) and the stall cycles
+        (``default_rng([seed, 2])``).
+    idle, stall : list of float
+        The traffic phases of the input and of the output.
+    timeout : int
+        Cycles the output may take at most in each phase.
+
+    Returns
+    -------
+    list
+        The output payloads.
+    """
+    result = []
+    simulate(dut,
+             sender(dut.i_stream, items, np.random.default_rng([seed, 1]), idle),
+             receiver(dut.o_stream, n_out, np.random.default_rng([seed, 2]), stall, result,
+                      timeout=timeout))
+    return result
+
+
+def run_timed(dut, items, n_out, *, delay=0, timeout=100_000):
+    """Full-rate traffic through ``dut.i_stream`` and ``dut.o_stream``: the cycles of every
+    input and output transfer.
+
+    Parameters
+    ----------
+    dut : Elaboratable with ``i_stream`` and ``o_stream``
+    items : sequence
+        Input payloads, sent whenever the device takes them.
+    n_out : int
+        Output transfers to collect.
+    delay : int
+        Cycles the output starts late, with ``ready`` low (see :func:`timed_receiver`).
+    timeout : int
+        Cycles the output may take at most.
+
+    Returns
+    -------
+    dict
+        ``"in"`` and ``"out"``: the cycle of each input and output transfer;
+        ``"out_items"``: the output payloads.
+    """
+    times = {}
+    simulate(dut, timed_sender(dut.i_stream, items, times, "in"),
+             timed_receiver(dut.o_stream, n_out, times, "out", delay=delay, timeout=timeout))
+    return times
+
+
+# ---------------------------------------------------------------------------------------------
+# Test data
+
+
+def shape_range(shape):
+    """The smallest and largest value of an element shape.
+
+    Parameters
+    ----------
+    shape : IntType or Amaranth integer shape
+
+    Returns
+    -------
+    (int, int)
+    """
+    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
+    if shape.signed:
+        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
+    return 0, (1 << shape.width) - 1
+
+
+def random_values(rng, shape, size):
+    """Uniform random values of the element ``shape`` (both ends included), an array of
+    ``size``."""
+    lo, hi = shape_range(shape)
+    return rng.integers(lo, hi, size=size, endpoint=True)
+
+
+def random_images(rng, shape, n, channels, height, width):
+    """``n`` random images ``x[n, c, h, w]`` of the element ``shape``, the first element its
+    smallest value and the last its largest, so that the extremes occur."""
+    lo, hi = shape_range(shape)
+    x = rng.integers(lo, hi, size=(n, channels, height, width), endpoint=True)
+    x.flat[0], x.flat[-1] = lo, hi
+    return x
+
+
+def to_transfers(x, lanes):
+    """Any integer array, flattened in C order, as a list of per-transfer lane lists."""
+    return [[int(v) for v in row] for row in np.asarray(x).reshape(-1, lanes)]
+
+
+def image_transfers(x, lanes):
+    """Images ``x[n, c, h, w]`` as a stream: channels-last, ``lanes`` per transfer."""
+    return [[int(v) for v in row] for row in x.transpose(0, 2, 3, 1).reshape(-1, lanes)]

@@ -21,7 +21,15 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .cores import _check_count, _counter, _quiet_if_invalid, _shape_range, _wrap_incr, int_shape
+from .cores import (
+    _check_count,
+    _check_lanes,
+    _counter,
+    _quiet_if_invalid,
+    _shape_range,
+    _wrap_incr,
+    int_shape,
+)
 
 __all__ = ["SlidingWindowCore", "WindowGeometry", "window_cycles", "window_latency"]
 
@@ -91,9 +99,7 @@ class WindowGeometry:
         stride = _check_pair("Stride", stride, 1)
         dilation = _check_pair("Dilation", dilation, 1)
         pads = _check_pads(pads)
-        lanes = _check_count("Lanes", lanes)
-        if channels % lanes:
-            raise ValueError(f"Lanes must divide channels={channels}, not {lanes}")
+        lanes = _check_lanes(lanes, channels)
         top, left, bottom, right = pads
         for what, size, before, after, k, d, s in (
                 ("height", height, top, bottom, kernel[0], dilation[0], stride[0]),

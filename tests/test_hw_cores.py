@@ -4,8 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from amaranth import ClockDomain, Module, Shape, signed, unsigned
-from amaranth.sim import Simulator
+from amaranth import Shape, signed, unsigned
 
 from onnx2fpga.dataflow import DenseLayer, IntType, RequantStage
 from onnx2fpga.hw import cost
@@ -16,71 +15,8 @@ from onnx2fpga.hw.cores import (
     WidthConverter,
     _sign_split,
 )
-from onnx2fpga.hw.testing import stream_recv, stream_send
+from onnx2fpga.hw.testing import random_values, run_stream, run_timed, shape_range, to_transfers
 from onnx2fpga.sim import golden
-
-# Traffic phases: probability of an idle input cycle / a stalled output cycle. Every simulation
-# walks through all of them, so each structure sees bursts, trickles and back-to-back traffic.
-IDLE_PHASES = [0.0, 0.6, 0.2, 0.9, 0.0]
-STALL_PHASES = [0.0, 0.5, 0.9, 0.0, 0.3]
-
-
-def simulate(dut, *testbenches):
-    m = Module()
-    m.submodules.dut = dut
-    m.domains.sync = ClockDomain()          # also for the cores that are only wires
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    for tb in testbenches:
-        sim.add_testbench(tb)
-    sim.run()
-
-
-def split_phases(items, phases):
-    """Cut ``items`` into len(phases) consecutive chunks, each with its probability."""
-    bounds = np.linspace(0, len(items), len(phases) + 1).astype(int)
-    spans = zip(bounds[:-1], bounds[1:], strict=True)
-    return [(items[a:b], p) for (a, b), p in zip(spans, phases, strict=True)]
-
-
-def run_stream(dut, items, n_out, seed, *, idle=IDLE_PHASES, stall=STALL_PHASES):
-    """Send ``items`` into ``dut.i_stream``, collect ``n_out`` transfers of ``dut.o_stream``,
-    with the traffic phases above. Returns the output payloads."""
-    rng_in = np.random.default_rng([seed, 1])
-    rng_out = np.random.default_rng([seed, 2])
-    result = []
-
-    async def producer(ctx):
-        for chunk, p in split_phases(items, idle):
-            await stream_send(ctx, dut.i_stream, chunk, rng=rng_in, idle=p)
-
-    async def consumer(ctx):
-        for chunk, p in split_phases(list(range(n_out)), stall):
-            got, _ = await stream_recv(ctx, dut.o_stream, len(chunk), rng=rng_out, stall=p)
-            result.extend(got)
-
-    simulate(dut, producer, consumer)
-    return result
-
-
-def run_timed(dut, items, n_out):
-    """Full-rate traffic: the cycles of every input and output transfer."""
-    times = {}
-
-    async def producer(ctx):
-        times["in"] = await stream_send(ctx, dut.i_stream, items)
-
-    async def consumer(ctx):
-        times["out_items"], times["out"] = await stream_recv(ctx, dut.o_stream, n_out)
-
-    simulate(dut, producer, consumer)
-    return times
-
-
-def to_transfers(x, lanes):
-    """Flat integer vector -> list of per-transfer lane lists."""
-    x = np.asarray(x).reshape(-1, lanes)
-    return [[int(v) for v in row] for row in x]
 
 
 def random_ints(rng, t: IntType, shape):
@@ -318,7 +254,7 @@ LEAKY_CASES = [
 
 def build_leaky_stages(seed, in_shape, channels, specs):
     rng = np.random.default_rng(seed)
-    lo, hi = _shape_range(in_shape)
+    lo, hi = shape_range(in_shape)
     stages = []
     for spec, alpha in specs:
         stage = make_stage(rng, (lo, hi), channels, **spec)
@@ -327,20 +263,13 @@ def build_leaky_stages(seed, in_shape, channels, specs):
     return stages
 
 
-def _shape_range(shape):
-    shape = Shape.cast(shape)
-    if shape.signed:
-        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
-    return 0, (1 << shape.width) - 1
-
-
 @pytest.mark.parametrize("seed,case", list(enumerate(LEAKY_CASES)))
 def test_requant_leaky_matches_golden(seed, case):
     in_shape, channels, lanes, specs = case
     stages = build_leaky_stages(seed, in_shape, channels, specs)
     dut = RequantCore(stages, channels, lanes, in_shape)
     rng = np.random.default_rng([seed, 0])
-    lo, hi = _shape_range(in_shape)
+    lo, hi = shape_range(in_shape)
     batch = int(np.lcm(channels, lanes) * max(2, 64 // np.lcm(channels, lanes))) // channels
     x = rng.integers(lo, hi, size=(batch, channels), endpoint=True)
     x[0], x[1] = lo, hi
@@ -363,7 +292,7 @@ def test_requant_leaky_exhaustive(in_shape, multiplier, offset, alpha, signs):
     # Every input value on every channel: the product's sign boundary and the extremes of
     # both sides all occur, so a value range computed too narrow would wrap somewhere.
     channels = 3
-    lo, hi = _shape_range(in_shape)
+    lo, hi = shape_range(in_shape)
     stage = with_leaky(RequantStage(multiplier, offset, 4, -3, -128, 127, IntType(8, True),
                                     in_zero_point=1), alpha)
     x = np.stack([np.roll(np.arange(lo, hi + 1), 7 * c) for c in range(channels)], axis=1)
@@ -441,19 +370,11 @@ FIFO_CASES = [
 ]
 
 
-def _elements(rng, shape, n):
-    shape = Shape.cast(shape) if not isinstance(shape, IntType) else \
-        Shape(shape.bits, shape.signed)
-    lo = -(1 << (shape.width - 1)) if shape.signed else 0
-    hi = (1 << (shape.width - 1)) - 1 if shape.signed else (1 << shape.width) - 1
-    return rng.integers(lo, hi, size=n, endpoint=True)
-
-
 @pytest.mark.parametrize("seed,case", list(enumerate(FIFO_CASES)))
 def test_fifo_keeps_order(seed, case):
     shape, lanes, depth = case
     dut = StreamFIFO(shape, lanes, depth)
-    x = _elements(np.random.default_rng(seed), shape, 40 * lanes)
+    x = random_values(np.random.default_rng(seed), shape, 40 * lanes)
     got = run_stream(dut, to_transfers(x, lanes), 40, seed)
     np.testing.assert_array_equal(np.array(got).reshape(-1), x)
     # Full rate: a transfer per cycle on both sides, `latency` cycles through.
@@ -477,7 +398,7 @@ def test_width_converter_keeps_order(seed, case):
     shape, n_in, n_out = case
     dut = WidthConverter(shape, n_in, n_out)
     n = 12 * max(n_in, n_out)
-    x = _elements(np.random.default_rng(seed), shape, n)
+    x = random_values(np.random.default_rng(seed), shape, n)
     got = run_stream(dut, to_transfers(x, n_in), n // n_out, seed)
     np.testing.assert_array_equal(np.array(got).reshape(-1), x)
     # Full rate: the narrow side moves a transfer every cycle.

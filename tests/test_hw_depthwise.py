@@ -5,79 +5,17 @@ import re
 
 import numpy as np
 import pytest
-from amaranth import ClockDomain, Elaboratable, Fragment, Module, Shape, signed, unsigned
+from amaranth import Elaboratable, Fragment, Module, signed, unsigned
 from amaranth.back import verilog
 from amaranth.lib import wiring
-from amaranth.sim import Simulator
 
 from onnx2fpga.dataflow import ConvLayer, IntType
 from onnx2fpga.hw import depthwise
 from onnx2fpga.hw.depthwise import DepthwiseCore, depthwise_cycles, depthwise_latency
 from onnx2fpga.hw.reduce import REGISTER_FOLDS_MAX
-from onnx2fpga.hw.testing import stream_recv, stream_send
+from onnx2fpga.hw.testing import run_stream, run_timed, shape_range, to_transfers
 from onnx2fpga.hw.window import SlidingWindowCore
 from onnx2fpga.sim import golden
-
-# Traffic phases: probability of an idle input cycle / a stalled output cycle. Every simulation
-# walks through all of them, so each structure sees bursts, trickles and back-to-back traffic.
-IDLE_PHASES = [0.0, 0.6, 0.2, 0.9, 0.0]
-STALL_PHASES = [0.0, 0.5, 0.9, 0.0, 0.3]
-
-
-def simulate(dut, *testbenches):
-    m = Module()
-    m.submodules.dut = dut
-    m.domains.sync = ClockDomain()
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    for tb in testbenches:
-        sim.add_testbench(tb)
-    sim.run()
-
-
-def split_phases(items, phases):
-    """Cut ``items`` into len(phases) consecutive chunks, each with its probability."""
-    bounds = np.linspace(0, len(items), len(phases) + 1).astype(int)
-    spans = zip(bounds[:-1], bounds[1:], strict=True)
-    return [(items[a:b], p) for (a, b), p in zip(spans, phases, strict=True)]
-
-
-def run_stream(dut, items, n_out, seed):
-    """Send ``items``, collect ``n_out`` transfers, through the traffic phases above."""
-    rng_in = np.random.default_rng([seed, 1])
-    rng_out = np.random.default_rng([seed, 2])
-    result = []
-
-    async def producer(ctx):
-        for chunk, p in split_phases(items, IDLE_PHASES):
-            await stream_send(ctx, dut.i_stream, chunk, rng=rng_in, idle=p)
-
-    async def consumer(ctx):
-        for chunk, p in split_phases(list(range(n_out)), STALL_PHASES):
-            got, _ = await stream_recv(ctx, dut.o_stream, len(chunk), rng=rng_out, stall=p)
-            result.extend(got)
-
-    simulate(dut, producer, consumer)
-    return result
-
-
-def run_timed(dut, items, n_out, *, delay=0):
-    """Full-rate traffic (the consumer starts after ``delay`` cycles with ``ready`` low):
-    the cycles of every input and output transfer."""
-    times = {}
-
-    async def producer(ctx):
-        times["in"] = await stream_send(ctx, dut.i_stream, items)
-
-    async def consumer(ctx):
-        ctx.set(dut.o_stream.ready, 0)
-        if delay:
-            await ctx.tick().repeat(delay)
-        times["out_items"], times["out"] = await stream_recv(ctx, dut.o_stream, n_out)
-        times["out"] = [t + delay for t in times["out"]]
-
-    simulate(dut, producer, consumer)
-    return times
 
 
 class Chain(Elaboratable):
@@ -93,17 +31,6 @@ class Chain(Elaboratable):
         m.submodules.dw = self.dw
         wiring.connect(m, self.window.o_stream, self.dw.i_stream)
         return m
-
-
-def shape_range(shape):
-    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
-    if shape.signed:
-        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
-    return 0, (1 << shape.width) - 1
-
-
-def transfers(x, lanes):
-    return [[int(v) for v in row] for row in np.asarray(x).reshape(-1, lanes)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,7 +86,7 @@ def test_depthwise_conv_matches_golden(seed, name):
     assert chain.dw.storage == ("memory" if name == "memory_storage" else
                                 "none" if name == "1x1" else "registers")
     n_out = expected.size // lanes
-    got = run_stream(chain, transfers(x.transpose(0, 2, 3, 1), lanes), n_out, seed)
+    got = run_stream(chain, to_transfers(x.transpose(0, 2, 3, 1), lanes), n_out, seed)
     np.testing.assert_array_equal(np.array(got).reshape(-1),
                                   expected.transpose(0, 2, 3, 1).reshape(-1))
 
@@ -244,7 +171,7 @@ def test_depthwise_matches_numpy(seed, case):
     hi = int(expected[:2].max())
     # The extremes are reached, and the output shape is the narrowest holding them.
     assert dut.out_shape == narrowest_signed(min(lo, -1), max(hi, 0))
-    got = run_stream(dut, transfers(x, lanes), expected.size // lanes, seed)
+    got = run_stream(dut, to_transfers(x, lanes), expected.size // lanes, seed)
     np.testing.assert_array_equal(np.array(got).reshape(expected.shape), expected)
 
 
@@ -260,9 +187,9 @@ def test_depthwise_memory_with_few_folds(monkeypatch, seed, case):
     dut, x, expected = make_alone(case, seed + 100)
     assert dut.storage == "memory"
     lanes = case[3]
-    got = run_stream(dut, transfers(x, lanes), expected.size // lanes, seed + 100)
+    got = run_stream(dut, to_transfers(x, lanes), expected.size // lanes, seed + 100)
     np.testing.assert_array_equal(np.array(got).reshape(expected.shape), expected)
-    times = run_timed(dut, transfers(x, lanes), expected.size // lanes)
+    times = run_timed(dut, to_transfers(x, lanes), expected.size // lanes)
     np.testing.assert_array_equal(np.array(times["out_items"]).reshape(expected.shape),
                                   expected)
     assert times["out"][dut.folds - 1] - times["in"][0] == dut.latency
@@ -274,7 +201,7 @@ def test_depthwise_timing(case):
     shape, channels, window, lanes, _ = case
     folds = channels // lanes
     groups = len(x)
-    times = run_timed(dut, transfers(x, lanes), groups * folds)
+    times = run_timed(dut, to_transfers(x, lanes), groups * folds)
     np.testing.assert_array_equal(np.array(times["out_items"]).reshape(expected.shape),
                                   expected)
     t_in = np.array(times["in"]).reshape(groups, window, folds)
@@ -300,7 +227,7 @@ def test_depthwise_accumulates_while_output_stalled(case):
     _, channels, window, lanes, _ = case
     folds = channels // lanes
     delay = 2 * window * folds + 20
-    times = run_timed(dut, transfers(x, lanes), len(x) * folds, delay=delay)
+    times = run_timed(dut, to_transfers(x, lanes), len(x) * folds, delay=delay)
     np.testing.assert_array_equal(np.array(times["out_items"]).reshape(expected.shape),
                                   expected)
     position = np.repeat(np.tile(np.arange(window), len(x)), folds)   # of each transfer

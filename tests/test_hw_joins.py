@@ -4,11 +4,10 @@ the Verilog backend."""
 
 import numpy as np
 import pytest
-from amaranth import ClockDomain, Fragment, Module, Shape, signed, unsigned
+from amaranth import Fragment, Module, Shape, signed, unsigned
 from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.sim import Simulator
 
 from onnx2fpga.dataflow import ConcatLayer, IntType
 from onnx2fpga.hw.joins import (
@@ -25,88 +24,25 @@ from onnx2fpga.hw.joins import (
     concat_cycles,
     concat_latency,
 )
-from onnx2fpga.hw.testing import stream_recv, stream_send
+from onnx2fpga.hw.testing import (
+    IDLE_PHASES,
+    STALL_PHASES,
+    random_values,
+    receiver,
+    rotated,
+    sender,
+    shape_range,
+    simulate,
+    stream_send,
+    timed_receiver,
+    timed_sender,
+    to_transfers,
+)
 from onnx2fpga.sim import golden
 
-# Traffic phases: probability of an idle input cycle / a stalled output cycle (as in
-# test_hw_cores.py). Every port walks through all of them, each port with its own random
-# source and the phases rotated per port, so that ports stall at different times.
-IDLE_PHASES = [0.0, 0.6, 0.2, 0.9, 0.0]
-STALL_PHASES = [0.0, 0.5, 0.9, 0.0, 0.3]
-
-
-def simulate(dut, *testbenches):
-    m = Module()
-    m.submodules.dut = dut
-    m.domains.sync = ClockDomain()
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    for tb in testbenches:
-        sim.add_testbench(tb)
-    sim.run()
-
-
-def split_phases(items, phases):
-    """Cut ``items`` into len(phases) consecutive chunks, each with its probability."""
-    bounds = np.linspace(0, len(items), len(phases) + 1).astype(int)
-    spans = zip(bounds[:-1], bounds[1:], strict=True)
-    return [(items[a:b], p) for (a, b), p in zip(spans, phases, strict=True)]
-
-
-def rotated(phases, k):
-    return phases[k % len(phases):] + phases[:k % len(phases)]
-
-
-def sender(port, items, rng, phases, times=None):
-    async def tb(ctx):
-        for chunk, p in split_phases(items, phases):
-            t = await stream_send(ctx, port, chunk, rng=rng, idle=p)
-            if times is not None:
-                times.append(t)
-    return tb
-
-
-def receiver(port, n, rng, phases, result):
-    async def tb(ctx):
-        for chunk, p in split_phases(list(range(n)), phases):
-            got, _ = await stream_recv(ctx, port, len(chunk), rng=rng, stall=p)
-            result.extend(got)
-    return tb
-
-
-def timed_sender(port, items, times, key):
-    async def tb(ctx):
-        times[key] = await stream_send(ctx, port, items)
-    return tb
-
-
-def timed_receiver(port, n, times, key, delay=0):
-    """Full-rate receiver that starts after ``delay`` cycles with ``ready`` low."""
-    async def tb(ctx):
-        ctx.set(port.ready, 0)
-        if delay:
-            await ctx.tick().repeat(delay)
-        items, t = await stream_recv(ctx, port, n)
-        times[key] = [c + delay for c in t]
-        times[key + "_items"] = items
-    return tb
-
-
-def shape_range(shape):
-    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
-    if shape.signed:
-        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
-    return 0, (1 << shape.width) - 1
-
-
-def random_values(rng, shape, size):
-    lo, hi = shape_range(shape)
-    return rng.integers(lo, hi, size=size, endpoint=True)
-
-
-def to_transfers(x, lanes):
-    """Any integer array, flattened in C order, as a list of per-transfer lane lists."""
-    return [[int(v) for v in row] for row in np.asarray(x).reshape(-1, lanes)]
+# Traffic: every port walks through all the phases of hw.testing (IDLE_PHASES, STALL_PHASES),
+# each port with its own random source and the phases rotated per port, so that ports stall
+# at different times.
 
 
 def channels_last(x):

@@ -5,9 +5,8 @@ import re
 
 import numpy as np
 import pytest
-from amaranth import ClockDomain, Fragment, Module, Shape, signed, unsigned
+from amaranth import Fragment, signed, unsigned
 from amaranth.back import verilog
-from amaranth.sim import Simulator
 
 from onnx2fpga.dataflow import IntType
 from onnx2fpga.hw import reduce
@@ -17,75 +16,7 @@ from onnx2fpga.hw.reduce import (
     reduce_cycles,
     reduce_latency,
 )
-from onnx2fpga.hw.testing import stream_recv, stream_send
-
-# Traffic phases: probability of an idle input cycle / a stalled output cycle (as in
-# test_hw_cores.py). Every simulation walks through all of them.
-IDLE_PHASES = [0.0, 0.6, 0.2, 0.9, 0.0]
-STALL_PHASES = [0.0, 0.5, 0.9, 0.0, 0.3]
-
-
-def simulate(dut, *testbenches):
-    m = Module()
-    m.submodules.dut = dut
-    m.domains.sync = ClockDomain()
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    for tb in testbenches:
-        sim.add_testbench(tb)
-    sim.run()
-
-
-def split_phases(items, phases):
-    """Cut ``items`` into len(phases) consecutive chunks, each with its probability."""
-    bounds = np.linspace(0, len(items), len(phases) + 1).astype(int)
-    spans = zip(bounds[:-1], bounds[1:], strict=True)
-    return [(items[a:b], p) for (a, b), p in zip(spans, phases, strict=True)]
-
-
-def run_stream(dut, items, n_out, seed):
-    """Send ``items``, collect ``n_out`` transfers, through the traffic phases above."""
-    rng_in = np.random.default_rng([seed, 1])
-    rng_out = np.random.default_rng([seed, 2])
-    result = []
-
-    async def producer(ctx):
-        for chunk, p in split_phases(items, IDLE_PHASES):
-            await stream_send(ctx, dut.i_stream, chunk, rng=rng_in, idle=p)
-
-    async def consumer(ctx):
-        for chunk, p in split_phases(list(range(n_out)), STALL_PHASES):
-            got, _ = await stream_recv(ctx, dut.o_stream, len(chunk), rng=rng_out, stall=p)
-            result.extend(got)
-
-    simulate(dut, producer, consumer)
-    return result
-
-
-def run_timed(dut, items, n_out, *, delay=0):
-    """Full-rate traffic (the consumer starts after ``delay`` cycles with ``ready`` low):
-    the cycles of every input and output transfer."""
-    times = {}
-
-    async def producer(ctx):
-        times["in"] = await stream_send(ctx, dut.i_stream, items)
-
-    async def consumer(ctx):
-        ctx.set(dut.o_stream.ready, 0)
-        if delay:
-            await ctx.tick().repeat(delay)
-        times["out_items"], times["out"] = await stream_recv(ctx, dut.o_stream, n_out)
-        times["out"] = [t + delay for t in times["out"]]
-
-    simulate(dut, producer, consumer)
-    return times
-
-
-def shape_range(shape):
-    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
-    if shape.signed:
-        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
-    return 0, (1 << shape.width) - 1
+from onnx2fpga.hw.testing import run_stream, run_timed, shape_range, to_transfers
 
 
 def make_groups(rng, shape, groups, window, channels):
@@ -102,11 +33,6 @@ def make_groups(rng, shape, groups, window, channels):
 def reference(x, op):
     """The independent model: reduce over the window axis."""
     return np.max(x, axis=1) if op == "max" else np.sum(x, axis=1)
-
-
-def to_transfers(x, lanes):
-    """``(groups, window, channels)`` in stream order (window position, then channel fold)."""
-    return [[int(v) for v in row] for row in np.asarray(x).reshape(-1, lanes)]
 
 
 # (shape, channels, window, lanes, op)

@@ -5,9 +5,8 @@ import functools
 
 import numpy as np
 import pytest
-from amaranth import ClockDomain, Fragment, Module, Shape, signed, unsigned
+from amaranth import Fragment, signed, unsigned
 from amaranth.back import verilog
-from amaranth.sim import Simulator
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
@@ -20,84 +19,8 @@ from onnx2fpga.hw.resize import (
     resize_cycles,
     resize_latency,
 )
-from onnx2fpga.hw.testing import stream_recv, stream_send
+from onnx2fpga.hw.testing import image_transfers, random_images, run_stream, run_timed, shape_range
 from onnx2fpga.sim import golden
-
-# Traffic phases: probability of an idle input cycle / a stalled output cycle. Every simulation
-# walks through all of them, so each structure sees bursts, trickles and back-to-back traffic.
-IDLE_PHASES = [0.0, 0.6, 0.2, 0.9, 0.0]
-STALL_PHASES = [0.0, 0.5, 0.9, 0.0, 0.3]
-
-
-def simulate(dut, *testbenches):
-    m = Module()
-    m.submodules.dut = dut
-    m.domains.sync = ClockDomain()
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    for tb in testbenches:
-        sim.add_testbench(tb)
-    sim.run()
-
-
-def split_phases(items, phases):
-    """Cut ``items`` into len(phases) consecutive chunks, each with its probability."""
-    bounds = np.linspace(0, len(items), len(phases) + 1).astype(int)
-    spans = zip(bounds[:-1], bounds[1:], strict=True)
-    return [(items[a:b], p) for (a, b), p in zip(spans, phases, strict=True)]
-
-
-def run_stream(dut, items, n_out, seed):
-    """Send ``items``, collect ``n_out`` transfers, through the traffic phases above."""
-    rng_in = np.random.default_rng([seed, 1])
-    rng_out = np.random.default_rng([seed, 2])
-    result = []
-
-    async def producer(ctx):
-        for chunk, p in split_phases(items, IDLE_PHASES):
-            await stream_send(ctx, dut.i_stream, chunk, rng=rng_in, idle=p)
-
-    async def consumer(ctx):
-        for chunk, p in split_phases(list(range(n_out)), STALL_PHASES):
-            got, _ = await stream_recv(ctx, dut.o_stream, len(chunk), rng=rng_out, stall=p)
-            result.extend(got)
-
-    simulate(dut, producer, consumer)
-    return result
-
-
-def run_timed(dut, items, n_out):
-    """Full-rate traffic: the cycles of every input and output transfer."""
-    times = {}
-
-    async def producer(ctx):
-        times["in"] = await stream_send(ctx, dut.i_stream, items)
-
-    async def consumer(ctx):
-        times["out_items"], times["out"] = await stream_recv(ctx, dut.o_stream, n_out)
-
-    simulate(dut, producer, consumer)
-    return times
-
-
-def shape_range(shape):
-    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
-    if shape.signed:
-        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
-    return 0, (1 << shape.width) - 1
-
-
-def random_images(rng, shape, n, channels, height, width):
-    lo, hi = shape_range(shape)
-    x = rng.integers(lo, hi, size=(n, channels, height, width), endpoint=True)
-    x.flat[0], x.flat[-1] = lo, hi
-    return x
-
-
-def image_transfers(x, lanes):
-    """Images ``x[n, c, h, w]`` as a stream: channels-last, ``lanes`` per transfer."""
-    return [[int(v) for v in row] for row in x.transpose(0, 2, 3, 1).reshape(-1, lanes)]
-
 
 # ---------------------------------------------------------------------------------------------
 # ONNX Resize (nearest) as onnx.reference computes it

@@ -3,72 +3,16 @@ stalls, and the cycle model against the simulated cycles."""
 
 import numpy as np
 import pytest
-from amaranth import ClockDomain, Module, Shape, signed, unsigned
+from amaranth import signed, unsigned
 from amaranth.back import verilog
 from amaranth.hdl import Fragment
-from amaranth.sim import Simulator
 
 from onnx2fpga.dataflow import IntType
-from onnx2fpga.hw.testing import stream_recv, stream_send
+from onnx2fpga.hw.testing import image_transfers, random_images, run_stream, run_timed
 from onnx2fpga.hw.window import SlidingWindowCore, WindowGeometry, window_cycles, window_latency
 
-# Traffic phases: probability of an idle input cycle / a stalled output cycle. Every simulation
-# walks through all of them, so each structure sees bursts, trickles and back-to-back traffic.
-IDLE_PHASES = [0.0, 0.6, 0.2, 0.9, 0.0]
-STALL_PHASES = [0.0, 0.5, 0.9, 0.0, 0.3]
-
-
-def simulate(dut, *testbenches):
-    m = Module()
-    m.submodules.dut = dut
-    m.domains.sync = ClockDomain()
-    sim = Simulator(m)
-    sim.add_clock(1e-6)
-    for tb in testbenches:
-        sim.add_testbench(tb)
-    sim.run()
-
-
-def split_phases(items, phases):
-    """Cut ``items`` into len(phases) consecutive chunks, each with its probability."""
-    bounds = np.linspace(0, len(items), len(phases) + 1).astype(int)
-    spans = zip(bounds[:-1], bounds[1:], strict=True)
-    return [(items[a:b], p) for (a, b), p in zip(spans, phases, strict=True)]
-
-
-def run_stream(dut, items, n_out, seed, *, idle=IDLE_PHASES, stall=STALL_PHASES):
-    """Send ``items``, collect ``n_out`` transfers, with the traffic phases above."""
-    rng_in = np.random.default_rng([seed, 1])
-    rng_out = np.random.default_rng([seed, 2])
-    result = []
-
-    async def producer(ctx):
-        for chunk, p in split_phases(items, idle):
-            await stream_send(ctx, dut.i_stream, chunk, rng=rng_in, idle=p)
-
-    async def consumer(ctx):
-        for chunk, p in split_phases(list(range(n_out)), stall):
-            got, _ = await stream_recv(ctx, dut.o_stream, len(chunk), rng=rng_out, stall=p,
-                                       timeout=1_000_000)
-            result.extend(got)
-
-    simulate(dut, producer, consumer)
-    return result
-
-
-def run_timed(dut, items, n_out):
-    """Full-rate traffic: the cycles of every input and output transfer."""
-    times = {}
-
-    async def producer(ctx):
-        times["in"] = await stream_send(ctx, dut.i_stream, items)
-
-    async def consumer(ctx):
-        times["out_items"], times["out"] = await stream_recv(ctx, dut.o_stream, n_out,
-                                                             timeout=1_000_000)
-
-    simulate(dut, producer, consumer)
-    return times
+# Cycles the output may take at most in each traffic phase (hw.testing's default is 100 000).
+TIMEOUT = 1_000_000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,20 +36,6 @@ def reference_windows(x, kernel, stride, dilation, pads, pad_value, lanes):
                 # Order (ki, kj, c): channels innermost, cut into transfers of `lanes`.
                 beats.append(window.transpose(1, 2, 0).reshape(-1, lanes))
     return np.concatenate(beats)
-
-
-def image_transfers(x, lanes):
-    """Images ``x[n, c, h, w]`` as the input stream: channels-last, ``lanes`` per transfer."""
-    return [[int(v) for v in row] for row in x.transpose(0, 2, 3, 1).reshape(-1, lanes)]
-
-
-def random_images(rng, shape, n, channels, height, width):
-    shape = Shape(shape.bits, shape.signed) if isinstance(shape, IntType) else Shape.cast(shape)
-    lo = -(1 << (shape.width - 1)) if shape.signed else 0
-    hi = (1 << (shape.width - 1)) - 1 if shape.signed else (1 << shape.width) - 1
-    x = rng.integers(lo, hi, size=(n, channels, height, width), endpoint=True)
-    x.flat[0], x.flat[-1] = lo, hi              # the extremes of the element shape occur
-    return x
 
 
 def test_reference_matches_onnx_definition():
@@ -181,7 +111,7 @@ def test_window_matches_reference(seed, name):
     items, expected = case_data(case, seed, inferences)
     assert len(items) == inferences * dut.in_beats
     assert len(expected) == inferences * dut.out_beats
-    got = run_stream(dut, items, len(expected), seed)
+    got = run_stream(dut, items, len(expected), seed, timeout=TIMEOUT)
     np.testing.assert_array_equal(np.array(got), expected)
 
 
@@ -208,7 +138,7 @@ def test_window_random_geometries():
                 int(rng.integers(-16, 16)), buffer_rows, 2)
         dut = make_core(case)
         items, expected = case_data(case, done, 2)
-        got = run_stream(dut, items, len(expected), done)
+        got = run_stream(dut, items, len(expected), done, timeout=TIMEOUT)
         np.testing.assert_array_equal(np.array(got), expected, err_msg=repr(case))
         check_timing(case, seed=done)
         done += 1
@@ -224,7 +154,7 @@ def check_timing(case, seed=0):
     geom = dut.geometry
     inferences = max(2, geom.rows // geom.height + 3)       # past the start-up transient
     items, expected = case_data(case, seed, inferences)
-    times = run_timed(dut, items, len(expected))
+    times = run_timed(dut, items, len(expected), timeout=TIMEOUT)
     np.testing.assert_array_equal(np.array(times["out_items"]), expected)
     t_in, t_out = np.array(times["in"]), np.array(times["out"])
     assert t_in[0] == 0
