@@ -43,6 +43,7 @@ from ..dataflow import (
     RequantLayer,
     RequantStage,
     ResizeLayer,
+    ThresholdStage,
     ViewLayer,
 )
 from ..errors import UnsupportedError
@@ -229,8 +230,8 @@ class _Lowerer:
             members.append(n)
             t = n.inputs[0]
             n = self.prod.get(t)
-        while n is not None and _onnx_domain(n) and n.op in EPILOGUE_OPS and \
-                self.activation_input(n) is not None:
+        while n is not None and _onnx_domain(n) and self.activation_input(n) is not None \
+                and (n.op in EPILOGUE_OPS or (n.op in VIEW_OPS and self.channel_view(n))):
             grp.after.insert(0, n)
             members.append(n)
             t = self.activation_input(n)
@@ -289,6 +290,8 @@ class _Lowerer:
             where = n.describe()
             act_first = n.inputs[0] == t
             t = n.outputs[0]
+            if n.op in VIEW_OPS:              # keeps every channel's elements in place
+                continue
             if n.op in ("Relu", "Clip", "LeakyRelu"):
                 if n.op == "Relu":
                     aff.lo = max(aff.lo, 0.0)
@@ -338,6 +341,18 @@ class _Lowerer:
                                             f"supported"])
                 aff.a, aff.b = aff.a / v, aff.b / v
         return aff
+
+    def channel_view(self, n: Node) -> bool:
+        """A view inside an epilogue that only adds or drops unit axes after the channel
+        axis (FINN's Unsqueeze -> BatchNormalization -> Squeeze), so per-channel constants
+        keep their meaning."""
+        try:
+            a, b = self.shape(n.inputs[0]), self.shape(n.outputs[0])
+        except UnsupportedError:
+            return False
+        if n.op == "Transpose" or len(a) < 2 or len(b) < 2 or a[:2] != b[:2]:
+            return False
+        return [d for d in a[2:] if d != 1] == [d for d in b[2:] if d != 1]
 
     def per_channel(self, name, channel_shape, where) -> np.ndarray:
         """A constant operand as a per-channel vector (axis 1 of ``channel_shape``)."""
@@ -395,9 +410,15 @@ class _Lowerer:
                                                     qtype.lo, hi)))
         return lo, max(hi, lo)
 
-    def stage(self, mult_real, off_real, aff: _Affine, grp: _Group, *, in_zero_point=0):
+    def stage(self, mult_real, off_real, aff: _Affine, grp: _Group, *, in_zero_point=0,
+              value_range=None):
         """The requantization stage ``y = clip(round(v * M + O) + z)`` for real multipliers
-        ``mult_real`` and offsets ``off_real`` (already divided by the output scale)."""
+        ``mult_real`` and offsets ``off_real`` (already divided by the output scale); for a
+        quantizer by thresholds (FINN MultiThreshold), the :class:`ThresholdStage` counting
+        the same thresholds on ``v`` (``value_range``: the integers ``v`` can take)."""
+        if "thresholds" in grp.quant.attrs:
+            return self.threshold_stage(mult_real, off_real, aff, grp, in_zero_point,
+                                        value_range)
         qtype, _, z_out = self.out_quant(grp)
         lo, hi = self.bounds(aff, grp)
         m, shift = _requant_params(mult_real, self.mbits)
@@ -411,6 +432,59 @@ class _Lowerer:
         return RequantStage(_compact(m), _compact(off), shift, z_out, lo, hi, qtype,
                             in_zero_point=in_zero_point, rounding=self.rounding,
                             neg_multiplier=neg_m, neg_offset=neg_off)
+
+    def threshold_stage(self, mult_real, off_real, aff, grp, in_zero_point, value_range):
+        """Thresholds on the integer ``v`` equal to the quantizer's float thresholds ``T`` on
+        ``y = M[c] * (v - in_zero_point) + O[c]``: ``y >= T`` where ``v >= ceil((T - O) / M)
+        + in_zero_point`` for ``M > 0``, computed in exact rational arithmetic. Channels with
+        ``M < 0`` count the other way: all channels must agree (a convolution or dense layer
+        negates its channels first, see :meth:`finish_core`)."""
+        from fractions import Fraction
+
+        a = grp.quant.attrs
+        where = grp.quant.describe()
+        if aff.alpha is not None:
+            raise UnsupportedError([f"{where}: thresholds after a LeakyRelu are not "
+                                    f"supported"])
+        t = np.asarray(a["thresholds"], dtype=np.float64)
+        base, step = int(a["base"]), int(a["step"])
+        m = np.asarray(mult_real, dtype=np.float64).reshape(-1)
+        off = np.asarray(off_real, dtype=np.float64).reshape(-1)
+        channels = max(m.size, off.size, t.shape[0])
+        m, off = np.broadcast_to(m, (channels,)), np.broadcast_to(off, (channels,))
+        tt = np.broadcast_to(t, (channels, t.shape[1]))
+        lo_v, hi_v = value_range if value_range is not None else (-(1 << 62), 1 << 62)
+        never, always = hi_v + 1, lo_v           # thresholds nothing / everything reaches
+        signs = {int(np.sign(x)) for x in m if x != 0}
+        if len(signs) > 1:
+            raise UnsupportedError([f"{where}: thresholds on channels of opposite signs"])
+        negative = signs == {-1}
+        out = np.empty((channels, t.shape[1]), dtype=np.int64)
+        for c in range(channels):
+            for i in range(t.shape[1]):
+                T = tt[c, i]
+                if T <= aff.lo:                   # the activation clips below: reached
+                    out[c, i] = always
+                    continue
+                if T > aff.hi:
+                    out[c, i] = never
+                    continue
+                if m[c] == 0:
+                    out[c, i] = always if off[c] >= T else never
+                    continue
+                bound = (Fraction(float(T)) - Fraction(float(off[c]))) / Fraction(float(m[c]))
+                if not negative:                  # v >= bound
+                    k = -((-bound.numerator) // bound.denominator)
+                else:                             # v <= bound: count v >= floor(bound) + 1
+                    k = bound.numerator // bound.denominator + 1
+                out[c, i] = min(max(k + in_zero_point, lo_v), hi_v + 1)
+        n = t.shape[1]
+        if negative:       # y >= T where v < k: count = n - #{v >= k}, thresholds reversed
+            out, base, step = out[:, ::-1], base + step * n, -step
+        out = np.sort(out, axis=1)
+        if np.all(out == out[:1]):
+            out = out[:1]
+        return ThresholdStage(out, base, step, a["qtype"])
 
     def in_info(self, dq: Node) -> _QInfo:
         return self.qinfo[dq.inputs[0]]
@@ -513,6 +587,8 @@ class _Lowerer:
         qtype, s_out, z_out = self.out_quant(grp)
         if (qtype, np.float32(s_out), z_out) != (qi.type, np.float32(qi.scale), qi.zero_point):
             return False
+        if any(k in grp.quant.attrs for k in ("thresholds", "bipolar")):
+            return False
         if np.any(aff.a != 1) or np.any(aff.b != 0) or aff.alpha is not None:
             return False
         lo, hi = self.bounds(aff, grp)
@@ -568,10 +644,24 @@ class _Lowerer:
         if grp.quant is None:
             self.acc = (acc_scale, bias_real)
             return layer
-        layer.requant = [self.acc_stage(acc_scale, bias_real, aff, grp, channels)]
+        if "thresholds" in grp.quant.attrs:
+            # ThresholdStages count one way for all channels: negate the channels whose
+            # scale, BatchNormalization included, is negative (bias and offset follow).
+            a = np.broadcast_to(np.asarray(aff.a, np.float64), (channels,))
+            flip = np.asarray(acc_scale).reshape(-1) * a < 0
+            if np.any(flip):
+                sign = np.where(flip, -1, 1)
+                layer.weight = layer.weight * sign.reshape((-1,) + (1,) * (layer.weight.ndim
+                                                                           - 1))
+                layer.bias = layer.bias * sign
+                # y = a * (acc * S + b_r) + B = a * (-acc * -S + b_r) + B: the accumulator
+                # and its unit change sign, the real bias and the epilogue do not.
+                acc_scale = np.asarray(acc_scale, np.float64) * sign
+        layer.requant = [self.acc_stage(acc_scale, bias_real, aff, grp, channels,
+                                        value_range=(layer.acc_type.lo, layer.acc_type.hi))]
         return layer
 
-    def acc_stage(self, acc_scale, bias_real, aff, grp, channels):
+    def acc_stage(self, acc_scale, bias_real, aff, grp, channels, value_range=None):
         """The stage after an accumulator whose unit is worth ``acc_scale[c]``."""
         _, s_out, _ = self.out_quant(grp)
         a = np.broadcast_to(aff.a, (channels,))
@@ -579,7 +669,7 @@ class _Lowerer:
                           s_out).astype(np.float64)
         off = (a * np.broadcast_to(bias_real, (channels,)) +
                np.broadcast_to(aff.b, (channels,))) / s_out
-        return self.stage(mult, off, aff, grp)
+        return self.stage(mult, off, aff, grp, value_range=value_range)
 
     def bias(self, core, index, n_out, acc_scale, beta=1.0):
         """An integer bias on the accumulator's scale and the real bias left over."""
@@ -768,8 +858,9 @@ class _Lowerer:
         a = np.asarray(aff.a, np.float64).reshape(-1)
         mult = _f32_ratio(np.float32(qi.scale) * a.astype(np.float32), s_out)
         st = self.stage(mult.astype(np.float64), np.asarray(aff.b).reshape(-1) / s_out, aff,
-                        grp, in_zero_point=qi.zero_point)
-        for arr in (st.multiplier, st.offset):
+                        grp, in_zero_point=qi.zero_point, value_range=(qi.type.lo, qi.type.hi))
+        for arr in ((st.thresholds[:, 0],) if isinstance(st, ThresholdStage) else
+                    (st.multiplier, st.offset)):
             if arr.size not in (1, c):
                 raise UnsupportedError([f"{grp.quant.describe()}: parameters of {arr.size} "
                                         f"entries for {c} channels"])

@@ -352,18 +352,28 @@ def round_float(v, rounding: str = "half_even") -> np.ndarray:
 
 
 def quantize_linear(x, scale, zero_point, lo: int, hi: int, axis: int = 1,
-                    rounding: str = "half_even", bipolar: bool = False) -> np.ndarray:
+                    rounding: str = "half_even", bipolar: bool = False, thresholds=None,
+                    base: int = 0, step: int = 1) -> np.ndarray:
     """ONNX QuantizeLinear (opsets 10-23): ``saturate(round_half_even(x / scale) + zero_point)``
     into ``[lo, hi]`` (the type's range, or narrower: QONNX's narrow range, a QCDQ Clip).
 
     Computed in float32 like onnxruntime; ``scale``/``zero_point`` are scalars or 1-D along
     ``axis``. ``rounding`` selects another rounding of ``x / scale`` (QONNX Quant's
     ``rounding_mode``, see :func:`round_float`). ``bipolar``: QONNX BipolarQuant, ``+1`` where
-    ``x >= 0`` and ``-1`` elsewhere (scale and zero point unused). Returns int64.
+    ``x >= 0`` and ``-1`` elsewhere (scale and zero point unused). ``thresholds``: FINN's
+    MultiThreshold, ``base + step * #{i : x >= thresholds[c, i]}`` with ``(channels, n)``
+    (or ``(1, n)``) float thresholds along ``axis``. Returns int64.
     """
     x = np.asarray(x, dtype=np.float32)
     if bipolar:
         return np.where(x >= 0, 1, -1).astype(np.int64)
+    if thresholds is not None:
+        t = np.asarray(thresholds, dtype=np.float32)
+        count = np.zeros(x.shape, dtype=np.int64)
+        for i in range(t.shape[1]):
+            ti, _ = _along(axis, x.ndim, t[:, i] if t.shape[0] > 1 else t[0, i], 0)
+            count += x >= ti
+        return base + step * count
     scale, zp = _along(axis, x.ndim, scale, zero_point)
     q = round_float(x / scale, rounding).astype(np.int64) + zp
     return np.clip(q, lo, hi)

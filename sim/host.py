@@ -82,14 +82,16 @@ def clip(x, lo=None, hi=None, *, min=None, max=None, version=13):  # noqa: A002
 
 
 def quantize_linear(x, *, scale, zero_point, qtype, axis=1, version=13, lo=None, hi=None,
-                    rounding="half_even", bipolar=False, **_):
+                    rounding="half_even", bipolar=False, thresholds=None, base=0, step=1,
+                    **_):
     """ONNX QuantizeLinear-10/13/19/21 with resolved parameters; round half to even. The
     frontend's optional ``lo``/``hi`` (a narrower range: QONNX narrow range, a QCDQ Clip),
-    ``rounding`` and ``bipolar`` (QONNX Quant / BipolarQuant) follow
-    :func:`onnx2fpga.sim.golden.quantize_linear`."""
+    ``rounding`` and ``bipolar`` (QONNX Quant / BipolarQuant) and ``thresholds``, ``base``,
+    ``step`` (FINN MultiThreshold) follow :func:`onnx2fpga.sim.golden.quantize_linear`."""
     axis = axis if axis >= 0 else axis + np.ndim(x)
     return golden.quantize_linear(x, scale, zero_point, qtype.lo if lo is None else lo,
-                                  qtype.hi if hi is None else hi, axis, rounding, bipolar)
+                                  qtype.hi if hi is None else hi, axis, rounding, bipolar,
+                                  thresholds, base, step)
 
 
 def dequantize_linear(x, *, scale, zero_point, qtype=None, axis=1, version=13, **_):
@@ -119,6 +121,18 @@ def _argmax(x, *, axis=0, keepdims=1, select_last_index=0, version=13):
     else:
         y = np.argmax(x, axis=axis)
     return (np.expand_dims(y, axis) if keepdims else y).astype(np.int64)
+
+
+def _topk(x, k, *, axis=-1, largest=1, sorted=1, version=11):  # noqa: A002
+    """ONNX TopK-10/11: the ``k`` largest (or smallest) values along ``axis`` and their
+    indices; ties go to the lower index, as the operator specifies."""
+    x = np.asarray(x)
+    k = int(np.asarray(k).reshape(-1)[0])
+    axis = axis if axis >= 0 else axis + x.ndim
+    key = -x if largest else x
+    idx = np.argsort(key, axis=axis, kind="stable")
+    idx = np.take(idx, np.arange(k), axis=axis)
+    return np.take_along_axis(x, idx, axis=axis), idx.astype(np.int64)
 
 
 def _cast(x, *, to, saturate=1, round_mode="up", version=13):
@@ -268,6 +282,7 @@ HOST_OPS = {
     "Unsqueeze": _unsqueeze,
     "Clip": clip,
     "ArgMax": _argmax,
+    "TopK": _topk,
     "Cast": _cast,
     "QuantizeLinear": quantize_linear,
     "DequantizeLinear": dequantize_linear,
@@ -313,5 +328,10 @@ def run_nodes(nodes, env: dict, constants: dict) -> dict:
             shapes = ", ".join(str(np.shape(a)) for a in args)
             raise HostOpError(f"Node {label!r} ({node.op}): {e} (input shapes {shapes})") \
                 from None
-        env[node.outputs[0]] = y
+        if isinstance(y, tuple):                 # several outputs (TopK)
+            for name, value in zip(node.outputs, y):
+                if name:
+                    env[name] = value
+        else:
+            env[node.outputs[0]] = y
     return env

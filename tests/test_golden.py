@@ -140,3 +140,26 @@ def test_quantize_rounding_modes(rounding, expected):
                                   expected)
     np.testing.assert_array_equal(golden.quantize_linear(x, 1.0, 0, -1, 1, bipolar=True),
                                   np.where(x >= 0, 1, -1))
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_host_topk_matches_reference(largest):
+    """TopK has two outputs (values, indices): the host interpreter stores both; ties go to
+    the lower index."""
+    x = np.random.default_rng(5).integers(0, 4, size=(3, 7)).astype(np.float32)
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1, largest=largest)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      None),
+                                        helper.make_tensor_value_info("k", TensorProto.INT64,
+                                                                      None)],
+                          [helper.make_tensor_value_info("v", TensorProto.FLOAT, None),
+                           helper.make_tensor_value_info("i", TensorProto.INT64, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    want = ReferenceEvaluator(m).run(None, {"x": x, "k": np.array([3])})
+
+    class N:
+        op, inputs, outputs, version = "TopK", ["x", "k"], ["v", "i"], 11
+        attrs = {"axis": -1, "largest": largest}
+    env = host.run_nodes([N()], {"x": x, "k": np.array([3])}, {})
+    np.testing.assert_array_equal(env["v"], want[0])
+    np.testing.assert_array_equal(env["i"], want[1])
