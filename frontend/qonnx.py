@@ -35,8 +35,10 @@ reshaped weight) becomes a ``DequantizeLinear`` of the viewed constant, its axis
 Refused by name: parameters that are not constants, bit widths that are not integers from 1
 to 16, non-integer zero points, scales that vary along more than one axis, the rounding modes
 ``UP`` and ``HALF_DOWN``, and a non-zero zero point with a sign-dependent rounding
-(``HALF_UP``, ``DOWN``: QONNX rounds ``x / scale + zeropt``, ONNX ``x / scale``; the two agree
-for the other modes, for ``ROUND`` except at exact ties with an odd zero point).
+(``HALF_UP``, ``DOWN``) on an activation: QONNX rounds ``x / scale + zeropt``, ONNX's
+QuantizeLinear (and so the requantization) ``x / scale``. The two agree for ``FLOOR`` and
+``CEIL``, and for ``ROUND`` except at exact ties with an odd zero point (constants are
+evaluated with QONNX's formula, so they are exact).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ import numpy as np
 
 from ..dataflow import IntType
 from ..errors import UnsupportedError
-from ..sim import host
+from ..sim import golden, host
 from .ir import Graph, Node, TensorInfo
 from .load import QONNX_DOMAINS, QONNX_OPS
 
@@ -57,8 +59,7 @@ __all__ = ["normalize_qonnx", "fold_qcdq", "fold_constant_views", "ROUNDING_MODE
 #: QONNX ``rounding_mode`` names and the rounding of :func:`onnx2fpga.sim.golden.round_float`
 #: they are (QONNX's ``HALF_UP`` rounds ties away from zero, ``DOWN`` towards zero).
 ROUNDING_MODES = {"ROUND": "half_even", "HALF_EVEN": "half_even", "HALF_UP": "half_away",
-                  "FLOOR": "floor", "CEIL": "ceil", "DOWN": "to_zero",
-                  "ROUND_TO_ZERO": "to_zero"}
+                  "FLOOR": "floor", "CEIL": "ceil", "DOWN": "to_zero"}
 #: The widest integer a QONNX quantizer may produce (the hardware's limit for activations and
 #: weights, see DESIGN.md "Numerics").
 MAX_BITS = 16
@@ -146,6 +147,20 @@ def _rounding(node: Node) -> str:
     return rounding
 
 
+def _evaluate(x, scale, zp, axis, lo, hi, rounding, bipolar) -> np.ndarray:
+    """QONNX's integer of a constant: ``clip(round(x / scale + zeropt), lo, hi)`` in float32
+    (bipolar: the sign of ``x / scale + zeropt``), the zero point inside the rounding."""
+    scale, zp = np.asarray(scale, np.float32), np.asarray(zp, np.float32)
+    if scale.ndim == 1:
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    y = (x / scale + zp).astype(np.float32)
+    if bipolar:
+        return np.where(y >= 0, 1, -1).astype(np.int64)
+    return np.clip(golden.round_float(y, rounding), lo, hi).astype(np.int64)
+
+
 def _int_range(bits: int, signed: bool, narrow: bool) -> tuple[int, int]:
     """QONNX's integer range of a ``bits``-bit quantizer."""
     if signed:
@@ -179,9 +194,8 @@ class _Converter:
         attrs.update(extra or {})
         dq_scale = scale if dq_scale is None else dq_scale
         if x in g.constants and not extra:
-            value = np.asarray(g.constants[x])
-            q = host.quantize_linear(value.astype(np.float32), **attrs).astype(
-                _container(qtype))
+            q = _evaluate(np.asarray(g.constants[x], np.float32), scale, zp, axis, lo, hi,
+                          rounding, bipolar).astype(_container(qtype))
             cname = _fresh(g, f"{out}__int")
             g.constants[cname] = q
             g.tensors[cname] = TensorInfo(q.dtype.name, tuple(q.shape))
