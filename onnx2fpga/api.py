@@ -149,6 +149,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     quant_info["multiplier_bits"] = multiplier_bits
     say("lowering to integer layers")
     design = lower(graph, multiplier_bits=multiplier_bits)
+    _check_buildable(design)
     fold(design.dataflow, max_lanes=max_lanes, overrides=folding)
     if float_graph is not None:
         from .sim import host
@@ -182,6 +183,25 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     save_design(design, os.path.join(out, "design.json"), os.path.join(out, "design.npz"))
     say(f"wrote {out} in {time.monotonic() - t0:.1f} s")
     return CompiledDesign(out, design, manifest)
+
+
+def _check_buildable(design) -> None:
+    """Refuse, by layer, what the golden model runs but no hardware core implements yet: a
+    threshold stage (a bipolar quantizer's output, QONNX BipolarQuant)."""
+    from .dataflow import ThresholdStage
+    from .errors import UnsupportedError
+
+    problems = []
+    for ly in design.dataflow.layers:
+        stages = []
+        for st in getattr(ly, "requant", None) or []:      # a ConcatLayer: one list per input
+            stages.extend(st if isinstance(st, list) else [st])
+        if any(isinstance(st, ThresholdStage) for st in stages):
+            problems.append(f"Layer {ly.name!r} (nodes {', '.join(ly.nodes)}): a threshold "
+                            f"stage (bipolar output) has no hardware core yet; frontend.lower "
+                            f"and the golden model run it")
+    if problems:
+        raise UnsupportedError(problems)
 
 
 def _element_order(port) -> str:
