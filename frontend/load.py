@@ -12,12 +12,16 @@ additionally repairs the deviations that real exporters produce:
 
 * MD-04: no ``ai.onnx`` opset import: the newest opset released with the model's IR version
   is assumed;
-* ND-02: a custom domain used by nodes but not declared: version 1 is assumed;
+* ND-02: a custom domain used by nodes but not declared: version 1 is assumed (strict mode
+  refuses such a node by name before the checker; QONNX exporters often omit the domain);
 * GR-01: an empty graph name;
 * GR-02: a node list that is not topologically sorted (re-sorted; cycles are always fatal);
 * MD-02: element types or features newer than the declared IR version.
 
 Every repair is reported through :class:`Onnx2FpgaWarning` naming what was repaired.
+
+Besides ai.onnx, the QONNX quantizers (:data:`QONNX_OPS` in :data:`QONNX_DOMAINS`) are
+imported as they are; :mod:`onnx2fpga.frontend.qonnx` turns them into QDQ form.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import numpy as np
 from ..errors import CheckError, LoadError, UnsupportedError
 from .ir import Graph, Node, TensorInfo
 
-__all__ = ["Onnx2FpgaWarning", "load_model", "import_model", "check_model"]
+__all__ = ["Onnx2FpgaWarning", "load_model", "import_model", "check_model", "QONNX_DOMAINS",
+           "QONNX_OPS"]
 
 # Largest tensor the compiler will ever materialize (elements); larger ones are refused
 # before any allocation so that a lying file cannot exhaust memory. 2^24 elements (64 MiB
