@@ -12,12 +12,16 @@ additionally repairs the deviations that real exporters produce:
 
 * MD-04: no ``ai.onnx`` opset import: the newest opset released with the model's IR version
   is assumed;
-* ND-02: a custom domain used by nodes but not declared: version 1 is assumed;
+* ND-02: a custom domain used by nodes but not declared: version 1 is assumed (strict mode
+  refuses such a node by name before the checker; QONNX exporters often omit the domain);
 * GR-01: an empty graph name;
 * GR-02: a node list that is not topologically sorted (re-sorted; cycles are always fatal);
 * MD-02: element types or features newer than the declared IR version.
 
 Every repair is reported through :class:`Onnx2FpgaWarning` naming what was repaired.
+
+Besides ai.onnx, the QONNX quantizers (:data:`QONNX_OPS` in :data:`QONNX_DOMAINS`) are
+imported as they are; :mod:`onnx2fpga.frontend.qonnx` turns them into QDQ form.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import numpy as np
 from ..errors import CheckError, LoadError, UnsupportedError
 from .ir import Graph, Node, TensorInfo
 
-__all__ = ["Onnx2FpgaWarning", "load_model", "import_model", "check_model"]
+__all__ = ["Onnx2FpgaWarning", "load_model", "import_model", "check_model", "QONNX_DOMAINS",
+           "QONNX_OPS"]
 
 # Largest tensor the compiler will ever materialize (elements); larger ones are refused
 # before any allocation so that a lying file cannot exhaust memory. 2^24 elements (64 MiB
@@ -312,6 +317,11 @@ def _stable_topological(g, known):
 
 # Operator domains the passes and kernels implement ("" is ai.onnx).
 SUPPORTED_DOMAINS = ("",)
+# The domains QONNX quantizers are exported under (QONNX, Brevitas, older FINN/QKeras
+# exports) and the operators of them that frontend/qonnx.py normalizes into QDQ form. Every
+# other operator of these domains (MultiThreshold, fpgadataflow layers...) is refused by name.
+QONNX_DOMAINS = ("qonnx.custom_op.general", "onnx.brevitas", "finn.custom_op.general")
+QONNX_OPS = ("Quant", "IntQuant", "BipolarQuant", "Trunc")
 
 
 # -- structural validation before any of onnx's C++ code sees the model ------------------
@@ -559,6 +569,7 @@ def check_model(model, lenient: bool = False):
     if lenient:
         _lenient_repairs(model)
     else:
+        _check_declared_domains(model)
         _toposort(model, repair=False)
     try:
         onnx.checker.check_model(model)
@@ -586,13 +597,101 @@ def check_model(model, lenient: bool = False):
             raise CheckError(f"Converting opset {opset} to {MIN_OPSET}: "
                              f"{_first_line(e)}") from None
         _warn(f"OP-09: converted the model from ai.onnx opset {opset} to {MIN_OPSET}")
+    proxy = _qonnx_shape_proxy(model)
     try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True,
-                                                     data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(proxy or model, check_type=True,
+                                                     strict_mode=True, data_prop=True)
     except _onnx_errors() as e:
         raise CheckError(f"Shape inference: {_first_line(e)}") from None
+    if proxy is not None:
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(inferred.graph.value_info)
+        del model.graph.output[:]
+        model.graph.output.extend(inferred.graph.output)
+        inferred = model
     _check_shapes(inferred)
     return inferred
+
+
+def _check_declared_domains(model) -> None:
+    """ND-02 in strict mode: a node of a domain missing from ``opset_import`` is refused
+    before the checker, naming the node and the domain (the checker names neither)."""
+    declared = {o.domain for o in model.opset_import} | {"", "ai.onnx"}
+    for k, n in enumerate(model.graph.node):
+        if n.domain not in declared:
+            raise CheckError(f"Node {_node_label(n, k)!r} ({n.domain}.{n.op_type}): domain "
+                             f"{n.domain!r} is not declared in opset_import (--lenient "
+                             f"assumes version 1)")
+
+
+def _qonnx_shape_proxy(model):
+    """A copy of ``model`` in which every QONNX quantizer is an ai.onnx Identity of its data
+    input, or None if there is none. ONNX shape inference knows no schema for them and would
+    leave every tensor after them without a shape; all of them keep the shape (and element
+    type) of their data input."""
+    onnx = _onnx()
+    if not any(n.domain in QONNX_DOMAINS and n.op_type in QONNX_OPS for n in model.graph.node):
+        return None
+    proxy = onnx.ModelProto()
+    proxy.CopyFrom(model)
+    for n in proxy.graph.node:
+        if n.domain in QONNX_DOMAINS and n.op_type in QONNX_OPS and len(n.input):
+            data = n.input[0]
+            del n.input[:]
+            n.input.append(data)
+            del n.attribute[:]
+            n.op_type, n.domain = "Identity", ""
+    _fold_shape_arithmetic(proxy)
+    return proxy
+
+
+def _fold_shape_arithmetic(model) -> None:
+    """Replace ``Shape`` of a tensor of static shape, and ``Gather`` / ``Unsqueeze`` /
+    ``Concat`` of such constants, by initializers (in ``model``, a shape-inference proxy).
+    PyTorch exports of ``x.view(x.size(0), -1)`` compute a Reshape's target shape this way,
+    and ONNX's data propagation does not follow it through these operators' old opsets."""
+    from onnx import numpy_helper
+
+    g = model.graph
+    shapes = {}
+    for vi in list(g.input) + list(g.value_info):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.HasField("shape") and \
+                all(d.HasField("dim_value") for d in tt.shape.dim):
+            shapes[vi.name] = [d.dim_value for d in tt.shape.dim]
+    known = {t.name: numpy_helper.to_array(t) for t in g.initializer
+             if t.data_type == _onnx().TensorProto.INT64}
+    keep, added = [], []
+    for n in g.node:
+        attrs = {a.name: _onnx().helper.get_attribute_value(a) for a in n.attribute}
+        ins = list(n.input)
+        value = None
+        try:
+            if n.domain in ("", "ai.onnx") and len(n.output) == 1:
+                if n.op_type == "Shape" and ins and ins[0] in shapes:
+                    value = np.asarray(shapes[ins[0]], np.int64)[
+                        attrs.get("start", 0):attrs.get("end", None)]
+                elif n.op_type == "Gather" and len(ins) == 2 and all(i in known for i in ins):
+                    value = np.take(known[ins[0]], known[ins[1]], axis=attrs.get("axis", 0))
+                elif n.op_type == "Unsqueeze" and ins and ins[0] in known and \
+                        (len(ins) > 1 and ins[1] in known or "axes" in attrs):
+                    axes = known[ins[1]] if len(ins) > 1 else attrs["axes"]
+                    value = known[ins[0]]
+                    for a in sorted(int(a) % (value.ndim + len(axes)) for a in axes):
+                        value = np.expand_dims(value, a)
+                elif n.op_type == "Concat" and ins and all(i in known for i in ins):
+                    value = np.concatenate([known[i] for i in ins], axis=attrs.get("axis", 0))
+        except (ValueError, IndexError, TypeError, KeyError):
+            value = None
+        if value is None or value.dtype != np.int64:
+            keep.append(n)
+            continue
+        known[n.output[0]] = value
+        added.append(numpy_helper.from_array(value, n.output[0]))
+    if added:
+        del g.node[:]
+        g.node.extend(keep)
+        g.initializer.extend(added)
 
 
 def _attr_value(attr, where: str):
@@ -824,9 +923,15 @@ def import_model(model) -> Graph:
         except onnx.defs.SchemaError:
             version = 0
         where = f"Node {label!r} ({n.op_type}, opset {opset})"
-        if domain not in SUPPORTED_DOMAINS:
+        if domain in QONNX_DOMAINS and n.op_type not in QONNX_OPS:
+            problems.append(f"Node {label!r} ({domain}.{n.op_type}, opset {opset}): operator "
+                            f"{n.op_type!r} of domain {domain!r} is not supported (of this "
+                            f"domain only {', '.join(QONNX_OPS)})")
+            continue
+        if domain not in SUPPORTED_DOMAINS and domain not in QONNX_DOMAINS:
             # MD-03 / OP-06: an implementation supports every operator of a domain or
-            # rejects the model. No pass or kernel implements another domain yet.
+            # rejects the model. Besides ai.onnx, only the QONNX quantizers are implemented
+            # (frontend/qonnx.py); their domains' other operators are refused above.
             problems.append(f"Node {label!r} ({domain}.{n.op_type}, opset {opset}): domain "
                             f"{domain!r} is not supported (only ai.onnx operators; "
                             f"model-local functions are inlined)")

@@ -66,6 +66,9 @@ QDQ = ("QuantizeLinear", "DequantizeLinear")
 MAX_KERNEL = 8
 #: Significant bits of the two multipliers of an add of activations (see ``_Lowerer.add``).
 ADD_MULTIPLIER_BITS = 12
+#: Thresholds of a bipolar quantizer that no input reaches (a channel whose multiplier is 0)
+#: sit at -+2**THRESHOLD_LIMIT_BITS: always or never.
+THRESHOLD_LIMIT_BITS = 40
 
 
 def _onnx_domain(n: Node) -> bool:
@@ -392,17 +395,40 @@ class _Lowerer:
         return vals[0], vals[1]
 
     def out_quant(self, grp: _Group):
+        """Type, scale and zero point the requantization rounds onto: the quantizer's, or
+        for a QONNX Trunc the grid of its input (the shift follows, see :meth:`stage`)."""
         qa = grp.quant.attrs
         if np.asarray(qa["scale"]).size != 1:
             raise UnsupportedError([f"{grp.quant.describe()}: per-axis activation "
                                     f"quantization is not supported"])
-        return (qa["qtype"], float(np.asarray(qa["scale"]).reshape(())),
+        scale = qa["trunc_scale"] if "trunc_shift" in qa else qa["scale"]
+        return (qa["qtype"], float(np.asarray(scale).reshape(())),
                 int(np.asarray(qa["zero_point"]).reshape(())))
 
+    def out_info(self, grp: _Group) -> _QInfo:
+        """The quantized tensor a group produces."""
+        qa = grp.quant.attrs
+        return _QInfo(qa["qtype"], float(np.asarray(qa["scale"]).reshape(())),
+                      int(np.asarray(qa["zero_point"]).reshape(())))
+
+    def out_rounding(self, grp: _Group) -> str:
+        """The requantization's rounding: the quantizer's (QONNX ``rounding_mode``); the
+        lowering's default for round half to even."""
+        r = grp.quant.attrs.get("rounding", "half_even")
+        if r == "half_even":
+            return self.rounding
+        if r not in golden.SHIFT_ROUNDINGS:
+            raise UnsupportedError([f"{grp.quant.describe()}: rounding {r!r} is not supported "
+                                    f"by the requantization (supported: "
+                                    f"{', '.join(golden.SHIFT_ROUNDINGS)})"])
+        return r
+
     def bounds(self, aff: _Affine, grp: _Group) -> tuple[int, int]:
-        """The output clip range: the type's, narrowed by the activation's real bounds."""
+        """The output clip range: the type's (or the quantizer's narrower ``lo``/``hi``),
+        narrowed by the activation's real bounds."""
         qtype, s_out, z_out = self.out_quant(grp)
-        lo, hi = qtype.lo, qtype.hi
+        lo = int(grp.quant.attrs.get("lo", qtype.lo))
+        hi = int(grp.quant.attrs.get("hi", qtype.hi))
         if aff.lo > -math.inf:
             lo = max(lo, int(golden.quantize_linear(np.float32(aff.lo), s_out, z_out, lo, hi)))
         if aff.hi < math.inf:
@@ -413,14 +439,22 @@ class _Lowerer:
     def stage(self, mult_real, off_real, aff: _Affine, grp: _Group, *, in_zero_point=0,
               value_range=None):
         """The requantization stage ``y = clip(round(v * M + O) + z)`` for real multipliers
-        ``mult_real`` and offsets ``off_real`` (already divided by the output scale); for a
-        quantizer by thresholds (FINN MultiThreshold), the :class:`ThresholdStage` counting
-        the same thresholds on ``v`` (``value_range``: the integers ``v`` can take)."""
-        if "thresholds" in grp.quant.attrs:
+        ``mult_real`` and offsets ``off_real`` (already divided by the output scale).
+
+        A quantizer by thresholds (FINN MultiThreshold) gives the :class:`ThresholdStage`
+        counting the same thresholds on ``v`` (``value_range``: the integers ``v`` can take,
+        see :meth:`threshold_stage`), a bipolar quantizer one with a single threshold (see
+        :meth:`bipolar_stage`); a QONNX Trunc a stage that shifts the integer on its input's
+        grid right by ``trunc_shift`` bits."""
+        qa = grp.quant.attrs
+        if "thresholds" in qa:
             return self.threshold_stage(mult_real, off_real, aff, grp, in_zero_point,
                                         value_range)
+        if qa.get("bipolar"):
+            return self.bipolar_stage(mult_real, off_real, aff, grp, in_zero_point)
         qtype, _, z_out = self.out_quant(grp)
         lo, hi = self.bounds(aff, grp)
+        rounding = self.out_rounding(grp)
         m, shift = _requant_params(mult_real, self.mbits)
         off = np.rint(np.asarray(off_real, np.float64) * 2.0 ** shift).astype(np.int64)
         neg_m = neg_off = None
@@ -429,8 +463,18 @@ class _Lowerer:
                              .astype(np.int64))
             neg_off = _compact(np.rint(np.asarray(off_real) * aff.alpha * 2.0 ** shift)
                                .astype(np.int64))
+        if "trunc_shift" in qa:
+            # QONNX Trunc rounds its input onto the grid of `trunc_scale` (half to even)
+            # before dropping bits: exact here only if the input already lies on that grid.
+            if aff.activated or neg_m is not None or np.any(m != (1 << shift)) or \
+                    np.any(off != 0):
+                raise UnsupportedError([f"{grp.quant.describe()}: the input of a Trunc must "
+                                        f"lie on the grid of its scale (the same scale as "
+                                        f"the quantized input, no offset or activation)"])
+            return RequantStage([1], [0], int(qa["trunc_shift"]), z_out, lo, hi, qtype,
+                                in_zero_point=in_zero_point, rounding=rounding)
         return RequantStage(_compact(m), _compact(off), shift, z_out, lo, hi, qtype,
-                            in_zero_point=in_zero_point, rounding=self.rounding,
+                            in_zero_point=in_zero_point, rounding=rounding,
                             neg_multiplier=neg_m, neg_offset=neg_off)
 
     def threshold_stage(self, mult_real, off_real, aff, grp, in_zero_point, value_range):
@@ -486,6 +530,49 @@ class _Lowerer:
             out = out[:1]
         return ThresholdStage(out, base, step, a["qtype"])
 
+    def bipolar_stage(self, mult_real, off_real, aff: _Affine, grp: _Group,
+                      in_zero_point: int) -> ThresholdStage:
+        """QONNX BipolarQuant: ``+1`` where the real value ``(x - in_zero_point) * M + O`` is
+        non-negative, ``-1`` elsewhere, as one threshold per channel (base -1, step 2).
+
+        A negative ``M`` would need a falling step; dense and convolution layers negate
+        such channels' weights first (:meth:`bipolar_flips`), other layers refuse them."""
+        where = grp.quant.describe()
+        if aff.activated:
+            raise UnsupportedError([f"{where}: an activation before a bipolar quantizer is "
+                                    f"not supported"])
+        m = np.asarray(mult_real, np.float64)
+        o = np.asarray(off_real, np.float64)
+        if m.ndim > 1 and m.size > 1 or o.ndim > 1 and o.size > 1:
+            raise UnsupportedError([f"{where}: per-pixel parameters before a bipolar "
+                                    f"quantizer are not supported"])
+        m, o = np.broadcast_arrays(m.reshape(-1), o.reshape(-1))
+        if np.any(m < 0):
+            raise UnsupportedError([f"{where}: a negative scale before a bipolar quantizer "
+                                    f"is supported after a MatMul, Gemm or Conv only"])
+        limit = 1 << THRESHOLD_LIMIT_BITS
+        pos = m > 0
+        safe = np.where(pos, m, 1.0)
+        t = np.where(pos, np.ceil(-o / safe), 0.0)
+        for _ in range(2):   # float64 rounding of -o / m: settle on the exact first integer
+            t = np.where(pos & ((t - 1) * m + o >= 0), t - 1, t)
+            t = np.where(pos & (t * m + o < 0), t + 1, t)
+        t = np.where(pos, np.clip(t, -limit, limit), np.where(o >= 0, -limit, limit))
+        thresholds = _compact(t.astype(np.int64) + in_zero_point).reshape(-1, 1)
+        return ThresholdStage(thresholds, -1, 2, IntType(2, True))
+
+    def bipolar_flips(self, grp: _Group, acc_scale, aff: _Affine, channels: int):
+        """Channels whose accumulator falls as the real value rises (a negative
+        BatchNormalization scale, alpha) before a bipolar quantizer: their weights and bias
+        are negated so that one rising threshold decides. None if there are none."""
+        if grp.quant is None or not (grp.quant.attrs.get("bipolar") or
+                                     "thresholds" in grp.quant.attrs):
+            return None
+        sign = np.broadcast_to(np.asarray(acc_scale, np.float64).reshape(-1), (channels,)) * \
+            np.broadcast_to(np.asarray(aff.a, np.float64).reshape(-1), (channels,))
+        flip = sign < 0
+        return flip if flip.any() else None
+
     def in_info(self, dq: Node) -> _QInfo:
         return self.qinfo[dq.inputs[0]]
 
@@ -535,9 +622,12 @@ class _Lowerer:
             srcs.append(src)
             infos.append(qi)
         pad = self.pad if len(grp.pre) == 1 else None
-        qtype, s_out, z_out = self.out_quant(grp)
         out = grp.quant.outputs[0]
         op = core.op if core is not None else None
+        if "trunc_shift" in grp.quant.attrs and op not in (None, "AveragePool",
+                                                           "GlobalAveragePool"):
+            raise UnsupportedError([f"{grp.quant.describe()}: a Trunc after {op} is not "
+                                    f"supported (only after an average pool or on its own)"])
         if core is not None and "_geometry" in core.attrs and "kernel" in core.attrs[
                 "_geometry"] and op not in ("GlobalAveragePool", "GlobalMaxPool"):
             kh, kw = core.attrs["_geometry"]["kernel"]
@@ -572,7 +662,7 @@ class _Lowerer:
         else:
             layer.nodes = nodes + [grp.quant.name or out]
             self.layers.append(layer)
-        qi = _QInfo(qtype, s_out, z_out)
+        qi = self.out_info(grp)
         self.qinfo[final] = qi
         src = self.name(final)
         for n in tail_views:
@@ -587,8 +677,9 @@ class _Lowerer:
         qtype, s_out, z_out = self.out_quant(grp)
         if (qtype, np.float32(s_out), z_out) != (qi.type, np.float32(qi.scale), qi.zero_point):
             return False
-        if any(k in grp.quant.attrs for k in ("thresholds", "bipolar")):
-            return False
+        if grp.quant.attrs.get("trunc_shift", 0) or grp.quant.attrs.get("bipolar") or \
+                "thresholds" in grp.quant.attrs:
+            return False    # a shift; int2 values a bipolar output maps; a count
         if np.any(aff.a != 1) or np.any(aff.b != 0) or aff.alpha is not None:
             return False
         lo, hi = self.bounds(aff, grp)
@@ -633,40 +724,35 @@ class _Lowerer:
                                         float(core.attrs.get("beta", 1.0)))
         acc_scale = _f32_ratio(np.float32(alpha) * np.float32(qi.scale) *
                                s_w.astype(np.float32), 1.0).astype(np.float64)
+        flip = self.bipolar_flips(grp, acc_scale, aff, n_out)
+        if flip is not None:
+            weight = np.where(flip[:, None], -weight, weight)
+            bias_int = np.where(flip, -bias_int, bias_int)
         layer = DenseLayer(self.next_name("dense"), qi.type, qi.zero_point, weight,
                            _weight_type(weight), bias_int, [], inputs=[src], output=out)
-        return self.finish_core(layer, acc_scale, bias_real, aff, grp, n_out)
+        return self.finish_core(layer, acc_scale, bias_real, aff, grp, n_out, flip)
 
-    def finish_core(self, layer, acc_scale, bias_real, aff, grp, channels):
+    def finish_core(self, layer, acc_scale, bias_real, aff, grp, channels, flip=None):
         """The requantization after an accumulator; without a quantizer after the core (a
         model's last layer), the accumulator itself leaves the hardware and ``self.acc``
         keeps its real scale and float bias for the host."""
         if grp.quant is None:
             self.acc = (acc_scale, bias_real)
             return layer
-        if "thresholds" in grp.quant.attrs:
-            # ThresholdStages count one way for all channels: negate the channels whose
-            # scale, BatchNormalization included, is negative (bias and offset follow).
-            a = np.broadcast_to(np.asarray(aff.a, np.float64), (channels,))
-            flip = np.asarray(acc_scale).reshape(-1) * a < 0
-            if np.any(flip):
-                sign = np.where(flip, -1, 1)
-                layer.weight = layer.weight * sign.reshape((-1,) + (1,) * (layer.weight.ndim
-                                                                           - 1))
-                layer.bias = layer.bias * sign
-                # y = a * (acc * S + b_r) + B = a * (-acc * -S + b_r) + B: the accumulator
-                # and its unit change sign, the real bias and the epilogue do not.
-                acc_scale = np.asarray(acc_scale, np.float64) * sign
-        layer.requant = [self.acc_stage(acc_scale, bias_real, aff, grp, channels,
+        layer.requant = [self.acc_stage(acc_scale, bias_real, aff, grp, channels, flip,
                                         value_range=(layer.acc_type.lo, layer.acc_type.hi))]
         return layer
 
-    def acc_stage(self, acc_scale, bias_real, aff, grp, channels, value_range=None):
-        """The stage after an accumulator whose unit is worth ``acc_scale[c]``."""
+    def acc_stage(self, acc_scale, bias_real, aff, grp, channels, flip=None,
+                  value_range=None):
+        """The stage after an accumulator whose unit is worth ``acc_scale[c]``; ``flip``
+        marks channels whose accumulator is negated (see :meth:`bipolar_flips`)."""
         _, s_out, _ = self.out_quant(grp)
         a = np.broadcast_to(aff.a, (channels,))
         mult = _f32_ratio(np.asarray(acc_scale, np.float32) * a.astype(np.float32),
                           s_out).astype(np.float64)
+        if flip is not None:
+            mult = np.where(flip, -mult, mult)
         off = (a * np.broadcast_to(bias_real, (channels,)) +
                np.broadcast_to(aff.b, (channels,))) / s_out
         return self.stage(mult, off, aff, grp, value_range=value_range)
@@ -728,12 +814,16 @@ class _Lowerer:
             in_shape = _logical(self.shape(pad.inputs[0]))
         bias_int, bias_real = self.bias(core, 2, n_out, qi.scale * s_w)
         acc_scale = _f32_ratio(np.float32(qi.scale) * s_w.astype(np.float32), 1.0)
+        flip = self.bipolar_flips(grp, acc_scale, aff, n_out)
+        if flip is not None:
+            weight = np.where(flip.reshape((-1,) + (1,) * (weight.ndim - 1)), -weight, weight)
+            bias_int = np.where(flip, -bias_int, bias_int)
         layer = ConvLayer(self.next_name("conv"), qi.type, qi.zero_point, in_shape, weight,
                           _weight_type(weight), bias_int, [], stride=tuple(geo["stride"]),
                           dilation=tuple(geo["dilation"]), pads=pads, group=int(geo["group"]),
                           inputs=[src], output=out)
         return self.finish_core(layer, acc_scale.astype(np.float64), bias_real, aff, grp,
-                                n_out)
+                                n_out, flip)
 
     def pool(self, grp, src, qi, aff, out):
         core = grp.core
@@ -777,6 +867,9 @@ class _Lowerer:
         if a.size != 1:
             raise UnsupportedError([f"{core.describe()}: a per-channel scale after an add "
                                     f"is not supported"])
+        if grp.quant.attrs.get("bipolar") or "trunc_shift" in grp.quant.attrs:
+            raise UnsupportedError([f"{grp.quant.describe()}: a bipolar quantizer or a Trunc "
+                                    f"after an add of activations is not supported"])
         qtype, s_out, z_out = self.out_quant(grp)
         reals = [float(_f32_ratio(np.float32(qi.scale) * np.float32(a[0]), s_out)[()])
                  for qi in infos]
@@ -794,7 +887,7 @@ class _Lowerer:
             neg_m = np.array([round(aff.alpha * (1 << k))])
             neg_off = _compact(np.rint(off * aff.alpha).astype(np.int64))
         st = RequantStage(np.array([1 << k]), _compact(np.rint(off).astype(np.int64)),
-                          shift + k, z_out, lo, hi, qtype, rounding=self.rounding,
+                          shift + k, z_out, lo, hi, qtype, rounding=self.out_rounding(grp),
                           neg_multiplier=neg_m, neg_offset=neg_off)
         return AddLayer(self.next_name("add"), [qi.type for qi in infos],
                         [qi.zero_point for qi in infos], shapes[0],
@@ -859,8 +952,9 @@ class _Lowerer:
         mult = _f32_ratio(np.float32(qi.scale) * a.astype(np.float32), s_out)
         st = self.stage(mult.astype(np.float64), np.asarray(aff.b).reshape(-1) / s_out, aff,
                         grp, in_zero_point=qi.zero_point, value_range=(qi.type.lo, qi.type.hi))
-        for arr in ((st.thresholds[:, 0],) if isinstance(st, ThresholdStage) else
-                    (st.multiplier, st.offset)):
+        params = (st.thresholds[:, 0],) if isinstance(st, ThresholdStage) else \
+            (st.multiplier, st.offset)
+        for arr in params:
             if arr.size not in (1, c):
                 raise UnsupportedError([f"{grp.quant.describe()}: parameters of {arr.size} "
                                         f"entries for {c} channels"])

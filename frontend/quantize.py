@@ -22,6 +22,7 @@ from ..dataflow import IntType
 from ..errors import CalibrationError, UnsupportedError
 from ..sim import host
 from .ir import Graph, Node, TensorInfo
+from .load import QONNX_DOMAINS, QONNX_OPS
 from .lower import EPILOGUE_OPS, VIEW_OPS
 
 __all__ = ["quantize_graph", "is_quantized", "calibrate", "float_groups", "fold_constants"]
@@ -30,8 +31,10 @@ _SAME_RANGE = ("MaxPool", "GlobalMaxPool", "Resize", "Upsample", "Pad")
 
 
 def is_quantized(graph: Graph) -> bool:
+    """The graph holds ONNX Q/DQ nodes or QONNX quantizers (before or after
+    :func:`~onnx2fpga.frontend.qonnx.normalize_qonnx`)."""
     return any(n.op in ("QuantizeLinear", "DequantizeLinear") and n.domain in ("", "ai.onnx")
-               for n in graph.nodes)
+               or n.domain in QONNX_DOMAINS and n.op in QONNX_OPS for n in graph.nodes)
 
 
 def fold_constants(graph: Graph) -> Graph:

@@ -517,11 +517,17 @@ class _StagePlan:
         if s == 0:
             self.const = zp
             w_lo, w_hi = v_lo + zp, v_hi + zp
-        else:
+        elif self.rounding in ("half_even", "half_away"):
             # round_shift(v) + zp == (v + 2**(s-1) - 1 + zp * 2**s + cin) >> s, with
             # cin = bit s of v (half_even) or v >= 0 (half_away); see golden.round_shift.
             self.const = (1 << (s - 1)) - 1 + (zp << s)
             w_lo, w_hi = v_lo + self.const, v_hi + self.const + 1
+        else:
+            # floor: (v + zp * 2**s) >> s; ceil: (v + 2**s - 1 + zp * 2**s) >> s; to_zero:
+            # floor for v >= 0, ceil for v < 0 (the 2**s - 1 is added only to negative v).
+            self.const = (zp << s) + ((1 << s) - 1 if self.rounding == "ceil" else 0)
+            extra = (1 << s) - 1 if self.rounding == "to_zero" and v_lo < 0 else 0
+            w_lo, w_hi = v_lo + self.const, v_hi + self.const + extra
         r_lo, r_hi = w_lo >> s, w_hi >> s
         self.r_shape = _range_shape(r_lo, r_hi)
         self.lo, self.hi = int(stage.lo), int(stage.hi)
@@ -557,7 +563,8 @@ class RequantCore(wiring.Component):
         y = clip(round_shift((x - in_zero_point) * multiplier[c] + offset[c], shift)
                  + zero_point, lo, hi)
 
-    with ``round_shift`` rounding half to even or half away from zero. A stage with
+    with ``round_shift`` rounding half to even, half away from zero, down, up or towards
+    zero. A stage with
     ``neg_multiplier`` and ``neg_offset`` (a fused LeakyRelu) uses
     ``(x - in_zero_point) * neg_multiplier[c] + neg_offset[c]`` wherever the product above is
     negative: both products are computed side by side in the multiply step and the sign of the
@@ -711,6 +718,12 @@ class RequantCore(wiring.Component):
 
                     if plan.shift == 0:
                         m.d.sync += r[j].eq(v[j] + plan.const)
+                    elif plan.rounding in ("floor", "ceil") or \
+                            (plan.rounding == "to_zero" and not plan.v_signed):
+                        m.d.sync += r[j].eq((v[j] + C(plan.const)) >> plan.shift)
+                    elif plan.rounding == "to_zero":
+                        bias = Mux(v[j][-1], C((1 << plan.shift) - 1), C(0))
+                        m.d.sync += r[j].eq((v[j] + C(plan.const) + bias) >> plan.shift)
                     else:
                         if plan.rounding == "half_even":
                             cin = v[j][plan.shift] if plan.shift < len(v[j]) else \

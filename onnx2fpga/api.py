@@ -107,6 +107,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     from .frontend.load import load_model
     from .frontend.lower import lower
     from .frontend.qdq import normalize_qdq
+    from .frontend.qonnx import normalize_qonnx
     from .frontend.quantize import is_quantized, quantize_graph
     from .frontend.resolve import resolve_geometry
     from .hw.emit import emit_verilog
@@ -118,6 +119,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     say("loading and checking the model")
     graph = load_model(model, lenient=lenient)
     normalize_qdq(graph)
+    normalize_qonnx(graph)      # QONNX quantizers and QCDQ Clips into the same QDQ form
     resolve_geometry(graph)
     float_graph = None
     quant_info = {"source": "qdq"}

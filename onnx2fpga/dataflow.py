@@ -102,7 +102,9 @@ class RequantStage:
                  + zero_point, lo, hi)
 
     ``round_shift(v, s)`` divides by ``2**s`` and rounds to the nearest integer, ties to even
-    (``rounding="half_even"``, as ONNX QuantizeLinear) or away from zero (``"half_away"``).
+    (``rounding="half_even"``, as ONNX QuantizeLinear) or away from zero (``"half_away"``),
+    or rounds the quotient down (``"floor"``), up (``"ceil"``) or towards zero
+    (``"to_zero"``): the rounding modes of QONNX Quant and Trunc.
     ``multiplier`` and ``offset`` are arrays aligned on the left with the logical tensor (see
     the module docstring): one entry per channel, or a single entry for all. A fused ReLU is
     ``lo = zero_point``.
@@ -132,8 +134,9 @@ class RequantStage:
         if self.neg_multiplier is not None:
             self.neg_multiplier = np.atleast_1d(np.asarray(self.neg_multiplier, np.int64))
             self.neg_offset = np.atleast_1d(np.asarray(self.neg_offset, np.int64))
-        if self.rounding not in ("half_even", "half_away"):
-            raise ValueError(f"Rounding must be 'half_even' or 'half_away', not {self.rounding!r}")
+        if self.rounding not in ("half_even", "half_away", "floor", "ceil", "to_zero"):
+            raise ValueError(f"Rounding must be 'half_even', 'half_away', 'floor', 'ceil' or "
+                             f"'to_zero', not {self.rounding!r}")
         if not (self.out_type.lo <= self.lo <= self.hi <= self.out_type.hi):
             raise ValueError(f"Clip range [{self.lo}, {self.hi}] must lie within "
                              f"{self.out_type.name}")

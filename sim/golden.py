@@ -33,8 +33,11 @@ from ..dataflow import (
 __all__ = [
     "round_shift", "requant", "requant_stages", "dense", "conv", "max_pool", "window_sum",
     "add", "resize_nearest", "pad", "run_layer", "run_dataflow", "quantize_linear",
-    "dequantize_linear", "round_float", "ROUNDINGS", "threshold",
+    "dequantize_linear", "round_float", "ROUNDINGS", "SHIFT_ROUNDINGS", "threshold", "trunc",
 ]
+
+#: The roundings of :func:`round_shift` (and so of a RequantStage).
+SHIFT_ROUNDINGS = ("half_even", "half_away", "floor", "ceil", "to_zero")
 
 _INT64_SAFE = (1 << 62)
 
@@ -44,6 +47,8 @@ def round_shift(v, shift: int, rounding: str = "half_even") -> np.ndarray:
 
     ``rounding="half_even"``: ties go to the even neighbour (IEEE / ONNX QuantizeLinear).
     ``rounding="half_away"``: ties go away from zero (C ``round``, QONNX ``ROUND`` is half_even).
+    ``"floor"``, ``"ceil"``, ``"to_zero"``: the quotient rounded down, up or towards zero
+    (QONNX ``FLOOR``, ``CEIL``, ``DOWN``; ``floor`` is a plain arithmetic shift).
     Works on int64 arrays; the hardware implements exactly this with an arithmetic shift.
     """
     v = np.asarray(v, dtype=np.int64)
@@ -51,6 +56,9 @@ def round_shift(v, shift: int, rounding: str = "half_even") -> np.ndarray:
         return v.copy()
     floor = v >> shift                                 # arithmetic shift: floor division
     rem = v - (floor << shift)                         # 0 <= rem < 2**shift
+    if rounding in ("floor", "ceil", "to_zero"):
+        up = (rem != 0) & ((rounding == "ceil") | ((rounding == "to_zero") & (v < 0)))
+        return floor + up.astype(np.int64)
     half = np.int64(1) << (shift - 1)
     up = rem > half
     tie = rem == half
@@ -59,8 +67,18 @@ def round_shift(v, shift: int, rounding: str = "half_even") -> np.ndarray:
     elif rounding == "half_away":
         up |= tie & (v >= 0)
     else:
-        raise ValueError(f"Rounding must be 'half_even' or 'half_away', not {rounding!r}")
+        raise ValueError(f"Rounding must be one of {', '.join(SHIFT_ROUNDINGS)}, not "
+                         f"{rounding!r}")
     return floor + up.astype(np.int64)
+
+
+def trunc(x, scale, shift: int, lo: int, hi: int, rounding: str = "floor") -> np.ndarray:
+    """QONNX Trunc (opset 1 and 2, zero point 0) on float ``x``: ``t = round_half_even(x /
+    scale)`` in float32 (the integer on the input's grid), then its ``shift`` low bits dropped
+    with ``rounding`` (:func:`round_shift`) and the result clipped to ``[lo, hi]``. Returns
+    int64; the real value is that times the output scale."""
+    t = np.rint(np.asarray(x, np.float32) / np.float32(scale)).astype(np.int64)
+    return np.clip(round_shift(t, int(shift), rounding), lo, hi)
 
 
 def threshold(x, stage: ThresholdStage) -> np.ndarray:

@@ -83,14 +83,19 @@ def clip(x, lo=None, hi=None, *, min=None, max=None, version=13):  # noqa: A002
 
 def quantize_linear(x, *, scale, zero_point, qtype, axis=1, version=13, lo=None, hi=None,
                     rounding="half_even", bipolar=False, thresholds=None, base=0, step=1,
-                    **_):
+                    trunc_shift=None, trunc_scale=None, **_):
     """ONNX QuantizeLinear-10/13/19/21 with resolved parameters; round half to even. The
     frontend's optional ``lo``/``hi`` (a narrower range: QONNX narrow range, a QCDQ Clip),
     ``rounding`` and ``bipolar`` (QONNX Quant / BipolarQuant) and ``thresholds``, ``base``,
-    ``step`` (FINN MultiThreshold) follow :func:`onnx2fpga.sim.golden.quantize_linear`."""
+    ``step`` (FINN MultiThreshold) follow :func:`onnx2fpga.sim.golden.quantize_linear`; with
+    ``trunc_shift`` the node is a QONNX Trunc (:func:`onnx2fpga.sim.golden.trunc` on the grid
+    ``trunc_scale``)."""
+    lo = qtype.lo if lo is None else lo
+    hi = qtype.hi if hi is None else hi
+    if trunc_shift is not None:
+        return golden.trunc(x, trunc_scale, trunc_shift, lo, hi, rounding)
     axis = axis if axis >= 0 else axis + np.ndim(x)
-    return golden.quantize_linear(x, scale, zero_point, qtype.lo if lo is None else lo,
-                                  qtype.hi if hi is None else hi, axis, rounding, bipolar,
+    return golden.quantize_linear(x, scale, zero_point, lo, hi, axis, rounding, bipolar,
                                   thresholds, base, step)
 
 

@@ -14,6 +14,12 @@ from onnx2fpga.sim import golden, host
 def _round_exact(fr: Fraction, mode: str) -> int:
     floor = fr.numerator // fr.denominator
     rem = fr - floor
+    if mode == "floor":
+        return floor
+    if mode == "ceil":
+        return floor + (rem != 0)
+    if mode == "to_zero":
+        return floor + (rem != 0 and fr < 0)
     if rem > Fraction(1, 2):
         return floor + 1
     if rem < Fraction(1, 2):
@@ -23,7 +29,7 @@ def _round_exact(fr: Fraction, mode: str) -> int:
     return floor + 1 if fr > 0 else floor
 
 
-@pytest.mark.parametrize("mode", ["half_even", "half_away"])
+@pytest.mark.parametrize("mode", ["half_even", "half_away", "floor", "ceil", "to_zero"])
 @pytest.mark.parametrize("shift", [0, 1, 2, 7, 20])
 def test_round_shift_matches_exact_rounding(mode, shift):
     rng = np.random.default_rng(shift)

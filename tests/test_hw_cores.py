@@ -156,6 +156,15 @@ REQUANT_CASES = [
                              in_zp=-7)]),
     (signed(10), 4, 8, [dict(per_channel_m=True, per_channel_off=False, shift=5,
                              rounding="half_even", out_type=IntType(7, False), in_zp=1)]),
+    # QONNX rounding modes: down, up, towards zero (a chain of all three, and one per-channel).
+    (signed(12), 3, 3, [dict(per_channel_m=True, per_channel_off=True, shift=7,
+                             rounding="floor", out_type=IntType(8, True)),
+                        dict(per_channel_m=False, per_channel_off=False, shift=2,
+                             rounding="ceil", out_type=IntType(6, True), in_zp=-1),
+                        dict(per_channel_m=False, per_channel_off=True, shift=1,
+                             rounding="to_zero", out_type=IntType(5, True), in_zp=1)]),
+    (unsigned(9), 4, 2, [dict(per_channel_m=True, per_channel_off=True, shift=6,
+                              rounding="to_zero", out_type=IntType(4, False), relu=True)]),
 ]
 
 
@@ -191,7 +200,7 @@ def test_requant_matches_golden(seed, case):
     np.testing.assert_array_equal(np.array(got).reshape(-1), expected)
 
 
-@pytest.mark.parametrize("rounding", ["half_even", "half_away"])
+@pytest.mark.parametrize("rounding", ["half_even", "half_away", "floor", "ceil", "to_zero"])
 def test_requant_rounding_ties_exhaustive(rounding):
     # Multiplier 1 and shift 2 over every int7: a quarter of the inputs are exact ties, on both
     # sides of zero; a second stage with shift 1 rounds ties again.

@@ -227,13 +227,24 @@ def test_op05_op06_op08_tr02_other_domains_are_refused_by_name(domain, op):
 
 def test_op05_op06_custom_domain_ops_are_listed_as_unsupported():
     m = float_mlp((8, 6, 4), softmax=False)
-    m.graph.node[1].op_type, m.graph.node[1].domain = "Quant", "qonnx.custom_op.general"
-    m.opset_import.append(helper.make_opsetid("qonnx.custom_op.general", 1))
-    with pytest.raises(UnsupportedError, match=r"^Node 'relu0' \(qonnx\.custom_op\.general"
-                                               r"\.Quant, opset 1\): domain "
-                                               r"'qonnx\.custom_op\.general' is not "
+    m.graph.node[1].op_type, m.graph.node[1].domain = "LocalAct", "org.example"
+    m.opset_import.append(helper.make_opsetid("org.example", 1))
+    with pytest.raises(UnsupportedError, match=r"^Node 'relu0' \(org\.example"
+                                               r"\.LocalAct, opset 1\): domain "
+                                               r"'org\.example' is not "
                                                r"supported \(only ai\.onnx operators; "
                                                r"model-local functions are inlined\)$"):
+        load_model(m)
+    # Of the QONNX / FINN domains only the quantizers are implemented (frontend/qonnx.py).
+    m = float_mlp((8, 6, 4), softmax=False)
+    m.graph.node[1].op_type, m.graph.node[1].domain = "MultiThreshold", "qonnx.custom_op.general"
+    m.opset_import.append(helper.make_opsetid("qonnx.custom_op.general", 1))
+    with pytest.raises(UnsupportedError, match=r"^Node 'relu0' \(qonnx\.custom_op\.general"
+                                               r"\.MultiThreshold, opset 1\): operator "
+                                               r"'MultiThreshold' of domain "
+                                               r"'qonnx\.custom_op\.general' is not supported "
+                                               r"\(of this domain only Quant, IntQuant, "
+                                               r"BipolarQuant, Trunc\)$"):
         load_model(m)
 
 
