@@ -107,6 +107,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     from .frontend.load import load_model
     from .frontend.lower import lower
     from .frontend.qdq import normalize_qdq
+    from .frontend.qop import normalize_qoperators
     from .frontend.quantize import is_quantized, quantize_graph
     from .frontend.resolve import resolve_geometry
     from .hw.emit import emit_verilog
@@ -117,6 +118,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     say = progress if verbose else (lambda msg: None)
     say("loading and checking the model")
     graph = load_model(model, lenient=lenient)
+    normalize_qoperators(graph)
     normalize_qdq(graph)
     resolve_geometry(graph)
     float_graph = None
