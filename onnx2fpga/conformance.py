@@ -24,6 +24,7 @@ other error is a failure.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import warnings
@@ -73,16 +74,22 @@ _RANK = {"exact": 0, "within tolerance": 1, "within one LSB": 1, "failed": 3,
          "unsupported": 2}
 
 
-def node_tests(ops=None) -> list:
-    """The onnx backend node tests of one-node models whose operator is in ``ops`` (every
-    operator if None), sorted by name; ``_expanded`` variants (function bodies) are left out."""
+@functools.lru_cache(maxsize=1)
+def _all_node_tests() -> tuple:
+    # Building every node test takes seconds; the test cases are never modified (models are
+    # copied before binding), so one process builds them once.
     from onnx.backend.test.loader import load_model_tests
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")      # the test generators' own numpy warnings
-        tests = load_model_tests(kind="node")
+        return tuple(load_model_tests(kind="node"))
+
+
+def node_tests(ops=None) -> list:
+    """The onnx backend node tests of one-node models whose operator is in ``ops`` (every
+    operator if None), sorted by name; ``_expanded`` variants (function bodies) are left out."""
     out = []
-    for t in tests:
+    for t in _all_node_tests():
         if t.model is None or t.name.endswith("_expanded"):
             continue
         nodes = [n for n in t.model.graph.node]
