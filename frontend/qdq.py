@@ -4,8 +4,8 @@ After :func:`normalize_qdq`, every ``QuantizeLinear`` / ``DequantizeLinear`` nod
 input (the data) and the attributes ``scale`` (float32, 0-D or 1-D), ``zero_point`` (int64,
 same shape), ``qtype`` (:class:`~onnx2fpga.dataflow.IntType`) and ``axis``. Scale and zero
 point must be constants. Every opset is read (QuantizeLinear / DequantizeLinear 10, 13, 19,
-21, 23, 24, 25, 28): per-tensor and per-axis parameters, ``output_dtype`` (which must agree
-with the zero point's type), ``saturate`` (it only concerns float8 outputs, which are refused
+21, 23, 24, 25, 28): per-tensor and per-axis parameters, ``output_dtype`` (the type when there is
+no zero point), ``saturate`` (it only concerns float8 outputs, which are refused
 by type), ``precision`` (only float32, the arithmetic of the golden model) and blocked
 quantization (``block_size``) where it reduces to per-axis: parameters that vary along at
 most one axis (a block covering its whole axis). Blocks that split an axis are refused: in
@@ -107,11 +107,8 @@ def _normalize(node, graph: Graph) -> None:
     if precision not in (0, 1):
         raise ValueError(f"precision={precision} is not supported (only float32, 1: the "
                          f"golden model divides in float32)")
+    # output_dtype that disagrees with a zero point is refused by shape inference already.
     out_dtype = int(node.attrs.get("output_dtype", 0) or 0)
-    if z and out_dtype and node.op == "QuantizeLinear" and \
-            _ONNX_INT_TYPES.get(out_dtype) != graph.constants[z].dtype.name:
-        raise ValueError(f"output_dtype={out_dtype} does not match the zero point's type "
-                         f"{graph.constants[z].dtype.name}")
     if z:
         zarr = graph.constants[z]
         dtype = zarr.dtype.name
