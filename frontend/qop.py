@@ -337,7 +337,9 @@ class _Rewriter:
             w_zp = self.array(ins[5])
             per_ch = (w_scale is not None and w_scale.size > 1) or \
                 (w_zp is not None and w_zp.size > 1)
-            if per_ch and (w_scale is None or w_scale.size == 1):
+            if w_scale is None:
+                raise ValueError(f"w_scale ({ins[4]!r}) must be a constant")
+            if per_ch and w_scale.size == 1:
                 # a per-channel zero point with one scale: the scale repeated per channel
                 ins[4] = self.constant(f"{ins[4]}__per_channel",
                                        np.full(w_zp.shape, w_scale.reshape(()), np.float32))

@@ -244,9 +244,15 @@ def run_conformance(ops=None, *, rtl: bool = True, progress=None) -> list[Result
 
     Raises
     ------
+    TypeError
+        ``ops`` is not a sequence of names, or ``rtl`` not a bool.
     ValueError
         An operator without any node test.
     """
+    if isinstance(ops, str) or not (ops is None or all(isinstance(o, str) for o in ops)):
+        raise TypeError(f"ops must be a sequence of operator names, not {ops!r}")
+    if not isinstance(rtl, bool):
+        raise TypeError(f"rtl must be a bool, not {rtl!r}")
     ops = tuple(CLAIMED_OPS if ops is None else ops)
     tests = node_tests(ops)
     found = {t.model.graph.node[0].op_type for t in tests}

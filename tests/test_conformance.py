@@ -109,3 +109,13 @@ def test_rtl_runs_the_node_test_that_compiles_and_explains_the_others():
     assert mmi.rtl == ("golden only: Node 'Y' (MatMulInteger, opset 10): its int32 result is "
                        "read by a graph output; only one Cast to float (then scaled and "
                        "requantized) maps to the hardware's requantization")
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"ops": "Conv"}, r"^ops must be a sequence of operator names, not 'Conv'$"),
+    ({"ops": ["Conv"], "rtl": 1}, r"^rtl must be a bool, not 1$"),
+])
+def test_bad_parameters_are_named(kwargs, message):
+    ops = kwargs.pop("ops")
+    with pytest.raises(TypeError, match=message):
+        run_conformance(ops, **kwargs)
