@@ -601,3 +601,28 @@ def test_quantize_linear_output_dtype_without_zero_point_sets_the_type():
     from onnx2fpga.sim import host
     got = host.run_nodes(graph.nodes, {"x": x}, graph.constants)["y"]
     np.testing.assert_array_equal(got, want.astype(np.int64))
+
+
+def test_integer_graph_input_is_the_accelerator_input():
+    """A QLinearConv on a uint8 graph input: the input is already quantized, so the design has
+    no host head and its output is the operator's (golden.qlinear_conv) within one step."""
+    rng = np.random.default_rng(12)
+    w = rng.integers(-127, 128, (4, 2, 3, 3)).astype(np.int8)
+    sw = rng.uniform(0.002, 0.01, 4).astype(np.float32)
+    bias = rng.integers(-2000, 2000, 4).astype(np.int32)
+    c = {"sx": np.float32(0.03), "zx": np.uint8(120), "w": w, "sw": sw,
+         "zw": np.zeros(4, np.int8), "sy": np.float32(0.2), "zy": np.uint8(100), "b": bias}
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"],
+                            ["y"], pads=[1, 1, 1, 1])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.UINT8, [1, 2, 5, 5])], [helper.make_tensor_value_info(
+            "y", TensorProto.UINT8, [1, 4, 5, 5])],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in c.items()])
+    d = onnx2fpga.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]))
+    assert d.design.head == [] and d.design.dataflow.input.name == "x"
+    x = rng.integers(0, 256, (30, 1, 2, 5, 5)).astype(np.uint8)
+    got = d.simulate(x, engine="golden").astype(np.int64)
+    want = np.stack([golden.qlinear_conv(s, c["sx"], 120, w, sw, c["zw"], c["sy"], 100, bias,
+                                         lo=0, hi=255, pads=(1, 1, 1, 1)) for s in x])
+    assert np.abs(got - want).max() <= 1
+    assert np.mean(got == want) >= 0.99          # measured 100 %
