@@ -795,10 +795,9 @@ class _Lowerer:
                                     f"{len(g.outputs)} outputs; exactly one of each is "
                                     f"supported"])
         entry = self.integer_entry()
-        for n in g.nodes if entry is None else ():
-            if n.op == "QuantizeLinear" and _onnx_domain(n) and n.inputs[0] not in g.constants:
-                entry = n
-                break
+        if entry is None:
+            entry = next((n for n in g.nodes if n.op == "QuantizeLinear" and _onnx_domain(n)
+                          and n.inputs[0] not in g.constants), None)
         if entry is None:
             raise UnsupportedError([f"Graph {g.name!r}: no quantized activation found; "
                                     f"quantize the model or pass calibration data"])
