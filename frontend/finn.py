@@ -25,7 +25,7 @@ from .ir import Graph, Node, TensorInfo
 
 __all__ = ["normalize_finn", "FINN_DOMAINS", "finn_type"]
 
-FINN_DOMAINS = ("finn.custom_op.general", "qonnx.custom_op.general", "finn")
+FINN_DOMAINS = ("finn.custom_op.general", "qonnx.custom_op.general")
 
 
 def finn_type(name: str) -> IntType:

@@ -321,7 +321,7 @@ SUPPORTED_DOMAINS = ("",)
 # exports) and the operators of them that frontend/qonnx.py normalizes into QDQ form. Every
 # other operator of these domains (MultiThreshold, fpgadataflow layers...) is refused by name.
 QONNX_DOMAINS = ("qonnx.custom_op.general", "onnx.brevitas", "finn.custom_op.general")
-QONNX_OPS = ("Quant", "IntQuant", "BipolarQuant", "Trunc")
+QONNX_OPS = ("Quant", "IntQuant", "BipolarQuant", "Trunc", "MultiThreshold")
 
 
 # -- structural validation before any of onnx's C++ code sees the model ------------------
@@ -587,6 +587,10 @@ def check_model(model, lenient: bool = False):
         except _onnx_errors() as e:
             raise CheckError(f"Inlining model-local functions: {_first_line(e)}") from None
         del model.functions[:]
+    # onnxruntime's QOperator contrib ops become QDQ form before shape inference, which
+    # knows only ai.onnx (frontend/qop.py).
+    from .qop import expand_contrib_qoperators
+    expand_contrib_qoperators(model)
     _bind_batch(model)
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version
              for o in model.opset_import}.get("", MIN_OPSET)
@@ -790,10 +794,29 @@ def _to_array(tensor, where: str) -> np.ndarray:
     if name in _REFUSED_TYPES:
         raise UnsupportedError([f"{where} {tensor.name!r}: element type {name} is not "
                                 f"supported ({_REFUSED_TYPES[name]} cannot be compiled)"])
+    if name in _PACKED_INT and not len(tensor.raw_data):
+        # int32_data holds the packed bytes (two 4-bit or four 2-bit values each); onnx's
+        # unpacking masks nothing, so an entry beyond a byte would decode to other values.
+        data = np.asarray(tensor.int32_data, dtype=np.int64)
+        if data.size and (data.min() < 0 or data.max() > 255):
+            bad = int(data[(data < 0) | (data > 255)][0])
+            raise CheckError(f"{where} {tensor.name!r}: {name} data is packed "
+                             f"{8 // _PACKED_BITS[name]} values to a byte, but an int32_data "
+                             f"entry is {bad}")
     try:
-        return numpy_helper.to_array(tensor)
+        arr = numpy_helper.to_array(tensor)  # onnx's own unpacking of the sub-byte types
     except (ValueError, TypeError, OverflowError) as e:
         raise CheckError(f"{where} {tensor.name!r}: cannot decode {name} data: {e}") from None
+    if name in _PACKED_INT and arr.size:
+        lo, hi = _PACKED_INT[name]
+        v = arr.astype(np.int64)
+        if v.min() < lo or v.max() > hi:
+            raise CheckError(f"{where} {tensor.name!r}: {name} values outside [{lo}, {hi}]")
+    return arr
+
+
+# The packed integer types (DT-04) and their value ranges.
+_PACKED_INT = {"INT4": (-8, 7), "UINT4": (0, 15), "INT2": (-2, 1), "UINT2": (0, 3)}
 
 
 def _check_default(vi, value: np.ndarray) -> None:

@@ -995,11 +995,10 @@ class _Lowerer:
             raise UnsupportedError([f"Graph {g.name!r}: {len(g.inputs)} inputs and "
                                     f"{len(g.outputs)} outputs; exactly one of each is "
                                     f"supported"])
-        entry = None
-        for n in g.nodes:
-            if n.op == "QuantizeLinear" and _onnx_domain(n) and n.inputs[0] not in g.constants:
-                entry = n
-                break
+        entry = self.integer_entry()
+        if entry is None:
+            entry = next((n for n in g.nodes if n.op == "QuantizeLinear" and _onnx_domain(n)
+                          and n.inputs[0] not in g.constants), None)
         if entry is None:
             raise UnsupportedError([f"Graph {g.name!r}: no quantized activation found; "
                                     f"quantize the model or pass calibration data"])
@@ -1105,6 +1104,24 @@ class _Lowerer:
         k = g.nodes.index(n)
         g.nodes[k + 1:k + 1] = new
         used.update(id(m) for m in [n] + chain)
+
+    def integer_entry(self) -> Node | None:
+        """The graph input, if it is already quantized: an integer tensor read only by
+        DequantizeLinear nodes with the same per-tensor parameters (the input of a QLinear
+        operator, say). Returned as a QuantizeLinear node outside the graph that stands for
+        the quantization done before the model; None otherwise."""
+        name = self.g.inputs[0]
+        info = self.g.tensors.get(name)
+        readers = self.cons.get(name, [])
+        if info is None or not info.dtype.startswith(("int", "uint")) or not readers or \
+                any(r.op != "DequantizeLinear" or not _onnx_domain(r) for r in readers):
+            return None
+        first = readers[0].attrs
+        params = [(np.asarray(r.attrs["scale"]).tolist(), np.asarray(r.attrs["zero_point"])
+                   .tolist(), r.attrs["qtype"]) for r in readers]
+        if np.asarray(first["scale"]).size != 1 or any(p != params[0] for p in params):
+            return None
+        return Node("QuantizeLinear", [], [name], dict(first), name, "", 13, 13)
 
     def design(self, entry, head, tail, hw_out) -> Design:
         g = self.g

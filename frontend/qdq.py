@@ -3,7 +3,15 @@
 After :func:`normalize_qdq`, every ``QuantizeLinear`` / ``DequantizeLinear`` node has a single
 input (the data) and the attributes ``scale`` (float32, 0-D or 1-D), ``zero_point`` (int64,
 same shape), ``qtype`` (:class:`~onnx2fpga.dataflow.IntType`) and ``axis``. Scale and zero
-point must be constants; blocked quantization and float8 types are refused by name.
+point must be constants. Every opset is read (QuantizeLinear / DequantizeLinear 10, 13, 19,
+21, 23, 24, 25, 28): per-tensor and per-axis parameters, ``output_dtype`` (the type when there is
+no zero point), ``saturate`` (it only concerns float8 outputs, which are refused
+by type), ``precision`` (only float32, the arithmetic of the golden model) and blocked
+quantization (``block_size``) where it reduces to per-axis: parameters that vary along at
+most one axis (a block covering its whole axis). Blocks that split an axis are refused: in
+a weight they split the reduction, and a scale that changes inside the sum cannot be
+factored out of the accumulator. Float8, float4 and other non-integer types are refused by
+name.
 """
 
 from __future__ import annotations
@@ -53,6 +61,40 @@ def normalize_qdq(graph: Graph) -> None:
         raise UnsupportedError(problems)
 
 
+def _unblock(scale, zarr, block: int, axis: int, shape) -> tuple[np.ndarray, np.ndarray, int]:
+    """Blocked parameters (``block`` elements per scale along ``axis``) as per-tensor or
+    per-axis ones, if they vary along at most one axis; else ValueError."""
+    if shape is None or any(not isinstance(d, int) for d in shape):
+        raise ValueError(f"blocked quantization (block_size={block}) needs the input's shape")
+    rank = len(shape)
+    if scale.ndim != rank or not -rank <= axis < rank:
+        raise ValueError(f"blocked quantization (block_size={block}): scale of shape "
+                         f"{list(scale.shape)} does not fit the input shape {list(shape)} "
+                         f"along axis {axis}")
+    axis %= rank
+    full_s = np.repeat(scale, block, axis=axis).take(range(shape[axis]), axis=axis)
+    full_z = np.repeat(np.asarray(zarr).astype(np.int64).reshape(scale.shape), block,
+                       axis=axis).take(range(shape[axis]), axis=axis)
+    if full_s.shape != tuple(shape):
+        raise ValueError(f"blocked quantization (block_size={block}): scale of shape "
+                         f"{list(scale.shape)} does not fit the input shape {list(shape)}")
+    varying = [a for a in range(rank)
+               if not (np.all(full_s == full_s.take([0], axis=a)) and
+                       np.all(full_z == full_z.take([0], axis=a)))]
+    if not varying:
+        return full_s.reshape(-1)[:1].reshape(()), full_z.reshape(-1)[:1].reshape(()), 1
+    if len(varying) == 1:
+        v = varying[0]
+        index = tuple(slice(None) if a == v else 0 for a in range(rank))
+        return full_s[index], full_z[index], v
+    raise ValueError(f"blocked quantization (block_size={block} along axis {axis} of "
+                     f"{list(shape)}) with parameters varying along axes {varying} is not "
+                     f"supported: blocks that split an axis split a weight's reduction, and "
+                     f"a scale that changes inside the sum cannot be factored out of the "
+                     f"accumulator (only blocks covering the whole axis, i.e. per-axis "
+                     f"quantization)")
+
+
 def _normalize(node, graph: Graph) -> None:
     ins = node.inputs + [""] * (3 - len(node.inputs))
     x, s, z = ins[:3]
@@ -61,14 +103,17 @@ def _normalize(node, graph: Graph) -> None:
     scale = np.asarray(graph.constants[s], dtype=np.float32)
     if z and z not in graph.constants:
         raise ValueError("zero point is not a constant")
-    if node.attrs.get("block_size", 0):
-        raise ValueError(f"blocked quantization (block_size={node.attrs['block_size']}) is "
-                         f"not supported")
+    precision = int(node.attrs.get("precision", 0) or 0)
+    if precision not in (0, 1):
+        raise ValueError(f"precision={precision} is not supported (only float32, 1: the "
+                         f"golden model divides in float32)")
+    # output_dtype that disagrees with a zero point is refused by shape inference already.
+    out_dtype = int(node.attrs.get("output_dtype", 0) or 0)
     if z:
         zarr = graph.constants[z]
         dtype = zarr.dtype.name
     elif node.op == "QuantizeLinear":
-        dtype = _ONNX_INT_TYPES.get(int(node.attrs.get("output_dtype", 2)), "?")
+        dtype = _ONNX_INT_TYPES.get(out_dtype or 2, f"ONNX type {out_dtype}")
         zarr = np.zeros(scale.shape, dtype=np.int64)
     else:
         info = graph.tensors.get(x)
@@ -79,11 +124,19 @@ def _normalize(node, graph: Graph) -> None:
     qtype = qtype_of_dtype(dtype)
     if qtype is None:
         raise ValueError(f"element type {dtype} is not supported (integer types only)")
+    axis = int(node.attrs.get("axis", 1))
+    block = int(node.attrs.get("block_size", 0) or 0)
+    if block < 0:
+        raise ValueError(f"block_size={block} must not be negative")
+    if block:
+        info = graph.tensors.get(x)
+        shape = graph.constants[x].shape if x in graph.constants else \
+            (info.shape if info else None)
+        scale, zarr, axis = _unblock(scale, zarr, block, axis, shape)
     if scale.ndim > 1:
         raise ValueError(f"scale of shape {scale.shape} is not supported (scalar or 1-D)")
     if np.any(~np.isfinite(scale)) or np.any(scale <= 0):
         raise ValueError("scale must be finite and positive")
     zp = np.asarray(zarr).astype(np.int64).reshape(scale.shape)
-    node.attrs = {"scale": scale, "zero_point": zp, "qtype": qtype,
-                  "axis": int(node.attrs.get("axis", 1))}
+    node.attrs = {"scale": scale, "zero_point": zp, "qtype": qtype, "axis": axis}
     node.inputs = [x]

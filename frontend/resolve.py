@@ -1,12 +1,12 @@
 """Resolve the geometry of windowed operators once, for every stage after the import.
 
-:func:`resolve_geometry` gives every Conv, MaxPool, AveragePool, GlobalMaxPool,
-GlobalAveragePool, Resize, Upsample and Pad node an attribute ``_geometry`` with the exact
-geometry :mod:`onnx2fpga.frontend.geometry` derives from its ONNX attributes, shapes and
-constant inputs (explicit pads as ``(top, left, bottom, right)``, window counts, index maps).
-The host interpreter (calibration, the host parts around the accelerator) and the lowering
-both read it, so they cannot disagree. Options no stage supports are reported for all nodes
-at once, by node, operator and option, before any hardware work.
+:func:`resolve_geometry` gives every Conv, ConvInteger, QLinearConv, MaxPool, AveragePool,
+GlobalMaxPool, GlobalAveragePool, Resize, Upsample and Pad node an attribute ``_geometry``
+with the exact geometry :mod:`onnx2fpga.frontend.geometry` derives from its ONNX attributes,
+shapes and constant inputs (explicit pads as ``(top, left, bottom, right)``, window counts,
+index maps). The host interpreter (calibration, the host parts around the accelerator) and
+the lowering both read it, so they cannot disagree. Options no stage supports are reported
+for all nodes at once, by node, operator and option, before any hardware work.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .ir import Graph, Node
 __all__ = ["resolve_geometry", "GEOMETRY_OPS"]
 
 GEOMETRY_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool",
-                "Resize", "Upsample", "Pad")
+                "Resize", "Upsample", "Pad", "ConvInteger", "QLinearConv")
 
 
 def _const(graph: Graph, node: Node, k: int, what: str):
@@ -44,9 +44,9 @@ def _geometry_of(graph: Graph, node: Node) -> dict:
     if shape is None or any(not isinstance(d, int) for d in shape):
         raise ValueError("the input shape is unknown after shape inference")
     attrs = _attrs(node)
-    if op == "Conv":
-        wshape = graph.tensors[node.inputs[1]].shape
-        g = geometry.conv_geometry(attrs, shape, wshape, version)
+    if op in ("Conv", "ConvInteger", "QLinearConv"):
+        wshape = graph.tensors[node.inputs[3 if op == "QLinearConv" else 1]].shape
+        g = geometry.conv_geometry(attrs, shape, wshape, version, op=op)
         return {"kernel": g.kernel, "stride": g.stride, "dilation": g.dilation,
                 "pads": g.pads, "group": g.group}
     if op in ("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool"):

@@ -106,9 +106,11 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     from .frontend.fold import fold
     from .frontend.load import load_model
     from .frontend.lower import lower
+    from .frontend.finn import normalize_finn
     from .frontend.qdq import normalize_qdq
     from .frontend.qonnx import normalize_qonnx
-    from .frontend.quantize import is_quantized, quantize_graph
+    from .frontend.qop import normalize_qoperators
+    from .frontend.quantize import fold_constants, is_quantized, quantize_graph
     from .frontend.resolve import resolve_geometry
     from .hw.emit import emit_verilog
     from .sim.model import run_design
@@ -118,8 +120,11 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     say = progress if verbose else (lambda msg: None)
     say("loading and checking the model")
     graph = load_model(model, lenient=lenient)
+    normalize_qoperators(graph)
+    normalize_finn(graph)       # FINN MultiThreshold activations: quantizers by thresholds
     normalize_qdq(graph)
     normalize_qonnx(graph)      # QONNX quantizers and QCDQ Clips into the same QDQ form
+    fold_constants(graph)       # computed constants (a Pow of two initializers, ...)
     resolve_geometry(graph)
     float_graph = None
     quant_info = {"source": "qdq"}

@@ -1,4 +1,4 @@
-"""The ``onnx2fpga`` command line: compile, simulate, build, boards, run, flash.
+"""The ``onnx2fpga`` command line: compile, simulate, build, boards, run, flash, conformance.
 
 Every command exits with status 0 on success, 1 when a build misses timing or a check
 fails, and 2 with a one-line ``error:`` message on bad input.
@@ -139,6 +139,19 @@ def _parser():
     f.add_argument("dir", metavar="DIR")
     f.add_argument("--board", required=True, metavar="NAME", help="see 'onnx2fpga boards'")
     f.add_argument("--dry-run", action="store_true", help="print the command, do not run it")
+
+    k = sub.add_parser("conformance", help="run the ONNX backend node tests",
+                       description="Run the ONNX backend node tests of the claimed operators "
+                       "(or of --op NAME ...) through the golden model, and through Verilator "
+                       "where a test compiles to hardware; print one row per test. Exit "
+                       "status 1 if any test fails (unsupported types and options, refused "
+                       "by name, do not fail).")
+    k.add_argument("--op", nargs="+", action="extend", metavar="NAME",
+                   help="operators to test, spelled as ONNX does (default: the quantization "
+                   "operators and the float operators of the hardware layers)")
+    k.add_argument("--golden-only", action="store_true",
+                   help="do not compile and simulate the tests that map to hardware")
+    k.add_argument("--json", action="store_true", help="print the results as JSON")
     return p
 
 
@@ -318,6 +331,24 @@ def _flash(args):
     return 0
 
 
+def _conformance(args):
+    from .conformance import format_table, run_conformance
+    from .errors import Onnx2FpgaError
+
+    def say(msg):
+        print(msg, file=sys.stderr, flush=True)
+    try:
+        results = run_conformance(args.op, rtl=not args.golden_only,
+                                  progress=None if args.json else say)
+    except ValueError as e:
+        raise Onnx2FpgaError(str(e)) from None
+    if args.json:
+        print(json.dumps([r.to_json() for r in results], indent=2))
+    else:
+        print(format_table(results))
+    return 0 if all(r.passed or r.result == "unsupported" for r in results) else 1
+
+
 def main(argv=None) -> int:
     from .errors import Onnx2FpgaError
     args = _parser().parse_args(argv)
@@ -327,7 +358,8 @@ def main(argv=None) -> int:
     warnings.showwarning = show
     try:
         return {"compile": _compile, "simulate": _simulate, "build": _build,
-                "boards": _boards, "run": _run, "flash": _flash}[args.command](args)
+                "boards": _boards, "run": _run, "flash": _flash,
+                "conformance": _conformance}[args.command](args)
     except Onnx2FpgaError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

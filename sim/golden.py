@@ -34,6 +34,7 @@ __all__ = [
     "round_shift", "requant", "requant_stages", "dense", "conv", "max_pool", "window_sum",
     "add", "resize_nearest", "pad", "run_layer", "run_dataflow", "quantize_linear",
     "dequantize_linear", "round_float", "ROUNDINGS", "SHIFT_ROUNDINGS", "threshold", "trunc",
+    "matmul_integer", "conv_integer", "qlinear_matmul", "qlinear_conv", "requantize_float",
 ]
 
 #: The roundings of :func:`round_shift` (and so of a RequantStage).
@@ -402,3 +403,94 @@ def dequantize_linear(q, scale, zero_point, axis: int = 1) -> np.ndarray:
     q = np.asarray(q, dtype=np.int64)
     scale, zp = _along(axis, q.ndim, scale, zero_point)
     return ((q - zp).astype(np.float32) * scale).astype(np.float32)
+
+
+def matmul_integer(a, b, a_zero_point=0, b_zero_point=0) -> np.ndarray:
+    """ONNX MatMulInteger-10: ``(a - a_zero_point) @ (b - b_zero_point)`` on integers, with
+    numpy's matmul broadcasting of stacked matrices (int64; ONNX's int32 output holds it
+    whenever the reduction is short enough, which :func:`_check_bound` checks here for int64).
+
+    ``a_zero_point`` is a scalar or 1-D along ``a``'s rows (axis -2, the spec's per-row
+    form); ``b_zero_point`` a scalar or 1-D along ``b``'s columns (axis -1).
+    """
+    a = np.asarray(a, dtype=np.int64)
+    b = np.asarray(b, dtype=np.int64)
+    za = np.asarray(a_zero_point, dtype=np.int64)
+    zb = np.asarray(b_zero_point, dtype=np.int64)
+    if za.ndim == 1 and za.size > 1:
+        za = za.reshape(-1, 1)                      # one zero point per row of a
+    x, w = a - za, b - zb
+    k = x.shape[-1]
+    _check_bound(int(np.abs(x).max(initial=0)) * int(np.abs(w).max(initial=0)) * k,
+                 "Accumulator")
+    return np.matmul(x, w)
+
+
+def conv_integer(x, w, x_zero_point=0, w_zero_point=0, *, stride=(1, 1), dilation=(1, 1),
+                 pads=(0, 0, 0, 0), group: int = 1) -> np.ndarray:
+    """ONNX ConvInteger-10 on a batch of images ``(batch, C, H, W)``: :func:`conv` of
+    ``x - x_zero_point`` (padding holds the zero point, so it adds nothing) with
+    ``w - w_zero_point`` (``w_zero_point`` a scalar or one per output channel), no bias.
+    Returns int64 ``(batch, OC, OH, OW)``."""
+    w = np.asarray(w, dtype=np.int64)
+    zw = np.asarray(w_zero_point, dtype=np.int64)
+    if zw.ndim == 1:
+        zw = zw.reshape((-1,) + (1,) * (w.ndim - 1))
+    zx = int(np.asarray(x_zero_point).reshape(-1)[0]) if np.size(x_zero_point) else 0
+    return conv(x, w - zw, np.zeros(w.shape[0], np.int64), zx, stride=stride,
+                dilation=dilation, pads=pads, group=group)
+
+
+def requantize_float(acc, ratio, zero_point, lo: int, hi: int) -> np.ndarray:
+    """``clip(round_half_even(acc * ratio) + zero_point, lo, hi)`` as onnx.reference's
+    QLinearMatMul-10/21 and QLinearConv-10 compute it: ``ratio`` is the float requantization
+    scale in the scales' own type (float32 or float16), the product is taken in float64
+    (numpy's promotion of an integer array times a float32 scale) and the zero point is
+    added before rounding. onnxruntime (MLAS) multiplies ``float32(acc) * ratio`` in float32
+    instead; the two agree except where the float64 product lies within float32 rounding of
+    a tie (x.5), where they can differ by one step. Returns int64."""
+    acc = np.asarray(acc, dtype=np.int64)
+    d = acc.astype(np.float64) * np.asarray(ratio).astype(np.float64)
+    d = d + np.asarray(zero_point, dtype=np.int64).astype(np.float64)
+    return np.clip(np.rint(d), lo, hi).astype(np.int64)
+
+
+def _ratio(*scales):
+    """``s1 * s2 / s3`` evaluated in the scales' own float type (as onnx.reference does)."""
+    s1, s2, s3 = (np.asarray(s) for s in scales)
+    with np.errstate(over="ignore"):
+        return s1 * s2 / s3
+
+
+def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+                   y_zero_point, lo: int, hi: int) -> np.ndarray:
+    """ONNX QLinearMatMul-10/21: :func:`matmul_integer` requantized by
+    ``a_scale * b_scale / y_scale`` (see :func:`requantize_float` for the float arithmetic,
+    which follows onnx.reference) into ``[lo, hi]``, the type of ``y_zero_point``.
+
+    ``b_scale`` / ``b_zero_point`` are scalars or 1-D per column of ``b`` (axis -1);
+    ``a_scale`` / ``a_zero_point`` scalars or 1-D per row of ``a``. Returns int64.
+    """
+    acc = matmul_integer(a, b, a_zero_point, b_zero_point)
+    a_scale = np.asarray(a_scale)
+    if a_scale.ndim == 1 and a_scale.size > 1:
+        a_scale = a_scale.reshape(-1, 1)            # one scale per row of a
+    return requantize_float(acc, _ratio(a_scale, b_scale, y_scale), y_zero_point, lo, hi)
+
+
+def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
+                 bias=None, *, lo: int, hi: int, stride=(1, 1), dilation=(1, 1),
+                 pads=(0, 0, 0, 0), group: int = 1) -> np.ndarray:
+    """ONNX QLinearConv-10 on images ``(batch, C, H, W)``: :func:`conv_integer` plus the
+    int32 ``bias`` (on the scale ``x_scale * w_scale``), requantized by
+    ``x_scale * w_scale / y_scale`` (``w_scale`` a scalar or one per output channel; see
+    :func:`requantize_float`, which follows onnx.reference) into ``[lo, hi]``. Returns int64.
+    """
+    acc = conv_integer(x, w, x_zero_point, w_zero_point, stride=stride, dilation=dilation,
+                       pads=pads, group=group)
+    if bias is not None:
+        acc = acc + np.asarray(bias, dtype=np.int64).reshape(1, -1, 1, 1)
+    ratio = _ratio(x_scale, w_scale, y_scale)
+    if np.ndim(ratio) == 1:
+        ratio = np.asarray(ratio).reshape(1, -1, 1, 1)
+    return requantize_float(acc, ratio, y_zero_point, lo, hi)

@@ -262,6 +262,62 @@ def resize(x, *args, version=13, **attrs):
     return back(golden.resize_nearest(xi, geo["rows"], geo["cols"]).astype(xi.dtype))
 
 
+def _int_range(zero_point, default=np.uint8):
+    """The output dtype of a QLinear operator (its zero point's type) and its range."""
+    dtype = np.asarray(zero_point).dtype if zero_point is not None else np.dtype(default)
+    info = np.iinfo(dtype)
+    return dtype, int(info.min), int(info.max)
+
+
+def qlinear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+                   y_zero_point=None, *, version=21, **_):
+    """ONNX QLinearMatMul-10/21 (:func:`onnx2fpga.sim.golden.qlinear_matmul`)."""
+    dtype, lo, hi = _int_range(y_zero_point, np.asarray(a).dtype)
+    y = golden.qlinear_matmul(a, a_scale, _zp(a_zero_point), b, b_scale, _zp(b_zero_point),
+                              y_scale, _zp(y_zero_point), lo, hi)
+    return y.astype(dtype)
+
+
+def _zp(z):
+    return 0 if z is None else np.asarray(z).astype(np.int64)
+
+
+def matmul_integer(a, b, a_zero_point=None, b_zero_point=None, *, version=10, **_):
+    """ONNX MatMulInteger-10 (:func:`onnx2fpga.sim.golden.matmul_integer`), int32 out."""
+    return golden.matmul_integer(a, b, _zp(a_zero_point), _zp(b_zero_point)).astype(np.int32)
+
+
+def _conv_geometry(attrs, what):
+    kernel, stride, dilation, pads = _geometry(attrs, what)
+    return dict(stride=stride, dilation=dilation, pads=pads,
+                group=int(attrs["_geometry"]["group"]))
+
+
+def conv_integer(x, w, x_zero_point=None, w_zero_point=None, *, version=10, **attrs):
+    """ONNX ConvInteger-10 (2-D and 1-D) with the resolved geometry
+    (:func:`onnx2fpga.sim.golden.conv_integer`), int32 out."""
+    xi, back = _as_images(np.asarray(x))
+    w = np.asarray(w)
+    w4 = w if w.ndim == 4 else w[:, :, None, :]
+    y = golden.conv_integer(xi, w4, _zp(x_zero_point), _zp(w_zero_point),
+                            **_conv_geometry(attrs, "ConvInteger"))
+    return back(y.astype(np.int32))
+
+
+def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
+                 y_zero_point=None, b=None, *, version=10, **attrs):
+    """ONNX QLinearConv-10 (2-D and 1-D) with the resolved geometry
+    (:func:`onnx2fpga.sim.golden.qlinear_conv`)."""
+    dtype, lo, hi = _int_range(y_zero_point, np.asarray(x).dtype)
+    xi, back = _as_images(np.asarray(x))
+    w = np.asarray(w)
+    w4 = w if w.ndim == 4 else w[:, :, None, :]
+    y = golden.qlinear_conv(xi, x_scale, _zp(x_zero_point), w4, w_scale, _zp(w_zero_point),
+                            y_scale, _zp(y_zero_point), b, lo=lo, hi=hi,
+                            **_conv_geometry(attrs, "QLinearConv"))
+    return back(y.astype(dtype))
+
+
 HOST_OPS = {
     "Identity": lambda x, *, version=13: x,
     "Relu": _f32(lambda x: np.maximum(x, 0)),
@@ -273,6 +329,8 @@ HOST_OPS = {
     "Add": _binary(np.add),
     "Sub": _binary(np.subtract),
     "Mul": _binary(np.multiply),
+    "Pow": _binary(lambda a, b: np.power(a, b).astype(np.result_type(a))),
+    "Sqrt": _f32(np.sqrt),
     "Div": _binary(lambda a, b: np.divide(a, b) if np.issubdtype(np.asarray(a).dtype,
                                                                  np.floating)
                    else np.trunc(a / b).astype(np.asarray(a).dtype)),
@@ -302,6 +360,10 @@ HOST_OPS = {
     "Pad": pad,
     "Resize": resize,
     "Upsample": resize,
+    "QLinearMatMul": qlinear_matmul,
+    "QLinearConv": qlinear_conv,
+    "MatMulInteger": matmul_integer,
+    "ConvInteger": conv_integer,
 }
 
 
