@@ -612,8 +612,9 @@ class RequantCore(wiring.Component):
     with ``round_shift`` rounding half to even or half away from zero. A stage with
     ``neg_multiplier`` and ``neg_offset`` (a fused LeakyRelu) uses
     ``(x - in_zero_point) * neg_multiplier[c] + neg_offset[c]`` wherever the product above is
-    negative: both products are computed side by side in the multiply step and the sign of the
-    first (with its offset) selects one in the offset step, so the pipeline keeps its length.
+    negative: both products are computed side by side in the multiply steps and the sign of
+    the first (with its offset) selects one in the offset step, so the pipeline keeps its
+    length.
     Per-channel parameters cycle through the channels in stream order: lane ``j`` of
     transfer ``g`` is channel ``(g*lanes + j) % channels`` (a transfer counter restarts every
     ``channels // gcd(channels, lanes)`` transfers). Per-channel tables live in a small ROM per
@@ -638,9 +639,10 @@ class RequantCore(wiring.Component):
     o_stream : ``Out(stream.Signature(data.ArrayLayout(out_shape, lanes)))``
         ``out_shape`` is the shape of ``stages[-1].out_type``.
 
-    Timing: one transfer per cycle; latency ``2 + 4 * len(stages)`` cycles (two input
-    registers, then per stage: multiply, add the offset, round and add the zero point, clip;
-    the per-channel parameters reach the multipliers from a register). The
+    Timing: one transfer per cycle; latency ``2 + 5 * len(stages)`` cycles (two input
+    registers, then per stage: partial products of at most 16x16 bits, their sum, add the
+    offset, round and add the zero point, clip; the per-channel parameters reach the
+    multipliers from a register, so every multiplier sits between registers). The
     pipeline stalls as a whole while its last stage holds an output that is not taken
     (``i_stream.ready`` follows ``o_stream.ready`` combinationally in that case).
     """
@@ -758,34 +760,43 @@ class RequantCore(wiring.Component):
             v = [Signal(plan.v_shape, name=f"v{k}_{j}") for j in range(lanes)]
             r = [Signal(plan.r_shape, name=f"r{k}_{j}") for j in range(lanes)]
             y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}")
-            valid_a, valid_b, valid_c, valid_d = (Signal(name=f"valid{k}_{n}") for n in "abcd")
-            t_a, t_b, t_c, t_d = (Signal(t_shape, name=f"t{k}_{n}") for n in "abcd")
+            # Stages a..e, each with the valid flag and transfer slot of its contents.
+            valids = [Signal(name=f"valid{k}_{n}") for n in "abcde"]
+            slots = [Signal(t_shape, name=f"t{k}_{n}") for n in "abcde"]
             with m.If(advance):
-                m.d.sync += [valid_a.eq(valid), valid_b.eq(valid_a), valid_c.eq(valid_b),
-                             valid_d.eq(valid_c),
-                             t_a.eq(ts[-1]), t_b.eq(t_a), t_c.eq(t_b), t_d.eq(t_c)]
+                m.d.sync += [a.eq(b) for a, b in zip(valids, [valid] + valids[:-1])]
+                m.d.sync += [a.eq(b) for a, b in zip(slots, [ts[-1]] + slots[:-1])]
             for j in range(lanes):
                 p = params[j]
-                # a: the products (and the offsets they meet next, in step with them).
+                # a: partial products of at most 16x16 bits (one DSP each); b: their sum.
+                # The offsets follow in step, to meet the product in c.
                 sides = []
                 for use, mult, off in ((plan.use_pos, "m", "off"), (plan.use_neg, "nm", "noff")):
                     if not use:
                         continue
-                    value = _product(x[j], p[mult])
-                    prod = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_{j}")
-                    off_a = p[off]
-                    if not isinstance(off_a, int):
-                        off_a = Signal.like(p[off], name=f"{off}{k}_{j}")
+                    parts = []
+                    for n, (shift, value) in enumerate(_partial_products(x[j], p[mult])):
+                        part = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_{j}_{n}")
                         with m.If(advance):
-                            m.d.sync += off_a.eq(p[off])
+                            m.d.sync += part.eq(value)
+                        parts.append(part if shift == 0 else part << shift)
+                    value = _tree_levels(parts)[0]
+                    prod = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_{j}")
                     with m.If(advance):
                         m.d.sync += prod.eq(value)
-                    sides.append(prod + (C(off_a) if isinstance(off_a, int) else off_a))
-                # b: add the offset; with both sides, the sign of the first chooses.
+                    off_b = p[off]
+                    if not isinstance(off_b, int):
+                        for n in "ab":
+                            reg = Signal.like(p[off], name=f"{off}{k}_{j}_{n}")
+                            with m.If(advance):
+                                m.d.sync += reg.eq(off_b)
+                            off_b = reg
+                    sides.append(prod + (C(off_b) if isinstance(off_b, int) else off_b))
+                # c: add the offset; with both sides, the sign of the first chooses.
                 value = Mux(sides[0] < 0, sides[1], sides[0]) if len(sides) == 2 else sides[0]
                 with m.If(advance):
                     m.d.sync += v[j].eq(value)
-                    # c: round and add the zero point.
+                    # d: round and add the zero point.
                     if plan.shift == 0:
                         m.d.sync += r[j].eq(v[j] + plan.const)
                     else:
@@ -795,15 +806,15 @@ class RequantCore(wiring.Component):
                         else:
                             cin = ~v[j][-1] if plan.v_signed else C(1, 1)
                         m.d.sync += r[j].eq((v[j] + C(plan.const) + cin) >> plan.shift)
-                    # d: clip.
+                    # e: clip.
                     clipped = r[j]
                     if plan.clip_hi:
                         clipped = Mux(clipped > plan.hi, plan.hi, clipped)
                     if plan.clip_lo:
                         clipped = Mux(r[j] < plan.lo, plan.lo, clipped)
                     m.d.sync += y[j].eq(clipped)
-            x, valid = y, valid_d
-            ts += [t_a, t_b, t_c, t_d]
+            x, valid = y, valids[-1]
+            ts += slots
 
         m.d.comb += [
             o_valid.eq(valid),
@@ -813,11 +824,34 @@ class RequantCore(wiring.Component):
         return m
 
 
-def _product(x, mult):
-    """``x * mult`` with a constant (int) or table-read (signal) multiplier."""
+#: Operand bits per partial product of :class:`RequantCore`: a 16-bit unsigned chunk or a
+#: signed top chunk of at most 16 bits fits one iCE40 SB_MAC16 (16x16) and one ECP5
+#: MULT18X18D (18x18 signed).
+_MUL_CHUNK = 16
+
+
+def _chunks(value):
+    """``value`` cut into ``(shift, piece)`` of at most :data:`_MUL_CHUNK` bits from the least
+    significant end; every piece is unsigned but the top one, which keeps the sign."""
+    shape = value.shape()
+    width = shape.width
+    pieces = []
+    for lo in range(0, width, _MUL_CHUNK):
+        hi = min(lo + _MUL_CHUNK, width)
+        piece = value[lo:hi]
+        if hi == width and shape.signed:
+            piece = piece.as_signed()
+        pieces.append((lo, piece))
+    return pieces
+
+
+def _partial_products(x, mult):
+    """``x * mult`` as ``(shift, product)`` pairs whose shifted sum is the product: a
+    constant (int) multiplier gives one product (none for 1 or 0: ``x`` or 0), a table-read
+    (signal) one a product of every pair of :func:`_chunks` of both operands."""
     if isinstance(mult, int):
-        return x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult)
-    return x * mult
+        return [(0, x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult))]
+    return [(sx + sm, px * pm) for sx, px in _chunks(x) for sm, pm in _chunks(mult)]
 
 
 # ---------------------------------------------------------------------------------------------

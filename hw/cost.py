@@ -17,7 +17,7 @@ same list the hardware is built from. Per core:
   multiply, the adder tree's stages and the accumulator add ``1 + matvec_stages(simd)``). A
   convolution feeds it one vector per output pixel.
 - :class:`~onnx2fpga.hw.cores.RequantCore` with ``n`` stages: one transfer per cycle; an
-  element leaves ``2 + 4 * n`` cycles after it enters.
+  element leaves ``2 + 5 * n`` cycles after it enters.
 - :class:`~onnx2fpga.hw.threshold.ThresholdCore`: one transfer per cycle; an element leaves
   ``1 + sum`` of its stages' latencies after it enters: 2 for a stage of at most 15
   thresholds (parallel comparators), ``max(1, n.bit_length())`` for ``n`` thresholds
@@ -100,8 +100,8 @@ def matvec_latency(folds: int, groups: int, simd: int) -> int:
 
 def requant_latency(stages: int) -> int:
     """Latency of a :class:`~onnx2fpga.hw.cores.RequantCore` of ``stages`` stages
-    (``2 + 4 * stages``; 0 for no stage, when no core is built)."""
-    return 2 + 4 * stages if stages else 0
+    (``2 + 5 * stages``; 0 for no stage, when no core is built)."""
+    return 2 + 5 * stages if stages else 0
 
 
 #: The most thresholds per stage that :class:`~onnx2fpga.hw.threshold.ThresholdCore` compares
@@ -287,7 +287,8 @@ def _stage_timing(stage: Stage, first: int, last: int) -> tuple[int, int]:
     elif kind in ("broadcast", "concat"):
         first_out, last_out = first + 1, last + 1
     elif kind == "add":
-        first_out, last_out = first + 2, last + 2
+        from .joins import ADD_LATENCY
+        first_out, last_out = first + ADD_LATENCY, last + ADD_LATENCY
     elif kind == "resize":
         from .resize import resize_latency
         p = stage.params
@@ -339,11 +340,11 @@ def layer_latency(layer) -> int:
     DenseLayer with ``folds = in_features // simd``, ``groups = out_features // pe`` and
     ``n = len(requant)``: ``folds + folds * groups + d`` (``d = matvec_stages(simd)``)
     without requantization; with it,
-    plus ``2 + 4 * n``, plus, when the requantization core has ``d < pe`` lanes (see
+    plus ``2 + 5 * n``, plus, when the requantization core has ``d < pe`` lanes (see
     :func:`onnx2fpga.hw.graph.requant_lanes`), ``pe // d`` (serializing) ``+ 1`` (gathering).
-    RequantLayer: ``channels // lanes - 1 + 2 + 4 * n``. Stages computed by a threshold core
+    RequantLayer: ``channels // lanes - 1 + 2 + 5 * n``. Stages computed by a threshold core
     (:func:`onnx2fpga.hw.graph.stage_cores`) count :func:`threshold_latency` instead of
-    ``2 + 4 * n``.
+    ``2 + 5 * n``.
     """
     first, last = 0, layer.in_size // layer.in_lanes - 1
     for stage in layer_stages(layer):

@@ -168,6 +168,13 @@ REQUANT_CASES = [
                              in_zp=-7)]),
     (signed(10), 4, 8, [dict(per_channel_m=True, per_channel_off=False, shift=5,
                              rounding="half_even", out_type=IntType(7, False), in_zp=1)]),
+    # Operands wider than one 16-bit partial-product chunk: 2 x 2, 3 x 2 and constant.
+    (unsigned(20), 3, 2, [dict(per_channel_m=True, per_channel_off=True, shift=30,
+                               rounding="half_even", out_type=IntType(8, True))]),
+    (signed(33), 2, 1, [dict(per_channel_m=True, per_channel_off=False, shift=40,
+                             rounding="half_away", out_type=IntType(8, True), in_zp=-5)]),
+    (signed(20), 4, 4, [dict(per_channel_m=False, per_channel_off=True, shift=28,
+                             rounding="half_even", out_type=IntType(8, False), relu=True)]),
 ]
 
 
@@ -224,8 +231,8 @@ def test_requant_timing():
     dut = RequantCore(stages, channels, lanes, in_shape)
     x = np.random.default_rng(0).integers(0, 256, size=24)
     times = run_timed(dut, to_transfers(x, lanes), 12)
-    assert dut.latency == 2 + 4 * len(stages) == 10
-    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), 10)
+    assert dut.latency == 2 + 5 * len(stages) == 12
+    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), 12)
     np.testing.assert_array_equal(np.diff(times["out"]), 1)
 
 
@@ -330,7 +337,7 @@ def test_sign_split_brute_force():
 
 
 def test_requant_leaky_timing():
-    # The LeakyRelu selection lives inside the offset step: the latency stays 2 + 4 * stages.
+    # The LeakyRelu selection lives inside the offset step: the latency stays 2 + 5 * stages.
     in_shape, channels, lanes, specs = LEAKY_CASES[4]
     stages = build_leaky_stages(4, in_shape, channels, specs)
     dut = RequantCore(stages, channels, lanes, in_shape)
@@ -338,8 +345,8 @@ def test_requant_leaky_timing():
     times = run_timed(dut, to_transfers(x, lanes), x.size // lanes)
     np.testing.assert_array_equal(np.array(times["out_items"]).reshape(-1, channels),
                                   golden.requant_stages(x, stages))
-    assert dut.latency == cost.requant_latency(3) == 14
-    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), 14)
+    assert dut.latency == cost.requant_latency(3) == 17
+    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), 17)
     np.testing.assert_array_equal(np.diff(times["out"]), 1)
 
 
