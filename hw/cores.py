@@ -776,18 +776,18 @@ class RequantCore(wiring.Component):
                         continue
                     parts = []
                     for n, (shift, value) in enumerate(_partial_products(x[j], p[mult])):
-                        part = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_{j}_{n}")
+                        part = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_part{j}_{n}")
                         with m.If(advance):
                             m.d.sync += part.eq(value)
                         parts.append(part if shift == 0 else part << shift)
                     value = _tree_levels(parts)[0]
-                    prod = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_{j}")
+                    prod = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_prod{j}")
                     with m.If(advance):
                         m.d.sync += prod.eq(value)
                     off_b = p[off]
                     if not isinstance(off_b, int):
                         for n in "ab":
-                            reg = Signal.like(p[off], name=f"{off}{k}_{j}_{n}")
+                            reg = Signal.like(p[off], name=f"{off}{k}_{n}{j}")
                             with m.If(advance):
                                 m.d.sync += reg.eq(off_b)
                             off_b = reg
