@@ -642,7 +642,9 @@ class RequantCore(wiring.Component):
     Timing: one transfer per cycle; latency ``2 + 5 * len(stages)`` cycles (two input
     registers, then per stage: partial products of at most 16x16 bits, their sum, add the
     offset, round and add the zero point, clip; the per-channel parameters reach the
-    multipliers from a register, so every multiplier sits between registers). The
+    multipliers from a register, so every multiplier sits between registers). Elaborated
+    for an iCE40 platform, the partial products are the whole input times 8 bits of the
+    multiplier (LUT multipliers), with the same values and cycles. The
     pipeline stalls as a whole while its last stage holds an output that is not taken
     (``i_stream.ready`` follows ``o_stream.ready`` combinationally in that case).
     """
@@ -725,6 +727,7 @@ class RequantCore(wiring.Component):
         with m.If(i_stream.valid & advance):
             m.d.sync += t_in.eq(_wrap_incr(t_in, period))
 
+        chunks = _mul_chunks(platform)
         # Input register, then a second one: each stage's parameters come from its ROM
         # through a register of their own (a block RAM's output is too slow to meet a
         # multiplier in the same cycle), read two stages ahead of their use; `ts[-n]` is the
@@ -775,7 +778,8 @@ class RequantCore(wiring.Component):
                     if not use:
                         continue
                     parts = []
-                    for n, (shift, value) in enumerate(_partial_products(x[j], p[mult])):
+                    for n, (shift, value) in enumerate(_partial_products(x[j], p[mult],
+                                                                         chunks)):
                         part = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_part{j}_{n}")
                         with m.If(advance):
                             m.d.sync += part.eq(value)
@@ -828,16 +832,35 @@ class RequantCore(wiring.Component):
 #: signed top chunk of at most 16 bits fits one iCE40 SB_MAC16 (16x16) and one ECP5
 #: MULT18X18D (18x18 signed).
 _MUL_CHUNK = 16
+#: Multiplier bits per partial product on iCE40, whose multipliers are built of LUTs (DSP
+#: inference is opt-in there: see ``boards.build``): the whole accumulator times 8 bits of
+#: the multiplier, 8 rows of a LUT multiplier per cycle instead of 16.
+_LUT_MUL_CHUNK = 8
 
 
-def _chunks(value):
-    """``value`` cut into ``(shift, piece)`` of at most :data:`_MUL_CHUNK` bits from the least
-    significant end; every piece is unsigned but the top one, which keeps the sign."""
+def _mul_chunks(platform) -> tuple:
+    """``(x_chunk, m_chunk)`` for :func:`_partial_products` when elaborating for
+    ``platform``: ``(None, 8)`` (``x`` whole) on iCE40, ``(16, 16)`` otherwise (the emitted
+    Verilog, ECP5). The pipeline is the same either way: only how a product is cut into
+    partial products differs, never a value or a cycle."""
+    from amaranth.vendor import LatticeICE40Platform
+    if isinstance(platform, LatticeICE40Platform):
+        return None, _LUT_MUL_CHUNK
+    return _MUL_CHUNK, _MUL_CHUNK
+
+
+def _chunks(value, size):
+    """``value`` cut into ``(shift, piece)`` of at most ``size`` bits (``None``: whole)
+    from the least significant end; every piece is unsigned but the top one, which keeps
+    the sign."""
     shape = value.shape()
     width = shape.width
+    size = size or width
     pieces = []
-    for lo in range(0, width, _MUL_CHUNK):
-        hi = min(lo + _MUL_CHUNK, width)
+    for lo in range(0, width, size):
+        hi = min(lo + size, width)
+        if lo == 0 and hi == width:
+            return [(0, value)]
         piece = value[lo:hi]
         if hi == width and shape.signed:
             piece = piece.as_signed()
@@ -845,13 +868,16 @@ def _chunks(value):
     return pieces
 
 
-def _partial_products(x, mult):
+def _partial_products(x, mult, chunks=(_MUL_CHUNK, _MUL_CHUNK)):
     """``x * mult`` as ``(shift, product)`` pairs whose shifted sum is the product: a
     constant (int) multiplier gives one product (none for 1 or 0: ``x`` or 0), a table-read
-    (signal) one a product of every pair of :func:`_chunks` of both operands."""
+    (signal) one a product of every pair of :func:`_chunks` of both operands, cut at
+    ``chunks = (x_chunk, m_chunk)`` bits."""
     if isinstance(mult, int):
         return [(0, x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult))]
-    return [(sx + sm, px * pm) for sx, px in _chunks(x) for sm, pm in _chunks(mult)]
+    x_chunk, m_chunk = chunks
+    return [(sx + sm, px * pm) for sx, px in _chunks(x, x_chunk)
+            for sm, pm in _chunks(mult, m_chunk)]
 
 
 # ---------------------------------------------------------------------------------------------
