@@ -1,14 +1,15 @@
 """Fmax, resources and cycle figures of compiled example designs on real boards.
 
 Compiles each design with ``onnx2fpga.compile`` and builds it for each board with
-``CompiledDesign.build`` (amaranth-boards + YoWASP yosys/nextpnr, the board oscillator as the
-clock: nextpnr reports the Fmax it achieved whatever the constraint), one build at a time,
+``CompiledDesign.build`` (amaranth-boards + YoWASP yosys/nextpnr; the board oscillator as the
+clock unless ``--clock-mhz``: nextpnr reports the Fmax it achieved whatever the constraint,
+and with a constraint near the target it places for it), one build at a time,
 and prints one row per (design, board, seed): achieved Fmax of the design clock, LUT, FF, DSP
 and block RAM use, cycles per inference and latency from the manifest, and the start and end
 cells of nextpnr's critical path.
 
     python benchmarks/fmax.py [--designs NAME ...] [--boards BOARD ...] [--seeds N ...]
-                              [--work DIR] [--json]
+                              [--clock-mhz F] [--work DIR] [--json]
 
 Designs (``--designs``; default ``digits cnn``):
 
@@ -60,18 +61,21 @@ def compile_design(name: str, work: str):
                              calibration=calibration, force=True, **options)
 
 
-def build_row(design, name: str, board: str, seed: int) -> dict:
-    """Build ``design`` for ``board`` with placement ``seed``; one row of figures."""
-    row = {"design": name, "board": board, "seed": seed,
+def build_row(design, name: str, board: str, seed: int, clock_mhz=None) -> dict:
+    """Build ``design`` for ``board`` with placement ``seed`` (and the design clock at
+    ``clock_mhz`` from the board's PLL, if given); one row of figures."""
+    row = {"design": name, "board": board, "seed": seed, "clock_mhz": clock_mhz,
            "cycles_per_inference": design.manifest["cycles_per_inference"],
            "latency_cycles": design.manifest["latency_cycles"]}
     start = time.monotonic()
     try:
-        report = design.build(board, seed=seed, progress=False)
+        report = design.build(board, seed=seed, progress=False, clock_mhz=clock_mhz)
     except BuildError as e:
         row["error"] = str(e).splitlines()[0]
         return row
     row["fmax_mhz"] = report["fmax_mhz"]
+    row["clock_mhz"] = report["clock_mhz"]
+    row["timing_met"] = report["timing_met"]
     row["timing_complete"] = report["timing_complete"]
     row.update({k: report["resources"].get(k, {}).get("used")
                 for k in ("lut", "ff", "dsp", "bram")})
@@ -106,6 +110,8 @@ def main(argv=None):
     ap.add_argument("--designs", nargs="+", default=["digits", "cnn"], choices=list(DESIGNS))
     ap.add_argument("--boards", nargs="+", default=["ulx3s-85f", "icebreaker"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[1])
+    ap.add_argument("--clock-mhz", type=float, help="clock the designs from the board's PLL "
+                    "at this frequency (nextpnr then places for it); default: the oscillator")
     ap.add_argument("--work", help="keep the designs and builds here (default: a temporary "
                                    "folder)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -120,7 +126,7 @@ def main(argv=None):
             design = compile_design(name, work)
             for board in args.boards:
                 for seed in args.seeds:
-                    row = build_row(design, name, board, seed)
+                    row = build_row(design, name, board, seed, args.clock_mhz)
                     rows.append(row)
                     if not args.json:
                         print(format_row(row), flush=True)
