@@ -38,7 +38,7 @@ from .uart import uart_divisor
 from .wrapper import UartBridge
 
 __all__ = ["BuildError", "build_bitstream", "tool_environment", "tool_env_var", "format_report",
-           "NEXTPNR_REPORT", "REPORT"]
+           "critical_path", "NEXTPNR_REPORT", "REPORT"]
 
 #: nextpnr's JSON report, inside ``build_dir``.
 NEXTPNR_REPORT = "report_pnr.json"
@@ -655,7 +655,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
 
 
 def format_report(report: dict) -> str:
-    """A few lines for a terminal: timing verdict first, then resources."""
+    """A few lines for a terminal: timing verdict first, then resources, then the critical
+    path (:func:`critical_path`: where the cells limiting Fmax are)."""
     fmax = report["fmax_mhz"]
     if report["timing_met"]:
         verdict = "timing met"
@@ -677,6 +678,18 @@ def format_report(report: dict) -> str:
         lines.append("USB CDC-ACM link " + usb["vid_pid"] + ": " + ", ".join(
             f"{domain} Fmax {c['achieved_mhz']:.1f} MHz for {c['constraint_mhz']:g} MHz"
             for domain, c in sorted(usb["clocks"].items())))
+    path = critical_path(report)
+    if path is not None:
+        lines.append(f"critical path: {path['start']} -> {path['end']} "
+                     f"({path['delay_ns']:.2f} ns)")
     lines.extend(f"warning: {w}" for w in report.get("timing_warnings", []))
     return "\n".join(lines)
+
+
+def critical_path(report: dict) -> dict | None:
+    """The slowest register-to-register path of ``report["critical_paths"]`` (paths from or
+    to ``<async>`` ports are left out: they are I/O, not the design's clock), or None."""
+    paths = [p for p in report.get("critical_paths") or []
+             if "<async>" not in (p.get("from"), p.get("to")) and p.get("start")]
+    return max(paths, key=lambda p: p["delay_ns"]) if paths else None
 

@@ -17,7 +17,7 @@ import functools
 from math import gcd
 
 import numpy as np
-from amaranth import C, Cat, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import C, Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -111,6 +111,19 @@ def _tree_sum(terms: list):
     return terms[0]
 
 
+def _tree_levels(terms: list, levels=None) -> list:
+    """``levels`` levels of a balanced adder tree over ``terms`` (all of them for ``None``):
+    the partial sums, fewer terms than before."""
+    while len(terms) > 1 and (levels is None or levels > 0):
+        pairs = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
+        if len(terms) % 2:
+            pairs.append(terms[-1])
+        terms = pairs
+        if levels is not None:
+            levels -= 1
+    return terms
+
+
 def _counter(modulo: int) -> Signal:
     """A counter register for ``0 .. modulo-1``, at least 1 bit wide (no zero-width wires in
     the Verilog when ``modulo`` is 1)."""
@@ -137,6 +150,21 @@ def _output_register(m: Module, o_stream, o_valid: Signal, layout) -> Signal:
     with m.If(o_stream.ready):
         m.d.sync += o_valid.eq(0)
     return o_payload
+
+
+def _flat_memory(layout, depth: int, init) -> Memory:
+    """A ROM of plain ``unsigned(width)`` words holding the values ``init`` of ``layout``
+    (read its data through ``layout(port.data)``).
+
+    A memory of a nested :class:`~amaranth.lib.data.ArrayLayout` gets per-field alias wires
+    named like ``data[0][3]``, which collide with bit 3 of the alias ``data[0]`` when yosys
+    0.70 re-imports the netlist from ABC: a block RAM output bit ending up on two nets made
+    the ECP5 build fail ("multiple conflicting drivers") once the data went straight into
+    flip-flops. Plain words have no aliases.
+    """
+    width = Shape.cast(layout).width
+    return Memory(shape=unsigned(width), depth=depth,
+                  init=[Const.cast(layout.const(v)).value for v in init])
 
 
 def _double_buffer_writer(m: Module, i_stream, wr, words: int, data=None):
@@ -225,9 +253,13 @@ class MatVecCore(wiring.Component):
     takes one (group, fold) step per cycle; the steady-state initiation interval is
     ``folds * groups`` cycles (``layer.cycles``) when the output is not stalled. Computing
     starts once a whole vector is buffered; the last output transfer of a vector comes
-    ``folds * groups + 4`` cycles after its last input transfer (multiply, adder tree and
-    accumulate are pipelined), so ``latency = folds + folds * groups + 3`` cycles from the first
-    input transfer to the last output transfer when the input arrives at one transfer per cycle.
+    ``folds * groups + 1 + d`` cycles after its last input transfer, where
+    ``d = cost.matvec_stages(simd)`` counts the pipeline registers (memory data, operand
+    registers, products, and one adder-tree stage per two adder levels: 4 for
+    ``simd <= 4``, 5 up to 16, 6 up to 64), so ``latency = folds + folds * groups + d``
+    cycles from the first input transfer to the last output transfer when the input arrives
+    at one transfer per cycle. Every multiplier and adder-tree stage sits between registers
+    so that a board build reaches 100 MHz on ECP5.
     The accumulator register is the output register: while an output waits for ``ready``, the
     pipeline holds as soon as the next group's first partial sum reaches it.
 
@@ -312,7 +344,7 @@ class MatVecCore(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from the first input transfer to the last output transfer of one vector."""
-        return cost.matvec_latency(self.folds, self.groups)
+        return cost.matvec_latency(self.folds, self.groups, self._layer.simd)
 
     def _weight_words(self) -> list:
         w = self._layer.weight
@@ -341,8 +373,7 @@ class MatVecCore(wiring.Component):
         w_elem = self._w_shape if self._arithmetic == "multiply" else unsigned(simd)
         w_layout = data.ArrayLayout(w_elem, pe) if self._arithmetic != "multiply" else \
             data.ArrayLayout(data.ArrayLayout(w_elem, simd), pe)
-        m.submodules.w_mem = w_mem = Memory(shape=w_layout, depth=groups * folds,
-                                            init=self._weight_words())
+        m.submodules.w_mem = w_mem = _flat_memory(w_layout, groups * folds, self._weight_words())
         w_rd = w_mem.read_port()
 
         # -- Write side: fill the banks in turn; full0/full1: a whole vector not yet consumed.
@@ -381,13 +412,20 @@ class MatVecCore(wiring.Component):
                 m.d.sync += [f.eq(f + 1), raddr.eq(raddr + 1), waddr_w.eq(waddr_w + 1)]
         _double_buffer_release(m, full, fill, done, rb)
 
-        # -- Pipeline: S1 memory data, S2 products, S3 sums (+ bias), then the accumulator.
-        s1_valid, s1_first, s1_last = Signal(), Signal(), Signal()
-        s2_valid, s2_first, s2_last = Signal(), Signal(), Signal()
-        s3_valid, s3_first, s3_last = Signal(), Signal(), Signal()
-        s1_g = _counter(groups)
-        s2_g = _counter(groups)
-        x_word, w_word = x_rd.data, w_rd.data
+        # -- Pipeline: S1 memory data, S2 the same in registers (a block RAM's output is slow:
+        # about 5.8 ns clock-to-out on ECP5, more than a multiplier leaves of a 10 ns cycle),
+        # S3 products (a multiplier between registers, which yosys or the DSP can retime),
+        # then the adder tree in `tree_stages` register stages of at most
+        # `cost.ADDER_LEVELS_PER_STAGE` levels each; its last register feeds the accumulator.
+        tree_stages = cost.matvec_tree_stages(simd)
+        n_stages = 3 + tree_stages
+        s_valid = [Signal(name=f"s{n + 1}_valid") for n in range(n_stages)]
+        s_first = [Signal(name=f"s{n + 1}_first") for n in range(n_stages)]
+        s_last = [Signal(name=f"s{n + 1}_last") for n in range(n_stages)]
+        s_g = [_counter(groups) for _ in range(n_stages)]
+        x_word = Signal.like(x_rd.data, name="x_word")
+        w_bits = Signal.like(w_rd.data, name="w_word")     # plain bits: see _flat_memory
+        w_word = w_layout(w_bits)
         if self._arithmetic == "multiply":
             prod_values = [[x_word[s] * w_word[p][s] for s in range(simd)] for p in range(pe)]
         elif self._arithmetic == "sign":
@@ -399,35 +437,49 @@ class MatVecCore(wiring.Component):
         prods = [[Signal(neg_shape if self._arithmetic == "sign" else Shape.cast(v.shape()),
                          name=f"prod_{p}_{s}") for s, v in enumerate(row)]
                  for p, row in enumerate(prod_values)]
-        sums = [Signal(acc_shape, name=f"sum_{p}") for p in range(pe)]
         with m.If(advance):
-            m.d.sync += [
-                s1_valid.eq(issue), s1_first.eq(f == 0), s1_last.eq(f_last), s1_g.eq(g),
-                s2_valid.eq(s1_valid), s2_first.eq(s1_first), s2_last.eq(s1_last),
-                s2_g.eq(s1_g),
-                s3_valid.eq(s2_valid), s3_first.eq(s2_first), s3_last.eq(s2_last),
-            ]
+            m.d.sync += [s_valid[0].eq(issue), s_first[0].eq(f == 0), s_last[0].eq(f_last),
+                         s_g[0].eq(g), x_word.eq(x_rd.data), w_bits.eq(w_rd.data)]
+            for n in range(1, n_stages):
+                m.d.sync += [s_valid[n].eq(s_valid[n - 1]), s_first[n].eq(s_first[n - 1]),
+                             s_last[n].eq(s_last[n - 1]), s_g[n].eq(s_g[n - 1])]
             for p in range(pe):
                 for prod, value in zip(prods[p], prod_values[p]):
                     m.d.sync += prod.eq(value)
-                # Sums and the accumulator wrap modulo 2**acc_bits: exact, because the final
-                # value lies within acc_type (two's complement addition is modular).
-                if xnor:        # 2 * popcount; the -in_features sits in the bias
-                    pop = _tree_sum([prods[p][0][s] for s in range(simd)])
-                    m.d.sync += sums[p].eq(Cat(C(0, 1), pop))
-                else:
-                    m.d.sync += sums[p].eq(_tree_sum(list(prods[p])))
+        # Sums and the accumulator wrap modulo 2**acc_bits: exact, because the final value
+        # lies within acc_type (two's complement addition is modular).
+        sums = []
+        for p in range(pe):
+            if xnor:        # 2 * popcount; the -in_features sits in the bias
+                terms = [prods[p][0][s] for s in range(simd)]
+            else:
+                terms = list(prods[p])
+            for n in range(tree_stages):
+                terms = _tree_levels(terms, cost.ADDER_LEVELS_PER_STAGE
+                                     if n < tree_stages - 1 else None)
+                regs = [Signal(acc_shape if len(terms) == 1 and not xnor
+                               else Shape.cast(t.shape()), name=f"sum{n}_{p}_{i}")
+                        for i, t in enumerate(terms)]
+                with m.If(advance):
+                    m.d.sync += [r.eq(t) for r, t in zip(regs, terms)]
+                terms = regs
+            sums.append(Cat(C(0, 1), terms[0]) if xnor else terms[0])
+        s3_valid, s3_first, s3_last = s_valid[-1], s_first[-1], s_last[-1]
 
         bias_words = self._layer.folded_bias.reshape(groups, pe)
         if xnor:
             bias_words = bias_words - self._layer.in_features
         if groups > 1:
+            # Read one stage early and registered, so that no block RAM output meets the adder.
             m.submodules.b_mem = b_mem = Memory(
                 shape=data.ArrayLayout(acc_shape, pe), depth=groups,
                 init=[[int(v) for v in row] for row in bias_words])
             b_rd = b_mem.read_port()
-            m.d.comb += [b_rd.addr.eq(s2_g), b_rd.en.eq(advance)]
-            bias = [b_rd.data[p] for p in range(pe)]
+            m.d.comb += [b_rd.addr.eq(s_g[-3]), b_rd.en.eq(advance)]
+            b_word = Signal.like(b_rd.data, name="b_word")
+            with m.If(advance):
+                m.d.sync += b_word.eq(b_rd.data)
+            bias = [b_word[p] for p in range(pe)]
         else:
             bias = [C(int(v), acc_shape) for v in bias_words[0]]
 
@@ -567,10 +619,11 @@ class RequantCore(wiring.Component):
     zero. A stage with
     ``neg_multiplier`` and ``neg_offset`` (a fused LeakyRelu) uses
     ``(x - in_zero_point) * neg_multiplier[c] + neg_offset[c]`` wherever the product above is
-    negative: both products are computed side by side in the multiply step and the sign of the
-    first selects one, so the pipeline keeps its length. Per-channel parameters
-    cycle through the channels in stream order: lane ``j`` of transfer ``g`` is channel
-    ``(g*lanes + j) % channels`` (a transfer counter restarts every
+    negative: both products are computed side by side in the multiply steps and the sign of
+    the first (with its offset) selects one in the offset step, so the pipeline keeps its
+    length.
+    Per-channel parameters cycle through the channels in stream order: lane ``j`` of
+    transfer ``g`` is channel ``(g*lanes + j) % channels`` (a transfer counter restarts every
     ``channels // gcd(channels, lanes)`` transfers). Per-channel tables live in a small ROM per
     stage; parameters equal for every channel of a lane are constants.
 
@@ -593,8 +646,12 @@ class RequantCore(wiring.Component):
     o_stream : ``Out(stream.Signature(data.ArrayLayout(out_shape, lanes)))``
         ``out_shape`` is the shape of ``stages[-1].out_type``.
 
-    Timing: one transfer per cycle; latency ``1 + 3 * len(stages)`` cycles (an input register,
-    then per stage: multiply and add the offset, round and add the zero point, clip). The
+    Timing: one transfer per cycle; latency ``2 + 5 * len(stages)`` cycles (two input
+    registers, then per stage: partial products of at most 16x16 bits, their sum, add the
+    offset, round and add the zero point, clip; the per-channel parameters reach the
+    multipliers from a register, so every multiplier sits between registers). Elaborated
+    for an iCE40 platform, the partial products are the whole input times 8 bits of the
+    multiplier (LUT multipliers), with the same values and cycles. The
     pipeline stalls as a whole while its last stage holds an output that is not taken
     (``i_stream.ready`` follows ``o_stream.ready`` combinationally in that case).
     """
@@ -677,16 +734,24 @@ class RequantCore(wiring.Component):
         with m.If(i_stream.valid & advance):
             m.d.sync += t_in.eq(_wrap_incr(t_in, period))
 
-        # Input register.
+        chunks = _mul_chunks(platform)
+        # Input register, then a second one: each stage's parameters come from its ROM
+        # through a register of their own (a block RAM's output is too slow to meet a
+        # multiplier in the same cycle), read two stages ahead of their use; `ts[-n]` is the
+        # transfer slot of the elements in the register `n - 1` stages before `x`.
         x = Signal(data.ArrayLayout(self._in_shape, lanes))
         valid = Signal()
         t_cur = Signal(t_shape)
-        t_prev = t_in    # addresses a ROM whose data lines up with the register after `t_prev`
+        x1 = Signal.like(x, name="x1")
+        valid1 = Signal()
+        t1 = Signal(t_shape)
         with m.If(advance):
-            m.d.sync += [x.eq(i_stream.payload), valid.eq(i_stream.valid), t_cur.eq(t_in)]
+            m.d.sync += [x.eq(i_stream.payload), valid.eq(i_stream.valid), t_cur.eq(t_in),
+                         x1.eq(x), valid1.eq(valid), t1.eq(t_cur)]
+        x, valid, ts = x1, valid1, [t_in, t_cur, t1]
 
         for k, plan in enumerate(self._plans):
-            # Parameters for this stage's multiply, read one stage early from a ROM.
+            # Parameters for this stage, read two stages early and registered in `p_word`.
             fields = {name: plan.shapes[name] for name in plan.tables if plan.varies[name]}
             if fields:
                 word = data.StructLayout(fields)
@@ -695,27 +760,54 @@ class RequantCore(wiring.Component):
                 rom = Memory(shape=data.ArrayLayout(word, lanes), depth=period, init=init)
                 m.submodules[f"params_{k}"] = rom
                 rd = rom.read_port()
-                m.d.comb += [rd.addr.eq(t_prev), rd.en.eq(advance)]
-            params = [{name: (getattr(rd.data[j], name) if plan.varies[name] else table[j][0])
+                m.d.comb += [rd.addr.eq(ts[-3]), rd.en.eq(advance)]
+                p_word = Signal.like(rd.data, name=f"p{k}")
+                with m.If(advance):
+                    m.d.sync += p_word.eq(rd.data)
+            params = [{name: (getattr(p_word[j], name) if plan.varies[name] else table[j][0])
                        for name, table in plan.tables.items()} for j in range(lanes)]
 
             v = [Signal(plan.v_shape, name=f"v{k}_{j}") for j in range(lanes)]
             r = [Signal(plan.r_shape, name=f"r{k}_{j}") for j in range(lanes)]
             y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}")
-            valid_a, valid_b, valid_c = (Signal(name=f"valid{k}_{n}") for n in "abc")
-            t_a, t_b, t_c = (Signal(t_shape, name=f"t{k}_{n}") for n in "abc")
+            # Stages a..e, each with the valid flag and transfer slot of its contents.
+            valids = [Signal(name=f"valid{k}_{n}") for n in "abcde"]
+            slots = [Signal(t_shape, name=f"t{k}_{n}") for n in "abcde"]
             with m.If(advance):
-                m.d.sync += [valid_a.eq(valid), valid_b.eq(valid_a), valid_c.eq(valid_b),
-                             t_a.eq(t_cur), t_b.eq(t_a), t_c.eq(t_b)]
-                for j in range(lanes):
-                    p = params[j]
-                    if plan.use_pos:
-                        value = _affine(x[j], p["m"], p["off"])
-                    if plan.use_neg:
-                        neg = _affine(x[j], p["nm"], p["noff"])
-                        value = Mux(value < 0, neg, value) if plan.use_pos else neg
+                m.d.sync += [a.eq(b) for a, b in zip(valids, [valid] + valids[:-1])]
+                m.d.sync += [a.eq(b) for a, b in zip(slots, [ts[-1]] + slots[:-1])]
+            for j in range(lanes):
+                p = params[j]
+                # a: partial products of at most 16x16 bits (one DSP each); b: their sum.
+                # The offsets follow in step, to meet the product in c.
+                sides = []
+                for use, mult, off in ((plan.use_pos, "m", "off"), (plan.use_neg, "nm", "noff")):
+                    if not use:
+                        continue
+                    parts = []
+                    for n, (shift, value) in enumerate(_partial_products(x[j], p[mult],
+                                                                         chunks)):
+                        part = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_part{j}_{n}")
+                        with m.If(advance):
+                            m.d.sync += part.eq(value)
+                        parts.append(part if shift == 0 else part << shift)
+                    value = _tree_levels(parts)[0]
+                    prod = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_prod{j}")
+                    with m.If(advance):
+                        m.d.sync += prod.eq(value)
+                    off_b = p[off]
+                    if not isinstance(off_b, int):
+                        for n in "ab":
+                            reg = Signal.like(p[off], name=f"{off}{k}_{n}{j}")
+                            with m.If(advance):
+                                m.d.sync += reg.eq(off_b)
+                            off_b = reg
+                    sides.append(prod + (C(off_b) if isinstance(off_b, int) else off_b))
+                # c: add the offset; with both sides, the sign of the first chooses.
+                value = Mux(sides[0] < 0, sides[1], sides[0]) if len(sides) == 2 else sides[0]
+                with m.If(advance):
                     m.d.sync += v[j].eq(value)
-
+                    # d: round and add the zero point.
                     if plan.shift == 0:
                         m.d.sync += r[j].eq(v[j] + plan.const)
                     elif plan.rounding in ("floor", "ceil") or \
@@ -731,14 +823,15 @@ class RequantCore(wiring.Component):
                         else:
                             cin = ~v[j][-1] if plan.v_signed else C(1, 1)
                         m.d.sync += r[j].eq((v[j] + C(plan.const) + cin) >> plan.shift)
-
+                    # e: clip.
                     clipped = r[j]
                     if plan.clip_hi:
                         clipped = Mux(clipped > plan.hi, plan.hi, clipped)
                     if plan.clip_lo:
                         clipped = Mux(r[j] < plan.lo, plan.lo, clipped)
                     m.d.sync += y[j].eq(clipped)
-            x, valid, t_cur, t_prev = y, valid_c, t_c, t_b
+            x, valid = y, valids[-1]
+            ts += slots
 
         m.d.comb += [
             o_valid.eq(valid),
@@ -748,13 +841,56 @@ class RequantCore(wiring.Component):
         return m
 
 
-def _affine(x, mult, off):
-    """``x * mult + off`` with constant (int) or table-read (signal) parameters."""
+#: Operand bits per partial product of :class:`RequantCore`: a 16-bit unsigned chunk or a
+#: signed top chunk of at most 16 bits fits one iCE40 SB_MAC16 (16x16) and one ECP5
+#: MULT18X18D (18x18 signed).
+_MUL_CHUNK = 16
+#: Multiplier bits per partial product on iCE40, whose multipliers are built of LUTs (DSP
+#: inference is opt-in there: see ``boards.build``): the whole accumulator times 8 bits of
+#: the multiplier, 8 rows of a LUT multiplier per cycle instead of 16.
+_LUT_MUL_CHUNK = 8
+
+
+def _mul_chunks(platform) -> tuple:
+    """``(x_chunk, m_chunk)`` for :func:`_partial_products` when elaborating for
+    ``platform``: ``(None, 8)`` (``x`` whole) on iCE40, ``(16, 16)`` otherwise (the emitted
+    Verilog, ECP5). The pipeline is the same either way: only how a product is cut into
+    partial products differs, never a value or a cycle."""
+    from amaranth.vendor import LatticeICE40Platform
+    if isinstance(platform, LatticeICE40Platform):
+        return None, _LUT_MUL_CHUNK
+    return _MUL_CHUNK, _MUL_CHUNK
+
+
+def _chunks(value, size):
+    """``value`` cut into ``(shift, piece)`` of at most ``size`` bits (``None``: whole)
+    from the least significant end; every piece is unsigned but the top one, which keeps
+    the sign."""
+    shape = value.shape()
+    width = shape.width
+    size = size or width
+    pieces = []
+    for lo in range(0, width, size):
+        hi = min(lo + size, width)
+        if lo == 0 and hi == width:
+            return [(0, value)]
+        piece = value[lo:hi]
+        if hi == width and shape.signed:
+            piece = piece.as_signed()
+        pieces.append((lo, piece))
+    return pieces
+
+
+def _partial_products(x, mult, chunks=(_MUL_CHUNK, _MUL_CHUNK)):
+    """``x * mult`` as ``(shift, product)`` pairs whose shifted sum is the product: a
+    constant (int) multiplier gives one product (none for 1 or 0: ``x`` or 0), a table-read
+    (signal) one a product of every pair of :func:`_chunks` of both operands, cut at
+    ``chunks = (x_chunk, m_chunk)`` bits."""
     if isinstance(mult, int):
-        prod = x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult)
-    else:
-        prod = x * mult
-    return prod + (C(off) if isinstance(off, int) else off)
+        return [(0, x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult))]
+    x_chunk, m_chunk = chunks
+    return [(sx + sm, px * pm) for sx, px in _chunks(x, x_chunk)
+            for sm, pm in _chunks(mult, m_chunk)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,11 +12,12 @@ same list the hardware is built from. Per core:
 
 - :class:`~onnx2fpga.hw.cores.MatVecCore`: ``folds = in_features // simd``,
   ``groups = out_features // pe``; ``folds * groups`` cycles per vector; one vector:
-  latency ``folds + folds * groups + 3`` (computing starts the cycle after the last input
-  transfer; one (group, fold) step per cycle; memory read, multiply, adder tree and
-  accumulate add 4). A convolution feeds it one vector per output pixel.
+  latency ``folds + folds * groups + matvec_stages(simd)`` (computing starts the cycle after
+  the last input transfer; one (group, fold) step per cycle; memory read, operand registers,
+  multiply, the adder tree's stages and the accumulator add ``1 + matvec_stages(simd)``). A
+  convolution feeds it one vector per output pixel.
 - :class:`~onnx2fpga.hw.cores.RequantCore` with ``n`` stages: one transfer per cycle; an
-  element leaves ``1 + 3 * n`` cycles after it enters.
+  element leaves ``2 + 5 * n`` cycles after it enters.
 - :class:`~onnx2fpga.hw.threshold.ThresholdCore`: one transfer per cycle; an element leaves
   ``1 + sum`` of its stages' latencies after it enters: 2 for a stage of at most 15
   thresholds (parallel comparators), ``max(1, n.bit_length())`` for ``n`` thresholds
@@ -59,7 +60,8 @@ from ..dataflow import (
 from .graph import Plan, Stage, layer_stages, plan_graph
 
 __all__ = [
-    "matvec_latency", "requant_latency", "fifo_latency", "threshold_search",
+    "ADDER_LEVELS_PER_STAGE", "matvec_tree_stages", "matvec_stages", "matvec_latency",
+    "requant_latency", "fifo_latency", "threshold_search",
     "threshold_stage_latency", "threshold_latency", "requant_luts", "threshold_luts",
     "threshold_is_cheaper", "THRESHOLD_PARALLEL_MAX", "stage_cycles", "layer_cycles",
     "layer_latency", "dataflow_cycles", "plan_timing", "layer_need", "edge_fifo_depths",
@@ -69,16 +71,37 @@ __all__ = [
 _PLUMBING = ("convert", "cast", "fifo")
 
 
-def matvec_latency(folds: int, groups: int) -> int:
+#: Adder levels between two registers of :class:`~onnx2fpga.hw.cores.MatVecCore`'s adder tree:
+#: two levels of 16..24-bit carry chains and their routing fit a 10 ns cycle on ECP5.
+ADDER_LEVELS_PER_STAGE = 2
+
+
+def matvec_tree_stages(simd: int) -> int:
+    """Register stages of the adder tree of a :class:`~onnx2fpga.hw.cores.MatVecCore` that
+    sums ``simd`` products: ``ceil(log2(simd))`` adder levels, at most
+    :data:`ADDER_LEVELS_PER_STAGE` per stage, at least one stage."""
+    levels = (int(simd) - 1).bit_length()
+    return max(1, -(-levels // ADDER_LEVELS_PER_STAGE))
+
+
+def matvec_stages(simd: int) -> int:
+    """Pipeline registers of a :class:`~onnx2fpga.hw.cores.MatVecCore` between its memories
+    and its accumulator: memory data, operand registers, products and the adder tree's
+    :func:`matvec_tree_stages` (4 for ``simd <= 4``, 5 up to 16, 6 up to 64)."""
+    return 3 + matvec_tree_stages(simd)
+
+
+def matvec_latency(folds: int, groups: int, simd: int) -> int:
     """Latency of a :class:`~onnx2fpga.hw.cores.MatVecCore` with ``folds`` input transfers and
-    ``groups`` output transfers per vector: ``folds + folds * groups + 3``."""
-    return folds + folds * groups + 3
+    ``groups`` output transfers per vector and ``simd`` products per output and step:
+    ``folds + folds * groups + matvec_stages(simd)``."""
+    return folds + folds * groups + matvec_stages(simd)
 
 
 def requant_latency(stages: int) -> int:
     """Latency of a :class:`~onnx2fpga.hw.cores.RequantCore` of ``stages`` stages
-    (``1 + 3 * stages``; 0 for no stage, when no core is built)."""
-    return 1 + 3 * stages if stages else 0
+    (``2 + 5 * stages``; 0 for no stage, when no core is built)."""
+    return 2 + 5 * stages if stages else 0
 
 
 #: The most thresholds per stage that :class:`~onnx2fpga.hw.threshold.ThresholdCore` compares
@@ -225,11 +248,12 @@ def _stage_timing(stage: Stage, first: int, last: int) -> tuple[int, int]:
     kind = stage.kind
     if kind == "matvec":
         folds, groups, vectors = _matvec_figures(stage)
+        d = matvec_stages(stage.params["layer"].simd)
         if vectors == 1:
-            first_out = last + folds + 4
+            first_out = last + folds + 1 + d
         else:
-            first_out = first + 2 * folds + 3
-        last_out = last + folds * groups + 4
+            first_out = first + 2 * folds + d
+        last_out = last + folds * groups + 1 + d
     elif kind == "requant":
         d = requant_latency(len(stage.params["stages"]))
         first_out, last_out = first + d, last + d
@@ -263,7 +287,8 @@ def _stage_timing(stage: Stage, first: int, last: int) -> tuple[int, int]:
     elif kind in ("broadcast", "concat"):
         first_out, last_out = first + 1, last + 1
     elif kind == "add":
-        first_out, last_out = first + 2, last + 2
+        from .joins import ADD_LATENCY
+        first_out, last_out = first + ADD_LATENCY, last + ADD_LATENCY
     elif kind == "resize":
         from .resize import resize_latency
         p = stage.params
@@ -313,12 +338,13 @@ def layer_latency(layer) -> int:
     through ``layer``'s cores alone, fed at one transfer per cycle.
 
     DenseLayer with ``folds = in_features // simd``, ``groups = out_features // pe`` and
-    ``n = len(requant)``: ``folds + folds * groups + 3`` without requantization; with it,
-    plus ``1 + 3 * n``, plus, when the requantization core has ``d < pe`` lanes (see
+    ``n = len(requant)``: ``folds + folds * groups + d`` (``d = matvec_stages(simd)``)
+    without requantization; with it,
+    plus ``2 + 5 * n``, plus, when the requantization core has ``d < pe`` lanes (see
     :func:`onnx2fpga.hw.graph.requant_lanes`), ``pe // d`` (serializing) ``+ 1`` (gathering).
-    RequantLayer: ``channels // lanes - 1 + 1 + 3 * n``. Stages computed by a threshold core
+    RequantLayer: ``channels // lanes - 1 + 2 + 5 * n``. Stages computed by a threshold core
     (:func:`onnx2fpga.hw.graph.stage_cores`) count :func:`threshold_latency` instead of
-    ``1 + 3 * n``.
+    ``2 + 5 * n``.
     """
     first, last = 0, layer.in_size // layer.in_lanes - 1
     for stage in layer_stages(layer):

@@ -47,7 +47,7 @@ __all__ = [
 #: Cycles from an input transfer to the output transfers of the same data, no output stalled.
 BROADCAST_LATENCY = 1
 #: Cycles from an input transfer (both inputs take part in the same cycle) to its output.
-ADD_LATENCY = 2
+ADD_LATENCY = 3
 #: Cycles from an input transfer of any input to its output transfer.
 CONCAT_LATENCY = 1
 
@@ -266,10 +266,11 @@ class AddCore(wiring.Component):
 
     Timing: a transfer is taken from both inputs in the same cycle, when both are valid
     (``i_a.ready`` follows ``i_b.valid`` combinationally and vice versa, the usual join); one
-    transfer per cycle; the output transfer comes :data:`ADD_LATENCY` ``= 2`` cycles after the
-    input transfer (a register after the two constant multiplies, then the output register
-    after the sum). The pipeline stalls as a whole while the output holds a sum that is not
-    taken (the inputs' ``ready`` then follows ``o_stream.ready`` combinationally).
+    transfer per cycle; the output transfer comes :data:`ADD_LATENCY` ``= 3`` cycles after the
+    input transfer (input registers, a register after the two constant multiplies, then the
+    output register after the sum). The pipeline stalls as a whole while the output holds a
+    sum that is not taken (the inputs' ``ready`` then follows ``o_stream.ready``
+    combinationally).
     """
 
     @_quiet_if_invalid
@@ -354,21 +355,26 @@ class AddCore(wiring.Component):
         def scaled(x, mult):
             return x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult)
 
-        # Stage 1: the two products of each lane (constant multiplies).
-        s1_valid = Signal()
+        # Stage 0: the inputs in registers (an input may come straight from a block RAM, too
+        # slow to meet a multiplier in the same cycle); stage 1: the two products of each
+        # lane (constant multiplies).
+        a_reg = Signal.like(i_a.payload, name="a_reg")
+        b_reg = Signal.like(i_b.payload, name="b_reg")
+        s0_valid, s1_valid = Signal(), Signal()
         prods = []
         for j in range(lanes):
-            pa, pb = scaled(i_a.payload[j], ma), scaled(i_b.payload[j], mb)
+            pa, pb = scaled(a_reg[j], ma), scaled(b_reg[j], mb)
             prods.append((Signal.like(pa, name=f"pa_{j}"), Signal.like(pb, name=f"pb_{j}")))
         # Stage 2: the output register, v = a*ma + b*mb - (za*ma + zb*mb).
         const = -(za * ma + zb * mb)
         o_payload = Signal(data.ArrayLayout(self._out_shape, lanes))
         with m.If(advance):
-            m.d.sync += [s1_valid.eq(take), o_valid.eq(s1_valid)]
+            m.d.sync += [a_reg.eq(i_a.payload), b_reg.eq(i_b.payload),
+                         s0_valid.eq(take), s1_valid.eq(s0_valid), o_valid.eq(s1_valid)]
             for j, (pa, pb) in enumerate(prods):
                 m.d.sync += [
-                    pa.eq(scaled(i_a.payload[j], ma)),
-                    pb.eq(scaled(i_b.payload[j], mb)),
+                    pa.eq(scaled(a_reg[j], ma)),
+                    pb.eq(scaled(b_reg[j], mb)),
                     # Truncation to out_shape is exact: the sum lies within out_range.
                     o_payload[j].eq(pa + pb + C(const)),
                 ]

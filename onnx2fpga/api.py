@@ -103,10 +103,10 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     """
     import warnings
 
+    from .frontend.finn import normalize_finn
     from .frontend.fold import fold
     from .frontend.load import load_model
     from .frontend.lower import lower
-    from .frontend.finn import normalize_finn
     from .frontend.qdq import normalize_qdq
     from .frontend.qonnx import normalize_qonnx
     from .frontend.qop import normalize_qoperators

@@ -20,6 +20,7 @@ from onnx2fpga.boards.build import (
     _clocks,
     _ice40_dsp_timing_gaps,
     build_bitstream,
+    critical_path,
     format_report,
     tool_environment,
 )
@@ -422,6 +423,25 @@ def test_format_report_verdicts():
     assert "TIMING NOT MET: Fmax 11.0 MHz" in format_report(report)
     report.update(timing_met=True, fmax_mhz=30.0)
     assert ": timing met: Fmax 30.0 MHz" in format_report(report)
+
+
+def test_format_report_names_the_critical_path():
+    # nextpnr's paths from or to I/O ("<async>") are not the design clock's.
+    report = {"board": "ulx3s-85f", "device": "LFE5U-85F-BG381", "clock_mhz": 25.0,
+              "fmax_mhz": 77.5, "timing_met": True, "timing_complete": True,
+              "timing_warnings": [], "seed": 1, "wall_seconds": 30.0, "bitstream": "top.bit",
+              "resources": {},
+              "critical_paths": [
+                  {"from": "posedge clk", "to": "posedge clk", "delay_ns": 12.9,
+                   "start": "accelerator.matvec_0.w_mem.0.0", "end": "accelerator.prod_0_2"},
+                  {"from": "<async>", "to": "posedge clk", "delay_ns": 19.5,
+                   "start": "rx_buffer", "end": "uart_rx.rx_sync"}]}
+    assert critical_path(report)["start"] == "accelerator.matvec_0.w_mem.0.0"
+    assert format_report(report).splitlines()[-1] == (
+        "critical path: accelerator.matvec_0.w_mem.0.0 -> accelerator.prod_0_2 (12.90 ns)")
+    report["critical_paths"] = report["critical_paths"][1:]
+    assert critical_path(report) is None
+    assert "critical path" not in format_report(report)
 
 
 def test_tool_environment_respects_user_values():

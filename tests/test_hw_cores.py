@@ -5,6 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 from amaranth import Shape, signed, unsigned
+from amaranth.hdl import Elaboratable, Fragment
 
 from onnx2fpga.dataflow import DenseLayer, IntType, RequantStage
 from onnx2fpga.hw import cost
@@ -37,6 +38,16 @@ def make_dense(seed, in_type, in_zp, w_bits, in_features, out_features, simd, pe
     return DenseLayer("fc", in_type, in_zp, weight, wt, bias, [], simd=simd, pe=pe)
 
 
+def matvec_depth(simd):
+    """MatVecCore's pipeline registers as its docstring states them: memory data, operand
+    registers, products, then one adder-tree stage per two adder levels (ceil(log2(simd)))."""
+    if simd <= 4:           # 0..2 levels: one tree stage
+        return 4
+    if simd <= 16:          # 3..4 levels: two
+        return 5
+    return 6                # 5..6 levels: three (up to 64)
+
+
 # (in_type, in_zero_point, weight bits, in_features, out_features, simd, pe)
 MATVEC_CASES = [
     (IntType(8, False), 0, 8, 8, 4, 2, 2),
@@ -47,6 +58,8 @@ MATVEC_CASES = [
     (IntType(16, True), 100, 5, 6, 4, 2, 4),      # pe = out_features
     (IntType(3, True), 1, 8, 9, 6, 3, 3),
     (IntType(5, False), 12, 12, 8, 2, 1, 2),      # eight folds of one element
+    (IntType(8, True), 5, 8, 18, 4, 9, 2),        # two adder-tree stages, odd term count
+    (IntType(8, False), 0, 8, 40, 3, 20, 3),      # three adder-tree stages
 ]
 
 
@@ -66,7 +79,7 @@ def test_matvec_matches_golden(seed, case):
 
 
 @pytest.mark.parametrize("case", [MATVEC_CASES[0], MATVEC_CASES[2], MATVEC_CASES[3],
-                                  MATVEC_CASES[5]])
+                                  MATVEC_CASES[5], MATVEC_CASES[8], MATVEC_CASES[9]])
 def test_matvec_timing(case):
     layer = make_dense(0, *case)
     dut = MatVecCore(layer)
@@ -80,7 +93,7 @@ def test_matvec_timing(case):
     t_in = np.array(times["in"]).reshape(vectors, folds)
     t_out = np.array(times["out"]).reshape(vectors, groups)
     latency = t_out[0, -1] - t_in[0, 0]
-    assert latency == folds + folds * groups + 3
+    assert latency == folds + folds * groups + matvec_depth(layer.simd)
     assert cost.layer_latency(layer) == latency == dut.latency
     # Steady state: one vector every folds*groups cycles, no bubbles between vectors.
     np.testing.assert_array_equal(np.diff(t_out[:, -1]), folds * groups)
@@ -165,6 +178,13 @@ REQUANT_CASES = [
                              rounding="to_zero", out_type=IntType(5, True), in_zp=1)]),
     (unsigned(9), 4, 2, [dict(per_channel_m=True, per_channel_off=True, shift=6,
                               rounding="to_zero", out_type=IntType(4, False), relu=True)]),
+    # Operands wider than one 16-bit partial-product chunk: 2 x 2, 3 x 2 and constant.
+    (unsigned(20), 3, 2, [dict(per_channel_m=True, per_channel_off=True, shift=30,
+                               rounding="half_even", out_type=IntType(8, True))]),
+    (signed(33), 2, 1, [dict(per_channel_m=True, per_channel_off=False, shift=40,
+                             rounding="half_away", out_type=IntType(8, True), in_zp=-5)]),
+    (signed(20), 4, 4, [dict(per_channel_m=False, per_channel_off=True, shift=28,
+                             rounding="half_even", out_type=IntType(8, False), relu=True)]),
 ]
 
 
@@ -221,9 +241,42 @@ def test_requant_timing():
     dut = RequantCore(stages, channels, lanes, in_shape)
     x = np.random.default_rng(0).integers(0, 256, size=24)
     times = run_timed(dut, to_transfers(x, lanes), 12)
-    assert dut.latency == 1 + 3 * len(stages) == 7
-    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), 7)
+    assert dut.latency == 2 + 5 * len(stages) == 12
+    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), 12)
     np.testing.assert_array_equal(np.diff(times["out"]), 1)
+
+
+class _ElaboratedFor(Elaboratable):
+    """``core`` as elaborated for ``platform`` (a board build), with the core's ports."""
+
+    def __init__(self, core, platform):
+        self.core, self.platform = core, platform
+        self.i_stream, self.o_stream = core.i_stream, core.o_stream
+
+    def elaborate(self, platform):
+        return Fragment.get(self.core, self.platform)
+
+
+@pytest.mark.parametrize("case", [REQUANT_CASES[0], REQUANT_CASES[2], REQUANT_CASES[6],
+                                  REQUANT_CASES[8], REQUANT_CASES[9], REQUANT_CASES[10]])
+def test_requant_on_ice40_is_cycle_identical(case):
+    # For iCE40 the products are cut differently (the whole input times 8 multiplier bits,
+    # for LUT multipliers): the same values on the same cycles as the emitted Verilog's.
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    in_shape, channels, lanes, specs = case
+    stages = build_stages(3, in_shape, channels, specs)
+    shape = Shape.cast(in_shape)
+    lo, hi = shape_range(shape)
+    n = int(np.lcm(channels, lanes)) * 4
+    x = np.random.default_rng(3).integers(lo, hi, size=n, endpoint=True)
+    expected = golden.requant_stages(x.reshape(-1, channels), stages).reshape(-1)
+    timed = []
+    for platform in (None, ICEBreakerPlatform()):
+        dut = RequantCore(stages, channels, lanes, in_shape)
+        times = run_timed(_ElaboratedFor(dut, platform), to_transfers(x, lanes), n // lanes)
+        np.testing.assert_array_equal(np.array(times["out_items"]).reshape(-1), expected)
+        timed.append((times["in"], times["out"]))
+    assert timed[0] == timed[1]
 
 
 def with_leaky(stage, alpha):
@@ -327,7 +380,7 @@ def test_sign_split_brute_force():
 
 
 def test_requant_leaky_timing():
-    # The LeakyRelu selection lives inside the multiply step: the latency stays 1 + 3 * stages.
+    # The LeakyRelu selection lives inside the offset step: the latency stays 2 + 5 * stages.
     in_shape, channels, lanes, specs = LEAKY_CASES[4]
     stages = build_leaky_stages(4, in_shape, channels, specs)
     dut = RequantCore(stages, channels, lanes, in_shape)
@@ -335,8 +388,8 @@ def test_requant_leaky_timing():
     times = run_timed(dut, to_transfers(x, lanes), x.size // lanes)
     np.testing.assert_array_equal(np.array(times["out_items"]).reshape(-1, channels),
                                   golden.requant_stages(x, stages))
-    assert dut.latency == cost.requant_latency(3) == 10
-    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), 10)
+    assert dut.latency == cost.requant_latency(3) == 17
+    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), 17)
     np.testing.assert_array_equal(np.diff(times["out"]), 1)
 
 

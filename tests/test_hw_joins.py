@@ -214,9 +214,10 @@ def test_add_timing(case):
                                   expected)
     np.testing.assert_array_equal(times["a"], np.arange(n))
     np.testing.assert_array_equal(times["b"], np.arange(n))
-    np.testing.assert_array_equal(np.array(times["out"]) - times["a"], 2)
-    assert times["out"][-1] - times["a"][0] == add_latency(n) == n + 1
-    assert dut.latency == ADD_LATENCY == 2
+    # Input registers, products, output register.
+    np.testing.assert_array_equal(np.array(times["out"]) - times["a"], 3)
+    assert times["out"][-1] - times["a"][0] == add_latency(n) == n + 2
+    assert dut.latency == ADD_LATENCY == 3
     assert dut.cycles == 1
     assert add_cycles(n) == n
 

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 import pytest
-from test_hw_cores import run_stream, run_timed, to_transfers
+from test_hw_cores import matvec_depth, run_stream, run_timed, to_transfers
 from test_hw_top import pack, run_axi, unpack
 
 from onnx2fpga.dataflow import (
@@ -92,11 +92,12 @@ def test_lowbit_matvec_timing(case):
         np.testing.assert_array_equal(np.array(times["out_items"]).reshape(vectors, -1),
                                       expected)
         timed[a] = times
-        assert dut.latency == folds + folds * groups + 3
+        assert dut.latency == folds + folds * groups + matvec_depth(layer.simd)
     assert timed[arithmetic]["out"] == timed["multiply"]["out"]
     t_in = np.array(timed[arithmetic]["in"]).reshape(vectors, folds)
     t_out = np.array(timed[arithmetic]["out"]).reshape(vectors, groups)
-    assert t_out[0, -1] - t_in[0, 0] == folds + folds * groups + 3 == cost.layer_latency(layer)
+    assert t_out[0, -1] - t_in[0, 0] == folds + folds * groups + matvec_depth(layer.simd) \
+        == cost.layer_latency(layer)
     np.testing.assert_array_equal(np.diff(t_out[:, -1]), folds * groups)
 
 
