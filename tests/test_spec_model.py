@@ -235,16 +235,17 @@ def test_op05_op06_custom_domain_ops_are_listed_as_unsupported():
                                                r"supported \(only ai\.onnx operators; "
                                                r"model-local functions are inlined\)$"):
         load_model(m)
-    # Of the QONNX / FINN domains only the quantizers are implemented (frontend/qonnx.py).
+    # Of the QONNX / FINN domains only the quantizers are implemented (frontend/qonnx.py,
+    # frontend/finn.py).
     m = float_mlp((8, 6, 4), softmax=False)
-    m.graph.node[1].op_type, m.graph.node[1].domain = "MultiThreshold", "qonnx.custom_op.general"
+    m.graph.node[1].op_type, m.graph.node[1].domain = "Im2Col", "qonnx.custom_op.general"
     m.opset_import.append(helper.make_opsetid("qonnx.custom_op.general", 1))
     with pytest.raises(UnsupportedError, match=r"^Node 'relu0' \(qonnx\.custom_op\.general"
-                                               r"\.MultiThreshold, opset 1\): operator "
-                                               r"'MultiThreshold' of domain "
+                                               r"\.Im2Col, opset 1\): operator "
+                                               r"'Im2Col' of domain "
                                                r"'qonnx\.custom_op\.general' is not supported "
                                                r"\(of this domain only Quant, IntQuant, "
-                                               r"BipolarQuant, Trunc\)$"):
+                                               r"BipolarQuant, Trunc, MultiThreshold\)$"):
         load_model(m)
 
 
