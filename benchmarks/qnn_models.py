@@ -110,7 +110,8 @@ def bench(name, path, args, work):
     t = time.monotonic()
     rtl = d.simulate(x[:n], engine="rtl", seed=1, stall_in=0.3, stall_out=0.3)
     fig["rtl_s"] = round(time.monotonic() - t, 1)
-    fig["rtl_equals_golden"] = f"{int(np.sum(np.all(rtl.reshape(n, -1) == got[:n].reshape(n, -1), 1)))}/{n}"
+    same = np.all(rtl.reshape(n, -1) == got[:n].reshape(n, -1), axis=1)
+    fig["rtl_equals_golden"] = f"{int(np.sum(same))}/{n}"
     fig["cycles_manifest"] = d.manifest["cycles_per_inference"]
     fig["cycles_rtl_stalled"] = d.last_run["cycles_per_inference"]
     fig["latency_manifest"] = d.manifest["latency_cycles"]
