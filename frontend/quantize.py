@@ -25,7 +25,8 @@ from .ir import Graph, Node, TensorInfo
 from .load import QONNX_DOMAINS, QONNX_OPS
 from .lower import EPILOGUE_OPS, VIEW_OPS
 
-__all__ = ["quantize_graph", "is_quantized", "calibrate", "float_groups", "fold_constants"]
+__all__ = ["quantize_graph", "is_quantized", "calibrate", "float_groups", "fold_constants",
+           "quantize_float_inputs"]
 
 _SAME_RANGE = ("MaxPool", "GlobalMaxPool", "Resize", "Upsample", "Pad")
 
@@ -372,4 +373,75 @@ def _toposorted(nodes, graph: Graph):
         if len(rest) == len(pending):
             raise CalibrationError("Internal error: quantized graph has a cycle")
         pending = rest
+    return out
+
+
+def quantize_float_inputs(graph: Graph, samples, *, activation_bits: int = 8) -> list[str]:
+    """In a model that is already quantized, quantize the float activations that feed a
+    MatMul / Gemm / Conv with a quantized weight (QKeras and Brevitas exports leave the
+    first layer's input in float: it would stay on the host): a QuantizeLinear +
+    DequantizeLinear pair of ``activation_bits`` bits from the calibration ``samples``' range
+    (min-max, zero included), so that the layer runs in hardware. Returns the tensors
+    quantized (in place)."""
+    if not isinstance(activation_bits, int) or not 2 <= activation_bits <= 16:
+        raise ValueError(f"activation_bits must be an integer from 2 to 16, not "
+                         f"{activation_bits!r}")
+    prod = graph.producers()
+    targets = []
+    for n in graph.nodes:
+        if n.op not in ("MatMul", "Gemm", "Conv") or n.domain not in ("", "ai.onnx") or \
+                len(n.inputs) < 2:
+            continue
+        w = prod.get(n.inputs[1])
+        if w is None or w.op != "DequantizeLinear" or w.inputs[0] not in graph.constants:
+            continue                                   # a float weight: not a quantized layer
+        t = n.inputs[0]
+        while t in prod and prod[t].op in VIEW_OPS:
+            t = prod[t].inputs[0]
+        src = prod.get(t)
+        if src is not None and src.op == "DequantizeLinear":
+            continue                                   # already quantized
+        if t in graph.constants or t in targets:
+            continue
+        # Only activations computed from the model input by host-runnable float operations.
+        if not all(host.supported(m.op, m.domain) for m in _ancestors(graph, t)):
+            continue
+        targets.append(t)
+    if not targets:
+        return []
+    ranges = calibrate(graph, samples, targets)
+    index = {id(n): k for k, n in enumerate(graph.nodes)}
+    inserts: dict[int, list[Node]] = {}
+    for t in targets:
+        scale, zp, qt = _act_params(*ranges[t], activation_bits)
+        attrs = {"scale": np.asarray(scale, np.float32), "zero_point": np.asarray(zp, np.int64),
+                 "qtype": qt, "axis": 1}
+        q = Node("QuantizeLinear", [t], [f"{t}__q"], dict(attrs), f"{t}__quant", "", 13, 13)
+        dq = Node("DequantizeLinear", [f"{t}__q"], [f"{t}__dq"], dict(attrs),
+                  f"{t}__dequant", "", 13, 13)
+        for c in graph.consumers().get(t, []):
+            c.inputs = [f"{t}__dq" if i == t else i for i in c.inputs]
+        graph.tensors[f"{t}__q"] = _info(qt, graph.tensors[t].shape)
+        graph.tensors[f"{t}__dq"] = graph.tensors[t]
+        at = index[id(prod[t])] if t in prod else -1
+        inserts.setdefault(at, []).extend([q, dq])
+    out = list(inserts.get(-1, []))
+    for k, n in enumerate(graph.nodes):
+        out.append(n)
+        out.extend(inserts.get(k, []))
+    graph.nodes = out
+    return targets
+
+
+def _ancestors(graph: Graph, t: str) -> list[Node]:
+    prod = graph.producers()
+    seen, stack, out = set(), [t], []
+    while stack:
+        name = stack.pop()
+        n = prod.get(name)
+        if n is None or id(n) in seen:
+            continue
+        seen.add(id(n))
+        out.append(n)
+        stack.extend(i for i in n.inputs if i and i not in graph.constants)
     return out

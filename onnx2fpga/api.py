@@ -110,7 +110,12 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     from .frontend.qdq import normalize_qdq
     from .frontend.qonnx import normalize_qonnx
     from .frontend.qop import normalize_qoperators
-    from .frontend.quantize import fold_constants, is_quantized, quantize_graph
+    from .frontend.quantize import (
+        fold_constants,
+        is_quantized,
+        quantize_float_inputs,
+        quantize_graph,
+    )
     from .frontend.resolve import resolve_geometry
     from .hw.emit import emit_verilog
     from .sim.model import run_design
@@ -128,21 +133,31 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     resolve_geometry(graph)
     float_graph = None
     quant_info = {"source": "qdq"}
+    if isinstance(calibration, (str, os.PathLike)):
+        try:
+            calibration = np.load(calibration, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise CalibrationError(f"{calibration}: cannot read calibration data: "
+                                   f"{e}") from None
     if is_quantized(graph):
         if calibration is not None:
-            warnings.warn("the model is already quantized; calibration data is not used",
-                          stacklevel=2)
+            samples = _check_samples(graph, calibration, "Calibration data")
+            quantized_inputs = quantize_float_inputs(graph, samples,
+                                                     activation_bits=activation_bits)
+            if quantized_inputs:
+                say(f"quantized the float inputs of {', '.join(quantized_inputs)} at "
+                    f"{activation_bits} bits from {len(samples)} calibration samples")
+                quant_info["float_inputs_quantized"] = {
+                    "tensors": quantized_inputs, "activation_bits": activation_bits,
+                    "calibration_samples": int(len(samples))}
+            else:
+                warnings.warn("the model is already quantized; calibration data is not used",
+                              stacklevel=2)
     else:
         if calibration is None:
             raise CalibrationError(
                 f"Graph {graph.name!r} is a float model: pass calibration data "
                 f"(--calibration X.npy, a batch of real inputs) to quantize it")
-        if isinstance(calibration, (str, os.PathLike)):
-            try:
-                calibration = np.load(calibration, allow_pickle=False)
-            except (OSError, ValueError) as e:
-                raise CalibrationError(f"{calibration}: cannot read calibration data: "
-                                       f"{e}") from None
         samples = _check_samples(graph, calibration, "Calibration data")
         say(f"calibrating on {len(samples)} samples")
         float_graph = copy.deepcopy(graph)

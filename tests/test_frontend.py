@@ -251,3 +251,31 @@ def test_last_layer_without_quantizer_ends_in_its_accumulator(tmp_path, opset):
     x = np.random.default_rng(3).standard_normal((100, 1, 16)).astype(np.float32)
     got, want = run_design(d, x), _ort(tmp_path / "noq.onnx", x)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def test_float_input_of_a_quantized_model_is_quantized_from_calibration(tmp_path):
+    """QKeras and Brevitas exports feed the first layer a float input: with calibration data
+    its input gets a quantizer too, so the whole network runs in hardware."""
+    import onnx2fpga
+
+    path, _ = ort_qdq_mlp(tmp_path, kind="gemm", softmax=False)
+    m = onnx.load(path)
+    q = next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "x")
+    dq = next(n for n in m.graph.node if n.op_type == "DequantizeLinear" and
+              n.input[0] == q.output[0])
+    for n in m.graph.node:
+        n.input[:] = ["x" if i == dq.output[0] else i for i in n.input]
+    m.graph.node.remove(q)
+    m.graph.node.remove(dq)
+    onnx.save(m, tmp_path / "float_in.onnx")
+    rng = np.random.default_rng(4)
+    cal = rng.standard_normal((100, 1, 16)).astype(np.float32)
+    without = onnx2fpga.compile(tmp_path / "float_in.onnx")
+    d = onnx2fpga.compile(tmp_path / "float_in.onnx", calibration=cal, activation_bits=12)
+    assert len(d.design.dataflow.layers) == len(without.design.dataflow.layers) + 1
+    assert d.manifest["quantization"]["float_inputs_quantized"]["tensors"] == ["x"]
+    assert d.design.dataflow.input.type.bits == 12
+    x = rng.standard_normal((200, 1, 16)).astype(np.float32)
+    got, want = d.simulate(x, engine="golden"), _ort(tmp_path / "float_in.onnx", x)
+    lsb = d.design.dataflow.output.scale
+    assert np.percentile(np.abs(got - want), 99) <= 2 * lsb
