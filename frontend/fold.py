@@ -128,49 +128,132 @@ def _apply(layer, params: dict) -> None:
         setattr(layer, key, value)
 
 
-def fold(dataflow: Dataflow, *, max_lanes: int = 8, overrides: dict | None = None,
-         fifo_depth: int = 2) -> Dataflow:
+def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | None = None,
+         fifo_depth: int = 2, fits=None, target_cycles: int | None = None) -> Dataflow:
     """Set the parallelism of every layer, the ports' lanes and orders and the FIFO depths
     (in place; also returned).
 
-    ``overrides`` maps a layer name to any of ``{"simd": s, "pe": p, "lanes": l}`` and wins
-    over the plan.
+    Without ``target_cycles`` the plan is the fastest one (fewest cycles per inference)
+    whose multiply lanes fit ``max_lanes`` and that ``fits``; with it, the cheapest one that
+    takes at most ``target_cycles`` cycles per inference. Either way every layer takes its
+    cheapest folding for the chosen rate, so the pipeline is balanced.
+
+    Parameters
+    ----------
+    max_lanes : int or None
+        Budget of multiply lanes (sum of ``simd * pe`` and elementwise lanes); ``None``: no
+        budget besides ``fits``.
+    overrides : dict, optional
+        Maps a layer name to any of ``{"simd": s, "pe": p, "lanes": l}``; wins over the plan.
+    fifo_depth : int
+        Transfers of the FIFO after every layer.
+    fits : callable, optional
+        ``fits(dataflow) -> None or str``, called on a completely folded dataflow: ``None``
+        if the design fits the device, otherwise why not (``"dsp 160 > 156"``). Assumed to
+        fail less often the fewer lanes a plan takes.
+    target_cycles : int, optional
+        Cycles per inference the design must reach.
+
+    The choice is recorded in ``dataflow.folding_info``: the rate the search aimed at, and
+    what stopped it from going faster (``limited_by``).
 
     Raises
     ------
     OptionError
-        If ``max_lanes`` is not a positive integer, an override names an unknown layer or
-        does not fit the layer's sizes.
+        If ``max_lanes`` or ``target_cycles`` is not a positive integer, an override names an
+        unknown layer or does not fit the layer's sizes, or no plan reaches ``target_cycles``
+        within the budget.
     """
-    if not isinstance(max_lanes, int) or isinstance(max_lanes, bool) or max_lanes < 1:
+    if max_lanes is not None and (not isinstance(max_lanes, int) or isinstance(max_lanes, bool)
+                                  or max_lanes < 1):
         raise OptionError(f"max_lanes must be a positive integer, not {max_lanes!r}")
-    from ..hw.cost import edge_fifo_depths
-    from ..hw.graph import plan_graph
-
+    if target_cycles is not None and (not isinstance(target_cycles, int)
+                                      or isinstance(target_cycles, bool) or target_cycles < 1):
+        raise OptionError(f"target_cycles must be a positive integer, not {target_cycles!r}")
     layers = dataflow.layers
     unknown = sorted(set(overrides or {}) - {ly.name for ly in layers})
     if unknown:
         raise OptionError(f"Folding overrides name unknown layers: {unknown}")
     options = [layer_options(layer) for layer in layers]
     targets = sorted({cyc for opts in options for cyc, _, _ in opts})
+    floor = max(dataflow.input.beats, dataflow.output.beats)
+
+    def picks(target):
+        p = [_choose(opts, target) for opts in options]
+        return None if any(q is None for q in p) else p
+
+    def why_not(target):
+        """``None`` if the plan for ``target`` is complete and fits, otherwise why not."""
+        p = picks(target)
+        if p is None:
+            slow = max(zip(options, layers), key=lambda o: min(c for c, _, _ in o[0]))
+            return (f"layer {slow[1].name!r} at its fastest folding "
+                    f"({min(c for c, _, _ in slow[0])} cycles)")
+        lanes = sum(q[0] for q in p)
+        if max_lanes is not None and lanes > max_lanes:
+            return f"multiply lanes {lanes} > max_lanes {max_lanes}"
+        _fold_full(dataflow, [q[1] for q in p], overrides, fifo_depth)
+        # Lane converters between layers may regroup through a narrow common divisor:
+        # a plan counts only if the whole design meets its target.
+        cycles = _design_cycles(dataflow)
+        if cycles > max(target, floor):
+            return f"{cycles} cycles with converters"
+        return None if fits is None else fits(dataflow)
+
+    info = {"target_cycles": target_cycles, "max_lanes": max_lanes, "limited_by": None}
     chosen = None
-    for target in targets:  # ascending: the first that fits is the fastest
-        picks = [_choose(opts, target) for opts in options]
-        if all(p is not None for p in picks) and sum(p[0] for p in picks) <= max_lanes:
-            _fold_with(dataflow, [p[1] for p in picks], overrides)
-            # Lane converters between layers may regroup through a narrow common divisor:
-            # keep the target only if the whole design meets it.
-            if _design_cycles(dataflow) <= max(target, dataflow.input.beats,
-                                               dataflow.output.beats):
-                chosen = [p[1] for p in picks]
+    if target_cycles is not None:
+        # The cheapest plan that meets the target: the slowest target at most target_cycles
+        # (the narrowest streams first), then faster ones if converters slow it down.
+        below = [t for t in targets if t <= target_cycles]
+        r = why_not(target_cycles)     # names the slowest layer if no target is low enough
+        for t in reversed(below):
+            r = why_not(t)
+            if r is None and _design_cycles(dataflow) > max(target_cycles, floor):
+                r = f"{_design_cycles(dataflow)} cycles with converters"
+            if r is None:
+                chosen = [q[1] for q in picks(t)]
+                break
+            if not r.endswith("with converters"):
+                break      # faster plans take more lanes: they fit even less
+        if chosen is None:
+            raise OptionError(f"No folding reaches {target_cycles} cycles per inference: {r}")
+        info["limited_by"] = "target_cycles"
+    else:
+        # The fastest plan that fits. Lanes and resources only grow as the target shrinks,
+        # so bisect for the fastest target that fits, then step to slower ones past plans
+        # whose converters miss their target.
+        lo, hi = 0, len(targets)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            r = why_not(targets[mid])
+            if r is None or r.endswith("with converters"):
+                hi = mid
+            else:
+                lo = mid + 1
+        for j in range(lo, len(targets)):
+            if why_not(targets[j]) is None:
+                chosen = [q[1] for q in picks(targets[j])]
+                info["limited_by"] = (why_not(targets[j - 1]) if j > 0
+                                      else "every layer at its fastest folding")
                 break
     if chosen is None:      # nothing fits: the cheapest folding of every layer
         chosen = [opts[0][2] for opts in options]
+        info["limited_by"] = "nothing fits: every layer at its cheapest folding"
+    _fold_full(dataflow, chosen, overrides, fifo_depth)
+    dataflow.folding_info = info
+    return dataflow
+
+
+def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int) -> None:
+    """Apply ``chosen`` and the overrides, then the ports and all FIFO depths."""
+    from ..hw.cost import edge_fifo_depths
+    from ..hw.graph import plan_graph
+
     _fold_with(dataflow, chosen, overrides)
-    dataflow.fifo_depths = [fifo_depth] * len(layers)
+    dataflow.fifo_depths = [fifo_depth] * len(dataflow.layers)
     plan = plan_graph(dataflow, check_ports=False)
     dataflow.edge_fifos = edge_fifo_depths(dataflow, plan)
-    return dataflow
 
 
 def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:

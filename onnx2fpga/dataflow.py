@@ -961,12 +961,14 @@ class Dataflow:
     ``fifo_depths[k]`` is the depth of the FIFO after layer ``k`` (0: a direct connection).
     ``edge_fifos`` maps ``"tensor->layer"`` to the depth of a FIFO on that edge only, for a
     tensor read by several layers (a skip connection), in transfers of the tensor's stream.
+    ``folding_info`` records how the folding was chosen (see :func:`onnx2fpga.frontend.fold`).
     """
     layers: list
     input: Port
     output: Port
     fifo_depths: list[int] = field(default_factory=list)
     edge_fifos: dict = field(default_factory=dict)
+    folding_info: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if not self.fifo_depths:

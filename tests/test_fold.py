@@ -1,0 +1,118 @@
+"""Automatic folding: the chosen plan is the fastest that fits, or the cheapest that meets a
+target, checked against an exhaustive search over every combination of layer foldings."""
+
+import functools
+import itertools
+
+import numpy as np
+import pytest
+from models import float_mlp
+
+from onnx2fpga.dataflow import DenseLayer
+from onnx2fpga.errors import OptionError
+from onnx2fpga.frontend.fold import _fold_full, fold, layer_options
+from onnx2fpga.frontend.load import load_model
+from onnx2fpga.frontend.lower import lower
+from onnx2fpga.frontend.quantize import quantize_graph
+from onnx2fpga.hw.cost import stage_cycles
+from onnx2fpga.hw.graph import plan_graph
+
+
+def _dataflow(sizes):
+    g = load_model(float_mlp(sizes, softmax=False, seed=1))
+    x = np.random.default_rng(0).standard_normal((20, 1, sizes[0])).astype(np.float32)
+    quantize_graph(g, x)
+    return lower(g, multiplier_bits=16).dataflow
+
+
+def _cycles(df):
+    return max(stage_cycles(s) for s in plan_graph(df, check_ports=False).stages)
+
+
+def _dense_lanes(df):
+    return sum(ly.simd * ly.pe for ly in df.layers if isinstance(ly, DenseLayer))
+
+
+def _lanes(df):
+    return sum(cost for ly in df.layers for _, cost, params in layer_options(ly)
+               if all(getattr(ly, k) == v for k, v in params.items()))
+
+
+@functools.cache
+def _plans(sizes):
+    return _every_plan(_dataflow(sizes))
+
+
+def _every_plan(df):
+    """(design cycles, lanes, dense lanes) of every combination of layer foldings."""
+    options = [layer_options(ly) for ly in df.layers]
+    out = []
+    for combo in itertools.product(*options):
+        _fold_full(df, [c[2] for c in combo], None, 2)
+        out.append((_cycles(df), sum(c[1] for c in combo), _dense_lanes(df)))
+    return out
+
+
+SIZES = [(4, 6, 2), (6, 4, 3)]
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("budget", [1, 5, 9, 14, 40])
+def test_fastest_plan_within_a_lane_budget(sizes, budget):
+    df = _dataflow(sizes)
+    plans = _plans(sizes)
+    fold(df, max_lanes=budget)
+    if all(lanes > budget for _, lanes, _ in plans):
+        assert df.folding_info["limited_by"] == ("nothing fits: every layer at its cheapest "
+                                                 "folding")
+        assert _lanes(df) == min(lanes for _, lanes, _ in plans)
+        return
+    best = min(c for c, lanes, _ in plans if lanes <= budget)
+    assert _lanes(df) <= budget
+    assert _cycles(df) == best
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("dsp", [2, 4, 7, 12])
+def test_fastest_plan_that_fits_a_resource_check(sizes, dsp):
+    df = _dataflow(sizes)
+    plans = _plans(sizes)
+    best = min(c for c, _, dense in plans if dense <= dsp)
+
+    def fits(d):
+        used = _dense_lanes(d)
+        return None if used <= dsp else f"dsp {used} > {dsp}"
+
+    fold(df, max_lanes=None, fits=fits)
+    assert _dense_lanes(df) <= dsp
+    assert _cycles(df) == best
+    limited = df.folding_info["limited_by"]
+    if best > min(c for c, _, _ in plans):
+        assert limited.startswith("dsp ") and limited.endswith(f" > {dsp}")
+    else:
+        assert limited == "every layer at its fastest folding"
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("target", [1, 3, 5, 8, 13, 24])
+def test_cheapest_plan_that_meets_a_target(sizes, target):
+    df = _dataflow(sizes)
+    plans = _plans(sizes)
+    meets = [lanes for c, lanes, _ in plans if c <= target]
+    if not meets:
+        with pytest.raises(OptionError, match=r"^No folding reaches \d+ cycles per inference"):
+            fold(df, max_lanes=None, target_cycles=target)
+        return
+    fold(df, max_lanes=None, target_cycles=target)
+    assert _cycles(df) <= target
+    assert _lanes(df) == min(meets)
+
+
+def test_a_target_the_budget_cannot_reach_is_refused():
+    df = _dataflow((6, 4, 3))
+    with pytest.raises(OptionError, match=r"^No folding reaches 2 cycles per inference: "
+                                          r"multiply lanes \d+ > max_lanes 3$"):
+        fold(df, max_lanes=3, target_cycles=2)
+    with pytest.raises(OptionError, match=r"^target_cycles must be a positive integer, "
+                                          r"not 0$"):
+        fold(df, target_cycles=0)
