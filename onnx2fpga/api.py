@@ -25,7 +25,7 @@ import numpy as np
 
 from . import __version__
 from .dataflow import DenseLayer, Design, load_design, save_design
-from .errors import CalibrationError, DesignDirError
+from .errors import CalibrationError, DesignDirError, OptionError
 
 __all__ = ["compile", "load", "CompiledDesign", "progress"]
 
@@ -70,8 +70,11 @@ def _prepare_dir(output_dir, force: bool) -> str:
 
 def compile(model, output_dir=None, *, calibration=None, lenient: bool = False,  # noqa: A001
             force: bool = False, weight_bits: int = 8, activation_bits: int = 8,
-            per_channel: bool = True, max_lanes: int = 8, folding: dict | None = None,
-            multiplier_bits: int | None = None, verbose: bool = False) -> CompiledDesign:
+            per_channel: bool = True, max_lanes: int | None = None,
+            folding: dict | None = None, multiplier_bits: int | None = None,
+            board: str | None = None, target_fps: float | None = None,
+            clock_mhz: float | None = None, utilization: float = 0.8,
+            verbose: bool = False) -> CompiledDesign:
     """Compile an ONNX model into a design directory.
 
     Parameters
@@ -86,10 +89,21 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     lenient : bool
         Accept the common exporter deviations from the ONNX spec (see ``frontend.load``).
     weight_bits, activation_bits, per_channel : quantization of float models.
-    max_lanes : int
-        Budget of multiply lanes (sum of simd*pe over layers) for automatic folding.
+    max_lanes : int, optional
+        Budget of multiply lanes (sum of simd*pe over layers) for automatic folding; 8 by
+        default when neither ``board`` nor ``target_fps`` is given, otherwise no budget.
     folding : dict, optional
-        ``{layer_name: {"simd": s, "pe": p}}`` overrides.
+        ``{layer_name: {"simd": s, "pe": p, "lanes": l}}`` overrides.
+    board : str, optional
+        Fold for this board (``"ulx3s-85f"``...): the fastest design whose estimated
+        resources (:mod:`onnx2fpga.hw.resources`, with the board wrapper) fit the device, LUTs
+        and flip-flops within ``utilization`` of what it has, multipliers and block RAM within
+        all of it.
+    target_fps, clock_mhz : float, optional
+        Fold for a rate instead: the cheapest design that reaches ``target_fps`` inferences per
+        second at ``clock_mhz`` (both needed; with ``board`` it must also fit).
+    utilization : float
+        Share of the device's LUTs and flip-flops a ``board`` fold may use (routing margin).
     multiplier_bits : int, optional
         Significant bits of requantization multipliers. By default 24 for models quantized
         elsewhere (the golden model then agrees with onnxruntime within one LSB) and 16 for
@@ -121,6 +135,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     from .sim.model import run_design
 
     t0 = time.monotonic()
+    fold_options = _fold_options(board, target_fps, clock_mhz, utilization, max_lanes)
     out = _prepare_dir(output_dir, force) if output_dir is not None else None
     say = progress if verbose else (lambda msg: None)
     say("loading and checking the model")
@@ -169,7 +184,11 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     quant_info["multiplier_bits"] = multiplier_bits
     say("lowering to integer layers")
     design = lower(graph, multiplier_bits=multiplier_bits)
-    fold(design.dataflow, max_lanes=max_lanes, overrides=folding)
+    say("choosing the folding" + (f" for {board}" if board else ""))
+    fold(design.dataflow, overrides=folding, **fold_options)
+    design.dataflow.folding_info.update(
+        {"board": board, "target_fps": target_fps, "clock_mhz": clock_mhz,
+         "utilization": utilization if board else None})
     if float_graph is not None:
         from .sim import host
         ref = np.stack([host.run_nodes(float_graph.nodes, {float_graph.inputs[0]: s},
@@ -202,6 +221,57 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     save_design(design, os.path.join(out, "design.json"), os.path.join(out, "design.npz"))
     say(f"wrote {out} in {time.monotonic() - t0:.1f} s")
     return CompiledDesign(out, design, manifest)
+
+
+def _fold_options(board, target_fps, clock_mhz, utilization, max_lanes) -> dict:
+    """Check the folding options; the keyword arguments of :func:`frontend.fold.fold`."""
+    if (target_fps is None) != (clock_mhz is None):
+        raise OptionError("target_fps and clock_mhz go together: the rate in inferences per "
+                          "second and the clock in MHz it is reached at")
+    for name, v in (("target_fps", target_fps), ("clock_mhz", clock_mhz)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not v > 0):
+            raise OptionError(f"{name} must be a positive number, not {v!r}")
+    if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) \
+            or not 0 < utilization <= 1:
+        raise OptionError(f"utilization must be a number in (0, 1], not {utilization!r}")
+    opts = {"max_lanes": max_lanes if max_lanes is not None or board or target_fps else 8}
+    if target_fps is not None:
+        cycles = int(clock_mhz * 1e6 // target_fps)
+        if cycles < 1:
+            raise OptionError(f"target_fps {target_fps} at {clock_mhz} MHz leaves less than "
+                              f"one cycle per inference")
+        opts["target_cycles"] = cycles
+    if board is not None:
+        from .boards.targets import get_board
+        target = get_board(board)       # UnknownBoardError names the boards there are
+        opts["fits"] = _device_check(target, utilization)
+    return opts
+
+
+def _device_check(target, utilization: float):
+    """``fits(dataflow)`` for :func:`frontend.fold.fold`: ``None`` if the estimated resources
+    of the design plus the board wrapper fit ``target``'s device, otherwise what overflows."""
+    from .hw.resources import dataflow_resources, wrapper_resources
+
+    lim = target.limits
+    caps = {"lut": int(lim.lut * utilization), "ff": int(lim.ff * utilization),
+            "dsp": lim.dsp, "bram": lim.bram}
+
+    def fits(df):
+        total = dict(dataflow_resources(df, target.family)["total"])
+        for k, v in wrapper_resources(target.family).items():
+            total[k] = total.get(k, 0) + v
+        over = [f"{k} {total[k]} > {cap}" for k, cap in caps.items() if total.get(k, 0) > cap]
+        return "; ".join(over) or None
+    return fits
+
+
+def _folding_json(df, bottleneck) -> dict:
+    """How the folding was chosen and what stopped it from going faster (each layer's
+    parallelism is in its own entry)."""
+    info = {k: v for k, v in sorted(df.folding_info.items()) if v is not None}
+    return {**info, "bottleneck": bottleneck}
 
 
 def _element_order(port) -> str:
@@ -319,6 +389,7 @@ def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
         "layers": layers,
         "edge_fifos": dict(sorted(df.edge_fifos.items())),
         "bottleneck": bottleneck,
+        "folding": _folding_json(df, bottleneck),
         "cycles_per_inference": figures["cycles_per_inference"],
         "latency_cycles": figures["latency_cycles"],
         "quantization": quant_info,

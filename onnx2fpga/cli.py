@@ -59,9 +59,21 @@ def _parser():
                    help="activation width for float models (default 8)")
     c.add_argument("--per-tensor", action="store_true",
                    help="one weight scale per tensor instead of per output channel")
-    c.add_argument("--max-lanes", type=int, default=8, metavar="N",
+    c.add_argument("--max-lanes", type=int, default=None, metavar="N",
                    help="multiply lanes (sum of simd*pe) for automatic folding (default 8, "
-                   "which fits an iCE40 UP5K with LUT multipliers)")
+                   "which fits an iCE40 UP5K with LUT multipliers; no budget with --board or "
+                   "--target-fps)")
+    c.add_argument("--board", default=None, metavar="NAME",
+                   help="fold for this board: the fastest design whose estimated resources "
+                   "fit its device (see 'onnx2fpga boards')")
+    c.add_argument("--target-fps", type=float, default=None, metavar="F",
+                   help="fold for a rate: the cheapest design reaching F inferences per "
+                   "second at --clock")
+    c.add_argument("--clock", type=float, default=None, metavar="MHZ",
+                   help="clock frequency for --target-fps")
+    c.add_argument("--utilization", type=float, default=0.8, metavar="U",
+                   help="share of the device's LUTs and flip-flops --board may fill "
+                   "(default 0.8)")
     c.add_argument("--multiplier-bits", type=int, default=None, metavar="N",
                    help="significant bits of requantization multipliers (default: 24 for "
                    "models quantized elsewhere, which keeps every output within one LSB of "
@@ -166,11 +178,16 @@ def _compile(args):
                  force=args.force, weight_bits=args.weight_bits,
                  activation_bits=args.activation_bits, per_channel=not args.per_tensor,
                  max_lanes=args.max_lanes, folding=args.folding,
-                 multiplier_bits=args.multiplier_bits, verbose=True)
+                 multiplier_bits=args.multiplier_bits, board=args.board,
+                 target_fps=args.target_fps, clock_mhz=args.clock,
+                 utilization=args.utilization, verbose=True)
     m = d.manifest
     print(f"wrote {d.directory}: {len(m['layers'])} hardware layers, "
           f"{m['cycles_per_inference']} cycles per inference, latency {m['latency_cycles']} "
           f"cycles")
+    f = m["folding"]
+    if f.get("limited_by"):
+        print(f"  folding limited by: {f['limited_by']}")
     for ly in m["layers"]:
         if ly["kind"] == "dense":
             par = f"simd={ly['simd']} pe={ly['pe']}"

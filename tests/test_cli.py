@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import numpy as np
 import onnx
@@ -176,3 +177,44 @@ def test_folding_overrides_for_a_cnn(tmp_path, capsys):
     assert e.value.code == 2
     assert "folding must be NAME:SIMD:PE[:LANES] or NAME:lanes=L, comma-separated, not " \
            "'conv0:x'" in capsys.readouterr().err
+
+
+def test_target_fps_folds_the_cheapest_design_that_reaches_it(tmp_path, capsys, float_model):
+    """12-8-4 MLP: at 1 MHz, 250,000 inferences/s leave 4 cycles per inference. The cheapest
+    design that reaches them is found by trying every lane budget in turn."""
+    path, cal_path, _ = float_model
+    code, stdout, err = _run(capsys, "compile", path, "-o", tmp_path / "t", "--calibration",
+                             cal_path, "--target-fps", "250000", "--clock", "1")
+    assert code == 0, err
+    m = json.loads((tmp_path / "t" / "manifest.json").read_text())
+    assert m["cycles_per_inference"] <= 4
+    assert m["folding"]["target_cycles"] == 4 and m["folding"]["limited_by"] == "target_cycles"
+    lanes = sum(ly.get("simd", 1) * ly.get("pe", 1) if ly["kind"] == "dense"
+                else ly["in_lanes"] for ly in m["layers"] if ly["kind"] != "view")
+    import onnx2fpga
+    cal = np.load(cal_path)
+    for budget in range(1, lanes):     # no smaller budget reaches 4 cycles
+        d = onnx2fpga.compile(path, calibration=cal, max_lanes=budget)
+        assert d.manifest["cycles_per_inference"] > 4, budget
+    assert "folding limited by: target_cycles" in stdout
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--target-fps", "1000"], "error: target_fps and clock_mhz go together: the rate in "
+                               "inferences per second and the clock in MHz it is reached at"),
+    (["--target-fps", "-3", "--clock", "10"], "error: target_fps must be a positive number, "
+                                              "not -3.0"),
+    (["--target-fps", "1e9", "--clock", "10"], "error: target_fps 1000000000.0 at 10.0 MHz "
+                                               "leaves less than one cycle per inference"),
+    (["--target-fps", "5e6", "--clock", "10", "--max-lanes", "3"],
+     r"error: No folding reaches 2 cycles per inference: multiply lanes \d+ > max_lanes 3"),
+    (["--board", "ulx3s-85f", "--utilization", "1.5"], "error: utilization must be a number "
+                                                       "in (0, 1], not 1.5"),
+])
+def test_folding_option_errors(tmp_path, capsys, float_model, argv, message):
+    path, cal_path, _ = float_model
+    code, stdout, err = _run(capsys, "compile", path, "-o", tmp_path / "e", "--calibration",
+                             cal_path, *argv)
+    assert code == 2
+    assert re.fullmatch(message, err.strip()) if "\\d" in message else err.strip() == message
+    assert not (tmp_path / "e").exists()
