@@ -6,8 +6,9 @@
 
 A design directory holds ``top.v`` (the accelerator), ``manifest.json`` (ports, element
 order, widths, scales and zero points, the partition between host and hardware, per-layer
-parallelism and cycle figures) and ``design.json`` + ``design.npz`` (everything needed to run
-the model again without the ONNX file).
+parallelism and cycle figures), ``design.json`` + ``design.npz`` (everything needed to run
+the model again without the ONNX file) and ``report.html`` + ``report.md`` (the same figures
+to look at, :mod:`onnx2fpga.report`; refreshed by every build).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 from . import __version__
 from .dataflow import DenseLayer, Design, load_design, save_design
 from .errors import CalibrationError, DesignDirError
+from .report import write_report
 
 __all__ = ["compile", "load", "CompiledDesign", "progress"]
 
@@ -203,6 +205,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
     save_design(design, os.path.join(out, "design.json"), os.path.join(out, "design.npz"))
+    write_report(out)
     say(f"wrote {out} in {time.monotonic() - t0:.1f} s")
     return CompiledDesign(out, design, manifest)
 
@@ -475,13 +478,15 @@ class CompiledDesign:
         from .hw.top import Accelerator
 
         df = self.design.dataflow
-        return build_bitstream(lambda: Accelerator(df), df.input, df.output, board,
-                               os.path.join(self.directory, "build", board), seed=seed,
-                               progress=progress,
-                               cycles_per_inference=self.manifest["cycles_per_inference"],
-                               latency_cycles=self.manifest["latency_cycles"],
-                               design_id=self.manifest["top"]["verilog_sha256"],
-                               clock_mhz=clock_mhz, baud=baud, link=link)
+        report = build_bitstream(lambda: Accelerator(df), df.input, df.output, board,
+                                 os.path.join(self.directory, "build", board), seed=seed,
+                                 progress=progress,
+                                 cycles_per_inference=self.manifest["cycles_per_inference"],
+                                 latency_cycles=self.manifest["latency_cycles"],
+                                 design_id=self.manifest["top"]["verilog_sha256"],
+                                 clock_mhz=clock_mhz, baud=baud, link=link)
+        write_report(self.directory)      # now with this build's measured figures
+        return report
 
 
 def load(directory) -> CompiledDesign:
