@@ -169,8 +169,11 @@ def _summary_rows(m: dict, builds: dict) -> list:
         if clock and m["cycles_per_inference"]:
             rate = clock * 1e6 / m["cycles_per_inference"]
             lat = m["latency_cycles"] / clock
+            fmax = r.get("fmax_mhz")
+            limit = (f"; at Fmax {fmax:.1f} MHz: {fmax * 1e6 / m['cycles_per_inference']:.1f}"
+                     f" inferences/s" if fmax else "")
             rows.append([f"{board} at {_fmt(clock)} MHz",
-                         f"{rate:.1f} inferences/s, latency {lat:.1f} µs"])
+                         f"{rate:.1f} inferences/s, latency {lat:.1f} µs{limit}"])
     return rows
 
 
@@ -263,6 +266,18 @@ def _port_rows(m: dict) -> tuple[list, list]:
                      _fmt(p["scale"], 6), p["zero_point"], p["lanes"], p["tdata_width"],
                      p["beats"]])
     return head, rows
+
+
+def _stream_rows(m: dict) -> tuple[list, list, list]:
+    """The tensors between cores (manifests before ``streams`` existed have none) and the
+    skip-edge FIFOs."""
+    streams = m.get("streams", {})
+    place = {"s_axis": -1} | {ly["name"]: k for k, ly in enumerate(m["layers"])}
+    rows = [[t, s["producer"], s["order"], s["lanes"], s["type"], s["size"]]
+            for t, s in sorted(streams.items(),
+                               key=lambda i: (place.get(i[1]["producer"], 1 << 30), i[0]))]
+    fifos = [[k, v] for k, v in m.get("edge_fifos", {}).items()]
+    return ["tensor", "producer", "order", "lanes", "type", "elements"], rows, fifos
 
 
 def _partition_rows(m: dict) -> list:
@@ -367,15 +382,24 @@ def _svg_graph(m: dict) -> str:
     pos = graph_layout(nodes, edges)
     widest = max(p[2] for p in pos.values())
     n_rows = max(p[0] for p in pos.values()) + 1
-    skip_lane = 170                              # room right of the boxes for skip edges
+    # Room right of the boxes for the skip edges' lanes and labels (about 6 px a character).
+    skipped = [len(label) + (len(f" · FIFO {fifo}") if fifo else 0)
+               for src, dst, label, fifo in edges if pos[dst][0] - pos[src][0] > 1]
+    skip_lane = 20 * len(skipped) + 6.2 * max(skipped, default=0) + 30
     width = _MARGIN * 2 + widest * _BOX_W + (widest - 1) * _GAP_X + skip_lane
-    height = _MARGIN * 2 + (n_rows - 1) * _ROW_H + _BOX_H
+    # Each gap between rows is tall enough to stack the labels of the edges crossing it.
+    crossing = [[e for e in edges if pos[e[0]][0] == r and pos[e[1]][0] == r + 1]
+                for r in range(n_rows)]
+    row_y = [_MARGIN]
+    for r in range(n_rows - 1):
+        row_y.append(row_y[-1] + _BOX_H + max(_ROW_H - _BOX_H, 24 + 14 * len(crossing[r])))
+    height = row_y[-1] + _BOX_H + _MARGIN
     centre = _MARGIN + (widest * _BOX_W + (widest - 1) * _GAP_X) / 2
 
     def box(nid):
         r, c, n = pos[nid]
         x = centre + (c - (n - 1) / 2) * (_BOX_W + _GAP_X) - _BOX_W / 2
-        return x, _MARGIN + r * _ROW_H
+        return x, row_y[r]
     out = [f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" '
            f'height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}">',
            '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
@@ -401,7 +425,10 @@ def _svg_graph(m: dict) -> str:
         else:
             d = f"M{sx:.1f},{sy:.1f} C{sx:.1f},{sy + 30:.1f} {tx:.1f},{ty - 30:.1f} " \
                 f"{tx:.1f},{ty:.1f}"
-            lx, ly_ = (sx + tx) / 2 + 6, (sy + ty) / 2 + 4
+            k = crossing[pos[src][0]].index((src, dst, label, fifo))
+            n = len(crossing[pos[src][0]])
+            lx = (sx + tx) / 2 + 6
+            ly_ = (sy + ty) / 2 + 4 if n == 1 else sy + 18 + 14 * k
             cls = "edge"
         out.append(f'<path class="{cls}" d="{d}" marker-end="url(#arrow)"/>')
         if text:
@@ -508,6 +535,11 @@ def render_html(manifest: dict, builds: dict) -> str:
              f'{m["latency_cycles"]} cycles.</p>', _svg_bars(m)]
     head, rows = _layer_table(m)
     parts += [_html_table(head, rows, mark=[ly["bottleneck"] for ly in m["layers"]])]
+    head, rows, fifos = _stream_rows(m)
+    if rows:
+        parts += ['<h2 id="streams">Streams</h2>', _html_table(head, rows)]
+        if fifos:
+            parts.append(_html_table(["skip edge", "FIFO depth"], fifos))
     parts.append('<h2 id="resources">Resources</h2>')
     head, rows, _ = _resource_rows(m)
     if rows:
@@ -567,15 +599,9 @@ def render_markdown(manifest: dict, builds: dict) -> str:
     parts = [f"# onnx2fpga report: {name}", "", "## Summary", "",
              _md_table(["figure", "value"], _summary_rows(m, builds)), "",
              "## Layers", "", _md_table(*_layer_table(m)), ""]
-    streams = m.get("streams", {})
-    if streams:
-        place = {"s_axis": -1} | {ly["name"]: k for k, ly in enumerate(m["layers"])}
-        rows = [[t, s["producer"], s["order"], s["lanes"], s["type"], s["size"]]
-                for t, s in sorted(streams.items(),
-                                   key=lambda i: (place.get(i[1]["producer"], 1 << 30), i[0]))]
-        fifos = [[k, v] for k, v in m.get("edge_fifos", {}).items()]
-        parts += ["## Streams", "", _md_table(["tensor", "producer", "order", "lanes", "type",
-                                               "elements"], rows), ""]
+    head, rows, fifos = _stream_rows(m)
+    if rows:
+        parts += ["## Streams", "", _md_table(head, rows), ""]
         if fifos:
             parts += [_md_table(["skip edge", "FIFO depth"], fifos), ""]
     parts += ["## Resources", ""]
