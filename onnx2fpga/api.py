@@ -175,8 +175,12 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     if float_graph is not None:
         from .sim import host
         points = _layer_float_points(design.dataflow, graph, float_graph)
-        envs = [host.run_nodes(float_graph.nodes, {float_graph.inputs[0]: s},
-                               float_graph.constants) for s in samples]
+        keep = {float_graph.outputs[0]} | {p[0] for p in points.values()}
+        envs = []                      # only the tensors compared, not every intermediate
+        for s in samples:
+            env = host.run_nodes(float_graph.nodes, {float_graph.inputs[0]: s},
+                                 float_graph.constants)
+            envs.append({t: env[t] for t in keep})
         ref = np.stack([env[float_graph.outputs[0]] for env in envs])
         quant_info["layers"] = _layer_errors(design, samples, points, envs)
         del envs
