@@ -120,6 +120,28 @@ def _shape(s) -> str:
     return "×".join(str(d) for d in s) if s else "scalar"
 
 
+def _in_shapes(ly: dict) -> str:
+    if "in_shapes" not in ly:           # manifests of chains, before layers had shapes
+        return str(ly.get("in_size", "?"))
+    return " + ".join(_shape(s) for s in ly["in_shapes"])
+
+
+def _out_shape(ly: dict) -> str:
+    return _shape(ly["out_shape"]) if "out_shape" in ly else str(ly.get("out_size", "?"))
+
+
+def _wiring(m: dict) -> list[tuple[list, str]]:
+    """``(inputs, output)`` of every layer; manifests from before layers named their tensors
+    describe a chain."""
+    prev, out = m["ports"]["s_axis"]["tensor"], []
+    for k, ly in enumerate(m["layers"]):
+        last = k == len(m["layers"]) - 1
+        output = ly.get("output") or (m["ports"]["m_axis"]["tensor"] if last else ly["name"])
+        out.append((ly.get("inputs") or [prev], output))
+        prev = output
+    return out
+
+
 def _folding(ly: dict) -> str:
     kind = ly["kind"]
     if kind == "view":
@@ -147,10 +169,10 @@ def _layer_table(m: dict) -> tuple[list, list]:
         cycles = ly["cycles"]
         if ly.get("reorder_cycles"):
             cycles = f"{cycles} (+ reorder {ly['reorder_cycles']})"
-        rows.append([ly["name"], ly["kind"], " + ".join(_shape(s) for s in ly["in_shapes"]),
-                     _shape(ly["out_shape"]), f"{ly['in_type']} → {ly['out_type']}",
-                     _folding(ly), cycles, ly["latency_cycles"], ly["fifo_depth_after"],
-                     "◀ bottleneck" if ly["bottleneck"] else ""])
+        rows.append([ly["name"], ly["kind"], _in_shapes(ly), _out_shape(ly),
+                     f"{ly['in_type']} → {ly['out_type']}",
+                     _folding(ly), cycles, ly.get("latency_cycles"), ly.get("fifo_depth_after"),
+                     "◀ bottleneck" if ly.get("bottleneck", False) else ""])
     return head, rows
 
 
@@ -305,16 +327,16 @@ def _graph(m: dict) -> tuple[list, list]:
     if part.get("host_head"):
         edges.append(("host_head", "s_axis", "", None))
     writer = {s_axis["tensor"]: "s_axis"}
-    for ly in m["layers"]:
-        writer[ly["output"]] = ly["name"]
-    for ly in m["layers"]:
-        mark = "  ◀ bottleneck" if ly["bottleneck"] else ""
-        nodes.append((ly["name"], "bottleneck" if ly["bottleneck"] else "layer",
+    wiring = _wiring(m)
+    for ly, (_, output) in zip(m["layers"], wiring):
+        writer[output] = ly["name"]
+    for ly, (inputs, _) in zip(m["layers"], wiring):
+        mark = "  ◀ bottleneck" if ly.get("bottleneck", False) else ""
+        nodes.append((ly["name"], "bottleneck" if ly.get("bottleneck", False) else "layer",
                       [f"{ly['name']} · {ly['kind']}",
-                       f"{' + '.join(_shape(s) for s in ly['in_shapes'])} → "
-                       f"{_shape(ly['out_shape'])}",
+                       f"{_in_shapes(ly)} → {_out_shape(ly)}",
                        _folding(ly), f"{ly['cycles']} cycles{mark}"]))
-        for t in dict.fromkeys(ly["inputs"]):
+        for t in dict.fromkeys(inputs):
             edges.append((writer.get(t, "s_axis"), ly["name"], _tensor_label(t, streams),
                           m.get("edge_fifos", {}).get(f"{t}->{ly['name']}")))
     nodes.append(("m_axis", "port", ["m_axis", f"{_shape(m_axis['shape'])} {m_axis['type']}",
@@ -458,13 +480,13 @@ def _svg_bars(m: dict) -> str:
     for k, ly in enumerate(layers):
         y = _BAR_GAP + k * (_BAR_H + _BAR_GAP)
         w = ly["cycles"] * _BAR_W / top
-        cls = "bar bottleneck" if ly["bottleneck"] else "bar"
+        cls = "bar bottleneck" if ly.get("bottleneck", False) else "bar"
         out.append(f'<text class="blabel" x="{_BAR_X - 8}" y="{y + _BAR_H - 4}" '
                    f'text-anchor="end">{_e(ly["name"])} ({_e(ly["kind"])})</text>')
         out.append(f'<rect class="{cls}" data-layer="{_e(ly["name"])}" '
                    f'data-cycles="{ly["cycles"]}" x="{_BAR_X}" y="{y}" width="{w:.3f}" '
                    f'height="{_BAR_H}"/>')
-        mark = "  ◀ bottleneck" if ly["bottleneck"] else ""
+        mark = "  ◀ bottleneck" if ly.get("bottleneck", False) else ""
         out.append(f'<text class="bvalue" x="{_BAR_X + w + 6:.1f}" y="{y + _BAR_H - 4}">'
                    f'{ly["cycles"]}{mark}</text>')
     out.append("</svg>")
@@ -534,7 +556,7 @@ def render_html(manifest: dict, builds: dict) -> str:
              f'<p>{m["cycles_per_inference"]} cycles per inference, latency '
              f'{m["latency_cycles"]} cycles.</p>', _svg_bars(m)]
     head, rows = _layer_table(m)
-    parts += [_html_table(head, rows, mark=[ly["bottleneck"] for ly in m["layers"]])]
+    parts += [_html_table(head, rows, mark=[ly.get("bottleneck", False) for ly in m["layers"]])]
     head, rows, fifos = _stream_rows(m)
     if rows:
         parts += ['<h2 id="streams">Streams</h2>', _html_table(head, rows)]
