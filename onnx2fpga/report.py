@@ -230,7 +230,7 @@ def _estimate_totals(m: dict, family: str) -> dict | None:
     return {r: sum(v.get(r, 0) or 0 for v in vals if v) for r in _RESOURCES}
 
 
-def _build_rows(m: dict, board: str, r: dict) -> tuple[list, list]:
+def _build_rows(m: dict, r: dict) -> tuple[list, list]:
     """Estimated against measured resources of one build."""
     est = _estimate_totals(m, r.get("family", ""))
     head = ["resource", "estimated", "measured", "available", "used", "error"]
@@ -524,14 +524,18 @@ svg text { font-family: sans-serif; }
 """
 
 
-def _html_table(head: list, rows: list, *, mark=None) -> str:
+def _html_table(head: list, rows: list, *, mark=None, cell_class=None) -> str:
+    """``mark[k]``: row ``k`` is the bottleneck; ``cell_class[(k, j)]``: a cell's class."""
+    cell_class = cell_class or {}
     out = ["<table>", "<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for k, row in enumerate(rows):
         cls = ' class="bottleneck"' if mark is not None and mark[k] else ""
-        cells = "".join(
-            f'<td class="num">{_e(v)}</td>' if isinstance(v, (int, float)) and
-            not isinstance(v, bool) else f"<td>{_e(v)}</td>" for v in row)
-        out.append(f"<tr{cls}>{cells}</tr>")
+        cells = []
+        for j, v in enumerate(row):
+            c = cell_class.get((k, j)) or ("num" if isinstance(v, (int, float)) and
+                                           not isinstance(v, bool) else None)
+            cells.append(f'<td class="{c}">{_e(v)}</td>' if c else f"<td>{_e(v)}</td>")
+        out.append(f"<tr{cls}>{''.join(cells)}</tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -575,9 +579,10 @@ def render_html(manifest: dict, builds: dict) -> str:
         facts = _build_facts(r)
         verdict = "ok" if r.get("timing_met") else "bad"
         parts.append(f"<h3>Build for {_e(board)}</h3>")
-        parts.append(_html_table(["figure", "value"], facts).replace(
-            f"<td>{_e(facts[3][1])}</td>", f'<td class="{verdict}">{_e(facts[3][1])}</td>', 1))
-        head, rows = _build_rows(m, board, r)
+        timing = next(k for k, row in enumerate(facts) if row[0] == "timing")
+        parts.append(_html_table(["figure", "value"], facts,
+                                 cell_class={(timing, 1): verdict}))
+        head, rows = _build_rows(m, r)
         parts += [_html_table(head, rows),
                   '<p class="note">Measured: the whole bitstream (accelerator and host link); '
                   'estimated: the sum of the layers. Error = (estimated − measured) / '
@@ -636,7 +641,7 @@ def render_markdown(manifest: dict, builds: dict) -> str:
         parts += ["No builds yet.", ""]
     for board, r in builds.items():
         parts += [f"### Build for {board}", "", _md_table(["figure", "value"], _build_facts(r)),
-                  "", _md_table(*_build_rows(m, board, r)), ""]
+                  "", _md_table(*_build_rows(m, r)), ""]
     head, rows = _quant_rows(m)
     if rows:
         parts += ["## Quantization error per layer", "", _md_table(head, rows), ""]
