@@ -6,8 +6,9 @@
 
 A design directory holds ``top.v`` (the accelerator), ``manifest.json`` (ports, element
 order, widths, scales and zero points, the partition between host and hardware, per-layer
-parallelism and cycle figures) and ``design.json`` + ``design.npz`` (everything needed to run
-the model again without the ONNX file).
+parallelism and cycle figures), ``design.json`` + ``design.npz`` (everything needed to run
+the model again without the ONNX file) and ``report.html`` + ``report.md`` (the same figures
+to look at, :mod:`onnx2fpga.report`; refreshed by every build).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import numpy as np
 from . import __version__
 from .dataflow import DenseLayer, Design, load_design, save_design
 from .errors import CalibrationError, DesignDirError, OptionError
+from .report import write_report
 
 __all__ = ["compile", "load", "CompiledDesign", "progress"]
 
@@ -191,9 +193,16 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
          "utilization": utilization if board else None})
     if float_graph is not None:
         from .sim import host
-        ref = np.stack([host.run_nodes(float_graph.nodes, {float_graph.inputs[0]: s},
-                                       float_graph.constants)[float_graph.outputs[0]]
-                        for s in samples])
+        points = _layer_float_points(design.dataflow, graph, float_graph)
+        keep = {float_graph.outputs[0]} | {p[0] for p in points.values()}
+        envs = []                      # only the tensors compared, not every intermediate
+        for s in samples:
+            env = host.run_nodes(float_graph.nodes, {float_graph.inputs[0]: s},
+                                 float_graph.constants)
+            envs.append({t: env[t] for t in keep})
+        ref = np.stack([env[float_graph.outputs[0]] for env in envs])
+        quant_info["layers"] = _layer_errors(design, samples, points, envs)
+        del envs
         got = run_design(design, samples, stacked=True)
         err = np.abs(got.astype(np.float64) - ref.astype(np.float64))
         quant_info["calibration_max_abs_error"] = float(err.max())
@@ -219,6 +228,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.write("\n")
     save_design(design, os.path.join(out, "design.json"), os.path.join(out, "design.npz"))
+    write_report(out)
     say(f"wrote {out} in {time.monotonic() - t0:.1f} s")
     return CompiledDesign(out, design, manifest)
 
@@ -272,6 +282,55 @@ def _folding_json(df, bottleneck) -> dict:
     parallelism is in its own entry)."""
     info = {k: v for k, v in sorted(df.folding_info.items()) if v is not None}
     return {**info, "bottleneck": bottleneck}
+
+
+def _layer_float_points(dataflow, graph, float_graph) -> dict:
+    """Layer name -> ``(float tensor, scale, zero point)``: where a layer's integer output
+    stands for a tensor of the float model. Our quantizer names the ``QuantizeLinear`` of
+    tensor ``t`` ``t__quant`` and lowering records it among the layer's nodes; a layer whose
+    output no quantizer writes (a view: wires only) has no entry."""
+    quant = {n.name: n for n in graph.nodes if n.op == "QuantizeLinear"}
+    points = {}
+    for layer in dataflow.layers:
+        for name in layer.nodes:
+            q = quant.get(name)
+            if q is None or q.outputs[0] != layer.output or name != f"{q.inputs[0]}__quant":
+                continue
+            if q.inputs[0] not in float_graph.tensors:
+                continue
+            points[layer.name] = (q.inputs[0], np.asarray(q.attrs["scale"], np.float64),
+                                  np.asarray(q.attrs["zero_point"], np.int64))
+            break
+    return points
+
+
+def _layer_errors(design, samples, points: dict, envs: list) -> list[dict]:
+    """Per layer with a float counterpart: the max and mean absolute error of its dequantized
+    golden-model output against the float model's tensor, over the calibration samples."""
+    from .sim import golden
+    from .sim.model import run_head, stack_inputs
+
+    xs, _ = stack_inputs(design, samples)
+    trace: dict = {}
+    golden.run_dataflow(design.dataflow, run_head(design, xs), trace)
+    out = []
+    for layer in design.dataflow.layers:
+        if layer.name not in points:
+            continue
+        tensor, scale, zp = points[layer.name]
+        q = trace[layer.name].astype(np.int64)
+        if scale.size > 1:             # per channel: along axis 0 of the logical tensor
+            shape = (1, -1) + (1,) * (q.ndim - 2)
+            scale, zp = scale.reshape(shape), zp.reshape(shape)
+        real = (q - zp).astype(np.float64) * scale
+        ref = np.stack([np.asarray(env[tensor], np.float64) for env in envs])
+        err = np.abs(real.reshape(len(q), -1) - ref.reshape(len(ref), -1))
+        out.append({"name": layer.name, "tensor": tensor,
+                    "scale": [float(v) for v in scale.reshape(-1)] if scale.size > 1
+                    else float(scale), "zero_point": [int(v) for v in zp.reshape(-1)]
+                    if zp.size > 1 else int(zp), "max_abs_error": float(err.max()),
+                    "mean_abs_error": float(err.mean())})
+    return out
 
 
 def _element_order(port) -> str:
@@ -364,11 +423,39 @@ def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
     return entry
 
 
+def _streams_json(df, plan) -> dict:
+    """Every tensor crossing a stream inside the accelerator: who writes it, its element
+    order, lanes and element type (as the producer's net carries it)."""
+    from .frontend.lower import _logical
+    from .hw.graph import hwc_order
+
+    shapes = {df.input.name: _logical(df.input.shape)}
+    producers = {df.input.name: "s_axis"}
+    for ly in df.layers:
+        shapes[ly.output] = tuple(ly.out_shape)
+        producers[ly.output] = ly.name
+    out = {}
+    for tensor, net in plan.tensor_nets.items():
+        type_, lanes, size = plan.nets[net]
+        order = plan.orders.get(tensor)
+        if order is None:
+            label = "C order"
+        elif np.array_equal(order, hwc_order(shapes[tensor])):
+            label = "channels-last"
+        else:
+            label = "permuted"
+        out[tensor] = {"producer": producers[tensor], "order": label, "lanes": int(lanes),
+                       "type": type_.name, "size": int(size)}
+    return out
+
+
 def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
     from .hw import cost
+    from .hw.graph import plan_graph
 
     df = design.dataflow
-    figures = cost.dataflow_cycles(df)
+    plan = plan_graph(df)
+    figures = cost.dataflow_cycles(df, plan)
     per_layer = {f["name"]: f for f in figures["layers"]}
     layers = [_layer_json(ly, per_layer[ly.name], df.fifo_depths[k])
               for k, ly in enumerate(df.layers)]
@@ -388,6 +475,7 @@ def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
         },
         "layers": layers,
         "edge_fifos": dict(sorted(df.edge_fifos.items())),
+        "streams": _streams_json(df, plan),
         "bottleneck": bottleneck,
         "folding": _folding_json(df, bottleneck),
         "cycles_per_inference": figures["cycles_per_inference"],
@@ -465,13 +553,15 @@ class CompiledDesign:
         from .hw.top import Accelerator
 
         df = self.design.dataflow
-        return build_bitstream(lambda: Accelerator(df), df.input, df.output, board,
-                               os.path.join(self.directory, "build", board), seed=seed,
-                               progress=progress,
-                               cycles_per_inference=self.manifest["cycles_per_inference"],
-                               latency_cycles=self.manifest["latency_cycles"],
-                               design_id=self.manifest["top"]["verilog_sha256"],
-                               clock_mhz=clock_mhz, baud=baud, link=link)
+        report = build_bitstream(lambda: Accelerator(df), df.input, df.output, board,
+                                 os.path.join(self.directory, "build", board), seed=seed,
+                                 progress=progress,
+                                 cycles_per_inference=self.manifest["cycles_per_inference"],
+                                 latency_cycles=self.manifest["latency_cycles"],
+                                 design_id=self.manifest["top"]["verilog_sha256"],
+                                 clock_mhz=clock_mhz, baud=baud, link=link)
+        write_report(self.directory)      # now with this build's measured figures
+        return report
 
 
 def load(directory) -> CompiledDesign:

@@ -1,4 +1,5 @@
-"""The ``onnx2fpga`` command line: compile, simulate, build, boards, run, flash, conformance.
+"""The ``onnx2fpga`` command line: compile, simulate, build, boards, report, run, flash,
+conformance.
 
 Every command exits with status 0 on success, 1 when a build misses timing or a check
 fails, and 2 with a one-line ``error:`` message on bad input.
@@ -116,6 +117,13 @@ def _parser():
     b.add_argument("--json", action="store_true", help="print the report as JSON")
 
     sub.add_parser("boards", help="list the supported boards")
+
+    rp = sub.add_parser("report", help="write the design's report.html and report.md",
+                        description="Write DIR/report.html (dataflow graph, cycles per layer, "
+                        "resources, builds, quantization error, ports) and its markdown twin "
+                        "DIR/report.md from DIR/manifest.json and every DIR/build/*/report.json."
+                        " compile and build write them too.")
+    rp.add_argument("dir", metavar="DIR")
 
     r = sub.add_parser("run", help="run inference on a board or a simulated board",
                        description="Send the inputs in X.npy (stacked along axis 0, in the "
@@ -284,6 +292,13 @@ def _build(args):
     return 0 if report["timing_met"] else 1
 
 
+def _report(args):
+    from .report import write_report
+    path = write_report(args.dir)
+    print(f"wrote {path} and {os.path.join(os.path.dirname(path), 'report.md')}")
+    return 0
+
+
 def _boards(args):
     from .boards.targets import get_board, list_boards
     for name in list_boards():
@@ -375,7 +390,7 @@ def main(argv=None) -> int:
     warnings.showwarning = show
     try:
         return {"compile": _compile, "simulate": _simulate, "build": _build,
-                "boards": _boards, "run": _run, "flash": _flash,
+                "boards": _boards, "report": _report, "run": _run, "flash": _flash,
                 "conformance": _conformance}[args.command](args)
     except Onnx2FpgaError as e:
         print(f"error: {e}", file=sys.stderr)

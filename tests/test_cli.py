@@ -36,7 +36,8 @@ def test_compile_then_golden_simulate(tmp_path, capsys, float_model):
     out = tmp_path / "d"
     code, stdout, _ = _run(capsys, "compile", path, "-o", out, "--calibration", cal_path)
     assert code == 0, stdout
-    assert sorted(os.listdir(out)) == ["design.json", "design.npz", "manifest.json", "top.v"]
+    assert sorted(os.listdir(out)) == ["design.json", "design.npz", "manifest.json",
+                                       "report.html", "report.md", "top.v"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["partition"]["host_tail"][-1] == "softmax"
     np.save(tmp_path / "x.npy", cal[:10])
