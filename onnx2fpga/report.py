@@ -181,6 +181,15 @@ def _summary_rows(m: dict, builds: dict) -> list:
             ["cycles per inference", m["cycles_per_inference"]],
             ["latency (cycles)", m["latency_cycles"]],
             ["bottleneck", ", ".join(m.get("bottleneck", [])) or "—"]]
+    f = m.get("folding") or {}
+    if f.get("limited_by"):
+        goal = [f"fits {f['board']}"] if f.get("board") else []
+        if f.get("target_fps"):
+            goal.append(f"{_fmt(f['target_fps'])} inferences/s at {_fmt(f['clock_mhz'])} MHz")
+        if f.get("max_lanes"):
+            goal.append(f"at most {f['max_lanes']} multiply lanes")
+        rows.append(["folding", f"{', '.join(goal) or 'automatic'}; limited by "
+                                f"{f['limited_by']}"])
     q = m.get("quantization", {})
     if "calibration_max_abs_error" in q:
         rows.append(["output error vs float (calibration data)",
