@@ -124,6 +124,39 @@ def _tree_levels(terms: list, levels=None) -> list:
     return terms
 
 
+#: A product whose narrower operand has at most this many bits is built from shifted partial
+#: products (adders in LUTs) instead of a ``*``, which yosys would give a hard multiplier
+#: (ECP5 maps every product of at least 2 x 2 bits to a MULT18X18D). Low-bit layers then
+#: take LUTs, and the device's multipliers stay for wide products.
+LUT_PRODUCT_MAX_BITS = 4
+
+
+def lut_product(a, b):
+    """``a * b`` (same value and shape as Amaranth's ``*``) as a sum of shifted partial
+    products selected by the bits of the narrower operand, so that synthesis never turns it
+    into a hard multiplier."""
+    if len(a) > len(b):
+        a, b = b, a
+    shape = (a * b).shape()
+    n = len(a)
+    if n == 0:
+        return C(0, shape)
+    terms = [Mux(a[i], b << i, 0) for i in range(n - 1)]
+    top = Mux(a[n - 1], b << (n - 1), 0)
+    total = sum(terms, C(0, 1)) if terms else C(0, 1)
+    total = total - top if a.shape().signed else total + top
+    return total.as_signed()[:shape.width].as_signed() if shape.signed \
+        else total[:shape.width]
+
+
+def product(a, b):
+    """``a * b``: :func:`lut_product` if the narrower operand has at most
+    :data:`LUT_PRODUCT_MAX_BITS` bits, otherwise a plain ``*``."""
+    if min(len(a), len(b)) <= LUT_PRODUCT_MAX_BITS:
+        return lut_product(a, b)
+    return a * b
+
+
 def _counter(modulo: int) -> Signal:
     """A counter register for ``0 .. modulo-1``, at least 1 bit wide (no zero-width wires in
     the Verilog when ``modulo`` is 1)."""
@@ -427,15 +460,18 @@ class MatVecCore(wiring.Component):
         w_bits = Signal.like(w_rd.data, name="w_word")     # plain bits: see _flat_memory
         w_word = w_layout(w_bits)
         if self._arithmetic == "multiply":
-            prod_values = [[x_word[s] * w_word[p][s] for s in range(simd)] for p in range(pe)]
+            prod_values = [[product(x_word[s], w_word[p][s]) for s in range(simd)]
+                           for p in range(pe)]
         elif self._arithmetic == "sign":
             neg_shape = signed(self._in_shape.width + 1)
             prod_values = [[Mux(w_word[p][s], x_word[s], -x_word[s]) for s in range(simd)]
                            for p in range(pe)]
         else:
             prod_values = [[~(x_word ^ w_word[p])] for p in range(pe)]
-        prods = [[Signal(neg_shape if self._arithmetic == "sign" else Shape.cast(v.shape()),
-                         name=f"prod_{p}_{s}") for s, v in enumerate(row)]
+        prods = [[Signal(neg_shape if self._arithmetic == "sign" else
+                         (x_word[s] * w_word[p][s]).shape() if self._arithmetic == "multiply"
+                         else Shape.cast(v.shape()), name=f"prod_{p}_{s}")
+                  for s, v in enumerate(row)]
                  for p, row in enumerate(prod_values)]
         with m.If(advance):
             m.d.sync += [s_valid[0].eq(issue), s_first[0].eq(f == 0), s_last[0].eq(f_last),

@@ -27,6 +27,7 @@ from .cores import (
     _shape_range,
     _wrap_incr,
     int_shape,
+    product,
 )
 from .reduce import REGISTER_FOLDS_MAX, _check_geometry, _fold_storage, _partial_results
 
@@ -288,7 +289,7 @@ class DepthwiseCore(wiring.Component):
                 s2_valid.eq(s1_valid), s2_first.eq(s1_first), s2_last.eq(s1_last),
                 s2_cf.eq(s1_cf),
             ]
-            m.d.sync += [prods[j].eq(s1_x[j] * w_word[j]) for j in range(lanes)]
+            m.d.sync += [prods[j].eq(product(s1_x[j], w_word[j])) for j in range(lanes)]
 
         # -- Bias of the fold in stage 2.
         bias_words = self._bias.reshape(folds, lanes)

@@ -4,7 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from amaranth import Shape, signed, unsigned
+from amaranth import Module, Shape, Signal, signed, unsigned
 from amaranth.hdl import Elaboratable, Fragment
 
 from onnx2fpga.dataflow import DenseLayer, IntType, RequantStage
@@ -483,3 +483,40 @@ def test_plumbing_errors():
         StreamFIFO(signed(4), 1, 0)
     with pytest.raises(TypeError, match=r"^Lanes must be an integer, not 2.0$"):
         StreamFIFO(signed(4), 2.0, 2)
+
+
+@pytest.mark.parametrize("sa,sb", [
+    (unsigned(1), signed(5)), (signed(2), signed(3)), (signed(3), unsigned(6)),
+    (unsigned(4), signed(4)), (signed(4), signed(8)), (unsigned(2), unsigned(3)),
+])
+def test_lut_product_equals_the_product_for_every_operand_pair(sa, sb):
+    """The shift-and-add product of narrow operands (kept out of hard multipliers) against
+    Python's integer product, exhaustively, in both operand orders."""
+    from amaranth.sim import Simulator
+
+    from onnx2fpga.hw.cores import lut_product
+
+    a, b = Signal(sa), Signal(sb)
+    p, q = Signal((a * b).shape()), Signal((a * b).shape())
+    m = Module()
+    m.d.comb += [p.eq(lut_product(a, b)), q.eq(lut_product(b, a))]
+    assert lut_product(a, b).shape() == (a * b).shape()
+
+    def values(s):
+        return range(-(1 << (s.width - 1)), 1 << (s.width - 1)) if s.signed \
+            else range(1 << s.width)
+
+    wrong = []
+
+    async def bench(ctx):
+        for x in values(sa):
+            for y in values(sb):
+                ctx.set(a, x)
+                ctx.set(b, y)
+                if (ctx.get(p), ctx.get(q)) != (x * y, x * y):
+                    wrong.append((x, y, ctx.get(p), ctx.get(q)))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert wrong == []
