@@ -735,6 +735,7 @@ class RequantCore(wiring.Component):
             m.d.sync += t_in.eq(_wrap_incr(t_in, period))
 
         chunks = _mul_chunks(platform)
+        lut_mul = chunks == _LUT_CHUNKS
         # Input register, then a second one: each stage's parameters come from its ROM
         # through a register of their own (a block RAM's output is too slow to meet a
         # multiplier in the same cycle), read two stages ahead of their use; `ts[-n]` is the
@@ -748,6 +749,15 @@ class RequantCore(wiring.Component):
         with m.If(advance):
             m.d.sync += [x.eq(i_stream.payload), valid.eq(i_stream.valid), t_cur.eq(t_in),
                          x1.eq(x), valid1.eq(valid), t1.eq(t_cur)]
+        # LUT multipliers (iCE40): the second input register also holds 3 * x, so that the
+        # first stage's products are sums of shifted 0, x, 2x or 3x (radix-4 digits of the
+        # multiplier) instead of full LUT multipliers.
+        x3 = None
+        if lut_mul:
+            x3 = [Signal(_range_shape(*_times3_range(self._in_shape)), name=f"x3_{j}")
+                  for j in range(lanes)]
+            with m.If(advance):
+                m.d.sync += [x3[j].eq(x[j] + (x[j] << 1)) for j in range(lanes)]
         x, valid, ts = x1, valid1, [t_in, t_cur, t1]
 
         for k, plan in enumerate(self._plans):
@@ -785,13 +795,19 @@ class RequantCore(wiring.Component):
                     if not use:
                         continue
                     parts = []
-                    for n, (shift, value) in enumerate(_partial_products(x[j], p[mult],
-                                                                         chunks)):
+                    products = (_digit_partial_products(x[j], x3[j], p[mult])
+                                if lut_mul and k == 0 else
+                                _partial_products(x[j], p[mult], chunks))
+                    for n, (shift, value) in enumerate(products):
                         part = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_part{j}_{n}")
                         with m.If(advance):
                             m.d.sync += part.eq(value)
                         parts.append(part if shift == 0 else part << shift)
                     value = _tree_levels(parts)[0]
+                    if lut_mul and len(parts) > 2:
+                        # Carry-save: one carry chain instead of a tree of them.
+                        value = _carry_save_sum(m, parts, Shape.cast(value.shape()),
+                                                f"{mult}{k}_csa{j}")
                     prod = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_prod{j}")
                     with m.If(advance):
                         m.d.sync += prod.eq(value)
@@ -847,8 +863,13 @@ class RequantCore(wiring.Component):
 _MUL_CHUNK = 16
 #: Multiplier bits per partial product on iCE40, whose multipliers are built of LUTs (DSP
 #: inference is opt-in there: see ``boards.build``): the whole accumulator times 8 bits of
-#: the multiplier, 8 rows of a LUT multiplier per cycle instead of 16.
+#: the multiplier, 8 rows of a LUT multiplier per cycle instead of 16. The first stage
+#: uses :data:`_DIGIT_CHUNK` instead (:func:`_digit_partial_products`).
 _LUT_MUL_CHUNK = 8
+_LUT_CHUNKS = (None, _LUT_MUL_CHUNK)
+#: Multiplier bits per partial product of :func:`_digit_partial_products`: two radix-4 digits,
+#: so that a partial product is one carry chain over two selected multiples of ``x``.
+_DIGIT_CHUNK = 4
 
 
 def _mul_chunks(platform) -> tuple:
@@ -858,8 +879,64 @@ def _mul_chunks(platform) -> tuple:
     partial products differs, never a value or a cycle."""
     from amaranth.vendor import LatticeICE40Platform
     if isinstance(platform, LatticeICE40Platform):
-        return None, _LUT_MUL_CHUNK
+        return _LUT_CHUNKS
     return _MUL_CHUNK, _MUL_CHUNK
+
+
+def _times3_range(shape: Shape) -> tuple[int, int]:
+    """The range of ``3 * x`` for ``x`` of ``shape``."""
+    shape = Shape.cast(shape)
+    lo = -(1 << (shape.width - 1)) if shape.signed else 0
+    hi = (1 << (shape.width - 1)) - 1 if shape.signed else (1 << shape.width) - 1
+    return 3 * lo, 3 * hi
+
+
+def _digit_partial_products(x, x3, mult):
+    """``x * mult`` as ``(shift, product)`` pairs, given ``x3 == 3 * x`` (a register): every
+    unsigned :data:`_DIGIT_CHUNK`-bit chunk of ``mult`` gives one product, the sum of its
+    radix-4 digits' multiples of ``x`` (0, x, 2x or 3x: a multiplexer each, then one carry
+    chain); a signed top chunk is multiplied as in :func:`_partial_products`."""
+    if isinstance(mult, int):
+        return _partial_products(x, mult)
+    products = []
+    for shift, piece in _chunks(mult, _DIGIT_CHUNK):
+        if piece.shape().signed:
+            products.append((shift, x * piece))
+            continue
+        terms = []
+        for d in range(0, len(piece), 2):
+            if len(piece) - d == 1:
+                term = Mux(piece[d], x, 0)
+            else:
+                term = Mux(piece[d + 1], Mux(piece[d], x3, x << 1), Mux(piece[d], x, 0))
+            terms.append(term if d == 0 else term << d)
+        products.append((shift, _tree_levels(terms)[0]))
+    return products
+
+
+def _carry_save_sum(m, terms, shape, name):
+    """The sum of ``terms`` as a value of ``shape`` (which holds the exact sum): 3:2
+    compressors (two LUTs per bit, no carry chain) reduce the terms to two, one adder adds
+    those. Modulo ``2**shape.width`` every step is exact, and the sum fits the shape."""
+    width = shape.width
+    rows = []
+    for n, term in enumerate(terms):
+        row = Signal(width, name=f"{name}_in{n}")
+        m.d.comb += row.eq(term)        # sign- or zero-extended to the full width
+        rows.append(row)
+    level = 0
+    while len(rows) > 2:
+        nxt = []
+        for i in range(0, len(rows) - 2, 3):
+            a, b, c = rows[i:i + 3]
+            s = Signal(width, name=f"{name}_s{level}_{i // 3}")
+            cy = Signal(width, name=f"{name}_c{level}_{i // 3}")
+            m.d.comb += [s.eq(a ^ b ^ c), cy.eq(((a & b) | (a & c) | (b & c)) << 1)]
+            nxt += [s, cy]
+        nxt += rows[len(rows) - len(rows) % 3:]
+        rows, level = nxt, level + 1
+    total = (rows[0] + rows[1])[:width]
+    return total.as_signed() if shape.signed else total
 
 
 def _chunks(value, size):
