@@ -259,7 +259,10 @@ class MatVecCore(wiring.Component):
     ``simd <= 4``, 5 up to 16, 6 up to 64), so ``latency = folds + folds * groups + d``
     cycles from the first input transfer to the last output transfer when the input arrives
     at one transfer per cycle. Every multiplier and adder-tree stage sits between registers
-    so that a board build reaches 100 MHz on ECP5.
+    so that a board build reaches 100 MHz on ECP5. Elaborated for an iCE40 platform (LUT
+    multipliers), weights of 4 or more bits are multiplied without a multiplier: ``3 * x`` and
+    ``-x`` are registered with ``x``, and each product is the carry-save sum of the multiples
+    of ``x`` that the weight's radix-4 digits pick; the same values on the same cycles.
     The accumulator register is the output register: while an output waits for ``ready``, the
     pipeline holds as soon as the next group's first partial sum reaches it.
 
@@ -426,6 +429,19 @@ class MatVecCore(wiring.Component):
         x_word = Signal.like(x_rd.data, name="x_word")
         w_bits = Signal.like(w_rd.data, name="w_word")     # plain bits: see _flat_memory
         w_word = w_layout(w_bits)
+        # LUT multipliers (iCE40): 3x and -x are registered with x, and each product is a
+        # carry-save sum of 0, x, 2x, 3x (or -x, -2x for a signed top digit) picked by the
+        # weight's radix-4 digits: multiplexers, no multiplier.
+        digits = (self._arithmetic == "multiply" and self._w_shape.width >= _DIGIT_MIN_BITS
+                  and _mul_chunks(platform) == _LUT_CHUNKS)
+        if digits:
+            x3 = [Signal(_range_shape(*_times3_range(self._in_shape)), name=f"x3_{s}")
+                  for s in range(simd)]
+            x_neg = [Signal(signed(self._in_shape.width + 1), name=f"x_neg_{s}")
+                     for s in range(simd)]
+            with m.If(advance):
+                m.d.sync += [x3[s].eq(x_rd.data[s] + (x_rd.data[s] << 1)) for s in range(simd)]
+                m.d.sync += [x_neg[s].eq(-x_rd.data[s]) for s in range(simd)]
         if self._arithmetic == "multiply":
             prod_values = [[x_word[s] * w_word[p][s] for s in range(simd)] for p in range(pe)]
         elif self._arithmetic == "sign":
@@ -444,7 +460,10 @@ class MatVecCore(wiring.Component):
                 m.d.sync += [s_valid[n].eq(s_valid[n - 1]), s_first[n].eq(s_first[n - 1]),
                              s_last[n].eq(s_last[n - 1]), s_g[n].eq(s_g[n - 1])]
             for p in range(pe):
-                for prod, value in zip(prods[p], prod_values[p]):
+                for s, (prod, value) in enumerate(zip(prods[p], prod_values[p])):
+                    if digits:
+                        terms = _digit_terms(x_word[s], x3[s], x_neg[s], w_word[p][s])
+                        value = _carry_save_sum(m, terms, prod.shape(), f"prod_{p}_{s}_csa")
                     m.d.sync += prod.eq(value)
         # Sums and the accumulator wrap modulo 2**acc_bits: exact, because the final value
         # lies within acc_type (two's complement addition is modular).
@@ -650,8 +669,11 @@ class RequantCore(wiring.Component):
     registers, then per stage: partial products of at most 16x16 bits, their sum, add the
     offset, round and add the zero point, clip; the per-channel parameters reach the
     multipliers from a register, so every multiplier sits between registers). Elaborated
-    for an iCE40 platform, the partial products are the whole input times 8 bits of the
-    multiplier (LUT multipliers), with the same values and cycles. The
+    for an iCE40 platform (LUT multipliers), the first stage's partial products are sums of
+    0, x, 2x or 3x picked by the radix-4 digits of 4-bit chunks of the multiplier (``3 * x``
+    is registered with the input), a later stage's are the whole input times 8 bits of the
+    multiplier, and the partial products are summed in carry-save form; the same values and
+    cycles. The
     pipeline stalls as a whole while its last stage holds an output that is not taken
     (``i_stream.ready`` follows ``o_stream.ready`` combinationally in that case).
     """
@@ -912,6 +934,30 @@ def _digit_partial_products(x, x3, mult):
             terms.append(term if d == 0 else term << d)
         products.append((shift, _tree_levels(terms)[0]))
     return products
+
+
+#: Weights of at least this many bits are multiplied through :func:`_digit_terms` on iCE40.
+_DIGIT_MIN_BITS = 4
+
+
+def _digit_terms(x, x3, x_neg, w):
+    """``x * w`` as a list of terms whose sum it is, given ``x3 == 3 * x`` and
+    ``x_neg == -x`` (registers): one multiplexer per radix-4 digit of ``w`` picks 0, x, 2x or
+    3x (a signed top digit of two bits: 0, x, -2x or -x; of one bit: 0 or -x), shifted to the
+    digit's place."""
+    signed_w = w.shape().signed
+    n = len(w)
+    terms = []
+    for d in range(0, n, 2):
+        top = d + 2 >= n
+        if n - d == 1:
+            term = Mux(w[d], x_neg if signed_w else x, 0)
+        elif top and signed_w:
+            term = Mux(w[d + 1], Mux(w[d], x_neg, x_neg << 1), Mux(w[d], x, 0))
+        else:
+            term = Mux(w[d + 1], Mux(w[d], x3, x << 1), Mux(w[d], x, 0))
+        terms.append(term if d == 0 else term << d)
+    return terms
 
 
 def _carry_save_sum(m, terms, shape, name):
