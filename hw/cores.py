@@ -260,9 +260,10 @@ class MatVecCore(wiring.Component):
     cycles from the first input transfer to the last output transfer when the input arrives
     at one transfer per cycle. Every multiplier and adder-tree stage sits between registers
     so that a board build reaches 100 MHz on ECP5. Elaborated for an iCE40 platform (LUT
-    multipliers), weights of 4 or more bits are multiplied without a multiplier: ``3 * x`` and
-    ``-x`` are registered with ``x``, and each product is the carry-save sum of the multiples
-    of ``x`` that the weight's radix-4 digits pick; the same values on the same cycles.
+    multipliers), weights of 4 or more bits are multiplied without a multiplier: the input
+    buffer also holds ``3 * x`` and ``-x``, the operand registers hold the multiples of ``x``
+    that the weight's radix-4 digits pick (0, x, 2x, 3x; -x, -2x for a signed top digit), and
+    each product is their carry-save sum; the same values on the same cycles.
     The accumulator register is the output register: while an output waits for ``ready``, the
     pipeline holds as soon as the next group's first partial sum reaches it.
 
@@ -369,7 +370,18 @@ class MatVecCore(wiring.Component):
         xnor = self._arithmetic == "xnor"
         # Input buffer: bank 0 at [0, folds), bank 1 at [folds, 2*folds). XNOR: one bit per
         # element, 1 for +1.
-        x_layout = unsigned(simd) if xnor else data.ArrayLayout(self._in_shape, simd)
+        # LUT multipliers (iCE40), weights of 4 or more bits: the buffer also holds 3x and -x,
+        # and the multiples of x that the weight's radix-4 digits pick (0, x, 2x, 3x; -x, -2x
+        # for a signed top digit) are registered straight from the memories; the product is
+        # their carry-save sum. No multiplier, and no more logic levels per stage.
+        digits = (self._arithmetic == "multiply" and self._w_shape.width >= _DIGIT_MIN_BITS
+                  and _mul_chunks(platform) == _LUT_CHUNKS)
+        x_elem = self._in_shape
+        if digits:
+            x_elem = data.StructLayout({
+                "x": self._in_shape, "x3": _range_shape(*_times3_range(self._in_shape)),
+                "xn": signed(self._in_shape.width + 1)})
+        x_layout = unsigned(simd) if xnor else data.ArrayLayout(x_elem, simd)
         m.submodules.x_mem = x_mem = Memory(shape=x_layout, depth=2 * folds, init=[])
         x_wr = x_mem.write_port()
         x_rd = x_mem.read_port()
@@ -383,6 +395,10 @@ class MatVecCore(wiring.Component):
         # XNOR stores the sign bits (1 for +1).
         x_data = Cat(~i_stream.payload[s][-1] for s in range(simd)) if xnor else \
             i_stream.payload
+        if digits:
+            x_data = Cat(Cat(v, (v + (v << 1))[:x_elem["x3"].shape.width],
+                             (-v)[:x_elem["xn"].shape.width])
+                         for v in (i_stream.payload[s] for s in range(simd)))
         full, fill = _double_buffer_writer(m, i_stream, x_wr, folds, data=x_data)
         full0, full1 = full
 
@@ -429,21 +445,20 @@ class MatVecCore(wiring.Component):
         x_word = Signal.like(x_rd.data, name="x_word")
         w_bits = Signal.like(w_rd.data, name="w_word")     # plain bits: see _flat_memory
         w_word = w_layout(w_bits)
-        # LUT multipliers (iCE40): 3x and -x are registered with x, and each product is a
-        # carry-save sum of 0, x, 2x, 3x (or -x, -2x for a signed top digit) picked by the
-        # weight's radix-4 digits: multiplexers, no multiplier.
-        digits = (self._arithmetic == "multiply" and self._w_shape.width >= _DIGIT_MIN_BITS
-                  and _mul_chunks(platform) == _LUT_CHUNKS)
         if digits:
-            x3 = [Signal(_range_shape(*_times3_range(self._in_shape)), name=f"x3_{s}")
-                  for s in range(simd)]
-            x_neg = [Signal(signed(self._in_shape.width + 1), name=f"x_neg_{s}")
-                     for s in range(simd)]
-            with m.If(advance):
-                m.d.sync += [x3[s].eq(x_rd.data[s] + (x_rd.data[s] << 1)) for s in range(simd)]
-                m.d.sync += [x_neg[s].eq(-x_rd.data[s]) for s in range(simd)]
+            # S2 holds the picked multiples, terms[p][s][n] (digit n of weight (p, s)).
+            terms = [[None] * simd for _ in range(pe)]
+            for p in range(pe):
+                for s in range(simd):
+                    values = _digit_terms(x_rd.data[s].x, x_rd.data[s].x3, x_rd.data[s].xn,
+                                          w_layout(w_rd.data)[p][s])
+                    terms[p][s] = [Signal(Shape.cast(v.shape()), name=f"term_{p}_{s}_{n}")
+                                   for n, v in enumerate(values)]
+                    with m.If(advance):
+                        m.d.sync += [r.eq(v) for r, v in zip(terms[p][s], values)]
         if self._arithmetic == "multiply":
-            prod_values = [[x_word[s] * w_word[p][s] for s in range(simd)] for p in range(pe)]
+            xs = [x_word[s].x if digits else x_word[s] for s in range(simd)]
+            prod_values = [[xs[s] * w_word[p][s] for s in range(simd)] for p in range(pe)]
         elif self._arithmetic == "sign":
             neg_shape = signed(self._in_shape.width + 1)
             prod_values = [[Mux(w_word[p][s], x_word[s], -x_word[s]) for s in range(simd)]
@@ -462,8 +477,8 @@ class MatVecCore(wiring.Component):
             for p in range(pe):
                 for s, (prod, value) in enumerate(zip(prods[p], prod_values[p])):
                     if digits:
-                        terms = _digit_terms(x_word[s], x3[s], x_neg[s], w_word[p][s])
-                        value = _carry_save_sum(m, terms, prod.shape(), f"prod_{p}_{s}_csa")
+                        value = _carry_save_sum(m, terms[p][s], prod.shape(),
+                                                f"prod_{p}_{s}_csa")
                     m.d.sync += prod.eq(value)
         # Sums and the accumulator wrap modulo 2**acc_bits: exact, because the final value
         # lies within acc_type (two's complement addition is modular).
