@@ -190,10 +190,10 @@ class FramedBridge(Elaboratable):
         # Timing: the link state machine is split into a receiver and a transmitter (few states
         # each, so that "a byte is taken" is one LUT from the state), and everything that used
         # to hang off a received byte in the same cycle is registered: the CRC register is
-        # updated one cycle after its byte (from `crc_step`/`crc_data`), the type and length
-        # checks compare single bytes as they arrive and are combined in a state of their own,
-        # the CRC check compares registers in a state of its own, the feeder's start and the
-        # reply's start are register pulses. Only the cycle counts change, never the bytes.
+        # updated one cycle after its byte (from registered copies of the bytes), the type and
+        # length checks compare single bytes as they arrive and are combined in a state of their
+        # own, the CRC check compares registers in a state of its own, the feeder's start and
+        # the reply's start are register pulses. Only the cycle counts change, never the bytes.
 
         # ---- Receive side -----------------------------------------------------------------
         byte = link.rx.payload
@@ -231,18 +231,27 @@ class FramedBridge(Elaboratable):
                 m.d.sync += timed_out.eq(1)
 
         # ---- CRC: one register for both directions (they never overlap), updated a cycle
-        # after its byte.
-        crc_step = Signal()
-        crc_data = Signal(8)
+        # after its byte. The last received and the last offered byte are registered every
+        # cycle; a flag says whether the byte was taken (sent) and counts.
+        crc_step_rx = Signal()
+        crc_step_tx = Signal()
+        crc_step = crc_step_rx | crc_step_tx
+        rx_data = Signal(8)
+        tx_data = Signal(8)
         crc_init = Signal()
-        m.d.sync += crc_step.eq(0)
+        m.d.sync += [crc_step_rx.eq(0), crc_step_tx.eq(0), rx_data.eq(byte)]
         with m.If(crc_init):
             m.d.sync += crc.eq(0xFFFF)
-        with m.Elif(crc_step):
-            m.d.sync += crc.eq(crc16_byte(crc, crc_data))
+        with m.Elif(crc_step_rx):
+            m.d.sync += crc.eq(crc16_byte(crc, rx_data))
+        with m.Elif(crc_step_tx):
+            m.d.sync += crc.eq(crc16_byte(crc, tx_data))
 
-        def crc_add(value):
-            m.d.sync += [crc_step.eq(1), crc_data.eq(value)]
+        def crc_rx():
+            m.d.sync += crc_step_rx.eq(1)
+
+        def crc_tx():
+            m.d.sync += crc_step_tx.eq(1)
 
         # ---- Transmit side ----------------------------------------------------------------
         reply_type = Signal(8)
@@ -255,6 +264,7 @@ class FramedBridge(Elaboratable):
         tx_valid = Signal()
         m.d.comb += [link.tx.payload.eq(tx_byte), link.tx.valid.eq(tx_valid)]
         sent = tx_valid & link.tx.ready
+        m.d.sync += tx_data.eq(tx_byte)
         m.d.sync += [reply_start.eq(0), reply_done.eq(0)]
 
         # Output beats -> bytes, least significant first (as UartBridge).
@@ -342,7 +352,7 @@ class FramedBridge(Elaboratable):
                     m.d.comb += take.eq(1)
                     with m.If(got):
                         m.d.sync += actions
-                        crc_add(byte)
+                        crc_rx()
                         m.next = nxt
                     with m.Elif(timed_out):
                         fail(ErrorCode.TIMEOUT)
@@ -366,7 +376,7 @@ class FramedBridge(Elaboratable):
                 m.d.comb += [wport.addr.eq(beat_index), wport.data.eq(new_beat)]
                 with m.If(got):
                     m.d.sync += beat.eq(new_beat)
-                    crc_add(byte)
+                    crc_rx()
                     with m.If(last_in_beat):
                         m.d.comb += wport.en.eq(1)
                         m.d.sync += [byte_index.eq(0), last_in_beat.eq(in_nbytes == 1),
@@ -414,7 +424,7 @@ class FramedBridge(Elaboratable):
             m.d.comb += [tx_byte.eq(value), tx_valid.eq(1)]
             with m.If(sent):
                 if crc_it:
-                    crc_add(value)
+                    crc_tx()
                 m.next = next_state
 
         with m.FSM(name="tx"):
@@ -444,7 +454,7 @@ class FramedBridge(Elaboratable):
                     with m.Case(2):
                         m.d.comb += [tx_byte.eq(error_code), tx_valid.eq(1)]
                 with m.If(sent):
-                    crc_add(tx_byte)
+                    crc_tx()
                     m.d.sync += [tx_left.eq(tx_left - 1), tx_last.eq(tx_left == 2)]
                     with m.If(reply_kind == 1):
                         m.d.sync += [shreg.eq(shreg >> 8), bytes_left.eq(bytes_left - 1)]
