@@ -187,46 +187,91 @@ class FramedBridge(Elaboratable):
         wport = buffer.write_port()
         rport = buffer.read_port()
 
+        # Timing: the link state machine is split into a receiver and a transmitter (few states
+        # each, so that "a byte is taken" is one LUT from the state), and everything that used
+        # to hang off a received byte in the same cycle is registered: the CRC register is
+        # updated one cycle after its byte (from registered copies of the bytes), the type and
+        # length checks compare single bytes as they arrive and are combined in a state of their
+        # own, the CRC check compares registers in a state of its own, the feeder's start and
+        # the reply's start are register pulses. Only the cycle counts change, never the bytes.
+
         # ---- Receive side -----------------------------------------------------------------
         byte = link.rx.payload
         take = Signal()                      # a byte is consumed this cycle
         m.d.comb += link.rx.ready.eq(take)
         got = link.rx.valid & take
 
-        req_type = Signal(8)
         seq = Signal(8)
-        length = Signal(16)
         crc = Signal(16)
         crc_lo = Signal(8)
+        crc_hi = Signal(8)
+        crc_ok = Signal()
         error_code = Signal(8)
         beat = Signal(self.in_tdata_width)
         byte_index = Signal(range(in_nbytes))
         beat_index = Signal(range(self.in_beats))
+        last_in_beat = Signal()              # byte_index == in_nbytes - 1
+        last_beat = Signal()                 # beat_index == in_beats - 1
+        # Header checks, one byte at a time.
+        is_hello = Signal()
+        is_infer = Signal()
+        len_lo_zero = Signal()
+        len_lo_in = Signal()
+        len_hi_zero = Signal()
+        len_hi_in = Signal()
 
+        # The timeout: `timed_out` is a register equal to `idle == timeout_cycles`.
         idle = Signal(range(self.timeout_cycles + 1))
         timed_out = Signal()
         with m.If(got):
-            m.d.sync += idle.eq(0)
+            m.d.sync += [idle.eq(0), timed_out.eq(0)]
         with m.Elif(~timed_out):
             m.d.sync += idle.eq(idle + 1)
-        m.d.comb += timed_out.eq(idle == self.timeout_cycles)
+            with m.If(idle == self.timeout_cycles - 1):
+                m.d.sync += timed_out.eq(1)
+
+        # ---- CRC: one register for both directions (they never overlap), updated a cycle
+        # after its byte. The last received and the last offered byte are registered every
+        # cycle; a flag says whether the byte was taken (sent) and counts.
+        crc_step_rx = Signal()
+        crc_step_tx = Signal()
+        crc_step = crc_step_rx | crc_step_tx
+        rx_data = Signal(8)
+        tx_data = Signal(8)
+        crc_init = Signal()
+        m.d.sync += [crc_step_rx.eq(0), crc_step_tx.eq(0), rx_data.eq(byte)]
+        with m.If(crc_init):
+            m.d.sync += crc.eq(0xFFFF)
+        with m.Elif(crc_step_rx):
+            m.d.sync += crc.eq(crc16_byte(crc, rx_data))
+        with m.Elif(crc_step_tx):
+            m.d.sync += crc.eq(crc16_byte(crc, tx_data))
+
+        def crc_rx():
+            m.d.sync += crc_step_rx.eq(1)
+
+        def crc_tx():
+            m.d.sync += crc_step_tx.eq(1)
 
         # ---- Transmit side ----------------------------------------------------------------
         reply_type = Signal(8)
         reply_kind = Signal(2)               # 0 HELLO, 1 INFER, 2 ERROR
+        reply_start = Signal()               # pulse: receiver -> transmitter
+        reply_done = Signal()                # pulse: transmitter -> receiver
         tx_left = Signal(16)                 # the reply's length, then payload bytes to send
+        tx_last = Signal()                   # tx_left == 1
         tx_byte = Signal(8)
         tx_valid = Signal()
         m.d.comb += [link.tx.payload.eq(tx_byte), link.tx.valid.eq(tx_valid)]
         sent = tx_valid & link.tx.ready
-        # Receiving and sending never overlap, so one CRC register and one update serve both.
-        crc_next = crc16_byte(crc, Mux(tx_valid, tx_byte, byte))
+        m.d.sync += tx_data.eq(tx_byte)
+        m.d.sync += [reply_start.eq(0), reply_done.eq(0)]
 
         # Output beats -> bytes, least significant first (as UartBridge).
         shreg = Signal(self.out_tdata_width)
         bytes_left = Signal(range(out_nbytes + 1))
         out_beat_index = Signal(range(self.out_beats))
-        accept_output = Signal()
+        accept_output = Signal()             # a register: the INFER reply's payload is sent
         m.d.comb += acc.m_axis_tready.eq(accept_output & (bytes_left == 0))
         with m.If(acc.m_axis_tvalid & acc.m_axis_tready):
             m.d.sync += [shreg.eq(acc.m_axis_tdata), bytes_left.eq(out_nbytes)]
@@ -236,7 +281,7 @@ class FramedBridge(Elaboratable):
             m.d.sync += out_beat_index.eq(Mux(expect_last, 0, out_beat_index + 1))
 
         # Input feeder: buffer rows -> s_axis, started once the CRC has been checked.
-        feed_start = Signal()
+        feed_start = Signal()                # a register pulse
         feed_prime = Signal()
         feed_active = Signal()
         feed_index = Signal(range(self.in_beats))
@@ -247,6 +292,7 @@ class FramedBridge(Elaboratable):
             acc.s_axis_tlast.eq(feed_index == self.in_beats - 1),
             rport.addr.eq(Mux(s_transfer, feed_index + 1, feed_index)),
         ]
+        m.d.sync += feed_start.eq(0)
         with m.If(feed_start):
             m.d.sync += [feed_index.eq(0), feed_prime.eq(1)]
         with m.Elif(feed_prime):           # row 0 is being read this cycle
@@ -266,21 +312,15 @@ class FramedBridge(Elaboratable):
 
         def reply(kind, type_, length_):
             m.d.sync += [reply_kind.eq(kind), reply_type.eq(type_), tx_left.eq(length_),
-                         crc.eq(0xFFFF)]
-            m.next = "Send-Sync-0"
-
-        def send(value, next_state, crc_it=True):
-            m.d.comb += [tx_byte.eq(value), tx_valid.eq(1)]
-            with m.If(sent):
-                if crc_it:
-                    m.d.sync += crc.eq(crc_next)
-                m.next = next_state
+                         tx_last.eq(length_ == 1), reply_start.eq(1)]
+            m.d.comb += crc_init.eq(1)
+            m.next = "Busy"
 
         def fail(code, state="Send-Error"):
             m.d.sync += error_code.eq(code)
             m.next = state
 
-        with m.FSM(name="link"):
+        with m.FSM(name="rx"):
             with m.State("Sync-0"):
                 m.d.comb += take.eq(1)
                 with m.If(got & (byte == SYNC[0])):
@@ -288,76 +328,87 @@ class FramedBridge(Elaboratable):
             with m.State("Sync-1"):
                 m.d.comb += take.eq(1)
                 with m.If(got):
-                    m.d.sync += [crc.eq(0xFFFF), seq.eq(0), byte_index.eq(0),
-                                 beat_index.eq(0)]
+                    m.d.comb += crc_init.eq(1)
+                    m.d.sync += [seq.eq(0), byte_index.eq(0), beat_index.eq(0),
+                                 last_in_beat.eq(in_nbytes == 1),
+                                 last_beat.eq(self.in_beats == 1)]
                     with m.If(byte == SYNC[1]):
                         m.next = "Type"
                     with m.Elif(byte != SYNC[0]):
                         m.next = "Sync-0"
                 with m.Elif(timed_out):
                     m.next = "Sync-0"
-            for state, target, nxt in (("Type", req_type, "Seq"), ("Seq", seq, "Length-0"),
-                                       ("Length-0", length[:8], "Length-1")):
+            header = (
+                ("Type", "Seq",
+                 [is_hello.eq(byte == FrameType.HELLO), is_infer.eq(byte == FrameType.INFER)]),
+                ("Seq", "Length-0", [seq.eq(byte)]),
+                ("Length-0", "Length-1",
+                 [len_lo_zero.eq(byte == 0), len_lo_in.eq(byte == (self.in_bytes & 0xFF))]),
+                ("Length-1", "Header",
+                 [len_hi_zero.eq(byte == 0), len_hi_in.eq(byte == (self.in_bytes >> 8))]),
+            )
+            for state, nxt, actions in header:
                 with m.State(state):
                     m.d.comb += take.eq(1)
                     with m.If(got):
-                        m.d.sync += [target.eq(byte), crc.eq(crc_next)]
+                        m.d.sync += actions
+                        crc_rx()
                         m.next = nxt
                     with m.Elif(timed_out):
                         fail(ErrorCode.TIMEOUT)
-            with m.State("Length-1"):
-                m.d.comb += take.eq(1)
-                full_length = Cat(length[:8], byte)
-                with m.If(got):
-                    m.d.sync += [length[8:].eq(byte), crc.eq(crc_next)]
-                    with m.If(req_type == FrameType.HELLO):
-                        with m.If(full_length == 0):
-                            m.next = "CRC-0"
-                        with m.Else():
-                            fail(ErrorCode.BAD_LENGTH, "Skip")
-                    with m.Elif(req_type == FrameType.INFER):
-                        with m.If(full_length == self.in_bytes):
-                            m.next = "Payload"
-                        with m.Else():
-                            fail(ErrorCode.BAD_LENGTH, "Skip")
+            with m.State("Header"):
+                # Type and length, from the flags the header bytes left.
+                with m.If(is_hello):
+                    with m.If(len_lo_zero & len_hi_zero):
+                        m.next = "CRC-0"
                     with m.Else():
-                        fail(ErrorCode.UNKNOWN_TYPE, "Skip")
-                with m.Elif(timed_out):
-                    fail(ErrorCode.TIMEOUT)
+                        fail(ErrorCode.BAD_LENGTH, "Skip")
+                with m.Elif(is_infer):
+                    with m.If(len_lo_in & len_hi_in):
+                        m.next = "Payload"
+                    with m.Else():
+                        fail(ErrorCode.BAD_LENGTH, "Skip")
+                with m.Else():
+                    fail(ErrorCode.UNKNOWN_TYPE, "Skip")
             with m.State("Payload"):
                 m.d.comb += take.eq(1)
                 new_beat = Cat(beat[8:], byte) if in_nbytes > 1 else byte
                 m.d.comb += [wport.addr.eq(beat_index), wport.data.eq(new_beat)]
                 with m.If(got):
-                    m.d.sync += [beat.eq(new_beat), crc.eq(crc_next)]
-                    with m.If(byte_index == in_nbytes - 1):
+                    m.d.sync += beat.eq(new_beat)
+                    crc_rx()
+                    with m.If(last_in_beat):
                         m.d.comb += wport.en.eq(1)
-                        m.d.sync += [byte_index.eq(0), beat_index.eq(beat_index + 1)]
-                        with m.If(beat_index == self.in_beats - 1):
+                        m.d.sync += [byte_index.eq(0), last_in_beat.eq(in_nbytes == 1),
+                                     beat_index.eq(beat_index + 1),
+                                     last_beat.eq(beat_index == max(self.in_beats - 2, 0))]
+                        with m.If(last_beat):
                             m.next = "CRC-0"
                     with m.Else():
-                        m.d.sync += byte_index.eq(byte_index + 1)
+                        m.d.sync += [byte_index.eq(byte_index + 1),
+                                     last_in_beat.eq(byte_index == max(in_nbytes - 2, 0))]
                 with m.Elif(timed_out):
                     fail(ErrorCode.TIMEOUT)
-            with m.State("CRC-0"):
-                m.d.comb += take.eq(1)
-                with m.If(got):
-                    m.d.sync += crc_lo.eq(byte)
-                    m.next = "CRC-1"
-                with m.Elif(timed_out):
-                    fail(ErrorCode.TIMEOUT)
-            with m.State("CRC-1"):
-                m.d.comb += take.eq(1)
-                with m.If(got):
-                    with m.If(Cat(crc_lo, byte) != crc):
-                        fail(ErrorCode.BAD_CRC)
-                    with m.Elif(req_type == FrameType.HELLO):
-                        reply(0, FrameType.HELLO_REPLY, len(hello_payload))
-                    with m.Else():
-                        m.d.comb += feed_start.eq(1)
-                        reply(1, FrameType.INFER_REPLY, self.out_bytes)
-                with m.Elif(timed_out):
-                    fail(ErrorCode.TIMEOUT)
+            for state, target, nxt in (("CRC-0", crc_lo, "CRC-1"), ("CRC-1", crc_hi, "Check")):
+                with m.State(state):
+                    m.d.comb += take.eq(1)
+                    with m.If(got):
+                        m.d.sync += target.eq(byte)
+                        m.next = nxt
+                    with m.Elif(timed_out):
+                        fail(ErrorCode.TIMEOUT)
+            with m.State("Check"):
+                # The last CRC step (a cycle after the last payload byte) is done by now.
+                m.d.sync += crc_ok.eq(Cat(crc_lo, crc_hi) == crc)
+                m.next = "Decide"
+            with m.State("Decide"):
+                with m.If(~crc_ok):
+                    fail(ErrorCode.BAD_CRC)
+                with m.Elif(is_hello):
+                    reply(0, FrameType.HELLO_REPLY, len(hello_payload))
+                with m.Else():
+                    m.d.sync += feed_start.eq(1)
+                    reply(1, FrameType.INFER_REPLY, self.out_bytes)
             with m.State("Skip"):
                 # The rest of a frame whose type or length cannot be trusted.
                 m.d.comb += take.eq(1)
@@ -365,7 +416,21 @@ class FramedBridge(Elaboratable):
                     m.next = "Send-Error"
             with m.State("Send-Error"):
                 reply(2, FrameType.ERROR, 1)
+            with m.State("Busy"):
+                with m.If(reply_done):
+                    m.next = "Sync-0"
 
+        def send(value, next_state, crc_it=True):
+            m.d.comb += [tx_byte.eq(value), tx_valid.eq(1)]
+            with m.If(sent):
+                if crc_it:
+                    crc_tx()
+                m.next = next_state
+
+        with m.FSM(name="tx"):
+            with m.State("Idle"):
+                with m.If(reply_start):
+                    m.next = "Send-Sync-0"
             with m.State("Send-Sync-0"):
                 send(SYNC[0], "Send-Sync-1", crc_it=False)
             with m.State("Send-Sync-1"):
@@ -378,26 +443,32 @@ class FramedBridge(Elaboratable):
                 send(tx_left[:8], "Send-Length-1")
             with m.State("Send-Length-1"):
                 send(tx_left[8:], "Send-Payload")
+                with m.If(sent & (reply_kind == 1)):
+                    m.d.sync += accept_output.eq(1)
             with m.State("Send-Payload"):
                 with m.Switch(reply_kind):
                     with m.Case(0):
                         m.d.comb += [tx_byte.eq(hello_byte), tx_valid.eq(1)]
                     with m.Case(1):
-                        m.d.comb += [tx_byte.eq(shreg[:8]), tx_valid.eq(bytes_left != 0),
-                                     accept_output.eq(1)]
+                        m.d.comb += [tx_byte.eq(shreg[:8]), tx_valid.eq(bytes_left != 0)]
                     with m.Case(2):
                         m.d.comb += [tx_byte.eq(error_code), tx_valid.eq(1)]
                 with m.If(sent):
-                    m.d.sync += [crc.eq(crc_next), tx_left.eq(tx_left - 1)]
+                    crc_tx()
+                    m.d.sync += [tx_left.eq(tx_left - 1), tx_last.eq(tx_left == 2)]
                     with m.If(reply_kind == 1):
                         m.d.sync += [shreg.eq(shreg >> 8), bytes_left.eq(bytes_left - 1)]
-                    with m.If(tx_left == 1):
+                    with m.If(tx_last):
+                        m.d.sync += accept_output.eq(0)
                         m.next = "Send-CRC-0"
             with m.State("Send-CRC-0"):
-                send(crc[:8], "Send-CRC-1", crc_it=False)
+                # Wait for the CRC step of the last payload byte.
+                with m.If(~crc_step):
+                    send(crc[:8], "Send-CRC-1", crc_it=False)
             with m.State("Send-CRC-1"):
-                send(crc[8:], "Sync-0", crc_it=False)
+                send(crc[8:], "Idle", crc_it=False)
                 with m.If(sent):
+                    m.d.sync += reply_done.eq(1)
                     with m.If(reply_kind == 2):
                         m.d.sync += [self.frames_bad.eq(self.frames_bad + 1),
                                      self.error_led.eq(1)]

@@ -292,7 +292,11 @@ class MatVecCore(wiring.Component):
     ``simd <= 4``, 5 up to 16, 6 up to 64), so ``latency = folds + folds * groups + d``
     cycles from the first input transfer to the last output transfer when the input arrives
     at one transfer per cycle. Every multiplier and adder-tree stage sits between registers
-    so that a board build reaches 100 MHz on ECP5.
+    so that a board build reaches 100 MHz on ECP5. Elaborated for an iCE40 platform (LUT
+    multipliers), weights of 4 or more bits are multiplied without a multiplier: the input
+    buffer also holds ``3 * x`` and ``-x``, the operand registers hold the multiples of ``x``
+    that the weight's radix-4 digits pick (0, x, 2x, 3x; -x, -2x for a signed top digit), and
+    each product is their carry-save sum; the same values on the same cycles.
     The accumulator register is the output register: while an output waits for ``ready``, the
     pipeline holds as soon as the next group's first partial sum reaches it.
 
@@ -399,7 +403,18 @@ class MatVecCore(wiring.Component):
         xnor = self._arithmetic == "xnor"
         # Input buffer: bank 0 at [0, folds), bank 1 at [folds, 2*folds). XNOR: one bit per
         # element, 1 for +1.
-        x_layout = unsigned(simd) if xnor else data.ArrayLayout(self._in_shape, simd)
+        # LUT multipliers (iCE40), weights of 4 or more bits: the buffer also holds 3x and -x,
+        # and the multiples of x that the weight's radix-4 digits pick (0, x, 2x, 3x; -x, -2x
+        # for a signed top digit) are registered straight from the memories; the product is
+        # their carry-save sum. No multiplier, and no more logic levels per stage.
+        digits = (self._arithmetic == "multiply" and self._w_shape.width >= _DIGIT_MIN_BITS
+                  and _mul_chunks(platform) == _LUT_CHUNKS)
+        x_elem = self._in_shape
+        if digits:
+            x_elem = data.StructLayout({
+                "x": self._in_shape, "x3": _range_shape(*_times3_range(self._in_shape)),
+                "xn": signed(self._in_shape.width + 1)})
+        x_layout = unsigned(simd) if xnor else data.ArrayLayout(x_elem, simd)
         m.submodules.x_mem = x_mem = Memory(shape=x_layout, depth=2 * folds, init=[])
         x_wr = x_mem.write_port()
         x_rd = x_mem.read_port()
@@ -413,6 +428,10 @@ class MatVecCore(wiring.Component):
         # XNOR stores the sign bits (1 for +1).
         x_data = Cat(~i_stream.payload[s][-1] for s in range(simd)) if xnor else \
             i_stream.payload
+        if digits:
+            x_data = Cat(Cat(v, (v + (v << 1))[:x_elem["x3"].shape.width],
+                             (-v)[:x_elem["xn"].shape.width])
+                         for v in (i_stream.payload[s] for s in range(simd)))
         full, fill = _double_buffer_writer(m, i_stream, x_wr, folds, data=x_data)
         full0, full1 = full
 
@@ -459,8 +478,20 @@ class MatVecCore(wiring.Component):
         x_word = Signal.like(x_rd.data, name="x_word")
         w_bits = Signal.like(w_rd.data, name="w_word")     # plain bits: see _flat_memory
         w_word = w_layout(w_bits)
+        if digits:
+            # S2 holds the picked multiples, terms[p][s][n] (digit n of weight (p, s)).
+            terms = [[None] * simd for _ in range(pe)]
+            for p in range(pe):
+                for s in range(simd):
+                    values = _digit_terms(x_rd.data[s].x, x_rd.data[s].x3, x_rd.data[s].xn,
+                                          w_layout(w_rd.data)[p][s])
+                    terms[p][s] = [Signal(Shape.cast(v.shape()), name=f"term_{p}_{s}_{n}")
+                                   for n, v in enumerate(values)]
+                    with m.If(advance):
+                        m.d.sync += [r.eq(v) for r, v in zip(terms[p][s], values)]
         if self._arithmetic == "multiply":
-            prod_values = [[product(x_word[s], w_word[p][s]) for s in range(simd)]
+            xs = [x_word[s].x if digits else x_word[s] for s in range(simd)]
+            prod_values = [[product(xs[s], w_word[p][s]) for s in range(simd)]
                            for p in range(pe)]
         elif self._arithmetic == "sign":
             neg_shape = signed(self._in_shape.width + 1)
@@ -469,7 +500,7 @@ class MatVecCore(wiring.Component):
         else:
             prod_values = [[~(x_word ^ w_word[p])] for p in range(pe)]
         prods = [[Signal(neg_shape if self._arithmetic == "sign" else
-                         (x_word[s] * w_word[p][s]).shape() if self._arithmetic == "multiply"
+                         (xs[s] * w_word[p][s]).shape() if self._arithmetic == "multiply"
                          else Shape.cast(v.shape()), name=f"prod_{p}_{s}")
                   for s, v in enumerate(row)]
                  for p, row in enumerate(prod_values)]
@@ -480,7 +511,10 @@ class MatVecCore(wiring.Component):
                 m.d.sync += [s_valid[n].eq(s_valid[n - 1]), s_first[n].eq(s_first[n - 1]),
                              s_last[n].eq(s_last[n - 1]), s_g[n].eq(s_g[n - 1])]
             for p in range(pe):
-                for prod, value in zip(prods[p], prod_values[p]):
+                for s, (prod, value) in enumerate(zip(prods[p], prod_values[p])):
+                    if digits:
+                        value = _carry_save_sum(m, terms[p][s], prod.shape(),
+                                                f"prod_{p}_{s}_csa")
                     m.d.sync += prod.eq(value)
         # Sums and the accumulator wrap modulo 2**acc_bits: exact, because the final value
         # lies within acc_type (two's complement addition is modular).
@@ -686,8 +720,11 @@ class RequantCore(wiring.Component):
     registers, then per stage: partial products of at most 16x16 bits, their sum, add the
     offset, round and add the zero point, clip; the per-channel parameters reach the
     multipliers from a register, so every multiplier sits between registers). Elaborated
-    for an iCE40 platform, the partial products are the whole input times 8 bits of the
-    multiplier (LUT multipliers), with the same values and cycles. The
+    for an iCE40 platform (LUT multipliers), the first stage's partial products are sums of
+    0, x, 2x or 3x picked by the radix-4 digits of 4-bit chunks of the multiplier (``3 * x``
+    is registered with the input), a later stage's are the whole input times 8 bits of the
+    multiplier, and the partial products are summed in carry-save form; the same values and
+    cycles. The
     pipeline stalls as a whole while its last stage holds an output that is not taken
     (``i_stream.ready`` follows ``o_stream.ready`` combinationally in that case).
     """
@@ -771,6 +808,7 @@ class RequantCore(wiring.Component):
             m.d.sync += t_in.eq(_wrap_incr(t_in, period))
 
         chunks = _mul_chunks(platform)
+        lut_mul = chunks == _LUT_CHUNKS
         # Input register, then a second one: each stage's parameters come from its ROM
         # through a register of their own (a block RAM's output is too slow to meet a
         # multiplier in the same cycle), read two stages ahead of their use; `ts[-n]` is the
@@ -784,6 +822,15 @@ class RequantCore(wiring.Component):
         with m.If(advance):
             m.d.sync += [x.eq(i_stream.payload), valid.eq(i_stream.valid), t_cur.eq(t_in),
                          x1.eq(x), valid1.eq(valid), t1.eq(t_cur)]
+        # LUT multipliers (iCE40): the second input register also holds 3 * x, so that the
+        # first stage's products are sums of shifted 0, x, 2x or 3x (radix-4 digits of the
+        # multiplier) instead of full LUT multipliers.
+        x3 = None
+        if lut_mul:
+            x3 = [Signal(_range_shape(*_times3_range(self._in_shape)), name=f"x3_{j}")
+                  for j in range(lanes)]
+            with m.If(advance):
+                m.d.sync += [x3[j].eq(x[j] + (x[j] << 1)) for j in range(lanes)]
         x, valid, ts = x1, valid1, [t_in, t_cur, t1]
 
         for k, plan in enumerate(self._plans):
@@ -821,13 +868,19 @@ class RequantCore(wiring.Component):
                     if not use:
                         continue
                     parts = []
-                    for n, (shift, value) in enumerate(_partial_products(x[j], p[mult],
-                                                                         chunks)):
+                    products = (_digit_partial_products(x[j], x3[j], p[mult])
+                                if lut_mul and k == 0 else
+                                _partial_products(x[j], p[mult], chunks))
+                    for n, (shift, value) in enumerate(products):
                         part = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_part{j}_{n}")
                         with m.If(advance):
                             m.d.sync += part.eq(value)
                         parts.append(part if shift == 0 else part << shift)
                     value = _tree_levels(parts)[0]
+                    if lut_mul and len(parts) > 2:
+                        # Carry-save: one carry chain instead of a tree of them.
+                        value = _carry_save_sum(m, parts, Shape.cast(value.shape()),
+                                                f"{mult}{k}_csa{j}")
                     prod = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_prod{j}")
                     with m.If(advance):
                         m.d.sync += prod.eq(value)
@@ -883,8 +936,13 @@ class RequantCore(wiring.Component):
 _MUL_CHUNK = 16
 #: Multiplier bits per partial product on iCE40, whose multipliers are built of LUTs (DSP
 #: inference is opt-in there: see ``boards.build``): the whole accumulator times 8 bits of
-#: the multiplier, 8 rows of a LUT multiplier per cycle instead of 16.
+#: the multiplier, 8 rows of a LUT multiplier per cycle instead of 16. The first stage
+#: uses :data:`_DIGIT_CHUNK` instead (:func:`_digit_partial_products`).
 _LUT_MUL_CHUNK = 8
+_LUT_CHUNKS = (None, _LUT_MUL_CHUNK)
+#: Multiplier bits per partial product of :func:`_digit_partial_products`: two radix-4 digits,
+#: so that a partial product is one carry chain over two selected multiples of ``x``.
+_DIGIT_CHUNK = 4
 
 
 def _mul_chunks(platform) -> tuple:
@@ -894,8 +952,88 @@ def _mul_chunks(platform) -> tuple:
     partial products differs, never a value or a cycle."""
     from amaranth.vendor import LatticeICE40Platform
     if isinstance(platform, LatticeICE40Platform):
-        return None, _LUT_MUL_CHUNK
+        return _LUT_CHUNKS
     return _MUL_CHUNK, _MUL_CHUNK
+
+
+def _times3_range(shape: Shape) -> tuple[int, int]:
+    """The range of ``3 * x`` for ``x`` of ``shape``."""
+    shape = Shape.cast(shape)
+    lo = -(1 << (shape.width - 1)) if shape.signed else 0
+    hi = (1 << (shape.width - 1)) - 1 if shape.signed else (1 << shape.width) - 1
+    return 3 * lo, 3 * hi
+
+
+def _digit_partial_products(x, x3, mult):
+    """``x * mult`` as ``(shift, product)`` pairs, given ``x3 == 3 * x`` (a register): every
+    unsigned :data:`_DIGIT_CHUNK`-bit chunk of ``mult`` gives one product, the sum of its
+    radix-4 digits' multiples of ``x`` (0, x, 2x or 3x: a multiplexer each, then one carry
+    chain); a signed top chunk is multiplied as in :func:`_partial_products`."""
+    if isinstance(mult, int):
+        return _partial_products(x, mult)
+    products = []
+    for shift, piece in _chunks(mult, _DIGIT_CHUNK):
+        if piece.shape().signed:
+            products.append((shift, x * piece))
+            continue
+        terms = []
+        for d in range(0, len(piece), 2):
+            if len(piece) - d == 1:
+                term = Mux(piece[d], x, 0)
+            else:
+                term = Mux(piece[d + 1], Mux(piece[d], x3, x << 1), Mux(piece[d], x, 0))
+            terms.append(term if d == 0 else term << d)
+        products.append((shift, _tree_levels(terms)[0]))
+    return products
+
+
+#: Weights of at least this many bits are multiplied through :func:`_digit_terms` on iCE40.
+_DIGIT_MIN_BITS = 4
+
+
+def _digit_terms(x, x3, x_neg, w):
+    """``x * w`` as a list of terms whose sum it is, given ``x3 == 3 * x`` and
+    ``x_neg == -x`` (registers): one multiplexer per radix-4 digit of ``w`` picks 0, x, 2x or
+    3x (a signed top digit of two bits: 0, x, -2x or -x; of one bit: 0 or -x), shifted to the
+    digit's place."""
+    signed_w = w.shape().signed
+    n = len(w)
+    terms = []
+    for d in range(0, n, 2):
+        top = d + 2 >= n
+        if n - d == 1:
+            term = Mux(w[d], x_neg if signed_w else x, 0)
+        elif top and signed_w:
+            term = Mux(w[d + 1], Mux(w[d], x_neg, x_neg << 1), Mux(w[d], x, 0))
+        else:
+            term = Mux(w[d + 1], Mux(w[d], x3, x << 1), Mux(w[d], x, 0))
+        terms.append(term if d == 0 else term << d)
+    return terms
+
+
+def _carry_save_sum(m, terms, shape, name):
+    """The sum of ``terms`` as a value of ``shape`` (which holds the exact sum): 3:2
+    compressors (two LUTs per bit, no carry chain) reduce the terms to two, one adder adds
+    those. Modulo ``2**shape.width`` every step is exact, and the sum fits the shape."""
+    width = shape.width
+    rows = []
+    for n, term in enumerate(terms):
+        row = Signal(width, name=f"{name}_in{n}")
+        m.d.comb += row.eq(term)        # sign- or zero-extended to the full width
+        rows.append(row)
+    level = 0
+    while len(rows) > 2:
+        nxt = []
+        for i in range(0, len(rows) - 2, 3):
+            a, b, c = rows[i:i + 3]
+            s = Signal(width, name=f"{name}_s{level}_{i // 3}")
+            cy = Signal(width, name=f"{name}_c{level}_{i // 3}")
+            m.d.comb += [s.eq(a ^ b ^ c), cy.eq(((a & b) | (a & c) | (b & c)) << 1)]
+            nxt += [s, cy]
+        nxt += rows[len(rows) - len(rows) % 3:]
+        rows, level = nxt, level + 1
+    total = (rows[0] + rows[1])[:width]
+    return total.as_signed() if shape.signed else total
 
 
 def _chunks(value, size):

@@ -100,6 +100,44 @@ def test_matvec_timing(case):
     assert cost.layer_cycles(layer) == layer.cycles == folds * groups
 
 
+# (in_type, in_zero_point, weight type, in_features, out_features, simd, pe): weights of 4 or
+# more bits, signed (even and odd widths: a two- or one-bit signed top digit) and unsigned.
+MATVEC_ICE40_CASES = [
+    (IntType(8, True), 0, IntType(8, True), 16, 4, 4, 1),
+    (IntType(8, False), 3, IntType(5, True), 6, 6, 3, 2),
+    (IntType(4, True), -1, IntType(4, True), 4, 4, 2, 2),
+    (IntType(12, True), 0, IntType(7, False), 4, 2, 2, 1),
+    (IntType(2, False), 0, IntType(16, True), 4, 4, 4, 4),
+]
+
+
+@pytest.mark.parametrize("seed,case", list(enumerate(MATVEC_ICE40_CASES)))
+def test_matvec_on_ice40_is_cycle_identical(seed, case):
+    # For iCE40 the products are sums of multiples of x picked by the weights' radix-4 digits
+    # (LUT multipliers): the same values on the same cycles as the emitted Verilog's.
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    in_type, in_zp, wt, in_features, out_features, simd, pe = case
+    rng = np.random.default_rng(seed)
+    weight = random_ints(rng, wt, (out_features, in_features))
+    weight[0, :2] = [wt.lo, wt.hi]           # the extremes of the weight type occur
+    bias = rng.integers(-1000, 1000, size=out_features)
+    layer = DenseLayer("fc", in_type, in_zp, weight, wt, bias, [], simd=simd, pe=pe)
+    vectors = 4
+    x = random_ints(rng, in_type, (vectors, in_features))
+    x[0, :] = in_type.lo
+    x[1, :] = in_type.hi
+    expected = golden.run_layer(layer, x)
+    timed = []
+    for platform in (None, ICEBreakerPlatform()):
+        dut = MatVecCore(layer)
+        times = run_timed(_ElaboratedFor(dut, platform), to_transfers(x, simd),
+                          vectors * out_features // pe)
+        np.testing.assert_array_equal(np.array(times["out_items"]).reshape(vectors, -1),
+                                      expected)
+        timed.append((times["in"], times["out"]))
+    assert timed[0] == timed[1]
+
+
 def test_matvec_errors():
     layer = make_dense(0, IntType(4, False), 0, 4, 6, 4, 4, 2)
     with pytest.raises(ValueError, match=r"^SIMD of layer 'fc' must divide in_features=6, "
@@ -260,8 +298,10 @@ class _ElaboratedFor(Elaboratable):
 @pytest.mark.parametrize("case", [REQUANT_CASES[0], REQUANT_CASES[2], REQUANT_CASES[6],
                                   REQUANT_CASES[8], REQUANT_CASES[9], REQUANT_CASES[10]])
 def test_requant_on_ice40_is_cycle_identical(case):
-    # For iCE40 the products are cut differently (the whole input times 8 multiplier bits,
-    # for LUT multipliers): the same values on the same cycles as the emitted Verilog's.
+    # For iCE40 the products are cut differently (LUT multipliers: in the first stage, sums
+    # of 0, x, 2x, 3x picked by 4-bit chunks of the multiplier; in later stages the whole
+    # input times 8 multiplier bits) and summed in carry-save form: the same values on the
+    # same cycles as the emitted Verilog's.
     from amaranth_boards.icebreaker import ICEBreakerPlatform
     in_shape, channels, lanes, specs = case
     stages = build_stages(3, in_shape, channels, specs)
