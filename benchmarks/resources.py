@@ -297,9 +297,19 @@ def compare(design, board, *, reuse=False):
         with open(report_path) as f:
             report = json.load(f)
     else:
-        report = design.build(board, progress=False)
+        from onnx2fpga.boards.build import BuildError
+        try:
+            report = design.build(board, progress=False)
+        except BuildError as e:
+            report = {"error": f"{e}".splitlines()[0]}
     est = dataflow_resources(design.design.dataflow, family, wrapper=True)["board"]
     out = {}
+    if "resources" not in report:
+        # The design does not fit the device (or the build failed): estimates only.
+        for k in ("lut", "ff", "dsp", "bram"):
+            out[k] = {"estimate": est[k], "measured": -1, "error_pct": float("nan")}
+        out["error"] = report.get("error", "no resources in the report")
+        return out
     for k in ("lut", "ff", "dsp", "bram"):
         got = int(report["resources"][k]["used"])
         err = 100.0 * (est[k] - got) / got if got else (0.0 if est[k] == 0 else float("inf"))
@@ -331,7 +341,8 @@ def run(args, out_dir):
             cols = " ".join(
                 f"{r[k]['estimate']:>8d}/{r[k]['measured']:<8d}({r[k]['error_pct']:+6.1f})"
                 for k in ("lut", "ff", "dsp", "bram"))
-            print(f"{name:15s} {board:11s} {cols}", flush=True)
+            print(f"{name:15s} {board:11s} {cols}" + (f"  ({r['error']})" if "error" in r
+                                                     else ""), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
