@@ -328,7 +328,12 @@ def run(args, out_dir):
         todo = [(os.path.basename(os.path.normpath(d)), lambda d=d: api.load(d))
                 for d in args.designs]
     else:
-        todo = [(name, lambda name=name, spec=spec: compile_design(name, spec, out_dir))
+        def get(name, spec):
+            path = os.path.join(out_dir, name)
+            if args.reuse and os.path.isfile(os.path.join(path, "manifest.json")):
+                return api.load(path)       # keeps its builds
+            return compile_design(name, spec, out_dir)
+        todo = [(name, lambda name=name, spec=spec: get(name, spec))
                 for name, spec in designs().items() if not args.only or name in args.only]
     results = {}
     print(f"{'design':15s} {'board':11s} " + " ".join(
@@ -360,7 +365,8 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="work directory (default: a temporary one)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--reuse", action="store_true",
-                    help="use a design's existing build report instead of building again")
+                    help="use the compiled designs and build reports already in --out "
+                         "instead of compiling and building again")
     args = ap.parse_args(argv)
     out_dir = args.out or tempfile.mkdtemp(prefix="o2f-res-")
     if args.sweep:
