@@ -157,7 +157,9 @@ def fit(out_dir, families=("ice40", "ecp5"), only=None):
         rs = [r for r in rows if r["family"] == fam]
         a = np.array([[r["features"][k] for k in LUT_FEATURES] for r in rs], dtype=float)
         b = np.array([r["synth"]["lut"] for r in rs], dtype=float)
-        x, _ = nnls(a, b)
+        w = 1 / np.sqrt(np.maximum(b, 20))
+        x, _ = nnls(a * w[:, None], b * w)
+        x *= b.sum() / (a @ x).sum()
         coefs[fam] = {k: round(float(v), 4) for k, v in zip(LUT_FEATURES, x)}
         est = a @ x
         print(fam, coefs[fam])
@@ -328,12 +330,12 @@ def run(args, out_dir):
         todo = [(os.path.basename(os.path.normpath(d)), lambda d=d: api.load(d))
                 for d in args.designs]
     else:
-        def get(name, spec):
+        def load_or_compile(name, spec):
             path = os.path.join(out_dir, name)
             if args.reuse and os.path.isfile(os.path.join(path, "manifest.json")):
                 return api.load(path)       # keeps its builds
             return compile_design(name, spec, out_dir)
-        todo = [(name, lambda name=name, spec=spec: get(name, spec))
+        todo = [(name, lambda name=name, spec=spec: load_or_compile(name, spec))
                 for name, spec in designs().items() if not args.only or name in args.only]
     results = {}
     print(f"{'design':15s} {'board':11s} " + " ".join(
