@@ -2,6 +2,7 @@
 
     python benchmarks/resources.py [DESIGN_DIR ...] [--board ulx3s-85f,icebreaker] [--json F]
     python benchmarks/resources.py --fit [--json F]
+    python benchmarks/resources.py --fit-from benchmarks/resources_fit.jsonl
     python benchmarks/resources.py --sweep
 
 Without design directories it compiles its own set (:func:`designs`): the two examples
@@ -125,7 +126,6 @@ def synth_counts(elaboratable, family, workdir):
 
 
 def fit(out_dir, families=("ice40", "ecp5"), only=None):
-    from scipy.optimize import nnls
 
     from onnx2fpga.hw.graph import plan_graph
     from onnx2fpga.hw.resources import LUT_FEATURES, netlist_features
@@ -152,19 +152,7 @@ def fit(out_dir, families=("ice40", "ecp5"), only=None):
                        "dsp": feats["dsp"], "bram": feats["bram"], "ff": feats["ff"]}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
-    coefs = {}
-    for fam in families:
-        rs = [r for r in rows if r["family"] == fam]
-        a = np.array([[r["features"][k] for k in LUT_FEATURES] for r in rs], dtype=float)
-        b = np.array([r["synth"]["lut"] for r in rs], dtype=float)
-        w = 1 / np.sqrt(np.maximum(b, 20))
-        x, _ = nnls(a * w[:, None], b * w)
-        x *= b.sum() / (a @ x).sum()
-        coefs[fam] = {k: round(float(v), 4) for k, v in zip(LUT_FEATURES, x)}
-        est = a @ x
-        print(fam, coefs[fam])
-        print(fam, "total synth", b.sum(), "fit", est.sum())
-    return rows, coefs
+    return rows, fit_coefficients(rows, families)
 
 
 class _MemorySweep(Elaboratable):
@@ -356,11 +344,42 @@ def run(args, out_dir):
     return 0
 
 
+def fit_coefficients(rows, families=("ice40", "ecp5")):
+    """LUT coefficients from per-stage rows (``--fit`` output, or the stored
+    ``benchmarks/resources_fit.jsonl``): non-negative least squares weighted by
+    1/sqrt(LUTs), scaled so that the sum over all stages is right."""
+    from scipy.optimize import nnls
+
+    from onnx2fpga.hw.resources import LUT_FEATURES
+    coefs = {}
+    for fam in families:
+        rs = [r for r in rows if r["family"] == fam]
+        a = np.array([[r["features"].get(k, 1 if k == "one" else 0) for k in LUT_FEATURES]
+                      for r in rs], dtype=float)
+        b = np.array([r["synth"]["lut"] for r in rs], dtype=float)
+        w = 1 / np.sqrt(np.maximum(b, 20))
+        x, _ = nnls(a * w[:, None], b * w)
+        x *= b.sum() / (a @ x).sum()
+        coefs[fam] = {k: round(float(v), 4) for k, v in zip(LUT_FEATURES, x)}
+        est = a @ x
+        print(fam, coefs[fam])
+        by = {}
+        for r, e in zip(rs, est):
+            d = by.setdefault(r["design"], [0.0, 0])
+            d[0] += e
+            d[1] += r["synth"]["lut"]
+        for d, (e, m) in by.items():
+            print(f"  {fam} {d}: fit {e:.0f} LUTs, yosys {m} ({100 * (e - m) / m:+.1f} %)")
+    return coefs
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("designs", nargs="*", help="compiled design directories")
     ap.add_argument("--board", default="ulx3s-85f,icebreaker")
     ap.add_argument("--fit", action="store_true")
+    ap.add_argument("--fit-from", default=None,
+                    help="fit the LUT coefficients from stored rows (resources_fit.jsonl)")
     ap.add_argument("--sweep", action="store_true",
                     help="measure single memories and multipliers against the rules")
     ap.add_argument("--only", nargs="*")
@@ -373,6 +392,10 @@ def main(argv=None):
     out_dir = args.out or tempfile.mkdtemp(prefix="o2f-res-")
     if args.sweep:
         return 1 if sweep(out_dir) else 0
+    if args.fit_from:
+        with open(args.fit_from) as f:
+            fit_coefficients([json.loads(line) for line in f if line.strip()])
+        return 0
     if args.fit:
         rows, coefs = fit(out_dir, only=args.only)
         if args.json:
