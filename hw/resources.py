@@ -95,21 +95,20 @@ def multiplier_dsps(a_bits: int, b_bits: int, family: str, *, ice40_dsp: bool = 
     -------
     int
         ECP5: the pairs of 18-bit pieces of both operands with at least 2 bits each.
-        iCE40: 0 without ``-dsp``; with it, pairs of 16-bit pieces of at least 2 bits, for
-        products of at least 11 bits.
+        iCE40: 0 without ``-dsp``; with it, the pairs of 16-bit pieces of at least 2 bits
+        whose product has at least 11 bits.
     """
     _check_bits("a_bits", a_bits)
     _check_bits("b_bits", b_bits)
     _check_family(family)
     if family == "ice40":
-        if not ice40_dsp or a_bits + b_bits < 11:
+        if not ice40_dsp:
             return 0
-        size = 16
+        size, min_product = 16, 11
     else:
-        size = 18
-    pa = [p for p in _pieces(a_bits, size) if p >= 2]
-    pb = [p for p in _pieces(b_bits, size) if p >= 2]
-    return len(pa) * len(pb)
+        size, min_product = 18, 0
+    return sum(1 for p in _pieces(a_bits, size) for q in _pieces(b_bits, size)
+               if p >= 2 and q >= 2 and p + q >= min_product)
 
 
 # ---------------------------------------------------------------------------------------------

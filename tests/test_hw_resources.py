@@ -52,6 +52,15 @@ def test_ice40_multipliers_without_dsp_option_are_luts(a, b):
     assert multiplier_dsps(a, b, "ice40") == 0
 
 
+@pytest.mark.parametrize("a, b, dsps", [
+    (8, 8, 1), (4, 4, 0), (6, 6, 1), (5, 6, 1), (3, 8, 1), (2, 8, 0), (2, 2, 0),
+    (16, 16, 1), (17, 16, 1), (24, 16, 2), (24, 24, 4),
+])
+def test_ice40_dsp_option_multiplier_dsps_measured(a, b, dsps):
+    # SB_MAC16 per signed product with synth_ice40 -dsp (products under 11 bits stay in LUTs).
+    assert multiplier_dsps(a, b, "ice40", ice40_dsp=True) == dsps
+
+
 @pytest.mark.parametrize("value, bits", [(0, 0), (1, 0), (-1, 0), (64, 0), (-64, 0),
                                          (3, 2), (5, 3), (-3, 3), (-1000, 11), (255, 8)])
 def test_const_multiplier_bits(value, bits):
