@@ -286,6 +286,8 @@ def compare(design, board, *, reuse=False):
     if reuse and os.path.isfile(report_path):
         with open(report_path) as f:
             report = json.load(f)
+    elif reuse and os.path.isdir(os.path.dirname(report_path)):
+        report = {"error": "an earlier build left no report (see its logs)"}
     else:
         from onnx2fpga.boards.build import BuildError
         try:
