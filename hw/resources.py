@@ -18,9 +18,11 @@ yosys) and the netlist is read the way yosys 0.70 will treat it:
   4096x4 / 8192x2 / 16384x1 and ``PDPW16KD`` 512x36 at cost 128; ``lutrams_trellis.txt``:
   ``TRELLIS_DPR16X4`` 16x4 at cost 4, not for ROMs). A configuration costs ``cost * cells +
   0.5 * read-mux bits + 0.5 * write-enable demux bits (+ 2 to emulate a synchronous read on
-  an asynchronous RAM)``; soft logic costs ``width * depth`` bits for a RAM, a sixteenth of
-  that for a ROM (truncated to an integer); the cheapest wins, soft logic on a tie. Measured
-  exact on a sweep of 126 memories per family (widths 1..36, depths 2..2048, ROM and RAM).
+  an asynchronous RAM: a value bracketed by the sweep, between 2 and 8)``; soft logic costs
+  ``width * depth`` bits for a RAM, a sixteenth of that for a ROM (truncated to an integer);
+  the cheapest wins, soft logic on a tie. Exact on a sweep of 108 memories per family
+  (widths 1..36, depths 2..2048, ROM and RAM: ``benchmarks/resources.py --sweep``) and on
+  every stage of the benchmark's designs.
 - **Flip-flops**: the netlist's flip-flop bits, plus the read registers and the storage of
   memories that end up in soft logic.
 - **LUTs**: a linear model over the netlist's operators (adder, comparator and multiplexer
