@@ -459,6 +459,10 @@ def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
     per_layer = {f["name"]: f for f in figures["layers"]}
     layers = [_layer_json(ly, per_layer[ly.name], df.fifo_depths[k])
               for k, ly in enumerate(df.layers)]
+    resources = _resources_json(df)
+    for k, entry in enumerate(layers):
+        entry["resources"] = {fam: {key: v for key, v in r["layers"][k].items() if key != "name"}
+                              for fam, r in resources.items()}
     hw_nodes = [n for ly in df.layers for n in ly.nodes]
     bottleneck = [f["name"] for f in figures["layers"] if f["bottleneck"]]
     return {
@@ -481,7 +485,18 @@ def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
         "cycles_per_inference": figures["cycles_per_inference"],
         "latency_cycles": figures["latency_cycles"],
         "quantization": quant_info,
+        "resources": {fam: {key: r[key] for key in ("total", "edges", "wrapper", "board")}
+                      for fam, r in resources.items()},
     }
+
+
+def _resources_json(df) -> dict:
+    """:func:`~onnx2fpga.hw.resources.dataflow_resources` for iCE40 and ECP5 (estimates before
+    synthesis: DSPs and block RAMs as yosys infers them, LUTs and FFs from a fitted model)."""
+    from .hw import resources
+
+    return {fam: resources.dataflow_resources(df, fam, wrapper=True)
+            for fam in resources.FAMILIES}
 
 
 class CompiledDesign:

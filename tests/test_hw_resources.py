@@ -1,0 +1,221 @@
+"""The resource model (hw/resources.py) against yosys 0.70 and nextpnr.
+
+The expected DSP and block RAM counts in the unit tests were measured with YoWASP yosys 0.70
+(``synth_ecp5``; ``synth_ice40``), one multiplier or memory per case
+(``benchmarks/resources.py --sweep``); the synth test builds a design and compares.
+"""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+from models import float_mlp
+
+from onnx2fpga import api
+from onnx2fpga.dataflow import DenseLayer, IntType
+from onnx2fpga.hw.cores import MatVecCore
+from onnx2fpga.hw.graph import plan_graph
+from onnx2fpga.hw.resources import (
+    const_multiplier_bits,
+    dataflow_resources,
+    memory_mapping,
+    multiplier_dsps,
+    netlist_features,
+    stage_resources,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Multipliers: MULT18X18D per product, measured (registered a * b, one product per design)
+
+@pytest.mark.parametrize("a, b, dsps", [
+    (1, 8, 0), (2, 2, 1), (2, 8, 1), (3, 3, 1), (4, 4, 1), (6, 6, 1), (8, 8, 1),
+    (11, 11, 1), (17, 17, 1), (18, 18, 1), (16, 17, 1),
+    (19, 8, 1),          # 18 + 1 bits: the 1-bit piece stays in LUTs
+    (24, 16, 2), (36, 16, 2), (24, 24, 4),
+])
+def test_ecp5_multiplier_dsps_measured(a, b, dsps):
+    assert multiplier_dsps(a, b, "ecp5") == dsps
+    assert multiplier_dsps(b, a, "ecp5") == dsps
+
+
+@pytest.mark.parametrize("x_bits, const, dsps", [
+    (8, 5, 1), (8, 100, 1), (16, 12345, 1), (24, -1000, 2), (8, 64, 0),
+])
+def test_ecp5_constant_multiplier_dsps_measured(x_bits, const, dsps):
+    assert multiplier_dsps(x_bits, const_multiplier_bits(const), "ecp5") == dsps
+
+
+@pytest.mark.parametrize("a, b", [(8, 8), (16, 16), (24, 24), (2, 2)])
+def test_ice40_multipliers_without_dsp_option_are_luts(a, b):
+    # Our iCE40 builds do not pass synth_ice40 -dsp (boards.build), so nothing is inferred.
+    assert multiplier_dsps(a, b, "ice40") == 0
+
+
+@pytest.mark.parametrize("a, b, dsps", [
+    (8, 8, 1), (4, 4, 0), (6, 6, 1), (5, 6, 1), (3, 8, 1), (2, 8, 0), (2, 2, 0),
+    (16, 16, 1), (17, 16, 1), (24, 16, 2), (24, 24, 4),
+])
+def test_ice40_dsp_option_multiplier_dsps_measured(a, b, dsps):
+    # SB_MAC16 per signed product with synth_ice40 -dsp (products under 11 bits stay in LUTs).
+    assert multiplier_dsps(a, b, "ice40", ice40_dsp=True) == dsps
+
+
+@pytest.mark.parametrize("value, bits", [(0, 0), (1, 0), (-1, 0), (64, 0), (-64, 0),
+                                         (3, 2), (5, 3), (-3, 3), (-1000, 11), (255, 8)])
+def test_const_multiplier_bits(value, bits):
+    assert const_multiplier_bits(value) == bits
+
+
+# ---------------------------------------------------------------------------------------------
+# Memories: the mapping yosys chose for one memory of width x depth with one synchronous read
+# port (and one write port for a RAM), measured
+
+@pytest.mark.parametrize("width, depth, rom, kind, cells", [
+    (1, 1024, True, "logic", 0), (1, 2048, True, "block", 1),
+    (3, 300, True, "logic", 0), (3, 512, True, "block", 1),
+    (8, 128, True, "logic", 0), (8, 300, True, "block", 1), (8, 2048, True, "block", 4),
+    (13, 128, True, "block", 1), (13, 2048, True, "block", 7),
+    (18, 128, True, "block", 2), (18, 300, True, "block", 3), (36, 2048, True, "block", 18),
+    (1, 64, False, "logic", 0), (1, 128, False, "block", 1),
+    (3, 16, False, "logic", 0), (3, 32, False, "block", 1),
+    (8, 2, False, "logic", 0), (8, 16, False, "block", 1), (8, 1024, False, "block", 2),
+    (18, 16, False, "block", 2), (36, 16, False, "block", 3), (13, 2048, False, "block", 7),
+    (36, 2048, False, "block", 18),
+])
+def test_ice40_memory_mapping_measured(width, depth, rom, kind, cells):
+    mm = memory_mapping(width, depth, "ice40", rom=rom)
+    assert (mm.kind, mm.cells) == (kind, cells)
+
+
+@pytest.mark.parametrize("width, depth, rom, kind, cells", [
+    (3, 512, True, "logic", 0), (3, 1024, True, "block", 1),
+    (8, 128, True, "logic", 0), (8, 300, True, "block", 1), (8, 2048, True, "block", 1),
+    (13, 128, True, "logic", 0), (13, 2048, True, "block", 2),
+    (18, 128, True, "block", 1), (36, 32, True, "logic", 0), (36, 64, True, "block", 1),
+    (36, 1024, True, "block", 2), (72, 64, True, "block", 2), (36, 2048, True, "block", 4),
+    (1, 2, False, "logic", 0), (3, 2, False, "logic", 0), (8, 2, False, "distributed", 2),
+    (1, 300, False, "distributed", 19), (1, 512, False, "block", 1),
+    (8, 128, False, "distributed", 16), (8, 300, False, "block", 1),
+    (13, 64, False, "distributed", 16), (13, 128, False, "block", 1),
+    (18, 64, False, "distributed", 20), (36, 32, False, "distributed", 18),
+    (36, 64, False, "block", 1), (36, 1024, False, "block", 2), (18, 2048, False, "block", 2),
+])
+def test_ecp5_memory_mapping_measured(width, depth, rom, kind, cells):
+    mm = memory_mapping(width, depth, "ecp5", rom=rom)
+    assert (mm.kind, mm.cells) == (kind, cells)
+
+
+def test_async_read_memory_never_in_ice40_block_ram():
+    # SB_RAM40_4K reads synchronously only; ECP5 keeps an asynchronous RAM in LUT RAM.
+    assert memory_mapping(8, 256, "ice40", rom=False, sync_read=False).kind == "logic"
+    assert memory_mapping(8, 16, "ecp5", rom=False, sync_read=False).kind == "distributed"
+
+
+def test_bad_parameters():
+    with pytest.raises(ValueError, match=r"^family must be one of \('ice40', 'ecp5'\), "
+                                         r"not 'gowin'$"):
+        memory_mapping(8, 16, "gowin", rom=True)
+    with pytest.raises(TypeError, match=r"^width must be a positive integer, not 0$"):
+        memory_mapping(0, 16, "ecp5", rom=True)
+    with pytest.raises(TypeError, match=r"^depth must be a positive integer, not 2\.5$"):
+        memory_mapping(8, 2.5, "ecp5", rom=True)
+    with pytest.raises(TypeError, match=r"^a_bits must be a non-negative integer, not -1$"):
+        multiplier_dsps(-1, 8, "ecp5")
+    with pytest.raises(TypeError, match=r"^value must be an integer, not 1\.5$"):
+        const_multiplier_bits(1.5)
+    with pytest.raises(TypeError, match=r"^stage must be a Stage, not 3$"):
+        stage_resources(3, "ecp5")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a core's netlist
+
+def _dense(in_features, out_features, simd, pe, in_bits, w_bits, seed=0):
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-(1 << (w_bits - 1)), 1 << (w_bits - 1),
+                     size=(out_features, in_features))
+    w[0, 0] = -(1 << (w_bits - 1))                # the full weight range is used
+    w[0, 1] = (1 << (w_bits - 1)) - 1
+    bias = rng.integers(-100, 100, size=out_features)
+    return DenseLayer("fc", IntType(in_bits, True), 0, w, IntType(w_bits, True), bias, [],
+                      simd=simd, pe=pe)
+
+
+@pytest.mark.parametrize("simd, pe, in_bits, w_bits", [
+    (4, 2, 8, 8), (8, 1, 4, 4), (2, 2, 8, 16), (1, 4, 3, 20),
+])
+def test_matvec_multipliers_and_memories(simd, pe, in_bits, w_bits):
+    layer = _dense(16, 8, simd, pe, in_bits, w_bits)
+    f = netlist_features(MatVecCore(layer), "ecp5")
+    # One product per (lane, PE), of the input and weight widths.
+    assert sorted(m[:2] for m in f["multipliers"]) == [(in_bits, w_bits)] * (simd * pe)
+    assert f["dsp"] == simd * pe * multiplier_dsps(in_bits, w_bits, "ecp5")
+    folds, groups = 16 // simd, 8 // pe
+    mems = {(w, d, rom) for w, d, rom, _ in f["memories"]}
+    assert (simd * in_bits, 2 * folds, False) in mems           # input double buffer
+    assert (simd * pe * w_bits, groups * folds, True) in mems   # weights
+    assert f["bram"] == sum(m.cells for *_, m in f["memories"] if m.kind == "block")
+
+
+def test_requant_products_follow_the_platform():
+    # The requantization multiplies by a per-channel table: 16-bit pieces for DSPs on ECP5,
+    # 8-bit pieces of the multiplier for LUTs on iCE40.
+    d = api.compile(float_mlp((16, 8, 4), softmax=False), calibration=np.random.default_rng(
+        0).standard_normal((32, 16)).astype(np.float32))
+    stage = next(s for s in plan_graph(d.design.dataflow).stages if s.kind == "requant")
+    from onnx2fpga.hw.top import _make_core
+    ecp5 = netlist_features(_make_core(stage), "ecp5")["multipliers"]
+    ice40 = netlist_features(_make_core(stage), "ice40")["multipliers"]
+    assert ecp5 and ice40
+    assert all(a <= 16 and b <= 16 for a, b, _ in ecp5)
+    assert all(b <= 8 and n == 0 for a, b, n in ice40)
+
+
+def test_dataflow_resources_adds_up(tmp_path):
+    d = api.compile(float_mlp((16, 8, 4), softmax=False), tmp_path / "d",
+                    calibration=np.random.default_rng(0).standard_normal(
+                        (32, 16)).astype(np.float32))
+    df = d.design.dataflow
+    for fam in ("ice40", "ecp5"):
+        r = dataflow_resources(df, fam, wrapper=True)
+        assert [e["name"] for e in r["layers"]] == [ly.name for ly in df.layers]
+        for k in ("lut", "ff", "dsp", "bram"):
+            assert r["total"][k] == r["edges"][k] + sum(e[k] for e in r["layers"])
+            assert r["board"][k] == r["total"][k] + r["wrapper"][k]
+        # The manifest carries the same figures.
+        m = d.manifest
+        assert m["resources"][fam]["total"] == r["total"]
+        assert [ly["resources"][fam] for ly in m["layers"]] == \
+            [{k: e[k] for k in ("lut", "ff", "dsp", "bram")} for e in r["layers"]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Against real builds
+
+def _have(*tools):
+    from onnx2fpga.boards.build import tool_environment
+    env = tool_environment()
+    return all(shutil.which(env[t]) for t in tools)
+
+
+@pytest.mark.synth
+@pytest.mark.parametrize("board, family, tools", [
+    ("icebreaker", "ice40", ("YOSYS", "NEXTPNR_ICE40", "ICEPACK")),
+    ("ulx3s-85f", "ecp5", ("YOSYS", "NEXTPNR_ECP5", "ECPPACK")),
+])
+def test_estimate_matches_build(board, family, tools, tmp_path):
+    if not _have(*tools):
+        pytest.skip(f"needs {', '.join(tools)}")
+    # Small and quick to build (4-bit weights and activations, 8-bit requantization
+    # multipliers), yet with block RAM on iCE40 and DSPs on ECP5.
+    d = api.compile(float_mlp((16, 8, 4), softmax=False), os.fspath(tmp_path / "d"),
+                    calibration=np.random.default_rng(0).standard_normal(
+                        (32, 16)).astype(np.float32),
+                    weight_bits=4, activation_bits=4, multiplier_bits=8)
+    report = d.build(board, progress=False)
+    est = d.manifest["resources"][family]["board"]
+    used = {k: report["resources"][k]["used"] for k in ("lut", "ff", "dsp", "bram")}
+    assert est["dsp"] == used["dsp"]
+    assert est["bram"] == used["bram"]
+    assert abs(est["lut"] - used["lut"]) <= 0.2 * used["lut"], (est, used)
