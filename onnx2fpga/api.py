@@ -262,16 +262,14 @@ def _fold_options(board, target_fps, clock_mhz, utilization, max_lanes) -> dict:
 def _device_check(target, utilization: float):
     """``fits(dataflow)`` for :func:`frontend.fold.fold`: ``None`` if the estimated resources
     of the design plus the board wrapper fit ``target``'s device, otherwise what overflows."""
-    from .hw.resources import dataflow_resources, wrapper_resources
+    from .hw.resources import dataflow_resources
 
     lim = target.limits
     caps = {"lut": int(lim.lut * utilization), "ff": int(lim.ff * utilization),
             "dsp": lim.dsp, "bram": lim.bram}
 
     def fits(df):
-        total = dict(dataflow_resources(df, target.family)["total"])
-        for k, v in wrapper_resources(target.family).items():
-            total[k] = total.get(k, 0) + v
+        total = dataflow_resources(df, target.family, wrapper=True)["board"]
         over = [f"{k} {total[k]} > {cap}" for k, cap in caps.items() if total.get(k, 0) > cap]
         return "; ".join(over) or None
     return fits
