@@ -314,13 +314,14 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False) -> d
                 f["add"] += w
             elif op == "-":
                 f["add"] += w
+            elif op in ("<<", "u>>", "s>>"):
+                # Before the comparisons: "<<"[1:] is "<". A constant shift is wiring.
+                if not all(n.is_const for n in cell.inputs[1]):
+                    f["mux"] += w * max(1, len(cell.inputs[1]))
             elif op in ("==", "!=") or op[1:] in ("<", ">", "<=", ">="):
                 f["cmp"] += w
             elif op == "m":
                 f["mux"] += len(cell.inputs[1])
-            elif op in ("<<", "u>>", "s>>"):
-                if not all(n.is_const for n in cell.inputs[1]):
-                    f["mux"] += w * max(1, len(cell.inputs[1]))
             elif op in ("&", "|", "^", "r|", "r&", "r^", "b"):
                 f["logic"] += w
     for m in mems.values():
