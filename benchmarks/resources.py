@@ -146,10 +146,11 @@ def fit(out_dir, families=("ice40", "ecp5"), only=None, stored=None, keep_synth=
             for fam in families:
                 feats = netlist_features(_make_core(stage), fam)
                 old = (stored or {}).get((name, stage.name, fam))
-                if old is not None and keep_synth:
-                    rows.append({**old, "features": {k: feats[k] for k in LUT_FEATURES},
-                                 "dsp": feats["dsp"], "bram": feats["bram"],
-                                 "ff": feats["ff"]})
+                if keep_synth:
+                    if old is not None:         # (a stage never synthesized stays out)
+                        rows.append({**old, "features": {k: feats[k] for k in LUT_FEATURES},
+                                     "dsp": feats["dsp"], "bram": feats["bram"],
+                                     "ff": feats["ff"]})
                     continue
                 if old is not None and old["dsp"] == feats["dsp"] and \
                         old["bram"] == feats["bram"] and old["ff"] == feats["ff"] and \
