@@ -125,7 +125,12 @@ def synth_counts(elaboratable, family, workdir):
             "ff": c["TRELLIS_FF"], "dsp": c["MULT18X18D"], "bram": c["DP16KD"]}
 
 
-def fit(out_dir, families=("ice40", "ecp5"), only=None):
+def fit(out_dir, families=("ice40", "ecp5"), only=None, stored=None, keep_synth=False):
+    """Per-stage rows and coefficients. With ``stored`` (rows of an earlier ``--fit``), a
+    stage whose netlist features, DSPs, BRAMs and FFs are unchanged keeps its stored row and
+    only the others are synthesized again (after a change to the cores); with ``keep_synth``
+    every stored stage keeps its synthesis and only its features are read again (after a
+    change to :func:`~onnx2fpga.hw.resources.netlist_features`)."""
 
     from onnx2fpga.hw.graph import plan_graph
     from onnx2fpga.hw.resources import LUT_FEATURES, netlist_features
@@ -140,6 +145,19 @@ def fit(out_dir, families=("ice40", "ecp5"), only=None):
                 continue
             for fam in families:
                 feats = netlist_features(_make_core(stage), fam)
+                old = (stored or {}).get((name, stage.name, fam))
+                if keep_synth:
+                    if old is not None:         # (a stage never synthesized stays out)
+                        rows.append({**old, "features": {k: feats[k] for k in LUT_FEATURES},
+                                     "dsp": feats["dsp"], "bram": feats["bram"],
+                                     "ff": feats["ff"]})
+                    continue
+                if old is not None and old["dsp"] == feats["dsp"] and \
+                        old["bram"] == feats["bram"] and old["ff"] == feats["ff"] and \
+                        all(old["features"].get(k) == feats[k] for k in LUT_FEATURES
+                            if k != "one"):
+                    rows.append(old)
+                    continue
                 try:
                     got = synth_counts(_make_core(stage), fam,
                                        os.path.join(out_dir, "synth", name, stage.name, fam))
@@ -384,9 +402,18 @@ def main(argv=None):
                     help="fit the LUT coefficients from stored rows (resources_fit.jsonl)")
     ap.add_argument("--sweep", action="store_true",
                     help="measure single memories and multipliers against the rules")
+    ap.add_argument("--stale-from", default=None,
+                    help="with --fit: keep the stored rows (resources_fit.jsonl) of stages "
+                         "whose features are unchanged, synthesize only the others")
+    ap.add_argument("--keep-synth", action="store_true",
+                    help="with --stale-from: keep every stored synthesis, read the features "
+                         "again")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--out", default=None, help="work directory (default: a temporary one)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--rows", default=None,
+                    help="with --fit: write the per-stage rows, one JSON object a line "
+                         "(the format of resources_fit.jsonl)")
     ap.add_argument("--reuse", action="store_true",
                     help="use the compiled designs and build reports already in --out "
                          "instead of compiling and building again")
@@ -399,10 +426,18 @@ def main(argv=None):
             fit_coefficients([json.loads(line) for line in f if line.strip()])
         return 0
     if args.fit:
-        rows, coefs = fit(out_dir, only=args.only)
+        stored = None
+        if args.stale_from:
+            with open(args.stale_from) as f:
+                stored = {(r["design"], r["stage"], r["family"]): r
+                          for r in map(json.loads, filter(str.strip, f))}
+        rows, coefs = fit(out_dir, only=args.only, stored=stored, keep_synth=args.keep_synth)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"rows": rows, "coefficients": coefs}, f, indent=1)
+        if args.rows:
+            with open(args.rows, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
         return 0
     return run(args, out_dir)
 

@@ -314,13 +314,14 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False) -> d
                 f["add"] += w
             elif op == "-":
                 f["add"] += w
+            elif op in ("<<", "u>>", "s>>"):
+                # Before the comparisons: "<<"[1:] is "<". A constant shift is wiring.
+                if not all(n.is_const for n in cell.inputs[1]):
+                    f["mux"] += w * max(1, len(cell.inputs[1]))
             elif op in ("==", "!=") or op[1:] in ("<", ">", "<=", ">="):
                 f["cmp"] += w
             elif op == "m":
                 f["mux"] += len(cell.inputs[1])
-            elif op in ("<<", "u>>", "s>>"):
-                if not all(n.is_const for n in cell.inputs[1]):
-                    f["mux"] += w * max(1, len(cell.inputs[1]))
             elif op in ("&", "|", "^", "r|", "r&", "r^", "b"):
                 f["logic"] += w
     for m in mems.values():
@@ -345,23 +346,26 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False) -> d
 
 #: LUTs per unit of each :data:`LUT_FEATURES` entry, per family: non-negative least squares
 #: (rows weighted by 1/sqrt(LUTs), then scaled so that the sum over all stages is right) on
-#: yosys 0.70 syntheses of the single stages of six designs (74 stages per family, stored in
-#: ``benchmarks/resources_fit.jsonl``; ``benchmarks/resources.py --fit`` measures them again,
-#: ``--fit-from`` refits; iCE40: SB_LUT4 cells; ECP5: LUT4 + 2 per CCU2C + 2 per
-#: TRELLIS_DPR16X4). Per design the fit is within about 20 % of the synthesized total (iCE40
-#: -17..+21 %, ECP5 -16..+15 %); single stages are off by 20-30 % (median), so a layer's
-#: figure is rougher than a design's. The features are correlated: a zero weight means that
+#: yosys 0.70 syntheses of the single stages of six designs (95 iCE40 and 93 ECP5 stages,
+#: stored in ``benchmarks/resources_fit.jsonl``; ``benchmarks/resources.py --fit`` measures
+#: them again, ``--fit --stale-from`` only the stages whose features changed, ``--fit-from``
+#: refits; iCE40: SB_LUT4 cells; ECP5: LUT4 + 2 per CCU2C + 2 per TRELLIS_DPR16X4; the
+#: iCE40 rows elaborate the iCE40-only digit products of RequantCore and MatVecCore). Per
+#: design the fit is within -5..+5 % of the synthesized total on iCE40 but for the 4-bit MLP
+#: (-30 %: its digit-product MatVec is underestimated), ECP5 -13..+12 %; single stages are off
+#: by 14 % (iCE40) and 25 % (ECP5) in the median, so a layer's figure is rougher than a
+#: design's. The features are correlated: a zero weight means that
 #: another feature carries the cost, not that the operator is free. ``"pnr"``: board-report
 #: LUTs over synthesized LUTs of a whole design (ECP5: nextpnr's TRELLIS_COMB adds
 #: pass-through LUTs, 1627 over 1373 on the digits example; iCE40: the report counts the
 #: synthesized SB_LUT4 cells).
 LUT_COEFFICIENTS = {
-    "ice40": {"add": 0.0, "cmp": 0.0, "mux": 0.8468, "assign": 0.0996, "logic": 1.6453,
-              "soft_mul": 2.1464, "rom_bits": 0.1531, "ram_bits": 0.5291, "mem_cells": 0.0,
-              "ff": 0.1236, "one": 0.0, "pnr": 1.0},
-    "ecp5": {"add": 0.0, "cmp": 0.075, "mux": 1.1354, "assign": 0.1059, "logic": 0.8962,
-             "soft_mul": 0.8336, "rom_bits": 0.1299, "ram_bits": 0.0, "mem_cells": 2.3756,
-             "ff": 0.1775, "one": 5.0583, "pnr": 1.185},
+    "ice40": {"add": 0.0, "cmp": 0.4336, "mux": 0.4755, "assign": 0.0811, "logic": 0.5229,
+              "soft_mul": 0.9367, "rom_bits": 0.0767, "ram_bits": 0.5014, "mem_cells": 0.0,
+              "ff": 0.1751, "one": 0.3171, "pnr": 1.0},
+    "ecp5": {"add": 0.0, "cmp": 0.2572, "mux": 1.2741, "assign": 0.1007, "logic": 0.2566,
+             "soft_mul": 0.9595, "rom_bits": 0.1304, "ram_bits": 0.0, "mem_cells": 2.3841,
+             "ff": 0.1514, "one": 8.0215, "pnr": 1.185},
 }
 
 #: The board wrapper (framed UART host link, :mod:`onnx2fpga.boards.framed`, with its 16-byte
