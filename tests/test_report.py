@@ -244,11 +244,22 @@ def test_builds_and_resource_estimates(cnn, tmp_path):
     assert summary["icebreaker at 12 MHz"].startswith(f"{rate:.1f} inferences/s")
 
 
-def test_without_estimates_or_builds(cnn):
-    text = (cnn / "report.md").read_text()
+def test_without_estimates_or_builds(cnn, tmp_path):
+    """A manifest from before the resource model (no estimates) and no builds."""
+    d = tmp_path / "old"
+    shutil.copytree(cnn, d)
+    m = json.loads((d / "manifest.json").read_text())
+    m.pop("resources", None)
+    for ly in m["layers"]:
+        ly.pop("resources", None)
+    (d / "manifest.json").write_text(json.dumps(m))
+    write_report(d)
+    text = (d / "report.md").read_text()
     assert "No per-layer resource estimates in the manifest." in text
     assert "No builds yet." in text
     assert not any(t[0][0] == "resource" for t in _md_tables(text))
+    fresh = (cnn / "report.md").read_text()
+    assert "No per-layer resource estimates in the manifest." not in fresh
 
 
 def test_quantization_error_per_layer_against_onnxruntime(mlp):
