@@ -116,3 +116,28 @@ def test_a_target_the_budget_cannot_reach_is_refused():
     with pytest.raises(OptionError, match=r"^target_cycles must be a positive integer, "
                                           r"not 0$"):
         fold(df, target_cycles=0)
+
+
+@pytest.mark.parametrize("board,family", [("icebreaker", "ice40"), ("ulx3s-85f", "ecp5")])
+def test_board_folding_fits_the_estimate_and_less_room_is_never_faster(board, family):
+    """compile(board=...) keeps the estimated board resources (with the wrapper) within the
+    device; with less room (lower utilization) the design can only get slower."""
+    import onnx2fpga
+    from onnx2fpga.boards.targets import get_board
+
+    model = float_mlp((16, 12, 6), softmax=False, seed=2)
+    cal = np.random.default_rng(1).standard_normal((32, 1, 16)).astype(np.float32)
+    lim = get_board(board).limits
+    cycles = []
+    for util in (0.8, 0.3, 0.05):
+        d = onnx2fpga.compile(model, calibration=cal, board=board, utilization=util)
+        f, est = d.manifest["folding"], d.manifest["resources"][family]["board"]
+        assert (f["board"], f["utilization"]) == (board, util)
+        if f["limited_by"].startswith("nothing fits"):
+            cycles.append(d.manifest["cycles_per_inference"])
+            continue
+        assert est["lut"] <= lim.lut * util and est["ff"] <= lim.ff * util
+        assert est["dsp"] <= lim.dsp and est["bram"] <= lim.bram
+        cycles.append(d.manifest["cycles_per_inference"])
+    assert cycles == sorted(cycles)
+    assert cycles[0] < cycles[-1]
