@@ -182,8 +182,16 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         p = [_choose(opts, target) for opts in options]
         return None if any(q is None for q in p) else p
 
+    reasons = {}
+
     def why_not(target):
-        """``None`` if the plan for ``target`` is complete and fits, otherwise why not."""
+        """``None`` if the plan for ``target`` is complete and fits, otherwise why not
+        (folds ``dataflow`` to that plan the first time a target is tried)."""
+        if target not in reasons:
+            reasons[target] = _why_not(target)
+        return reasons[target]
+
+    def _why_not(target):
         p = picks(target)
         if p is None:
             slow = max(zip(options, layers), key=lambda o: min(c for c, _, _ in o[0]))
@@ -206,11 +214,10 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         # The cheapest plan that meets the target: the slowest target at most target_cycles
         # (the narrowest streams first), then faster ones if converters slow it down.
         below = [t for t in targets if t <= target_cycles]
-        r = why_not(target_cycles)     # names the slowest layer if no target is low enough
+        if not below:               # names the layer that cannot go that fast
+            r = why_not(target_cycles)
         for t in reversed(below):
             r = why_not(t)
-            if r is None and _design_cycles(dataflow) > max(target_cycles, floor):
-                r = f"{_design_cycles(dataflow)} cycles with converters"
             if r is None:
                 chosen = [q[1] for q in picks(t)]
                 break
