@@ -143,10 +143,10 @@ def lut_product(a, b):
         return C(0, shape)
     terms = [Mux(a[i], b << i, 0) for i in range(n - 1)]
     top = Mux(a[n - 1], b << (n - 1), 0)
-    total = sum(terms, C(0, 1)) if terms else C(0, 1)
+    total = sum(terms, C(0, 1))
     total = total - top if a.shape().signed else total + top
-    return total.as_signed()[:shape.width].as_signed() if shape.signed \
-        else total[:shape.width]
+    bits = total[:shape.width]
+    return bits.as_signed() if shape.signed else bits
 
 
 def product(a, b):
