@@ -41,6 +41,8 @@ stage's drain time, and no stream carries more than one transfer per cycle.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..dataflow import (
@@ -62,7 +64,8 @@ from .graph import Plan, Stage, layer_stages, plan_graph
 __all__ = [
     "ADDER_LEVELS_PER_STAGE", "matvec_tree_stages", "matvec_stages", "matvec_latency",
     "requant_latency", "fifo_latency", "threshold_search",
-    "threshold_stage_latency", "threshold_latency", "requant_luts", "threshold_luts",
+    "threshold_stage_latency", "threshold_table", "threshold_latency", "requant_luts",
+    "threshold_luts",
     "threshold_is_cheaper", "THRESHOLD_PARALLEL_MAX", "stage_cycles", "layer_cycles",
     "layer_latency", "dataflow_cycles", "plan_timing", "layer_need", "edge_fifo_depths",
 ]
@@ -118,18 +121,32 @@ def threshold_search(n: int) -> str:
     return "parallel" if n <= THRESHOLD_PARALLEL_MAX else "binary"
 
 
-def threshold_stage_latency(n: int, search: str | None = None) -> int:
+def threshold_stage_latency(n: int, search: str | None = None, table: bool = False) -> int:
     """Cycles one threshold stage of ``n`` thresholds adds: 2 in parallel (compare, then
-    count), ``max(1, n.bit_length())`` levels of a binary search."""
+    count), plus 1 when the thresholds differ between channels (``table``: they come from a
+    ROM, block RAM on most devices, whose output is registered before the comparators: a
+    block RAM's clock-to-output delay plus a wide comparator missed 100 MHz on the ECP5);
+    ``max(1, n.bit_length())`` levels of a binary search."""
     search = search or threshold_search(n)
-    return 2 if search == "parallel" else max(1, int(n).bit_length())
+    if search == "parallel":
+        return 3 if table and n else 2
+    return max(1, int(n).bit_length())
 
 
-def threshold_latency(stages) -> int:
+def threshold_table(stage, channels: int, lanes: int) -> bool:
+    """Whether a :class:`~onnx2fpga.hw.threshold.ThresholdCore` reads ``stage``'s
+    thresholds from a table: they differ between channels (more than one row) and a lane
+    sees more than one channel (``channels`` is not a divisor of ``lanes``)."""
+    return stage.thresholds.shape[0] > 1 and channels // math.gcd(channels, lanes) > 1
+
+
+def threshold_latency(stages, channels: int = 1, lanes: int = 1) -> int:
     """Latency of a :class:`~onnx2fpga.hw.threshold.ThresholdCore` of ``stages``
-    (ThresholdStages, with the automatic choice of search): an input register plus every
-    stage's :func:`threshold_stage_latency`."""
-    return 1 + sum(threshold_stage_latency(st.thresholds.shape[1]) for st in stages)
+    (ThresholdStages, with the automatic choice of search) over ``channels`` in ``lanes``:
+    an input register plus every stage's :func:`threshold_stage_latency`."""
+    return 1 + sum(threshold_stage_latency(st.thresholds.shape[1],
+                                           table=threshold_table(st, channels, lanes))
+                   for st in stages)
 
 
 # Resource estimates (LUT4 per lane) that decide between requantization and thresholds.
@@ -258,7 +275,8 @@ def _stage_timing(stage: Stage, first: int, last: int) -> tuple[int, int]:
         d = requant_latency(len(stage.params["stages"]))
         first_out, last_out = first + d, last + d
     elif kind == "threshold":
-        d = threshold_latency(stage.params["stages"])
+        d = threshold_latency(stage.params["stages"], stage.params["channels"],
+                              stage.in_lanes)
         first_out, last_out = first + d, last + d
     elif kind == "fifo":
         d = fifo_latency(stage.params["depth"])

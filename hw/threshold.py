@@ -208,7 +208,10 @@ class _ThresholdPlan:
         self.out_shape = int_shape(stage.out_type)
         self.out_lo, self.out_hi = stage.lo, stage.hi
         self.levels = max(1, self.n.bit_length())   # binary search: 2**levels - 1 >= n
-        self.latency = cost.threshold_stage_latency(self.n, self.search)
+        # Thresholds that differ between the channels of a lane come from a table (decided
+        # as the cost model does: by rows and period, not by the values).
+        self.table = cost.threshold_table(stage, channels, lanes)
+        self.latency = cost.threshold_stage_latency(self.n, self.search, self.table)
 
     def level_table(self, j: int, level: int) -> list[list[int]]:
         """Binary search, lane ``j``, level ``level``: ``table[t][p]`` is the threshold
@@ -245,7 +248,8 @@ class ThresholdCore(wiring.Component):
 
     - ``"parallel"``: ``n`` comparators per lane in one cycle (their results a thermometer
       code, registered), then their count times ``step`` plus ``base`` in a second cycle.
-      Latency 2 cycles; cost ``n`` comparators per lane and one ROM word of ``n``
+      Latency 2 cycles, 3 when the thresholds differ between channels (a register stage
+      holds the table's output); cost ``n`` comparators per lane and one ROM word of ``n``
       thresholds per channel.
     - ``"binary"``: a pipelined binary search over the thresholds (padded to
       ``2**k - 1`` with ``k = max(1, n.bit_length())``): level ``L`` compares with the
@@ -400,6 +404,17 @@ class ThresholdCore(wiring.Component):
             thr = [[rd.data[j][i] for i in range(n)] for j in range(lanes)]
         else:
             thr = [[C(v, plan.thr_shape) for v in plan.rows[j][0]] for j in range(lanes)]
+        if plan.table and n:
+            # A register stage between the table and the comparators: the table's data
+            # lines up with the register holding `t_cur`, so it is loaded with it.
+            x_r = Signal.like(x, name=f"x{k}_r")
+            valid_r, t_r = Signal(name=f"valid{k}_r"), Signal(t_shape, name=f"t{k}_r")
+            thr_r = [[Signal(plan.thr_shape, name=f"thr{k}_{j}_{i}") for i in range(n)]
+                     for j in range(lanes)]
+            with m.If(advance):
+                m.d.sync += [x_r.eq(x), valid_r.eq(valid), t_r.eq(t_cur)]
+                m.d.sync += [thr_r[j][i].eq(thr[j][i]) for j in range(lanes) for i in range(n)]
+            x, valid, thr, t_next, t_cur = x_r, valid_r, thr_r, t_cur, t_r
         bits = [Signal(max(n, 1), name=f"cmp{k}_{j}") for j in range(lanes)]
         y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}")
         valid_a, valid_b = Signal(name=f"valid{k}_a"), Signal(name=f"valid{k}_b")

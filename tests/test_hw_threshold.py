@@ -97,9 +97,11 @@ def test_threshold_timing(case):
     np.testing.assert_array_equal(np.array(times["out_items"]).reshape(-1),
                                   golden.requant_stages(x.reshape(-1, channels),
                                                         stages).reshape(-1))
-    # Parallel: 2 cycles a stage; binary: one per level (6 for 40 thresholds, 8 for 255).
-    by_hand = {1: 1 + 2, 4: 1 + 6, 5: 1 + 8, 8: 1 + 2 + 2}[CASES.index(case)]
-    assert dut.latency == cost.threshold_latency(stages) == by_hand
+    # Parallel: 2 cycles a stage, 3 with a table of thresholds per channel (case 1: 6
+    # channels over 3 lanes), 2 when each lane has one channel (case 8: 3 over 3); binary:
+    # one per level (6 for 40 thresholds, 8 for 255).
+    by_hand = {1: 1 + 3, 4: 1 + 6, 5: 1 + 8, 8: 1 + 2 + 2}[CASES.index(case)]
+    assert dut.latency == cost.threshold_latency(stages, channels, lanes) == by_hand
     np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), by_hand)
     np.testing.assert_array_equal(np.diff(times["out"]), 1)
 
