@@ -6,8 +6,9 @@
     python benchmarks/resources.py --sweep
 
 Without design directories it compiles its own set (:func:`designs`): the two examples
-(``digits`` MLP, ``cnn_digits`` CNN), a wide MLP (``simd`` 32), a 4-bit MLP and two small
-CNNs from ``tests/models.py`` (depthwise + pointwise, residual). For every design and board
+(``digits`` MLP, ``cnn_digits`` CNN), a wide MLP (``simd`` 32), a 4-bit MLP, an MLP with
+its products in LUTs (``multipliers="lut"``) and two small CNNs from ``tests/models.py``
+(depthwise + pointwise, residual). For every design and board
 it builds the bitstream (YoWASP yosys + nextpnr, one build at a time) and prints the
 estimate of :func:`~onnx2fpga.hw.resources.dataflow_resources` (plus the board wrapper)
 against the board report: LUT, FF, DSP, BRAM and the error in percent.
@@ -57,6 +58,14 @@ def designs():
                           rng.standard_normal((32, 4, 8, 8)).astype(np.float32), {}),
         "cnn_residual": (float_cnn("residual", seed=4),
                          rng.standard_normal((32, 3, 8, 8)).astype(np.float32), {}),
+        # Products in LUTs on every family (what board folding picks when an ECP5 runs out
+        # of multipliers), 6-bit weights as the jet tagger's.
+        "mlp_lutmul": (float_mlp((16, 64, 32, 5), softmax=False, seed=5),
+                       rng.standard_normal((64, 16)).astype(np.float32),
+                       {"weight_bits": 6, "activation_bits": 6, "max_lanes": 96,
+                        "folding": {"dense0": {"multipliers": "lut"},
+                                    "dense1": {"multipliers": "lut"},
+                                    "dense2": {"multipliers": "lut"}}}),
     }
     return out
 

@@ -19,6 +19,7 @@ from functools import lru_cache
 from math import gcd
 
 from ..dataflow import (
+    MULTIPLIERS,
     AddLayer,
     ConcatLayer,
     ConvLayer,
@@ -144,18 +145,22 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         Budget of multiply lanes (sum of ``simd * pe`` and elementwise lanes); ``None``: no
         budget besides ``fits``.
     overrides : dict, optional
-        Maps a layer name to any of ``{"simd": s, "pe": p, "lanes": l}``; wins over the plan.
+        Maps a layer name to any of ``{"simd": s, "pe": p, "lanes": l, "multipliers": m}``
+        (``m`` one of :data:`~onnx2fpga.dataflow.MULTIPLIERS`); wins over the plan.
     fifo_depth : int
         Transfers of the FIFO after every layer.
     fits : callable, optional
         ``fits(dataflow) -> None or str``, called on a completely folded dataflow: ``None``
         if the design fits the device, otherwise why not (``"dsp 160 > 156"``). Assumed to
-        fail less often the fewer lanes a plan takes.
+        fail less often the fewer lanes a plan takes. It may set layers' ``multipliers`` to
+        ``"lut"`` to make a plan fit (every layer starts at ``"dsp"`` unless overridden);
+        the chosen plan keeps what it set.
     target_cycles : int, optional
         Cycles per inference the design must reach.
 
-    The choice is recorded in ``dataflow.folding_info``: the rate the search aimed at, and
-    what stopped it from going faster (``limited_by``).
+    The choice is recorded in ``dataflow.folding_info``: the rate the search aimed at, what
+    stopped it from going faster (``limited_by``) and the layers whose products are in LUTs
+    (``lut_multipliers``).
 
     Raises
     ------
@@ -182,13 +187,15 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         p = [_choose(opts, target) for opts in options]
         return None if any(q is None for q in p) else p
 
-    reasons = {}
+    reasons, mappings = {}, {}
 
     def why_not(target):
         """``None`` if the plan for ``target`` is complete and fits, otherwise why not
         (folds ``dataflow`` to that plan the first time a target is tried)."""
         if target not in reasons:
             reasons[target] = _why_not(target)
+            # `fits` may have moved layers' products into LUTs to make the plan fit.
+            mappings[target] = [getattr(ly, "multipliers", None) for ly in layers]
         return reasons[target]
 
     def _why_not(target):
@@ -209,7 +216,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         return None if fits is None else fits(dataflow)
 
     info = {"target_cycles": target_cycles, "max_lanes": max_lanes, "limited_by": None}
-    chosen = None
+    chosen = chosen_target = None
     if target_cycles is not None:
         # The cheapest plan that meets the target: the slowest target at most target_cycles
         # (the narrowest streams first), then faster ones if converters slow it down.
@@ -219,7 +226,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         for t in reversed(below):
             r = why_not(t)
             if r is None:
-                chosen = [q[1] for q in picks(t)]
+                chosen, chosen_target = [q[1] for q in picks(t)], t
                 break
             if not r.endswith("with converters"):
                 break      # faster plans take more lanes: they fit even less
@@ -240,7 +247,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
                 lo = mid + 1
         for j in range(lo, len(targets)):
             if why_not(targets[j]) is None:
-                chosen = [q[1] for q in picks(targets[j])]
+                chosen, chosen_target = [q[1] for q in picks(targets[j])], targets[j]
                 info["limited_by"] = (why_not(targets[j - 1]) if j > 0
                                       else "every layer at its fastest folding")
                 break
@@ -248,6 +255,13 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         chosen = [opts[0][2] for opts in options]
         info["limited_by"] = "nothing fits: every layer at its cheapest folding"
     _fold_full(dataflow, chosen, overrides, fifo_depth)
+    if chosen_target is not None:
+        for layer, mult in zip(layers, mappings[chosen_target]):
+            if mult is not None:
+                layer.multipliers = mult
+    lut = [ly.name for ly in layers if getattr(ly, "multipliers", None) == "lut"]
+    if lut:
+        info["lut_multipliers"] = lut
     dataflow.folding_info = info
     return dataflow
 
@@ -269,6 +283,8 @@ def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:
 
     for layer, params in zip(dataflow.layers, chosen):
         _apply(layer, params)
+        if hasattr(layer, "multipliers"):
+            layer.multipliers = "dsp"
         o = (overrides or {}).get(layer.name)
         if o:
             _override(layer, o)
@@ -290,9 +306,18 @@ def _design_cycles(dataflow: Dataflow) -> int:
 
 
 def _override(layer, o: dict) -> None:
-    unknown = sorted(set(o) - {"simd", "pe", "lanes"})
+    unknown = sorted(set(o) - {"simd", "pe", "lanes", "multipliers"})
     if unknown:
         raise OptionError(f"Layer {layer.name!r}: unknown folding parameters {unknown}")
+    if "multipliers" in o:
+        if not hasattr(layer, "multipliers"):
+            raise OptionError(f"Layer {layer.name!r} ({type(layer).__name__}) has no "
+                              f"multipliers to map")
+        if o["multipliers"] not in MULTIPLIERS:
+            raise OptionError(f"Layer {layer.name!r}: multipliers must be one of "
+                              f"{MULTIPLIERS}, not {o['multipliers']!r}")
+        layer.multipliers = o["multipliers"]
+        o = {k: v for k, v in o.items() if k != "multipliers"}
     if isinstance(layer, DenseLayer):
         simd, pe = int(o.get("simd", layer.simd)), int(o.get("pe", layer.pe))
         if layer.in_features % simd or layer.out_features % pe:

@@ -149,10 +149,10 @@ def lut_product(a, b):
     return bits.as_signed() if shape.signed else bits
 
 
-def product(a, b):
-    """``a * b``: :func:`lut_product` if the narrower operand has at most
+def product(a, b, *, lut=False):
+    """``a * b``: :func:`lut_product` if ``lut`` or if the narrower operand has at most
     :data:`LUT_PRODUCT_MAX_BITS` bits, otherwise a plain ``*``."""
-    if min(len(a), len(b)) <= LUT_PRODUCT_MAX_BITS:
+    if lut or min(len(a), len(b)) <= LUT_PRODUCT_MAX_BITS:
         return lut_product(a, b)
     return a * b
 
@@ -293,7 +293,9 @@ class MatVecCore(wiring.Component):
     cycles from the first input transfer to the last output transfer when the input arrives
     at one transfer per cycle. Every multiplier and adder-tree stage sits between registers
     so that a board build reaches 100 MHz on ECP5. Elaborated for an iCE40 platform (LUT
-    multipliers), weights of 4 or more bits are multiplied without a multiplier: the input
+    multipliers), or on any platform when ``layer.multipliers`` is ``"lut"`` (no hard
+    multiplier; folding picks it for layers a device's DSPs cannot hold), weights of 4 or
+    more bits are multiplied without a multiplier: the input
     buffer also holds ``3 * x`` and ``-x``, the operand registers hold the multiples of ``x``
     that the weight's radix-4 digits pick (0, x, 2x, 3x; -x, -2x for a signed top digit), and
     each product is their carry-save sum; the same values on the same cycles.
@@ -407,8 +409,9 @@ class MatVecCore(wiring.Component):
         # and the multiples of x that the weight's radix-4 digits pick (0, x, 2x, 3x; -x, -2x
         # for a signed top digit) are registered straight from the memories; the product is
         # their carry-save sum. No multiplier, and no more logic levels per stage.
+        lut = self._layer.multipliers == "lut"
         digits = (self._arithmetic == "multiply" and self._w_shape.width >= _DIGIT_MIN_BITS
-                  and _mul_chunks(platform) == _LUT_CHUNKS)
+                  and (lut or _mul_chunks(platform) == _LUT_CHUNKS))
         x_elem = self._in_shape
         if digits:
             x_elem = data.StructLayout({
@@ -491,7 +494,7 @@ class MatVecCore(wiring.Component):
                         m.d.sync += [r.eq(v) for r, v in zip(terms[p][s], values)]
         if self._arithmetic == "multiply":
             xs = [x_word[s].x if digits else x_word[s] for s in range(simd)]
-            prod_values = [[product(xs[s], w_word[p][s]) for s in range(simd)]
+            prod_values = [[product(xs[s], w_word[p][s], lut=lut) for s in range(simd)]
                            for p in range(pe)]
         elif self._arithmetic == "sign":
             neg_shape = signed(self._in_shape.width + 1)

@@ -19,6 +19,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..dataflow import MULTIPLIERS
 from .cores import (
     _counter,
     _output_register,
@@ -107,6 +108,10 @@ class DepthwiseCore(wiring.Component):
     bias : array of int, shape ``(channels,)``
     lanes : int
         Elements per transfer: multiply-accumulates per cycle.
+    multipliers : str
+        ``"dsp"``: a ``*`` (a hard multiplier) for products wider than
+        :data:`~onnx2fpga.hw.cores.LUT_PRODUCT_MAX_BITS` bits; ``"lut"``: every product from
+        shifted partial products in LUTs (:func:`~onnx2fpga.hw.cores.lut_product`).
 
     Members
     -------
@@ -137,7 +142,11 @@ class DepthwiseCore(wiring.Component):
     """
 
     @_quiet_if_invalid
-    def __init__(self, in_shape, channels, window, weight, bias, lanes=1):
+    def __init__(self, in_shape, channels, window, weight, bias, lanes=1, *,
+                 multipliers="dsp"):
+        if multipliers not in MULTIPLIERS:
+            raise ValueError(f"Multipliers must be one of {MULTIPLIERS}, not {multipliers!r}")
+        self._lut = multipliers == "lut"
         shape = int_shape(in_shape)
         channels, window, lanes = _check_geometry(channels, window, lanes)
         weight = _int_array("Weight", weight, (channels, window))
@@ -289,7 +298,8 @@ class DepthwiseCore(wiring.Component):
                 s2_valid.eq(s1_valid), s2_first.eq(s1_first), s2_last.eq(s1_last),
                 s2_cf.eq(s1_cf),
             ]
-            m.d.sync += [prods[j].eq(product(s1_x[j], w_word[j])) for j in range(lanes)]
+            m.d.sync += [prods[j].eq(product(s1_x[j], w_word[j], lut=self._lut))
+                         for j in range(lanes)]
 
         # -- Bias of the fold in stage 2.
         bias_words = self._bias.reshape(folds, lanes)

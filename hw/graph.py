@@ -566,7 +566,7 @@ def _layer_body(b: _Builder, layer, ins: list[str], orders: list, k: int, out_ne
         dense = layer if order is None else DenseLayer(
             layer.name, layer.in_type, layer.in_zero_point, layer.weight[:, order],
             layer.weight_type, layer.bias, layer.requant, layer.simd, layer.pe,
-            list(layer.nodes), in_bipolar=layer.in_bipolar)
+            list(layer.nodes), in_bipolar=layer.in_bipolar, multipliers=layer.multipliers)
         net = _matvec_stages(b, dense, net, k, layer, (layer.out_features,), None)
         return _finish(b, net, out_net)
     if isinstance(layer, RequantLayer):
@@ -586,7 +586,8 @@ def _layer_body(b: _Builder, layer, ins: list[str], orders: list, k: int, out_ne
             bias = layer.bias - layer.in_zero_point * w.sum(axis=1)
             net = b.add("depthwise", f"depthwise_{k}", [net], layer.acc_type, layer.lanes,
                         layer.out_size, layer=layer,
-                        params={"channels": c, "window": kh * kw, "weight": w, "bias": bias})
+                        params={"channels": c, "window": kh * kw, "weight": w, "bias": bias,
+                                "multipliers": layer.multipliers})
             if layer.requant:
                 net = b.requant(net, layer.requant, layer.out_shape,
                                 hwc_order(layer.out_shape), f"requant_{k}", layer)
@@ -596,7 +597,8 @@ def _layer_body(b: _Builder, layer, ins: list[str], orders: list, k: int, out_ne
         bipolar = layer.in_bipolar and (not any(layer.pads) or layer.in_zero_point in (-1, 1))
         dense = DenseLayer(layer.name, layer.in_type, layer.in_zero_point, layer.matrix,
                            layer.weight_type, layer.bias, [], layer.simd, layer.pe,
-                           list(layer.nodes), in_bipolar=bipolar)
+                           list(layer.nodes), in_bipolar=bipolar,
+                           multipliers=layer.multipliers)
         net = _matvec_stages(b, dense, net, k, layer, layer.out_shape,
                              hwc_order(layer.out_shape))
         return _finish(b, net, out_net)

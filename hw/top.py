@@ -219,7 +219,8 @@ def _make_core(stage):
     if kind == "depthwise":
         from .depthwise import DepthwiseCore
         return DepthwiseCore(stage.in_type, p["channels"], p["window"], p["weight"],
-                             p["bias"], stage.in_lanes)
+                             p["bias"], stage.in_lanes,
+                             multipliers=p.get("multipliers", "dsp"))
     if kind == "add":
         from .joins import AddCore
         return AddCore(stage.in_type, stage.params["b_type"], stage.in_lanes,

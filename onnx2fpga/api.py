@@ -95,7 +95,9 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         Budget of multiply lanes (sum of simd*pe over layers) for automatic folding; 8 by
         default when neither ``board`` nor ``target_fps`` is given, otherwise no budget.
     folding : dict, optional
-        ``{layer_name: {"simd": s, "pe": p, "lanes": l}}`` overrides.
+        ``{layer_name: {"simd": s, "pe": p, "lanes": l, "multipliers": "lut" or "dsp"}}``
+        overrides (``multipliers`` of a dense or convolution layer: its products in LUTs or
+        in hard multipliers; a board's folding leaves an overridden layer's choice alone).
     board : str, optional
         Fold for this board (``"ulx3s-85f"``...): the fastest design whose estimated
         resources (:mod:`onnx2fpga.hw.resources`, with the board wrapper) fit the device, LUTs
@@ -137,7 +139,9 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     from .sim.model import run_design
 
     t0 = time.monotonic()
-    fold_options = _fold_options(board, target_fps, clock_mhz, utilization, max_lanes)
+    fold_options = _fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
+                                 pinned={name for name, o in (folding or {}).items()
+                                         if isinstance(o, dict) and "multipliers" in o})
     out = _prepare_dir(output_dir, force) if output_dir is not None else None
     say = progress if verbose else (lambda msg: None)
     say("loading and checking the model")
@@ -233,8 +237,10 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     return CompiledDesign(out, design, manifest)
 
 
-def _fold_options(board, target_fps, clock_mhz, utilization, max_lanes) -> dict:
-    """Check the folding options; the keyword arguments of :func:`frontend.fold.fold`."""
+def _fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
+                  pinned=frozenset()) -> dict:
+    """Check the folding options; the keyword arguments of :func:`frontend.fold.fold`.
+    ``pinned``: the layers whose multipliers the user chose."""
     if (target_fps is None) != (clock_mhz is None):
         raise OptionError("target_fps and clock_mhz go together: the rate in inferences per "
                           "second and the clock in MHz it is reached at")
@@ -255,13 +261,18 @@ def _fold_options(board, target_fps, clock_mhz, utilization, max_lanes) -> dict:
     if board is not None:
         from .boards.targets import get_board
         target = get_board(board)       # UnknownBoardError names the boards there are
-        opts["fits"] = _device_check(target, utilization)
+        opts["fits"] = _device_check(target, utilization, pinned)
     return opts
 
 
-def _device_check(target, utilization: float):
+def _device_check(target, utilization: float, pinned=frozenset()):
     """``fits(dataflow)`` for :func:`frontend.fold.fold`: ``None`` if the estimated resources
-    of the design plus the board wrapper fit ``target``'s device, otherwise what overflows."""
+    of the design plus the board wrapper fit ``target``'s device, otherwise what overflows.
+
+    When only the hard multipliers overflow, layers move their products into LUTs
+    (``multipliers = "lut"``), those with the most multipliers first (the fewest layers
+    change), until the multipliers fit; layers in ``pinned`` keep the user's choice. The
+    plan then fits if its LUTs do too."""
     from .hw.resources import dataflow_resources
 
     lim = target.limits
@@ -270,14 +281,32 @@ def _device_check(target, utilization: float):
     if target.family == "ice40":
         caps["logic cells"] = int(lim.lut * utilization)
 
-    def fits(df):
-        total = dict(dataflow_resources(df, target.family, wrapper=True)["board"])
+    def overflow(res):
+        total = dict(res["board"])
         if target.family == "ice40":
             # An iCE40 logic cell holds one LUT and one flip-flop; flip-flops that do not pack
             # with their LUT take cells of their own. Measured on the digits example: 4,183
             # cells = 3,324 LUTs + 0.48 x 1,808 flip-flops; the device limit is on cells.
             total["logic cells"] = total["lut"] + total["ff"] // 2
-        over = [f"{k} {total[k]} > {cap}" for k, cap in caps.items() if total.get(k, 0) > cap]
+        return [f"{k} {total[k]} > {cap}" for k, cap in caps.items() if total.get(k, 0) > cap]
+
+    def fits(df):
+        res = dataflow_resources(df, target.family, wrapper=True)
+        over = overflow(res)
+        if over and res["board"]["dsp"] > caps["dsp"]:
+            by_name = {ly.name: ly for ly in df.layers}
+            movable = sorted((lr for lr in res["layers"] if lr["dsp"] > 0
+                              and lr["name"] not in pinned
+                              and getattr(by_name.get(lr["name"]), "multipliers", None) == "dsp"),
+                             key=lambda lr: (-lr["dsp"], lr["name"]))
+            excess = res["board"]["dsp"] - caps["dsp"]
+            for lr in movable:
+                if excess <= 0:
+                    break
+                by_name[lr["name"]].multipliers = "lut"
+                excess -= lr["dsp"]
+            if excess < res["board"]["dsp"] - caps["dsp"]:
+                over = overflow(dataflow_resources(df, target.family, wrapper=True))
         return "; ".join(over) or None
     return fits
 
@@ -403,7 +432,8 @@ def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
     entry["requant"] = [_stage_json(st) for st in stages]
     if isinstance(ly, DenseLayer):
         entry.update({"in_features": ly.in_features, "out_features": ly.out_features,
-                      "simd": ly.simd, "pe": ly.pe, "weight_type": ly.weight_type.name,
+                      "simd": ly.simd, "pe": ly.pe, "multipliers": ly.multipliers,
+                      "weight_type": ly.weight_type.name,
                       "acc_type": ly.acc_type.name, "in_zero_point": ly.in_zero_point,
                       "weight_memory_bits": int(ly.weight.size * ly.weight_type.bits),
                       "macs": int(ly.weight.size)})
@@ -412,7 +442,8 @@ def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
         entry.update({"kernel": list(ly.kernel), "stride": list(ly.stride),
                       "dilation": list(ly.dilation), "pads": list(ly.pads), "group": ly.group,
                       "depthwise": ly.depthwise, "lanes": ly.lanes, "simd": ly.simd,
-                      "pe": ly.pe, "weight_type": ly.weight_type.name,
+                      "pe": ly.pe, "multipliers": ly.multipliers,
+                      "weight_type": ly.weight_type.name,
                       "acc_type": ly.acc_type.name, "in_zero_point": ly.in_zero_point,
                       "weight_memory_bits": int(ly.weight.size * ly.weight_type.bits),
                       "macs": int(ly.weight.size * pixels)})

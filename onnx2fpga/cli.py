@@ -17,22 +17,28 @@ __all__ = ["main"]
 
 
 def _folding(text):
-    """``layer:simd:pe[:lanes][,...]`` or ``layer:lanes=L`` (a layer without a matrix
-    unit)."""
+    """``layer:simd:pe[:lanes][,...]``, ``layer:lanes=L`` (a layer without a matrix unit) or
+    ``layer:multipliers=lut|dsp``; items naming the same layer add up."""
     out = {}
     for item in text.split(","):
         try:
             name, *values = item.split(":")
             if len(values) == 1 and values[0].startswith("lanes="):
-                out[name] = {"lanes": int(values[0][len("lanes="):])}
+                out.setdefault(name, {})["lanes"] = int(values[0][len("lanes="):])
+                continue
+            if len(values) == 1 and values[0].startswith("multipliers="):
+                mult = values[0][len("multipliers="):]
+                if mult not in ("lut", "dsp"):
+                    raise ValueError(item)
+                out.setdefault(name, {})["multipliers"] = mult
                 continue
             if len(values) not in (2, 3):
                 raise ValueError(item)
-            out[name] = dict(zip(("simd", "pe", "lanes"), map(int, values)))
+            out.setdefault(name, {}).update(zip(("simd", "pe", "lanes"), map(int, values)))
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"folding must be NAME:SIMD:PE[:LANES] or NAME:lanes=L, comma-separated, "
-                f"not {item!r}") from None
+                f"folding must be NAME:SIMD:PE[:LANES], NAME:lanes=L or "
+                f"NAME:multipliers=lut|dsp, comma-separated, not {item!r}") from None
     return out
 
 
@@ -82,7 +88,8 @@ def _parser():
     c.add_argument("--folding", type=_folding, metavar="NAME:SIMD:PE[:LANES],...",
                    help="override the parallelism of named layers (LANES: channels per "
                    "transfer into a convolution's window; NAME:lanes=L for pools and "
-                   "elementwise layers)")
+                   "elementwise layers; NAME:multipliers=lut|dsp: a layer's products in "
+                   "LUTs or in hard multipliers)")
 
     s = sub.add_parser("simulate", help="run a compiled design on inputs",
                        description="Run the design in DIR on the inputs in X.npy (stacked along "
@@ -205,6 +212,8 @@ def _compile(args):
             par = "(wires)"
         else:
             par = f"lanes={ly['in_lanes']}"
+        if ly.get("multipliers") == "lut" and ly.get("weight_type"):
+            par += " lut-mul"
         mark = "  <- bottleneck" if ly["bottleneck"] else ""
         print(f"  {ly['name']:<10} {ly['kind']:<8} {ly['in_size']:>5} -> {ly['out_size']:<5} "
               f"{ly['in_type']:>6} -> {ly['out_type']:<6} {par:<22} {ly['cycles']} "

@@ -36,7 +36,7 @@ __all__ = [
     "IntType", "RequantStage", "ThresholdStage", "DenseLayer", "RequantLayer", "ConvLayer",
     "PoolLayer", "AddLayer", "ConcatLayer", "ResizeLayer", "PadLayer", "ViewLayer", "LAYER_TYPES",
     "Port", "Dataflow", "HostNode", "Design", "acc_type_for", "save_design", "load_design",
-    "image_shape", "align_params",
+    "image_shape", "align_params", "MULTIPLIERS",
 ]
 
 
@@ -199,7 +199,18 @@ class ThresholdStage:
         return self.thresholds.shape[0] > 1
 
 
+#: How a layer's products are built (``multipliers`` of :class:`DenseLayer` and
+#: :class:`ConvLayer`): ``"dsp"``, a hard multiplier for every product wider than
+#: :data:`onnx2fpga.hw.cores.LUT_PRODUCT_MAX_BITS` bits where the device has them (the
+#: narrower ones in LUTs); ``"lut"``, every product in LUTs (sums of the input's multiples
+#: picked by the weights' digits), no hard multiplier. Same values and cycles either way.
+MULTIPLIERS = ("dsp", "lut")
+
+
 def _check_bipolar(layer) -> None:
+    if layer.multipliers not in MULTIPLIERS:
+        raise ValueError(f"Layer {layer.name!r}: multipliers must be one of {MULTIPLIERS}, "
+                         f"not {layer.multipliers!r}")
     if not isinstance(layer.in_bipolar, (bool, np.bool_)):
         raise TypeError(f"in_bipolar of layer {layer.name!r} must be a bool, "
                         f"not {layer.in_bipolar!r}")
@@ -247,7 +258,9 @@ class DenseLayer:
 
     ``acc[o] = sum_i (x[i] - in_zero_point) * weight[o, i] + bias[o]``, then every stage of
     ``requant`` in order. ``simd`` input elements and ``pe`` output channels are processed per
-    cycle; ``in_features % simd == 0`` and ``out_features % pe == 0``.
+    cycle; ``in_features % simd == 0`` and ``out_features % pe == 0``. ``multipliers``: how
+    the products are built, one of :data:`MULTIPLIERS` (folding for a board may move a layer
+    to ``"lut"`` when the device's hard multipliers run out).
 
     ``in_bipolar``: every input value is -1 or +1 (the raw integers, before the zero point
     is subtracted; the producer is a bipolar quantizer or a threshold stage with outputs
@@ -270,6 +283,7 @@ class DenseLayer:
     inputs: list[str] = field(default_factory=list)
     output: str = ""
     in_bipolar: bool = False
+    multipliers: str = "dsp"
 
     kind = "dense"
 
@@ -471,7 +485,7 @@ class ConvLayer(_Windowed):
     Folding: ``lanes`` input channels per transfer through the sliding window; a dense
     convolution then runs on a matrix-vector unit with ``simd`` window elements and ``pe``
     output channels per cycle; a depthwise one (``group == C == OC``) computes ``lanes``
-    channels per cycle.
+    channels per cycle. ``multipliers``: as for :class:`DenseLayer`.
 
     ``in_bipolar``: every input value is -1 or +1, as for :class:`DenseLayer` (padding
     holds ``in_zero_point``: the matrix unit takes the XNOR form only without padding or
@@ -496,6 +510,7 @@ class ConvLayer(_Windowed):
     inputs: list[str] = field(default_factory=list)
     output: str = ""
     in_bipolar: bool = False
+    multipliers: str = "dsp"
 
     kind = "conv"
 

@@ -162,12 +162,13 @@ def test_folding_overrides_for_a_cnn(tmp_path, capsys):
         np.float32)
     np.save(tmp_path / "cal.npy", cal)
     code, _, err = _run(capsys, "compile", path, "-o", tmp_path / "d", "--calibration",
-                        tmp_path / "cal.npy", "--folding", "conv0:6:2:2,pool1:lanes=4")
+                        tmp_path / "cal.npy", "--folding",
+                        "conv0:6:2:2,pool1:lanes=4,conv0:multipliers=lut")
     assert code == 0, err
     layers = {ly["name"]: ly for ly in
               json.loads((tmp_path / "d" / "manifest.json").read_text())["layers"]}
-    assert (layers["conv0"]["simd"], layers["conv0"]["pe"], layers["conv0"]["lanes"]) == \
-        (6, 2, 2)
+    assert (layers["conv0"]["simd"], layers["conv0"]["pe"], layers["conv0"]["lanes"],
+            layers["conv0"]["multipliers"]) == (6, 2, 2, "lut")
     assert layers["pool1"]["in_lanes"] == 4
     code, _, err = _run(capsys, "compile", path, "-o", tmp_path / "e", "--calibration",
                         tmp_path / "cal.npy", "--folding", "conv0:5:1")
@@ -176,8 +177,12 @@ def test_folding_overrides_for_a_cnn(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:             # argparse: usage and one error line
         main(["compile", str(path), "-o", str(tmp_path / "f"), "--folding", "conv0:x"])
     assert e.value.code == 2
-    assert "folding must be NAME:SIMD:PE[:LANES] or NAME:lanes=L, comma-separated, not " \
-           "'conv0:x'" in capsys.readouterr().err
+    assert "folding must be NAME:SIMD:PE[:LANES], NAME:lanes=L or NAME:multipliers=lut|dsp, " \
+           "comma-separated, not 'conv0:x'" in capsys.readouterr().err
+    code, _, err = _run(capsys, "compile", path, "-o", tmp_path / "g", "--calibration",
+                        tmp_path / "cal.npy", "--folding", "pool1:multipliers=lut")
+    assert code == 2
+    assert err.strip() == "error: Layer 'pool1' (PoolLayer) has no multipliers to map"
 
 
 def test_target_fps_folds_the_cheapest_design_that_reaches_it(tmp_path, capsys, float_model):

@@ -141,3 +141,58 @@ def test_board_folding_fits_the_estimate_and_less_room_is_never_faster(board, fa
         cycles.append(d.manifest["cycles_per_inference"])
     assert cycles == sorted(cycles)
     assert cycles[0] < cycles[-1]
+
+
+def test_board_folding_moves_products_into_luts_when_the_dsps_run_out():
+    """At a target whose products outnumber the ECP5 85F's 156 MULT18X18D, board folding
+    builds the products of the layers with the most multipliers in LUTs (the estimate then
+    fits); a layer the user pins to hard multipliers stays, and the target is refused when
+    the pinned ones alone overflow."""
+    import onnx2fpga
+    from onnx2fpga.boards.targets import get_board
+
+    model = float_mlp((40, 40, 4), softmax=False, seed=3)
+    cal = np.random.default_rng(4).standard_normal((32, 1, 40)).astype(np.float32)
+    kw = {"calibration": cal, "board": "ulx3s-85f", "target_fps": 100e6 / 8, "clock_mhz": 100,
+          "weight_bits": 6}
+    dsp_cap = get_board("ulx3s-85f").limits.dsp
+    d = onnx2fpga.compile(model, **kw)
+    m = d.manifest
+    assert m["cycles_per_inference"] <= 8
+    dense = [ly for ly in m["layers"] if ly["kind"] == "dense"]
+    # Each product is one MULT18X18D as hard multipliers (8 x 6 bits): more than the device
+    # has at this rate.
+    assert sum(ly["simd"] * ly["pe"] for ly in dense) > dsp_cap
+    lut = [ly["name"] for ly in dense if ly["multipliers"] == "lut"]
+    assert lut and m["folding"]["lut_multipliers"] == lut
+    assert m["resources"]["ecp5"]["board"]["dsp"] <= dsp_cap
+    for ly in dense:
+        # The requantization keeps its few multipliers either way.
+        uses = ly["resources"]["ecp5"]["dsp"] >= ly["simd"] * ly["pe"]
+        assert uses == (ly["name"] not in lut)
+    # The layer with the most multipliers moved. Pinned to hard multipliers, it stays there,
+    # and moving the other one is not enough: the target is refused, naming the DSPs.
+    big = max(dense, key=lambda ly: ly["simd"] * ly["pe"])["name"]
+    assert lut == [big]
+    with pytest.raises(OptionError, match=r"^No folding reaches 8 cycles per inference: "
+                                          r"dsp \d+ > 156$"):
+        onnx2fpga.compile(model, folding={big: {"multipliers": "dsp"}}, **kw)
+
+
+def test_lut_multipliers_override_is_bit_exact_in_rtl():
+    """A layer whose products the user puts into LUTs: the emitted Verilog (no hard
+    multiplier for it) computes what the golden model does, under stalls."""
+    import onnx2fpga
+
+    model = float_mlp((12, 8, 4), softmax=False, seed=5)
+    rng = np.random.default_rng(6)
+    cal = rng.standard_normal((32, 1, 12)).astype(np.float32)
+    d = onnx2fpga.compile(model, calibration=cal, folding={"dense0": {"multipliers": "lut"}})
+    assert [ly.get("multipliers") for ly in d.manifest["layers"]
+            if ly["kind"] == "dense"] == ["lut", "dsp"]
+    x = rng.standard_normal((6, 1, 12)).astype(np.float32)
+    np.testing.assert_array_equal(d.simulate(x, engine="rtl", seed=2),
+                                  d.simulate(x, engine="golden"))
+    with pytest.raises(OptionError, match=r"^Layer 'dense0': multipliers must be one of "
+                                          r"\('dsp', 'lut'\), not 'soft'$"):
+        onnx2fpga.compile(model, calibration=cal, folding={"dense0": {"multipliers": "soft"}})

@@ -8,7 +8,7 @@ from amaranth import Module, Shape, Signal, signed, unsigned
 from amaranth.hdl import Elaboratable, Fragment
 
 from onnx2fpga.dataflow import DenseLayer, IntType, RequantStage
-from onnx2fpga.hw import cost
+from onnx2fpga.hw import cores, cost
 from onnx2fpga.hw.cores import (
     MatVecCore,
     RequantCore,
@@ -136,6 +136,33 @@ def test_matvec_on_ice40_is_cycle_identical(seed, case):
                                       expected)
         timed.append((times["in"], times["out"]))
     assert timed[0] == timed[1]
+
+
+@pytest.mark.parametrize("seed,case", list(enumerate(MATVEC_ICE40_CASES)))
+def test_matvec_lut_multipliers_take_no_dsp_and_the_same_cycles(seed, case):
+    # multipliers="lut": the products are built in LUTs on every platform (the emitted
+    # Verilog, which the ECP5 build synthesizes, included): the same values on the same
+    # cycles as the hard multipliers', and not one MULT18X18D in yosys' reading of it.
+    from onnx2fpga.hw.resources import netlist_features
+    in_type, in_zp, wt, in_features, out_features, simd, pe = case
+    rng = np.random.default_rng([seed, 7])
+    weight = random_ints(rng, wt, (out_features, in_features))
+    weight[0, :2] = [wt.lo, wt.hi]
+    bias = rng.integers(-1000, 1000, size=out_features)
+    x = random_ints(rng, in_type, (4, in_features))
+    x[0, :], x[1, :] = in_type.lo, in_type.hi
+    timed, dsps = [], []
+    for mult in ("dsp", "lut"):
+        layer = DenseLayer("fc", in_type, in_zp, weight, wt, bias, [], simd=simd, pe=pe,
+                           multipliers=mult)
+        times = run_timed(MatVecCore(layer), to_transfers(x, simd), 4 * out_features // pe)
+        np.testing.assert_array_equal(np.array(times["out_items"]).reshape(4, -1),
+                                      golden.run_layer(layer, x))
+        timed.append((times["in"], times["out"]))
+        dsps.append(netlist_features(MatVecCore(layer), "ecp5")["dsp"])
+    assert timed[0] == timed[1]
+    wide = min(in_type.bits, wt.bits) > cores.LUT_PRODUCT_MAX_BITS
+    assert dsps == ([simd * pe, 0] if wide else [0, 0])
 
 
 def test_matvec_errors():

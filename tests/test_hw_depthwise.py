@@ -175,6 +175,29 @@ def test_depthwise_matches_numpy(seed, case):
     np.testing.assert_array_equal(np.array(got).reshape(expected.shape), expected)
 
 
+@pytest.mark.parametrize("seed,case", [(0, ALONE_CASES[0]), (1, ALONE_CASES[1]),
+                                       (6, ALONE_CASES[6])])
+def test_depthwise_lut_multipliers(seed, case):
+    # multipliers="lut": every product in LUTs, no MULT18X18D in yosys' reading of the
+    # netlist; the same outputs on the same cycles as with hard multipliers.
+    from onnx2fpga.hw.resources import netlist_features
+    shape, channels, window, lanes, _ = case
+    dut, x, expected = make_alone(case, seed)
+    lut = DepthwiseCore(shape, channels, window, dut._weight, dut._bias, lanes,
+                        multipliers="lut")
+    n = expected.size // lanes
+    t_dsp, t_lut = (run_timed(d, to_transfers(x, lanes), n) for d in (dut, lut))
+    np.testing.assert_array_equal(np.array(t_lut["out_items"]).reshape(expected.shape),
+                                  expected)
+    assert (t_lut["in"], t_lut["out"]) == (t_dsp["in"], t_dsp["out"])
+    assert netlist_features(dut, "ecp5")["dsp"] > 0
+    assert netlist_features(lut, "ecp5")["dsp"] == 0
+    with pytest.raises(ValueError, match=r"^Multipliers must be one of \('dsp', 'lut'\), "
+                                         r"not 'soft'$"):
+        DepthwiseCore(shape, channels, window, dut._weight, dut._bias, lanes,
+                      multipliers="soft")
+
+
 @pytest.mark.parametrize("seed,case", list(enumerate([
     (signed(8), 4, 4, 2, (-128, 127)),             # two folds: a fold is read again two
     (signed(3), 4, 9, 2, (-4, 3)),                 # transfers after it was written
