@@ -23,6 +23,7 @@ scale become a per-channel offset on the same scale.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -1276,13 +1277,70 @@ def _fuse(layers):
     return out
 
 
+def absorb_multiplier_signs(layer) -> bool:
+    """Make every multiplier of ``layer``'s first requantization non-negative by negating
+    the weights and bias of the output channels whose multiplier is negative (in place).
+
+    A channel with a negative multiplier (a batch normalization with a negative scale, a
+    quantizer after a negated weight) makes the activation decreasing in that channel's
+    accumulator, and a threshold core needs all channels to go the same way
+    (:func:`onnx2fpga.hw.threshold.requant_as_thresholds`); without it, a low-bit activation
+    falls back to a multiplier per lane. Negating the channel's accumulator and its
+    multiplier computes the same value before rounding: with ``x' = -x`` and ``m' = -m``,
+    ``(x' - z) * m' + off'`` equals ``(x - z) * m + off`` for ``off' = off - 2 * z * m``
+    (likewise on a fused LeakyRelu's negative side, whose selection depends only on that
+    value), so the layer's outputs are exactly the same. As FINN's streamlining does, this
+    happens only where the negated weights stay within the weight type (a narrow-range
+    type such as ``{-1, 0, 1}`` always; else no change).
+
+    Returns True if anything changed.
+    """
+    if not isinstance(layer, (DenseLayer, ConvLayer)) or not layer.requant:
+        return False
+    stage = layer.requant[0]
+    if not isinstance(stage, RequantStage):
+        return False
+    channels = layer.out_features if isinstance(layer, DenseLayer) else layer.out_channels
+    m = np.asarray(stage.multiplier, np.int64).reshape(-1)
+    if m.size != channels or not np.any(m < 0):
+        return False
+    flip = m < 0
+    w = layer.weight.reshape(channels, -1)
+    neg_w = -w[flip]
+    if neg_w.size and (neg_w.min() < layer.weight_type.lo or neg_w.max() > layer.weight_type.hi):
+        return False
+    if stage.neg_multiplier is not None and stage.neg_multiplier.size not in (1, channels):
+        return False
+    sign = np.where(flip, -1, 1)
+    z = int(stage.in_zero_point)
+
+    def flipped(mult, off):
+        mult = np.broadcast_to(np.asarray(mult, np.int64).reshape(-1), (channels,))
+        off = np.broadcast_to(np.asarray(off, np.int64).reshape(-1), (channels,))
+        return mult * sign, np.where(flip, off - 2 * z * mult, off)
+
+    mult, off = flipped(stage.multiplier, stage.offset)
+    kw = {"multiplier": mult, "offset": off}
+    if stage.neg_multiplier is not None:
+        kw["neg_multiplier"], kw["neg_offset"] = flipped(stage.neg_multiplier,
+                                                         stage.neg_offset)
+    layer.requant[0] = dataclasses.replace(stage, **kw)
+    layer.weight = (w * sign[:, None]).reshape(layer.weight.shape)
+    layer.bias = layer.bias * sign
+    return True
+
+
 def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even") -> Design:
     """Partition and lower a normalized QDQ graph; see the module docstring.
 
     Convolution, pooling, resize and pad nodes must carry the ``_geometry`` attribute that
-    :func:`onnx2fpga.frontend.resolve.resolve_geometry` adds.
+    :func:`onnx2fpga.frontend.resolve.resolve_geometry` adds. Negative requantization
+    multipliers are absorbed into the weights (:func:`absorb_multiplier_signs`).
     """
     if not isinstance(multiplier_bits, int) or not 2 <= multiplier_bits <= 32:
         raise ValueError(f"multiplier_bits must be an integer from 2 to 32, not "
                          f"{multiplier_bits!r}")
-    return _Lowerer(graph, multiplier_bits, rounding).run()
+    design = _Lowerer(graph, multiplier_bits, rounding).run()
+    for layer in design.dataflow.layers:
+        absorb_multiplier_signs(layer)
+    return design

@@ -310,3 +310,50 @@ def test_stream_stages_thresholds():
     out, period = stream_stages([same], (2, 3, 2), None)
     assert period == 1
     np.testing.assert_array_equal(out[0].thresholds, [[4, 9]])
+
+
+@pytest.mark.parametrize("seed,conv,leaky,in_zp", [(0, False, False, 0), (1, False, True, 3),
+                                                   (2, True, False, -2), (3, True, True, 0)])
+def test_negative_multipliers_absorbed_into_the_weights(seed, conv, leaky, in_zp):
+    """Channels with negative multipliers get negated weights, bias and multiplier: every
+    output of the layer is the same (golden model, extremes included), all multipliers are
+    non-negative, and the activation now becomes thresholds (one direction)."""
+    import copy
+
+    from onnx2fpga.dataflow import ConvLayer, DenseLayer, RequantStage
+    from onnx2fpga.frontend.lower import absorb_multiplier_signs
+    from onnx2fpga.hw.graph import stage_cores
+
+    rng = np.random.default_rng(seed)
+    wt, in_type, oc = IntType(2, True), IntType(4, False), 6
+    mult = rng.integers(200, 900, size=oc) * np.where(np.arange(oc) % 3 == 1, -1, 1)
+    off = rng.integers(-3000, 3000, size=oc)
+    kw = {}
+    if leaky:
+        kw = {"neg_multiplier": mult // 4, "neg_offset": off // 4}
+    stage = RequantStage(mult, off, 10, 1, 0, 3, IntType(2, False), in_zero_point=in_zp, **kw)
+    if conv:
+        weight = rng.integers(-1, 2, size=(oc, 2, 3, 3))
+        layer = ConvLayer("c", in_type, 5, (2, 5, 5), weight, wt, rng.integers(-9, 9, oc),
+                          [stage], pads=(1, 1, 1, 1))
+        x = rng.integers(0, 16, size=(40, 2, 5, 5))
+    else:
+        weight = rng.integers(-1, 2, size=(oc, 9))
+        layer = DenseLayer("d", in_type, 5, weight, wt, rng.integers(-9, 9, oc), [stage])
+        x = rng.integers(0, 16, size=(40, 9))
+    x[0], x[1] = 0, 15
+    before = copy.deepcopy(layer)
+    assert absorb_multiplier_signs(layer)
+    np.testing.assert_array_equal(golden.run_layer(layer, x), golden.run_layer(before, x))
+    assert np.all(layer.requant[0].multiplier >= 0)
+    flip = mult < 0
+    np.testing.assert_array_equal(layer.weight[flip], -before.weight[flip])
+    np.testing.assert_array_equal(layer.weight[~flip], before.weight[~flip])
+    acc = layer.acc_type
+    assert [k for k, _ in stage_cores(layer.requant, acc, oc)] == ["threshold"]
+    assert [k for k, _ in stage_cores(before.requant, before.acc_type, oc)] == ["requant"]
+    # Nothing to do, or weights that would leave their type: unchanged.
+    assert not absorb_multiplier_signs(layer)
+    wide = copy.deepcopy(before)
+    wide.weight[flip.nonzero()[0][0]].flat[0] = -2
+    assert not absorb_multiplier_signs(wide)
