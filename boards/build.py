@@ -440,10 +440,40 @@ def _critical_paths(pnr: dict) -> list[dict]:
     return paths
 
 
+def logic_memory_script(names) -> str:
+    """yosys commands (run right after reading the design) that put the memories ``names``
+    into soft logic: ``setattr -set logic_block 1`` on each, which ``memory_libmap`` honours.
+
+    A name is ``"stage/memory"`` (a core of the accelerator and the memory's path in it,
+    :func:`onnx2fpga.hw.resources.memory_path`), ``"wrapper/buffer"`` or
+    ``"wrapper/rx_fifo"``. The wrapper is the top module, or ``design`` under a clock top;
+    each memory must exist (``select -assert-any``), so a renamed memory fails the build
+    instead of silently staying in block RAM.
+    """
+    lines = []
+    for name in names:
+        stage, _, path = str(name).partition("/")
+        if not path:
+            raise ValueError(f"Logic memory must be 'stage/memory', not {name!r}")
+        if stage == "wrapper":
+            if path == "buffer":
+                sel = "top/m:buffer top.design/m:buffer"
+            elif path == "rx_fifo":
+                sel = "top.rx_fifo/m:storage top.design.rx_fifo/m:storage"
+            else:
+                raise ValueError(f"Unknown wrapper memory {name!r}: 'wrapper/buffer' or "
+                                 f"'wrapper/rx_fifo'")
+        else:
+            *mods, mem = path.split(".")
+            sel = f"*.accelerator.{'.'.join([stage, *mods])}/m:{mem}"
+        lines += [f"select -assert-any {sel}", f"setattr -set logic_block 1 {sel}"]
+    return "\n".join(lines)
+
+
 def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, build_dir, *,
                     seed=None, progress=True, cycles_per_inference=None, latency_cycles=None,
                     baud=115200, ice40_dsp=False, design_id=None, clock_mhz=None,
-                    link=None) -> dict:
+                    link=None, logic_memories=()) -> dict:
     """Build a bitstream of an accelerator behind the UART wrapper and write ``report.json``.
 
     Parameters
@@ -486,6 +516,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         (:attr:`~.targets.BoardTarget.link`). On USB, ``baud`` is not used; the USB clocks
         (``usb_io`` 48 MHz, ``usb`` 12 MHz) come from a PLL of their own and the report has
         their Fmax under ``usb_clocks``.
+    logic_memories : sequence of str
+        Memories built in soft logic instead of block RAM (:func:`logic_memory_script`;
+        :attr:`Dataflow.logic_memories <onnx2fpga.dataflow.Dataflow>`).
 
     Returns
     -------
@@ -561,8 +594,11 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     if design_id is not None:
         if isinstance(design_id, str):
             design_id = design_id_from_sha256(design_id)
+        payload = getattr(in_port, "lanes", 0) * getattr(getattr(in_port, "type", None),
+                                                         "bits", 0)
         bridge = FramedBridge(accelerator, in_port.tdata_width, out_port.tdata_width,
                               in_port.beats, out_port.beats, clk_freq=clk_freq, baud=baud,
+                              in_payload_width=payload or None,
                               design_id=design_id, leds=target.leds, **link_options)
     else:
         bridge = UartBridge(accelerator, in_port.tdata_width, out_port.tdata_width,
@@ -582,8 +618,11 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     _progress(progress, f"{target.name}: elaborating for {target.device} at {clock_mhz:g} MHz"
                         + ("" if pll is None else f" ({pll.primitive} from the "
                                                   f"{oscillator_mhz:g} MHz oscillator)"))
+    overrides = {}
+    if logic_memories:
+        overrides["script_after_read"] = logic_memory_script(logic_memories)
     plan = platform.build(top, name=_NAME, build_dir=str(build_dir), do_build=False,
-                          synth_opts=synth_opts, nextpnr_opts=nextpnr_opts)
+                          synth_opts=synth_opts, nextpnr_opts=nextpnr_opts, **overrides)
     plan.extract(str(build_dir))
     with open(build_dir / f"build_{_NAME}.json") as f:
         commands = json.load(f)["commands"]

@@ -46,6 +46,11 @@ class FramedBridge(Elaboratable):
         Has the signals of :data:`~.wrapper.AXIS_PORTS` as attributes, in the ``sync`` domain.
     in_tdata_width, out_tdata_width : int
         Widths of ``s_axis_tdata`` and ``m_axis_tdata`` (multiples of 8).
+    in_payload_width : int, optional
+        Significant low bits of an input beat (the elements before the padding to whole
+        bytes); the input buffer keeps only those and feeds the padding as zeros. Default:
+        ``in_tdata_width``. A 784-beat input of 2-bit elements then takes one iCE40 block RAM
+        instead of two.
     in_beats, out_beats : int
         Beats per input and output tensor.
     clk_freq : int or float
@@ -102,13 +107,21 @@ class FramedBridge(Elaboratable):
     def __init__(self, accelerator, in_tdata_width, out_tdata_width, in_beats, out_beats,
                  clk_freq, baud=115200, *, design_id, timeout_cycles=None, rx_fifo_depth=16,
                  uart=("uart", 0), leds=(("led", 0), ("led", 1)), link="uart",
-                 usb=("usb", 0), usb_bus=None, usb_fifo_depth=64, usb_strings=None):
+                 usb=("usb", 0), usb_bus=None, usb_fifo_depth=64, usb_strings=None,
+                 in_payload_width=None):
         if not isinstance(accelerator, Elaboratable):
             raise TypeError(f"Accelerator must be an Elaboratable, not {accelerator!r}")
         for name, value in (("Input tdata width", in_tdata_width),
                             ("Output tdata width", out_tdata_width)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or value % 8:
                 raise ValueError(f"{name} must be a positive multiple of 8, not {value!r}")
+        if in_payload_width is None:
+            in_payload_width = in_tdata_width
+        if not isinstance(in_payload_width, int) or isinstance(in_payload_width, bool) or \
+                not 0 < in_payload_width <= in_tdata_width:
+            raise ValueError(f"Input payload width must be an integer in [1, {in_tdata_width}], "
+                             f"not {in_payload_width!r}")
+        self.in_payload_width = in_payload_width
         for name, value in (("Input beats", in_beats), ("Output beats", out_beats),
                             ("RX FIFO depth", rx_fifo_depth)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -182,7 +195,7 @@ class FramedBridge(Elaboratable):
         out_nbytes = self.out_tdata_width // 8
 
         # The INFER payload, one memory row per input beat (block RAM where there is some).
-        m.submodules.buffer = buffer = Memory(shape=self.in_tdata_width, depth=self.in_beats,
+        m.submodules.buffer = buffer = Memory(shape=self.in_payload_width, depth=self.in_beats,
                                               init=[])
         wport = buffer.write_port()
         rport = buffer.read_port()
@@ -373,7 +386,8 @@ class FramedBridge(Elaboratable):
             with m.State("Payload"):
                 m.d.comb += take.eq(1)
                 new_beat = Cat(beat[8:], byte) if in_nbytes > 1 else byte
-                m.d.comb += [wport.addr.eq(beat_index), wport.data.eq(new_beat)]
+                m.d.comb += [wport.addr.eq(beat_index),
+                             wport.data.eq(new_beat[:self.in_payload_width])]
                 with m.If(got):
                     m.d.sync += beat.eq(new_beat)
                     crc_rx()

@@ -91,7 +91,8 @@ def sim_bridge(manifest: dict, accelerator=None) -> FramedBridge:
         accelerator, s["tdata_width"], o["tdata_width"], s["beats"], o["beats"],
         clk_freq=SIM_CLOCK_HZ, baud=SIM_CLOCK_HZ // SIM_DIVISOR,
         design_id=design_id_from_sha256(manifest["top"]["verilog_sha256"]),
-        timeout_cycles=SIM_TIMEOUT_BYTES * 10 * SIM_DIVISOR)
+        timeout_cycles=SIM_TIMEOUT_BYTES * 10 * SIM_DIVISOR,
+        in_payload_width=s["lanes"] * s["bits"])
 
 
 def board_verilog(manifest: dict) -> str:

@@ -153,14 +153,15 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         ``fits(dataflow) -> None or str``, called on a completely folded dataflow: ``None``
         if the design fits the device, otherwise why not (``"dsp 160 > 156"``). Assumed to
         fail less often the fewer lanes a plan takes. It may set layers' ``multipliers`` to
-        ``"lut"`` to make a plan fit (every layer starts at ``"dsp"`` unless overridden);
-        the chosen plan keeps what it set.
+        ``"lut"`` (every layer starts at ``"dsp"`` unless overridden) and fill
+        ``dataflow.logic_memories`` (it starts empty) to make a plan fit; the chosen plan
+        keeps what it set.
     target_cycles : int, optional
         Cycles per inference the design must reach.
 
     The choice is recorded in ``dataflow.folding_info``: the rate the search aimed at, what
-    stopped it from going faster (``limited_by``) and the layers whose products are in LUTs
-    (``lut_multipliers``).
+    stopped it from going faster (``limited_by``), the layers whose products are in LUTs
+    (``lut_multipliers``) and the memories in soft logic (``logic_memories``).
 
     Raises
     ------
@@ -194,8 +195,10 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         (folds ``dataflow`` to that plan the first time a target is tried)."""
         if target not in reasons:
             reasons[target] = _why_not(target)
-            # `fits` may have moved layers' products into LUTs to make the plan fit.
-            mappings[target] = [getattr(ly, "multipliers", None) for ly in layers]
+            # `fits` may have moved layers' products or memories into LUTs to make the
+            # plan fit.
+            mappings[target] = ([getattr(ly, "multipliers", None) for ly in layers],
+                                list(dataflow.logic_memories))
         return reasons[target]
 
     def _why_not(target):
@@ -256,12 +259,15 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         info["limited_by"] = "nothing fits: every layer at its cheapest folding"
     _fold_full(dataflow, chosen, overrides, fifo_depth)
     if chosen_target is not None:
-        for layer, mult in zip(layers, mappings[chosen_target]):
+        mults, dataflow.logic_memories = mappings[chosen_target]
+        for layer, mult in zip(layers, mults):
             if mult is not None:
                 layer.multipliers = mult
     lut = [ly.name for ly in layers if getattr(ly, "multipliers", None) == "lut"]
     if lut:
         info["lut_multipliers"] = lut
+    if dataflow.logic_memories:
+        info["logic_memories"] = list(dataflow.logic_memories)
     dataflow.folding_info = info
     return dataflow
 
@@ -272,6 +278,7 @@ def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int) -> 
     from ..hw.graph import plan_graph
 
     _fold_with(dataflow, chosen, overrides)
+    dataflow.logic_memories = []
     dataflow.fifo_depths = [fifo_depth] * len(dataflow.layers)
     plan = plan_graph(dataflow, check_ports=False)
     dataflow.edge_fifos = edge_fifo_depths(dataflow, plan)

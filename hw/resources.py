@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "FAMILIES", "multiplier_dsps", "const_multiplier_bits", "MemoryMap", "memory_mapping",
-    "netlist_features", "stage_resources", "dataflow_resources", "WRAPPER",
-    "wrapper_resources", "LUT_FEATURES",
+    "netlist_features", "memory_path", "stage_resources", "dataflow_resources", "WRAPPER",
+    "WRAPPER_RX_FIFO", "wrapper_resources", "logic_memory_cost", "LUT_FEATURES",
     "LUT_COEFFICIENTS",
 ]
 
@@ -255,15 +255,27 @@ LUT_FEATURES = ("add", "cmp", "mux", "assign", "logic", "soft_mul", "rom_bits", 
                 "mem_cells", "ff", "one")
 
 
-def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False) -> dict:
+def memory_path(netlist, cell) -> str:
+    """The name of memory ``cell`` of ``netlist`` relative to the netlist's top module:
+    ``"w_mem"``, or ``"fifo.storage"`` inside a submodule (the names yosys sees under the
+    core's module)."""
+    return ".".join(netlist.modules[cell.module_idx].name[1:] + (cell.name,))
+
+
+def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
+                     logic=frozenset()) -> dict:
     """Read what yosys will build from one elaboratable (a core): its multipliers, memories
     and flip-flops, and the operator counts the LUT model weighs.
+
+    ``logic``: names (:func:`memory_path`) of memories the build forces into soft logic
+    (yosys' ``logic_block`` attribute, see :func:`onnx2fpga.boards.build.logic_memory_script`).
 
     Returns
     -------
     dict
         ``dsp``: hard multipliers (:func:`multiplier_dsps`); ``bram``: block RAMs;
-        ``ff``: flip-flop bits; ``memories``: a list of ``(width, depth, rom, MemoryMap)``;
+        ``ff``: flip-flop bits; ``memories``: a list of ``(width, depth, rom, MemoryMap)``
+        and ``memory_names`` the name of each (:func:`memory_path`);
         ``multipliers``: a list of ``(a_bits, b_bits, dsps)``; and the LUT model's features
         (:data:`LUT_FEATURES`): adder bits, comparator input bits, multiplexer bits,
         conditional-assignment bits, other logic bits, soft multiplier bit products, bits of
@@ -278,7 +290,7 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False) -> d
     netlist = build_netlist(frag, name="top")
     f = dict.fromkeys(LUT_FEATURES, 0)
     f["one"] = 1
-    f.update(dsp=0, bram=0, memories=[], multipliers=[])
+    f.update(dsp=0, bram=0, memories=[], memory_names=[], multipliers=[], logic_memory_lut=0)
     mems = {}
     for idx, cell in enumerate(netlist.cells):
         if isinstance(cell, _nir.Memory):
@@ -327,9 +339,21 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False) -> d
     for m in mems.values():
         cell = m["cell"]
         rom = m["write"] == 0
+        name = memory_path(netlist, cell)
+        if name in logic:
+            # Forced into soft logic: costed by its own rule, not by the LUT model's
+            # features (fitted on the small memories yosys leaves in logic by itself).
+            mm = MemoryMap("logic", 0)
+            f["memories"].append((cell.width, cell.depth, rom, mm))
+            f["memory_names"].append(name)
+            cost = logic_memory_cost(cell.width, cell.depth, rom)
+            f["logic_memory_lut"] += cost["lut"]
+            f["ff"] += cost["ff"]
+            continue
         mm = memory_mapping(cell.width, cell.depth, family, rom=rom,
                             sync_read=m["async"] == 0)
         f["memories"].append((cell.width, cell.depth, rom, mm))
+        f["memory_names"].append(name)
         if mm.kind == "block":
             f["bram"] += mm.cells
         elif mm.kind == "distributed":
@@ -386,41 +410,76 @@ WRAPPER = {
 }
 
 
+#: The wrapper's receive FIFO (``boards/link.py``, a ``SyncFIFOBuffered`` of 16 bytes): the
+#: width and depth of its memory.
+WRAPPER_RX_FIFO = (8, 15)
+
+
+def _wrapper_blocks(in_payload_width, in_beats, family, logic) -> list:
+    """The wrapper's memories in block RAM, as :func:`dataflow_resources` lists them."""
+    out = []
+    mm = memory_mapping(in_payload_width, in_beats, family, rom=False)
+    if mm.kind == "block" and "wrapper/buffer" not in logic:
+        out.append(("wrapper/buffer", mm.cells, in_payload_width, in_beats, False))
+    if WRAPPER[family]["bram"] and "wrapper/rx_fifo" not in logic:
+        out.append(("wrapper/rx_fifo", WRAPPER[family]["bram"], *WRAPPER_RX_FIFO, False))
+    return out
+
+
 def wrapper_resources(in_tdata_width: int, in_beats: int, out_tdata_width: int,
-                      family: str) -> dict:
+                      family: str, *, logic=frozenset(), in_payload_width=None) -> dict:
     """The board wrapper of an accelerator whose input port has ``in_beats`` transfers of
     ``in_tdata_width`` bits per tensor and whose output is ``out_tdata_width`` bits wide:
-    :data:`WRAPPER` plus the input buffer (a RAM, :func:`memory_mapping`)."""
+    :data:`WRAPPER` plus the input buffer (a RAM, :func:`memory_mapping`) of
+    ``in_payload_width`` bits a beat (default ``in_tdata_width``; the wrapper keeps the
+    elements' bits only). ``logic`` may name ``"wrapper/buffer"`` and ``"wrapper/rx_fifo"``
+    (the receive FIFO, a block RAM on iCE40): in soft logic."""
     _check_family(family)
+    width = in_tdata_width if in_payload_width is None else in_payload_width
     w = WRAPPER[family]
     extra = max(0, in_tdata_width - 8) + max(0, out_tdata_width - 8)
     out = {"lut": w["lut"] + w["lut_per_bit"] * extra, "ff": w["ff"] + w["ff_per_bit"] * extra,
            "dsp": 0, "bram": w["bram"]}
-    mm = memory_mapping(in_tdata_width, in_beats, family, rom=False)
-    bits = in_tdata_width * in_beats
-    if mm.kind == "block":
+    if w["bram"] and "wrapper/rx_fifo" in logic:
+        cost = logic_memory_cost(*WRAPPER_RX_FIFO, False)
+        out["bram"] -= w["bram"]
+        out["lut"] += cost["lut"]
+        out["ff"] += cost["ff"]
+    mm = memory_mapping(width, in_beats, family, rom=False)
+    bits = width * in_beats
+    if "wrapper/buffer" in logic:
+        cost = logic_memory_cost(width, in_beats, False)
+        out["lut"] += cost["lut"]
+        out["ff"] += cost["ff"]
+    elif mm.kind == "block":
         out["bram"] += mm.cells
     elif mm.kind == "distributed":
         out["lut"] += LUT_COEFFICIENTS[family]["mem_cells"] * mm.cells
-        out["ff"] += in_tdata_width
+        out["ff"] += width
     else:
         out["lut"] += LUT_COEFFICIENTS[family]["ram_bits"] * bits
-        out["ff"] += bits + in_tdata_width
+        out["ff"] += bits + width
     return {k: int(round(v)) for k, v in out.items()}
 
 
 def _estimate(feats: dict, family: str) -> dict:
     c = LUT_COEFFICIENTS[family]
-    lut = sum(c[k] * feats[k] for k in LUT_FEATURES) * c["pnr"]
+    lut = (sum(c[k] * feats[k] for k in LUT_FEATURES) + feats.get("logic_memory_lut", 0)) \
+        * c["pnr"]
     return {"lut": int(round(lut)), "ff": int(feats["ff"]), "dsp": int(feats["dsp"]),
             "bram": int(feats["bram"])}
 
 
-def stage_resources(stage, family: str, *, ice40_dsp: bool = False) -> dict:
+def stage_resources(stage, family: str, *, ice40_dsp: bool = False, logic=frozenset(),
+                    memories: bool = False) -> dict:
     """Estimated resources of one :class:`~onnx2fpga.hw.graph.Stage` on ``family``.
 
     The stage's core is built from its parameters (as :class:`~onnx2fpga.hw.top.Accelerator`
-    does) and read by :func:`netlist_features`.
+    does) and read by :func:`netlist_features`. ``logic``: the memories of the design in
+    soft logic, ``"stage/memory"`` (:data:`Dataflow.logic_memories
+    <onnx2fpga.dataflow.Dataflow>`); with ``memories``, also ``"block_memories"``: the
+    stage's memories in block RAM, ``[(name, cells, width, depth, rom), ...]`` (``name``
+    ``"stage/memory"``).
 
     Returns
     -------
@@ -436,18 +495,43 @@ def stage_resources(stage, family: str, *, ice40_dsp: bool = False) -> dict:
     _check_family(family)
     core = _make_core(stage)
     if core is None:                                    # a cast: wires
-        return {"lut": 0, "ff": 0, "dsp": 0, "bram": 0}
+        return {"lut": 0, "ff": 0, "dsp": 0, "bram": 0, **({"block_memories": []}
+                                                            if memories else {})}
     core._MustUse__used = True
-    return _estimate(netlist_features(core, family, ice40_dsp=ice40_dsp), family)
+    prefix = f"{stage.name}/"
+    mine = frozenset(k[len(prefix):] for k in logic if k.startswith(prefix))
+    feats = netlist_features(core, family, ice40_dsp=ice40_dsp, logic=mine)
+    out = _estimate(feats, family)
+    if memories:
+        out["block_memories"] = [(prefix + n, mm.cells, w, d, rom) for n, (w, d, rom, mm)
+                                 in zip(feats["memory_names"], feats["memories"])
+                                 if mm.kind == "block"]
+    return out
 
 
 def _add(a: dict, b: dict) -> dict:
     return {k: a[k] + b[k] for k in ("lut", "ff", "dsp", "bram")}
 
 
+def logic_memory_cost(width: int, depth: int, rom: bool) -> dict:
+    """Estimated ``lut`` and ``ff`` of a ``depth`` x ``width`` memory forced into soft logic
+    (:attr:`Dataflow.logic_memories <onnx2fpga.dataflow.Dataflow>`), from yosys 0.70
+    ``synth_ice40`` of single memories with ``logic_block`` set: a ROM is a tree of LUTs
+    over its address, ``0.131 * bits + width`` LUTs (2048x4, 4096x2 and 512x16 ROMs: 1,075
+    to 1,079 LUTs; 256x8: 314; 64x22: 201); a RAM a flip-flop per bit plus write decoding
+    and read multiplexers, ``0.89 * bits + depth`` LUTs (128x2: 376; 15x8: 115; 64x16: 952;
+    1568x2: 4,395; 784x8: 6,392), ``bits + width`` flip-flops. Used for both families (an
+    ECP5 keeps its memories in block or distributed RAM unless told otherwise)."""
+    bits = width * depth
+    if rom:
+        return {"lut": int(round(0.131 * bits + width)), "ff": int(width)}
+    return {"lut": int(round(0.89 * bits + depth)), "ff": int(bits + width)}
+
+
 def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
-                       wrapper: bool = False) -> dict:
-    """Estimated resources of the accelerator of ``dataflow`` on ``family``.
+                       wrapper: bool = False, memories: bool = False) -> dict:
+    """Estimated resources of the accelerator of ``dataflow`` on ``family``, the memories of
+    ``dataflow.logic_memories`` in soft logic.
 
     Returns
     -------
@@ -456,14 +540,19 @@ def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
         the sum of the layer's stages (its cores and the FIFO after it); ``"edges"``: the
         stages between layers (lane converters, broadcasts, reorders, edge FIFOs);
         ``"total"``: the accelerator; with ``wrapper``, also ``"wrapper"`` (:data:`WRAPPER`)
-        and ``"board"`` (total plus wrapper).
+        and ``"board"`` (total plus wrapper). With ``memories``, ``"block_memories"``: every
+        memory in block RAM, ``[(name, cells, width, depth, rom), ...]`` (the wrapper's too,
+        with ``wrapper``; names as in ``logic_memories``).
     """
     from .graph import plan_graph
 
     _check_family(family)
     plan = plan_graph(dataflow)
     zero = {"lut": 0, "ff": 0, "dsp": 0, "bram": 0}
-    per_stage = {s.name: stage_resources(s, family, ice40_dsp=ice40_dsp) for s in plan.stages}
+    logic = frozenset(getattr(dataflow, "logic_memories", ()) or ())
+    per_stage = {s.name: stage_resources(s, family, ice40_dsp=ice40_dsp, logic=logic,
+                                         memories=True) for s in plan.stages}
+    blocks = [b for r in per_stage.values() for b in r.pop("block_memories")]
     layers, owned = [], set()
     for layer in dataflow.layers:
         acc = dict(zero)
@@ -481,6 +570,11 @@ def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
     out = {"total": total, "layers": layers, "edges": edges}
     if wrapper:
         inp, outp = dataflow.input, dataflow.output
-        out["wrapper"] = wrapper_resources(inp.tdata_width, inp.beats, outp.tdata_width, family)
+        payload = inp.lanes * inp.type.bits
+        out["wrapper"] = wrapper_resources(inp.tdata_width, inp.beats, outp.tdata_width, family,
+                                           logic=logic, in_payload_width=payload)
         out["board"] = _add(total, out["wrapper"])
+        blocks += _wrapper_blocks(payload, inp.beats, family, logic)
+    if memories:
+        out["block_memories"] = blocks
     return out

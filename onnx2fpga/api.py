@@ -100,9 +100,10 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         in hard multipliers; a board's folding leaves an overridden layer's choice alone).
     board : str, optional
         Fold for this board (``"ulx3s-85f"``...): the fastest design whose estimated
-        resources (:mod:`onnx2fpga.hw.resources`, with the board wrapper) fit the device, LUTs
-        and flip-flops within ``utilization`` of what it has, multipliers and block RAM within
-        all of it.
+        resources (:mod:`onnx2fpga.hw.resources`, with the board wrapper) fit the device, LUTs,
+        flip-flops and hard multipliers within ``utilization`` of what it has, block RAM
+        within all of it (memories move into soft logic and products into LUTs when those
+        run out; the manifest's ``folding`` lists them).
     target_fps, clock_mhz : float, optional
         Fold for a rate instead: the cheapest design that reaches ``target_fps`` inferences per
         second at ``clock_mhz`` (both needed; with ``board`` it must also fit).
@@ -265,19 +266,50 @@ def _fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
     return opts
 
 
+def _cells(res: dict) -> int:
+    """Logic cells of an estimate: LUTs plus half the flip-flops (an iCE40 logic cell holds
+    one of each; flip-flops that do not pack with their LUT take cells of their own)."""
+    return res["lut"] + res["ff"] // 2
+
+
+def _cheapest_cover(items, need: int) -> list:
+    """Names of the ``(name, size, cost)`` items whose sizes add up to at least ``need`` at
+    the least total cost (0/1 knapsack by dynamic programming over ``need``; ties: fewer
+    items, then names in order). All of them if even that is not enough."""
+    if need <= 0:
+        return []
+    items = sorted(items)
+    if sum(size for _, size, _ in items) < need:
+        return [name for name, _, _ in items]
+    inf = float("inf")
+    best = [(0, 0, ())] + [(inf, 0, ())] * need     # (cost, count, names) to free >= e
+    for name, size, cost in items:
+        for e in range(need, 0, -1):
+            c, k, names = best[max(0, e - size)]
+            cand = (c + cost, k + 1, names + (name,))
+            if cand[:2] < best[e][:2]:
+                best[e] = cand
+    return list(best[need][2])
+
+
 def _device_check(target, utilization: float, pinned=frozenset()):
     """``fits(dataflow)`` for :func:`frontend.fold.fold`: ``None`` if the estimated resources
     of the design plus the board wrapper fit ``target``'s device, otherwise what overflows.
 
-    When only the hard multipliers overflow, layers move their products into LUTs
+    When the hard multipliers overflow, layers move their products into LUTs
     (``multipliers = "lut"``), those with the most multipliers first (the fewest layers
-    change), until the multipliers fit; layers in ``pinned`` keep the user's choice. The
-    plan then fits if its LUTs do too."""
-    from .hw.resources import dataflow_resources
+    change), until the multipliers fit; layers in ``pinned`` keep the user's choice. When
+    the block RAMs overflow, memories move into soft logic (``dataflow.logic_memories``),
+    the cheapest in logic cells per block RAM first. The plan then fits if its LUTs and
+    flip-flops do too."""
+    from .hw.resources import dataflow_resources, logic_memory_cost
 
     lim = target.limits
+    # Hard multipliers within `utilization` too: the jet tagger and the digits example with
+    # 154 of the ECP5 85F's 156 MULT18X18D closed timing at only 49 and 57 MHz (paths through
+    # DSPs placed far apart), against 90 to 130 MHz for designs using a third of them.
     caps = {"lut": int(lim.lut * utilization), "ff": int(lim.ff * utilization),
-            "dsp": lim.dsp, "bram": lim.bram}
+            "dsp": int(lim.dsp * utilization), "bram": lim.bram}
     if target.family == "ice40":
         caps["logic cells"] = int(lim.lut * utilization)
 
@@ -287,11 +319,11 @@ def _device_check(target, utilization: float, pinned=frozenset()):
             # An iCE40 logic cell holds one LUT and one flip-flop; flip-flops that do not pack
             # with their LUT take cells of their own. Measured on the digits example: 4,183
             # cells = 3,324 LUTs + 0.48 x 1,808 flip-flops; the device limit is on cells.
-            total["logic cells"] = total["lut"] + total["ff"] // 2
+            total["logic cells"] = _cells(total)
         return [f"{k} {total[k]} > {cap}" for k, cap in caps.items() if total.get(k, 0) > cap]
 
     def fits(df):
-        res = dataflow_resources(df, target.family, wrapper=True)
+        res = dataflow_resources(df, target.family, wrapper=True, memories=True)
         over = overflow(res)
         if over and res["board"]["dsp"] > caps["dsp"]:
             by_name = {ly.name: ly for ly in df.layers}
@@ -306,7 +338,18 @@ def _device_check(target, utilization: float, pinned=frozenset()):
                 by_name[lr["name"]].multipliers = "lut"
                 excess -= lr["dsp"]
             if excess < res["board"]["dsp"] - caps["dsp"]:
-                over = overflow(dataflow_resources(df, target.family, wrapper=True))
+                res = dataflow_resources(df, target.family, wrapper=True, memories=True)
+                over = overflow(res)
+        if over and res["board"]["bram"] > caps["bram"]:
+            # Block RAMs run out: the memories to move into soft logic are the set that
+            # frees enough block RAMs for the fewest logic cells (a knapsack over the
+            # block RAMs still missing).
+            moved = _cheapest_cover(
+                [(mem[0], mem[1], _cells(logic_memory_cost(*mem[2:])))
+                 for mem in res["block_memories"]],
+                res["board"]["bram"] - caps["bram"])
+            df.logic_memories = sorted(df.logic_memories + moved)
+            over = overflow(dataflow_resources(df, target.family, wrapper=True))
         return "; ".join(over) or None
     return fits
 
@@ -610,7 +653,8 @@ class CompiledDesign:
                                  cycles_per_inference=self.manifest["cycles_per_inference"],
                                  latency_cycles=self.manifest["latency_cycles"],
                                  design_id=self.manifest["top"]["verilog_sha256"],
-                                 clock_mhz=clock_mhz, baud=baud, link=link)
+                                 clock_mhz=clock_mhz, baud=baud, link=link,
+                                 logic_memories=df.logic_memories)
         write_report(self.directory)      # now with this build's measured figures
         return report
 

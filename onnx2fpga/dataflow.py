@@ -977,6 +977,10 @@ class Dataflow:
     ``edge_fifos`` maps ``"tensor->layer"`` to the depth of a FIFO on that edge only, for a
     tensor read by several layers (a skip connection), in transfers of the tensor's stream.
     ``folding_info`` records how the folding was chosen (see :func:`onnx2fpga.frontend.fold`).
+    ``logic_memories`` names memories a board build puts into soft logic instead of block
+    RAM, ``"stage/memory"`` (a core's stage name, :func:`onnx2fpga.hw.resources.memory_path`)
+    or ``"wrapper/buffer"``, ``"wrapper/rx_fifo"``: board folding fills it when the block
+    RAMs run out; the values and cycles are the same either way.
     """
     layers: list
     input: Port
@@ -984,6 +988,7 @@ class Dataflow:
     fifo_depths: list[int] = field(default_factory=list)
     edge_fifos: dict = field(default_factory=dict)
     folding_info: dict = field(default_factory=dict)
+    logic_memories: list = field(default_factory=list)
 
     def __post_init__(self):
         if not self.fifo_depths:

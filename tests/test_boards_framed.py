@@ -143,6 +143,24 @@ def test_infer_reply_back_to_back():
                      "frames_ok": 2, "frames_bad": 0}
 
 
+def test_input_buffer_keeps_the_payload_bits_only():
+    # 10 significant bits of a 16-bit beat: the accelerator gets them, the padding as zeros
+    # (the host packs zeros there too), and the reply is computed from what it got.
+    acc = ByteIncrement(16)
+    bridge = FramedBridge(acc, 16, 16, 3, 3, clk_freq=4_000, baud=1_000, design_id=DESIGN_ID,
+                          timeout_cycles=TIMEOUT, in_payload_width=10)
+    frames, beats, _ = _run(bridge, [encode_frame(FrameType.INFER, 3, PAYLOAD)],
+                            expect_frames=1)
+    fed = [d & 0x3FF for d in _beats(PAYLOAD)]
+    assert [d for d, _ in beats] == fed
+    sent = b"".join(v.to_bytes(2, "little") for v in fed)
+    assert frames[0].payload == _expected(sent) and frames[0].crc_ok
+    with pytest.raises(ValueError, match=r"^Input payload width must be an integer in "
+                                         r"\[1, 16\], not 17$"):
+        FramedBridge(ByteIncrement(16), 16, 16, 1, 1, clk_freq=12e6, design_id=bytes(8),
+                     in_payload_width=17)
+
+
 def test_bad_crc_is_answered_and_never_computed():
     frame = bytearray(encode_frame(FrameType.INFER, 9, PAYLOAD))
     frame[8] ^= 0x10                                         # a payload bit
