@@ -146,8 +146,8 @@ def test_board_folding_fits_the_estimate_and_less_room_is_never_faster(board, fa
 def test_board_folding_moves_products_into_luts_when_the_dsps_run_out():
     """At a target whose products outnumber the MULT18X18D board folding may use (80 % of
     the ECP5 85F's 156), it builds the products of the layers with the most multipliers in
-    LUTs (the estimate then fits); a layer the user pins to hard multipliers stays, and the target is refused when
-    the pinned ones alone overflow."""
+    LUTs (the estimate then fits); a layer the user pins to hard multipliers stays, and the
+    target is refused when the pinned ones alone overflow."""
     import onnx2fpga
     from onnx2fpga.boards.targets import get_board
 
