@@ -19,6 +19,7 @@ from onnx2fpga.hw.graph import plan_graph
 from onnx2fpga.hw.resources import (
     const_multiplier_bits,
     dataflow_resources,
+    logic_memory_cost,
     memory_mapping,
     multiplier_dsps,
     netlist_features,
@@ -223,3 +224,45 @@ def test_estimate_matches_build(board, family, tools, tmp_path):
     assert est["dsp"] == used["dsp"]
     assert est["bram"] == used["bram"]
     assert abs(est["lut"] - used["lut"]) <= 0.2 * used["lut"], (est, used)
+
+
+def test_logic_memories_leave_block_ram():
+    """A memory named in ``logic_memories`` is costed as soft logic: its block RAMs are gone
+    from the estimate, its LUTs and flip-flops added; the names are those the build sets
+    ``logic_block`` on."""
+    from onnx2fpga.boards.build import logic_memory_script
+    from onnx2fpga.hw.resources import logic_memory_cost
+
+    d = api.compile(float_mlp((16, 8, 4), softmax=False),
+                    calibration=np.random.default_rng(0).standard_normal(
+                        (32, 16)).astype(np.float32),
+                    weight_bits=4, activation_bits=4, multiplier_bits=8)
+    df = d.design.dataflow
+    before = dataflow_resources(df, "ice40", wrapper=True, memories=True)
+    blocks = before["block_memories"]
+    assert blocks and sum(b[1] for b in blocks) == before["board"]["bram"]
+    df.logic_memories = [b[0] for b in blocks]
+    after = dataflow_resources(df, "ice40", wrapper=True, memories=True)
+    assert after["board"]["bram"] == 0 and after["block_memories"] == []
+    added = [logic_memory_cost(*b[2:]) for b in blocks]
+    assert after["board"]["ff"] - before["board"]["ff"] >= sum(c["ff"] for c in added) - \
+        sum(b[2] for b in blocks)          # the block RAMs' own read registers are gone
+    assert after["board"]["lut"] > before["board"]["lut"]
+    script = logic_memory_script(df.logic_memories)
+    for name in df.logic_memories:
+        stage, _, path = name.partition("/")
+        if stage != "wrapper":
+            assert f"*.accelerator.{stage}/m:{path}" in script
+    with pytest.raises(ValueError, match=r"^Logic memory must be 'stage/memory', not 'x'$"):
+        logic_memory_script(["x"])
+
+
+@pytest.mark.parametrize("width,depth,rom,luts,ffs", [
+    (4, 2048, True, 1079, 4), (2, 4096, True, 1076, 2), (8, 256, True, 314, 8),
+    (2, 128, False, 376, 258), (8, 15, False, 115, 128), (16, 64, False, 952, 1040),
+])
+def test_logic_memory_cost_measured(width, depth, rom, luts, ffs):
+    # yosys 0.70 synth_ice40 of one memory with logic_block set (random ROM contents).
+    c = logic_memory_cost(width, depth, rom)
+    assert abs(c["lut"] - luts) <= 0.15 * luts, c
+    assert c["ff"] == ffs
