@@ -93,7 +93,9 @@ def _family(board):
 
 def _row(name, board, path, opts, x, target, args, work):
     row = {"model": name, "board": board}
-    kw = dict(opts, board=board)
+    util = args.ice40_utilization if _family(board) == "ice40" else args.utilization
+    kw = dict(opts, board=board, utilization=util)
+    row["utilization"] = util
     if target is not None:
         kw.update(target_fps=args.clock_mhz * 1e6 / target, clock_mhz=args.clock_mhz)
     t = time.monotonic()
@@ -178,6 +180,12 @@ def main(argv=None):
     p.add_argument("--board", default="ulx3s-85f")
     p.add_argument("--clock-mhz", type=float, default=100.0,
                    help="clock of the ECP5 builds and of the cycle targets (default 100)")
+    p.add_argument("--utilization", type=float, default=0.8,
+                   help="share of the ECP5's LUTs, flip-flops and DSPs folding may fill "
+                        "(default 0.8)")
+    p.add_argument("--ice40-utilization", type=float, default=0.9,
+                   help="the same on iCE40 (default 0.9: TFC_2W2A needs it to fit the UP5K; "
+                        "its logic-cell estimate was within 3 %% of nextpnr)")
     p.add_argument("--rtl-samples", type=int, default=4)
     p.add_argument("--no-build", action="store_true")
     p.add_argument("--only", default=None, help="comma-separated model names")

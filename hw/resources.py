@@ -350,9 +350,19 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
             f["logic_memory_lut"] += cost["lut"]
             f["ff"] += cost["ff"]
             continue
-        mm = memory_mapping(cell.width, cell.depth, family, rom=rom,
+        width = cell.width
+        if rom:
+            # yosys' opt_mem drops the bit columns of a ROM that hold the same value in every
+            # word (TFC_2W2A's first layer at simd 784: 473 of 1568 weight bits are
+            # constant over its 64 words, 31 DP16KD instead of 44).
+            words = [int(v) for v in cell.init]
+            varying = 0
+            for w in words[1:]:
+                varying |= w ^ words[0]
+            width = max(1, bin(varying).count("1"))
+        mm = memory_mapping(width, cell.depth, family, rom=rom,
                             sync_read=m["async"] == 0)
-        f["memories"].append((cell.width, cell.depth, rom, mm))
+        f["memories"].append((width, cell.depth, rom, mm))
         f["memory_names"].append(name)
         if mm.kind == "block":
             f["bram"] += mm.cells
@@ -360,8 +370,8 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
             f["mem_cells"] += mm.cells
             f["ff"] += m["rd_bits"]
         else:
-            f["ff"] += m["rd_bits"] + (0 if rom else cell.width * cell.depth)
-            f["rom_bits" if rom else "ram_bits"] += cell.width * cell.depth
+            f["ff"] += m["rd_bits"] + (0 if rom else width * cell.depth)
+            f["rom_bits" if rom else "ram_bits"] += width * cell.depth
     return f
 
 
