@@ -124,6 +124,12 @@ def _choose(options, target):
     return None
 
 
+def _mapping(layer):
+    """How ``layer`` builds its products (``"dsp"`` or ``"lut"``), None for a layer without
+    a multiplier array (an Add layer's ``multipliers`` are its requantization's)."""
+    return layer.multipliers if isinstance(layer, (DenseLayer, ConvLayer)) else None
+
+
 def _apply(layer, params: dict) -> None:
     for key, value in params.items():
         setattr(layer, key, value)
@@ -197,7 +203,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
             reasons[target] = _why_not(target)
             # `fits` may have moved layers' products or memories into LUTs to make the
             # plan fit.
-            mappings[target] = ([getattr(ly, "multipliers", None) for ly in layers],
+            mappings[target] = ([_mapping(ly) for ly in layers],
                                 list(dataflow.logic_memories))
         return reasons[target]
 
@@ -263,7 +269,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         for layer, mult in zip(layers, mults):
             if mult is not None:
                 layer.multipliers = mult
-    lut = [ly.name for ly in layers if getattr(ly, "multipliers", None) == "lut"]
+    lut = [ly.name for ly in layers if _mapping(ly) == "lut"]
     if lut:
         info["lut_multipliers"] = lut
     if dataflow.logic_memories:
@@ -290,7 +296,7 @@ def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:
 
     for layer, params in zip(dataflow.layers, chosen):
         _apply(layer, params)
-        if hasattr(layer, "multipliers"):
+        if _mapping(layer) is not None:
             layer.multipliers = "dsp"
         o = (overrides or {}).get(layer.name)
         if o:
@@ -317,7 +323,7 @@ def _override(layer, o: dict) -> None:
     if unknown:
         raise OptionError(f"Layer {layer.name!r}: unknown folding parameters {unknown}")
     if "multipliers" in o:
-        if not hasattr(layer, "multipliers"):
+        if _mapping(layer) is None:
             raise OptionError(f"Layer {layer.name!r} ({type(layer).__name__}) has no "
                               f"multipliers to map")
         if o["multipliers"] not in MULTIPLIERS:

@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from . import __version__
-from .dataflow import DenseLayer, Design, load_design, save_design
+from .dataflow import ConvLayer, DenseLayer, Design, load_design, save_design
 from .errors import CalibrationError, DesignDirError, OptionError
 from .report import write_report
 
@@ -329,7 +329,8 @@ def _device_check(target, utilization: float, pinned=frozenset()):
             by_name = {ly.name: ly for ly in df.layers}
             movable = sorted((lr for lr in res["layers"] if lr["dsp"] > 0
                               and lr["name"] not in pinned
-                              and getattr(by_name.get(lr["name"]), "multipliers", None) == "dsp"),
+                              and isinstance(by_name[lr["name"]], (DenseLayer, ConvLayer))
+                              and by_name[lr["name"]].multipliers == "dsp"),
                              key=lambda lr: (-lr["dsp"], lr["name"]))
             excess = res["board"]["dsp"] - caps["dsp"]
             for lr in movable:

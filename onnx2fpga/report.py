@@ -190,6 +190,12 @@ def _summary_rows(m: dict, builds: dict) -> list:
             goal.append(f"at most {f['max_lanes']} multiply lanes")
         rows.append(["folding", f"{', '.join(goal) or 'automatic'}; limited by "
                                 f"{f['limited_by']}"])
+    if f.get("lut_multipliers"):
+        rows.append(["products in LUTs (no hard multipliers)",
+                     ", ".join(f["lut_multipliers"])])
+    if f.get("logic_memories"):
+        rows.append(["memories in soft logic (block RAM ran out)",
+                     ", ".join(f["logic_memories"])])
     q = m.get("quantization", {})
     if "calibration_max_abs_error" in q:
         rows.append(["output error vs float (calibration data)",

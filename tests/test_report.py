@@ -354,3 +354,18 @@ def test_write_report_checks_its_argument(tmp_path):
                        r"directory \(missing manifest\.json\); create one with "
                        r"'onnx2fpga compile'$"):
         write_report(tmp_path)
+
+
+def test_summary_names_lut_products_and_soft_memories(cnn):
+    # What board folding moved off the hard blocks is in the summary.
+    from onnx2fpga.report import _summary_rows
+    m = json.loads((cnn / "manifest.json").read_text())
+    m["folding"].update({"board": "icebreaker", "limited_by": "logic cells 10 > 9",
+                         "max_lanes": None,
+                         "lut_multipliers": ["conv0"],
+                         "logic_memories": ["matvec_1/w_mem", "wrapper/rx_fifo"]})
+    rows = dict(_summary_rows(m, {}))
+    assert rows["products in LUTs (no hard multipliers)"] == "conv0"
+    assert rows["memories in soft logic (block RAM ran out)"] == \
+        "matvec_1/w_mem, wrapper/rx_fifo"
+    assert rows["folding"] == "fits icebreaker; limited by logic cells 10 > 9"
