@@ -1060,12 +1060,26 @@ def _chunks(value, size):
 
 def _partial_products(x, mult, chunks=(_MUL_CHUNK, _MUL_CHUNK)):
     """``x * mult`` as ``(shift, product)`` pairs whose shifted sum is the product: a
-    constant (int) multiplier gives one product (none for 1 or 0: ``x`` or 0), a table-read
-    (signal) one a product of every pair of :func:`_chunks` of both operands, cut at
-    ``chunks = (x_chunk, m_chunk)`` bits."""
-    if isinstance(mult, int):
-        return [(0, x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult))]
+    table-read (signal) multiplier gives a product of every pair of :func:`_chunks` of both
+    operands, cut at ``chunks = (x_chunk, m_chunk)`` bits; so does a constant (int) one
+    when ``x`` is cut too (hard multipliers: a 24 x 24-bit constant product was one
+    ``*`` that yosys split over four MULT18X18D joined by a carry chain in the same cycle,
+    16 ns on an ECP5; its pieces now each have a register), zero pieces left out; otherwise
+    a constant gives one product (none for 1 or 0: ``x`` or 0)."""
     x_chunk, m_chunk = chunks
+    if isinstance(mult, int):
+        if mult in (0, 1) or x_chunk is None:
+            return [(0, x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult))]
+        shape = C(mult).shape()
+        pieces = []
+        for lo in range(0, shape.width, m_chunk):
+            hi = min(lo + m_chunk, shape.width)
+            top = hi == shape.width
+            # The top piece keeps the sign (an arithmetic shift), the others are unsigned.
+            piece = mult >> lo if top and shape.signed else (mult >> lo) & ((1 << (hi - lo)) - 1)
+            if piece:
+                pieces.append((lo, C(piece)))
+        return [(sx + sm, px * pm) for sx, px in _chunks(x, x_chunk) for sm, pm in pieces]
     return [(sx + sm, px * pm) for sx, px in _chunks(x, x_chunk)
             for sm, pm in _chunks(mult, m_chunk)]
 

@@ -285,6 +285,25 @@ def test_requant_matches_golden(seed, case):
     np.testing.assert_array_equal(np.array(got).reshape(-1), expected)
 
 
+@pytest.mark.parametrize("mult", [14607848, -(1 << 23) + 5, (1 << 20) + 3, 1 << 17, 65535, -3])
+def test_requant_wide_constant_multiplier_in_pieces(mult):
+    # One multiplier for every channel (a constant): cut into 16-bit pieces like the input
+    # (zero pieces left out, the top one signed), each piece a product of its own; the values
+    # stay the golden model's and every hard multiplier is at most 16 x 16 bits.
+    from onnx2fpga.hw.resources import netlist_features
+    t = IntType(24, True)
+    stage = RequantStage([mult], [12345], 30, 3, -128, 127, IntType(8, True))
+    dut = RequantCore([stage], 4, 2, t)
+    rng = np.random.default_rng(abs(mult) % 1000)
+    x = rng.integers(t.lo, t.hi, size=64, endpoint=True)
+    x[:4] = [t.lo, t.hi, 0, -1]
+    expected = golden.requant_stages(x.reshape(-1, 4), [stage]).reshape(-1)
+    got = run_stream(dut, to_transfers(x, 2), len(x) // 2, 3)
+    np.testing.assert_array_equal(np.array(got).reshape(-1), expected)
+    muls = netlist_features(RequantCore([stage], 4, 2, t), "ecp5")["multipliers"]
+    assert all(a <= 16 and b <= 16 for a, b, _ in muls), muls
+
+
 @pytest.mark.parametrize("rounding", ["half_even", "half_away", "floor", "ceil", "to_zero"])
 def test_requant_rounding_ties_exhaustive(rounding):
     # Multiplier 1 and shift 2 over every int7: a quarter of the inputs are exact ties, on both
