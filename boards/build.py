@@ -447,8 +447,9 @@ def logic_memory_script(names) -> str:
     A name is ``"stage/memory"`` (a core of the accelerator and the memory's path in it,
     :func:`onnx2fpga.hw.resources.memory_path`), ``"wrapper/buffer"`` or
     ``"wrapper/rx_fifo"``. The wrapper is the top module, or ``design`` under a clock top;
-    each memory must exist (``select -assert-any``), so a renamed memory fails the build
-    instead of silently staying in block RAM.
+    each memory of the accelerator must exist (``select -assert-any``), so a renamed memory
+    fails the build instead of silently staying in block RAM (the wrapper's depend on the
+    link: a USB link has no receive FIFO).
     """
     lines = []
     for name in names:
@@ -466,7 +467,9 @@ def logic_memory_script(names) -> str:
         else:
             *mods, mem = path.split(".")
             sel = f"*.accelerator.{'.'.join([stage, *mods])}/m:{mem}"
-        lines += [f"select -assert-any {sel}", f"setattr -set logic_block 1 {sel}"]
+        if stage != "wrapper":      # the wrapper's memories depend on the board's link
+            lines.append(f"select -assert-any {sel}")
+        lines.append(f"setattr -set logic_block 1 {sel}")
     return "\n".join(lines)
 
 
