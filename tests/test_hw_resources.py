@@ -266,3 +266,26 @@ def test_logic_memory_cost_measured(width, depth, rom, luts, ffs):
     c = logic_memory_cost(width, depth, rom)
     assert abs(c["lut"] - luts) <= 0.15 * luts, c
     assert c["ff"] == ffs
+
+
+@pytest.mark.synth
+def test_logic_memories_build_without_block_ram(tmp_path):
+    """The build puts every memory named in ``logic_memories`` into soft logic: the block
+    RAMs nextpnr places are exactly those the estimate keeps (none), and the LUTs stay
+    within 20 % of the estimate."""
+    tools = ("YOSYS", "NEXTPNR_ICE40", "ICEPACK")
+    if not _have(*tools):
+        pytest.skip(f"needs {', '.join(tools)}")
+    d = api.compile(float_mlp((16, 8, 4), softmax=False), os.fspath(tmp_path / "d"),
+                    calibration=np.random.default_rng(0).standard_normal(
+                        (32, 16)).astype(np.float32),
+                    weight_bits=4, activation_bits=4, multiplier_bits=8)
+    df = d.design.dataflow
+    df.logic_memories = [b[0] for b in dataflow_resources(
+        df, "ice40", wrapper=True, memories=True)["block_memories"]]
+    assert df.logic_memories
+    est = dataflow_resources(df, "ice40", wrapper=True)["board"]
+    report = d.build("icebreaker", progress=False)
+    used = {k: report["resources"][k]["used"] for k in ("lut", "bram")}
+    assert used["bram"] == est["bram"] == 0
+    assert abs(est["lut"] - used["lut"]) <= 0.2 * used["lut"], (est, used)
