@@ -198,6 +198,15 @@ def test_dataflow_resources_adds_up(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Against real builds
 
+def _small_design(directory=None):
+    """Small and quick to build (4-bit weights and activations, 8-bit requantization
+    multipliers), yet with block RAM on iCE40 and DSPs on ECP5."""
+    return api.compile(float_mlp((16, 8, 4), softmax=False), directory,
+                       calibration=np.random.default_rng(0).standard_normal(
+                           (32, 16)).astype(np.float32),
+                       weight_bits=4, activation_bits=4, multiplier_bits=8)
+
+
 def _have(*tools):
     from onnx2fpga.boards.build import tool_environment
     env = tool_environment()
@@ -212,12 +221,7 @@ def _have(*tools):
 def test_estimate_matches_build(board, family, tools, tmp_path):
     if not _have(*tools):
         pytest.skip(f"needs {', '.join(tools)}")
-    # Small and quick to build (4-bit weights and activations, 8-bit requantization
-    # multipliers), yet with block RAM on iCE40 and DSPs on ECP5.
-    d = api.compile(float_mlp((16, 8, 4), softmax=False), os.fspath(tmp_path / "d"),
-                    calibration=np.random.default_rng(0).standard_normal(
-                        (32, 16)).astype(np.float32),
-                    weight_bits=4, activation_bits=4, multiplier_bits=8)
+    d = _small_design(os.fspath(tmp_path / "d"))
     report = d.build(board, progress=False)
     est = d.manifest["resources"][family]["board"]
     used = {k: report["resources"][k]["used"] for k in ("lut", "ff", "dsp", "bram")}
@@ -233,10 +237,7 @@ def test_logic_memories_leave_block_ram():
     from onnx2fpga.boards.build import logic_memory_script
     from onnx2fpga.hw.resources import logic_memory_cost
 
-    d = api.compile(float_mlp((16, 8, 4), softmax=False),
-                    calibration=np.random.default_rng(0).standard_normal(
-                        (32, 16)).astype(np.float32),
-                    weight_bits=4, activation_bits=4, multiplier_bits=8)
+    d = _small_design()
     df = d.design.dataflow
     before = dataflow_resources(df, "ice40", wrapper=True, memories=True)
     blocks = before["block_memories"]
@@ -276,10 +277,7 @@ def test_logic_memories_build_without_block_ram(tmp_path):
     tools = ("YOSYS", "NEXTPNR_ICE40", "ICEPACK")
     if not _have(*tools):
         pytest.skip(f"needs {', '.join(tools)}")
-    d = api.compile(float_mlp((16, 8, 4), softmax=False), os.fspath(tmp_path / "d"),
-                    calibration=np.random.default_rng(0).standard_normal(
-                        (32, 16)).astype(np.float32),
-                    weight_bits=4, activation_bits=4, multiplier_bits=8)
+    d = _small_design(os.fspath(tmp_path / "d"))
     df = d.design.dataflow
     df.logic_memories = [b[0] for b in dataflow_resources(
         df, "ice40", wrapper=True, memories=True)["block_memories"]]
