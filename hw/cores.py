@@ -478,8 +478,11 @@ class MatVecCore(wiring.Component):
         s_first = [Signal(name=f"s{n + 1}_first") for n in range(n_stages)]
         s_last = [Signal(name=f"s{n + 1}_last") for n in range(n_stages)]
         s_g = [_counter(groups) for _ in range(n_stages)]
-        x_word = Signal.like(x_rd.data, name="x_word")
-        w_bits = Signal.like(w_rd.data, name="w_word")     # plain bits: see _flat_memory
+        # Data registers have no reset (here and below): only the valid flags and counters
+        # need one, and a reset net reaching every data flip-flop was the jet tagger's
+        # critical path on an ECP5 (13 ns from the power-on counter).
+        x_word = Signal.like(x_rd.data, name="x_word", reset_less=True)
+        w_bits = Signal.like(w_rd.data, name="w_word", reset_less=True)
         w_word = w_layout(w_bits)
         if digits:
             # S2 holds the picked multiples, terms[p][s][n] (digit n of weight (p, s)).
@@ -488,7 +491,8 @@ class MatVecCore(wiring.Component):
                 for s in range(simd):
                     values = _digit_terms(x_rd.data[s].x, x_rd.data[s].x3, x_rd.data[s].xn,
                                           w_layout(w_rd.data)[p][s])
-                    terms[p][s] = [Signal(Shape.cast(v.shape()), name=f"term_{p}_{s}_{n}")
+                    terms[p][s] = [Signal(Shape.cast(v.shape()), name=f"term_{p}_{s}_{n}",
+                                          reset_less=True)
                                    for n, v in enumerate(values)]
                     with m.If(advance):
                         m.d.sync += [r.eq(v) for r, v in zip(terms[p][s], values)]
@@ -504,7 +508,7 @@ class MatVecCore(wiring.Component):
             prod_values = [[~(x_word ^ w_word[p])] for p in range(pe)]
         prods = [[Signal(neg_shape if self._arithmetic == "sign" else
                          (xs[s] * w_word[p][s]).shape() if self._arithmetic == "multiply"
-                         else Shape.cast(v.shape()), name=f"prod_{p}_{s}")
+                         else Shape.cast(v.shape()), name=f"prod_{p}_{s}", reset_less=True)
                   for s, v in enumerate(row)]
                  for p, row in enumerate(prod_values)]
         with m.If(advance):
@@ -531,7 +535,8 @@ class MatVecCore(wiring.Component):
                 terms = _tree_levels(terms, cost.ADDER_LEVELS_PER_STAGE
                                      if n < tree_stages - 1 else None)
                 regs = [Signal(acc_shape if len(terms) == 1 and not xnor
-                               else Shape.cast(t.shape()), name=f"sum{n}_{p}_{i}")
+                               else Shape.cast(t.shape()), name=f"sum{n}_{p}_{i}",
+                               reset_less=True)
                         for i, t in enumerate(terms)]
                 with m.If(advance):
                     m.d.sync += [r.eq(t) for r, t in zip(regs, terms)]
@@ -549,14 +554,14 @@ class MatVecCore(wiring.Component):
                 init=[[int(v) for v in row] for row in bias_words])
             b_rd = b_mem.read_port()
             m.d.comb += [b_rd.addr.eq(s_g[-3]), b_rd.en.eq(advance)]
-            b_word = Signal.like(b_rd.data, name="b_word")
+            b_word = Signal.like(b_rd.data, name="b_word", reset_less=True)
             with m.If(advance):
                 m.d.sync += b_word.eq(b_rd.data)
             bias = [b_word[p] for p in range(pe)]
         else:
             bias = [C(int(v), acc_shape) for v in bias_words[0]]
 
-        acc = Signal(data.ArrayLayout(acc_shape, pe))
+        acc = Signal(data.ArrayLayout(acc_shape, pe), reset_less=True)
         o_valid = Signal()
         m.d.comb += [
             stall.eq(s3_valid & o_valid & ~o_stream.ready),
@@ -816,10 +821,10 @@ class RequantCore(wiring.Component):
         # through a register of their own (a block RAM's output is too slow to meet a
         # multiplier in the same cycle), read two stages ahead of their use; `ts[-n]` is the
         # transfer slot of the elements in the register `n - 1` stages before `x`.
-        x = Signal(data.ArrayLayout(self._in_shape, lanes))
+        x = Signal(data.ArrayLayout(self._in_shape, lanes), reset_less=True)
         valid = Signal()
         t_cur = Signal(t_shape)
-        x1 = Signal.like(x, name="x1")
+        x1 = Signal.like(x, name="x1", reset_less=True)
         valid1 = Signal()
         t1 = Signal(t_shape)
         with m.If(advance):
@@ -830,8 +835,8 @@ class RequantCore(wiring.Component):
         # multiplier) instead of full LUT multipliers.
         x3 = None
         if lut_mul:
-            x3 = [Signal(_range_shape(*_times3_range(self._in_shape)), name=f"x3_{j}")
-                  for j in range(lanes)]
+            x3 = [Signal(_range_shape(*_times3_range(self._in_shape)), name=f"x3_{j}",
+                         reset_less=True) for j in range(lanes)]
             with m.If(advance):
                 m.d.sync += [x3[j].eq(x[j] + (x[j] << 1)) for j in range(lanes)]
         x, valid, ts = x1, valid1, [t_in, t_cur, t1]
@@ -847,15 +852,15 @@ class RequantCore(wiring.Component):
                 m.submodules[f"params_{k}"] = rom
                 rd = rom.read_port()
                 m.d.comb += [rd.addr.eq(ts[-3]), rd.en.eq(advance)]
-                p_word = Signal.like(rd.data, name=f"p{k}")
+                p_word = Signal.like(rd.data, name=f"p{k}", reset_less=True)
                 with m.If(advance):
                     m.d.sync += p_word.eq(rd.data)
             params = [{name: (getattr(p_word[j], name) if plan.varies[name] else table[j][0])
                        for name, table in plan.tables.items()} for j in range(lanes)]
 
-            v = [Signal(plan.v_shape, name=f"v{k}_{j}") for j in range(lanes)]
-            r = [Signal(plan.r_shape, name=f"r{k}_{j}") for j in range(lanes)]
-            y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}")
+            v = [Signal(plan.v_shape, name=f"v{k}_{j}", reset_less=True) for j in range(lanes)]
+            r = [Signal(plan.r_shape, name=f"r{k}_{j}", reset_less=True) for j in range(lanes)]
+            y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}", reset_less=True)
             # Stages a..e, each with the valid flag and transfer slot of its contents.
             valids = [Signal(name=f"valid{k}_{n}") for n in "abcde"]
             slots = [Signal(t_shape, name=f"t{k}_{n}") for n in "abcde"]
@@ -875,7 +880,8 @@ class RequantCore(wiring.Component):
                                 if lut_mul and k == 0 else
                                 _partial_products(x[j], p[mult], chunks))
                     for n, (shift, value) in enumerate(products):
-                        part = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_part{j}_{n}")
+                        part = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_part{j}_{n}",
+                                      reset_less=True)
                         with m.If(advance):
                             m.d.sync += part.eq(value)
                         parts.append(part if shift == 0 else part << shift)
@@ -884,13 +890,14 @@ class RequantCore(wiring.Component):
                         # Carry-save: one carry chain instead of a tree of them.
                         value = _carry_save_sum(m, parts, Shape.cast(value.shape()),
                                                 f"{mult}{k}_csa{j}")
-                    prod = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_prod{j}")
+                    prod = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_prod{j}",
+                                  reset_less=True)
                     with m.If(advance):
                         m.d.sync += prod.eq(value)
                     off_b = p[off]
                     if not isinstance(off_b, int):
                         for n in "ab":
-                            reg = Signal.like(p[off], name=f"{off}{k}_{n}{j}")
+                            reg = Signal.like(p[off], name=f"{off}{k}_{n}{j}", reset_less=True)
                             with m.If(advance):
                                 m.d.sync += reg.eq(off_b)
                             off_b = reg

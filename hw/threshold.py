@@ -360,7 +360,8 @@ class ThresholdCore(wiring.Component):
         with m.If(i_stream.valid & advance):
             m.d.sync += t_in.eq(_wrap_incr(t_in, period))
 
-        x = Signal(data.ArrayLayout(self._in_shape, lanes))
+        # Data registers have no reset, only the valid flags and slots (see MatVecCore).
+        x = Signal(data.ArrayLayout(self._in_shape, lanes), reset_less=True)
         valid = Signal()
         t_cur = Signal(t_shape)
         # `t_next` is what the register holding `t_cur` loads on the next advance: a ROM
@@ -407,16 +408,16 @@ class ThresholdCore(wiring.Component):
         if plan.table and n:
             # A register stage between the table and the comparators: the table's data
             # lines up with the register holding `t_cur`, so it is loaded with it.
-            x_r = Signal.like(x, name=f"x{k}_r")
+            x_r = Signal.like(x, name=f"x{k}_r", reset_less=True)
             valid_r, t_r = Signal(name=f"valid{k}_r"), Signal(t_shape, name=f"t{k}_r")
-            thr_r = [[Signal(plan.thr_shape, name=f"thr{k}_{j}_{i}") for i in range(n)]
-                     for j in range(lanes)]
+            thr_r = [[Signal(plan.thr_shape, name=f"thr{k}_{j}_{i}", reset_less=True)
+                      for i in range(n)] for j in range(lanes)]
             with m.If(advance):
                 m.d.sync += [x_r.eq(x), valid_r.eq(valid), t_r.eq(t_cur)]
                 m.d.sync += [thr_r[j][i].eq(thr[j][i]) for j in range(lanes) for i in range(n)]
             x, valid, thr, t_next, t_cur = x_r, valid_r, thr_r, t_cur, t_r
-        bits = [Signal(max(n, 1), name=f"cmp{k}_{j}") for j in range(lanes)]
-        y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}")
+        bits = [Signal(max(n, 1), name=f"cmp{k}_{j}", reset_less=True) for j in range(lanes)]
+        y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}", reset_less=True)
         valid_a, valid_b = Signal(name=f"valid{k}_a"), Signal(name=f"valid{k}_b")
         t_a, t_b = Signal(t_shape, name=f"t{k}_a"), Signal(t_shape, name=f"t{k}_b")
         with m.If(advance):
@@ -459,12 +460,14 @@ class ThresholdCore(wiring.Component):
             with m.If(advance):
                 m.d.sync += [valid_n.eq(valid), t_n.eq(t_cur)]
             if last:
-                y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}")
+                y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}",
+                           reset_less=True)
                 with m.If(advance):
                     m.d.sync += [y[j].eq(self._map(plan, decided[j])) for j in range(lanes)]
                 return y, valid_n, t_n, t_cur
-            x_n = Signal.like(x, name=f"x{k}_{level}")
-            p_n = [Signal(level + 1, name=f"p{k}_{level}_{j}") for j in range(lanes)]
+            x_n = Signal.like(x, name=f"x{k}_{level}", reset_less=True)
+            p_n = [Signal(level + 1, name=f"p{k}_{level}_{j}", reset_less=True)
+                   for j in range(lanes)]
             with m.If(advance):
                 m.d.sync += x_n.eq(x)
                 m.d.sync += [p_n[j].eq(decided[j]) for j in range(lanes)]
