@@ -187,6 +187,15 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
     if unknown:
         raise OptionError(f"Folding overrides name unknown layers: {unknown}")
     options = [layer_options(layer) for layer in layers]
+    if max_lanes is None:
+        # No lane budget (a board, a target): besides its multiply lanes, each output
+        # channel computed in parallel (pe) costs an activation lane (a requantization or a
+        # row of threshold comparators) and its registers. kwsmlp_w3a3 at 500 cycles took
+        # simd 2 x pe 128 (256 multiply lanes, 128 activation lanes: a routing-congested
+        # 41,800-LUT design) where simd 70 x pe 4 does it in 448 cycles with 280 and 4.
+        options = [sorted(opts, key=lambda o: (o[1] + o[2].get("pe", 0), o[0],
+                                               sorted(o[2].items())))
+                   for opts in options]
     targets = sorted({cyc for opts in options for cyc, _, _ in opts})
     floor = max(dataflow.input.beats, dataflow.output.beats)
 

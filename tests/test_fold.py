@@ -44,12 +44,14 @@ def _plans(sizes):
 
 
 def _every_plan(df):
-    """(design cycles, lanes, dense lanes) of every combination of layer foldings."""
+    """(design cycles, lanes, dense lanes, activation lanes) of every combination of layer
+    foldings; activation lanes are the dense layers' pe."""
     options = [layer_options(ly) for ly in df.layers]
     out = []
     for combo in itertools.product(*options):
         _fold_full(df, [c[2] for c in combo], None, 2)
-        out.append((_cycles(df), sum(c[1] for c in combo), _dense_lanes(df)))
+        out.append((_cycles(df), sum(c[1] for c in combo), _dense_lanes(df),
+                    sum(c[2].get("pe", 0) for c in combo)))
     return out
 
 
@@ -62,12 +64,12 @@ def test_fastest_plan_within_a_lane_budget(sizes, budget):
     df = _dataflow(sizes)
     plans = _plans(sizes)
     fold(df, max_lanes=budget)
-    if all(lanes > budget for _, lanes, _ in plans):
+    if all(lanes > budget for _, lanes, _, _ in plans):
         assert df.folding_info["limited_by"] == ("nothing fits: every layer at its cheapest "
                                                  "folding")
-        assert _lanes(df) == min(lanes for _, lanes, _ in plans)
+        assert _lanes(df) == min(lanes for _, lanes, _, _ in plans)
         return
-    best = min(c for c, lanes, _ in plans if lanes <= budget)
+    best = min(c for c, lanes, _, _ in plans if lanes <= budget)
     assert _lanes(df) <= budget
     assert _cycles(df) == best
 
@@ -77,7 +79,7 @@ def test_fastest_plan_within_a_lane_budget(sizes, budget):
 def test_fastest_plan_that_fits_a_resource_check(sizes, dsp):
     df = _dataflow(sizes)
     plans = _plans(sizes)
-    best = min(c for c, _, dense in plans if dense <= dsp)
+    best = min(c for c, _, dense, _ in plans if dense <= dsp)
 
     def fits(d):
         used = _dense_lanes(d)
@@ -87,7 +89,7 @@ def test_fastest_plan_that_fits_a_resource_check(sizes, dsp):
     assert _dense_lanes(df) <= dsp
     assert _cycles(df) == best
     limited = df.folding_info["limited_by"]
-    if best > min(c for c, _, _ in plans):
+    if best > min(c for c, _, _, _ in plans):
         assert limited.startswith("dsp ") and limited.endswith(f" > {dsp}")
     else:
         assert limited == "every layer at its fastest folding"
@@ -98,14 +100,16 @@ def test_fastest_plan_that_fits_a_resource_check(sizes, dsp):
 def test_cheapest_plan_that_meets_a_target(sizes, target):
     df = _dataflow(sizes)
     plans = _plans(sizes)
-    meets = [lanes for c, lanes, _ in plans if c <= target]
+    # Without a lane budget, the cheapest counts an activation lane per pe as well.
+    meets = [lanes + pe for c, lanes, _, pe in plans if c <= target]
     if not meets:
         with pytest.raises(OptionError, match=r"^No folding reaches \d+ cycles per inference"):
             fold(df, max_lanes=None, target_cycles=target)
         return
     fold(df, max_lanes=None, target_cycles=target)
     assert _cycles(df) <= target
-    assert _lanes(df) == min(meets)
+    pe = sum(ly.pe for ly in df.layers if isinstance(ly, DenseLayer))
+    assert _lanes(df) + pe == min(meets)
 
 
 def test_a_target_the_budget_cannot_reach_is_refused():
