@@ -327,17 +327,21 @@ class ClockedTop(Elaboratable):
 def _held_reset(m, name, clk, locked, hold_cycles):
     """A reset that is released ``hold_cycles`` cycles of ``clk`` after ``locked`` rose,
     counted in a reset-less domain ``name`` on ``clk`` (two flip-flops bring ``locked`` into
-    it); any loss of lock starts again."""
+    it); any loss of lock starts again. The reset is a flip-flop of its own: the counter's
+    comparison in front of a net reaching every reset flip-flop was kwsmlp_w3a3's critical
+    path on the ECP5 85F (13.4 ns)."""
     m.domains += ClockDomain(name, reset_less=True)
     m.d.comb += ClockSignal(name).eq(clk)
     lock_sync = Signal(2, name=f"{name}_lock_sync")
     count = Signal(range(hold_cycles + 1), init=hold_cycles, name=f"{name}_count")
+    rst = Signal(init=1, name=f"{name}_rst")
     m.d[name] += lock_sync.eq(lock_sync << 1 | locked)
     with m.If(~lock_sync[1]):
         m.d[name] += count.eq(hold_cycles)
     with m.Elif(count != 0):
         m.d[name] += count.eq(count - 1)
-    return count != 0
+    m.d[name] += rst.eq(count != 0)
+    return rst
 
 
 class UsbClockedTop(Elaboratable):

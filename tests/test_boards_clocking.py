@@ -147,3 +147,35 @@ def test_build_with_pll(board, mhz, primitive, tmp_path):
     assert report["timing_met"] == (report["fmax_mhz"] >= mhz)
     assert "SB_PLL40_PAD" in (tmp_path / "top.il").read_text() if board == "icebreaker" else \
         "EHXPLLL" in (tmp_path / "top.il").read_text()
+
+
+def test_held_reset_is_registered_and_follows_lock():
+    # The reset is a flip-flop. `locked` set before edge 3: the synchronizer has it after
+    # edges 3 and 4, the counter runs down from 5 on edges 5-9, the register drops on edge
+    # 10 (lock + hold + 2; one edge later than the bare comparison). A loss of lock asserts
+    # it again; the same count follows the next lock.
+    from amaranth import ClockSignal, Module, Signal
+    from amaranth.sim import Simulator
+
+    from onnx2fpga.boards.clocking import _held_reset
+    m = Module()
+    clk, locked = Signal(), Signal()
+    rst = _held_reset(m, "por", ClockSignal("sync"), locked, 5)
+    out = Signal()
+    m.d.comb += out.eq(rst)
+    seen = []
+
+    async def bench(ctx):
+        for cycle in range(40):
+            ctx.set(locked, 1 if 3 <= cycle < 25 or cycle >= 30 else 0)
+            await ctx.tick("sync")
+            seen.append(ctx.get(out))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6, domain="sync")
+    sim.add_testbench(bench)
+    sim.run()
+    rises = [i for i in range(1, 40) if seen[i] and not seen[i - 1]]
+    falls = [i for i in range(1, 40) if seen[i - 1] and not seen[i]]
+    assert seen[0] == 1 and falls[0] == 3 + 5 + 2
+    assert rises and 25 < rises[0] < 30 and falls[1] == 30 + 5 + 2
