@@ -200,3 +200,27 @@ def test_lut_multipliers_override_is_bit_exact_in_rtl():
     with pytest.raises(OptionError, match=r"^Layer 'dense0': multipliers must be one of "
                                           r"\('dsp', 'lut'\), not 'soft'$"):
         onnx2fpga.compile(model, calibration=cal, folding={"dense0": {"multipliers": "soft"}})
+
+
+def test_cheapest_cover_is_the_exhaustive_minimum():
+    """The memories board folding moves into soft logic: the set whose block RAMs add up to
+    at least what is missing at the least logic cost, as an exhaustive search finds it."""
+    import random
+
+    from onnx2fpga.api import _cheapest_cover
+    rng = random.Random(0)
+    for _ in range(200):
+        items = [(f"m{i}", rng.randint(1, 6), rng.randint(1, 50))
+                 for i in range(rng.randint(1, 7))]
+        need = rng.randint(1, 15)
+        got = _cheapest_cover(items, need)
+        size = {n: (s, c) for n, s, c in items}
+        covers = [sum(c for _, _, c in combo) for r in range(len(items) + 1)
+                  for combo in itertools.combinations(items, r)
+                  if sum(s for _, s, _ in combo) >= need]
+        if not covers:
+            assert got == sorted(n for n, _, _ in items)
+            continue
+        assert sum(size[n][0] for n in got) >= need
+        assert sum(size[n][1] for n in got) == min(covers)
+    assert _cheapest_cover([("a", 2, 5)], 0) == []
