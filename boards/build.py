@@ -485,7 +485,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         The accelerator (flat AXI4-Stream ports, see :data:`~.wrapper.AXIS_PORTS`) or a
         callable that returns a fresh one.
     in_port, out_port : onnx2fpga.dataflow.Port
-        The accelerator's input and output ports (``tdata_width`` and ``beats``).
+        The accelerator's input and output ports (``tdata_width``, ``payload_width`` and ``beats``).
     board : str or BoardTarget
         A registered board name (:func:`~.targets.list_boards`).
     build_dir : str or Path
@@ -551,7 +551,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"Seed must be an integer or None, not {seed!r}")
     for name, port in (("Input port", in_port), ("Output port", out_port)):
-        if not hasattr(port, "tdata_width") or not hasattr(port, "beats"):
+        if not all(hasattr(port, a) for a in ("tdata_width", "payload_width", "beats")):
             raise TypeError(f"{name} must be an onnx2fpga.dataflow.Port, not {port!r}")
 
     if link is None:
@@ -597,11 +597,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     if design_id is not None:
         if isinstance(design_id, str):
             design_id = design_id_from_sha256(design_id)
-        payload = getattr(in_port, "lanes", 0) * getattr(getattr(in_port, "type", None),
-                                                         "bits", 0)
         bridge = FramedBridge(accelerator, in_port.tdata_width, out_port.tdata_width,
                               in_port.beats, out_port.beats, clk_freq=clk_freq, baud=baud,
-                              in_payload_width=payload or None,
+                              in_payload_width=in_port.payload_width,
                               design_id=design_id, leds=target.leds, **link_options)
     else:
         bridge = UartBridge(accelerator, in_port.tdata_width, out_port.tdata_width,

@@ -31,6 +31,7 @@ from ..dataflow import (
     ResizeLayer,
     ViewLayer,
     image_shape,
+    product_mapping,
 )
 from ..errors import OptionError
 
@@ -124,12 +125,6 @@ def _choose(options, target):
     return None
 
 
-def _mapping(layer):
-    """How ``layer`` builds its products (``"dsp"`` or ``"lut"``), None for a layer without
-    a multiplier array (an Add layer's ``multipliers`` are its requantization's)."""
-    return layer.multipliers if isinstance(layer, (DenseLayer, ConvLayer)) else None
-
-
 def _apply(layer, params: dict) -> None:
     for key, value in params.items():
         setattr(layer, key, value)
@@ -212,7 +207,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
             reasons[target] = _why_not(target)
             # `fits` may have moved layers' products or memories into LUTs to make the
             # plan fit.
-            mappings[target] = ([_mapping(ly) for ly in layers],
+            mappings[target] = ([product_mapping(ly) for ly in layers],
                                 list(dataflow.logic_memories))
         return reasons[target]
 
@@ -278,7 +273,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         for layer, mult in zip(layers, mults):
             if mult is not None:
                 layer.multipliers = mult
-    lut = [ly.name for ly in layers if _mapping(ly) == "lut"]
+    lut = [ly.name for ly in layers if product_mapping(ly) == "lut"]
     if lut:
         info["lut_multipliers"] = lut
     if dataflow.logic_memories:
@@ -305,7 +300,7 @@ def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:
 
     for layer, params in zip(dataflow.layers, chosen):
         _apply(layer, params)
-        if _mapping(layer) is not None:
+        if product_mapping(layer) is not None:
             layer.multipliers = "dsp"
         o = (overrides or {}).get(layer.name)
         if o:
@@ -332,7 +327,7 @@ def _override(layer, o: dict) -> None:
     if unknown:
         raise OptionError(f"Layer {layer.name!r}: unknown folding parameters {unknown}")
     if "multipliers" in o:
-        if _mapping(layer) is None:
+        if product_mapping(layer) is None:
             raise OptionError(f"Layer {layer.name!r} ({type(layer).__name__}) has no "
                               f"multipliers to map")
         if o["multipliers"] not in MULTIPLIERS:

@@ -425,36 +425,30 @@ WRAPPER = {
 WRAPPER_RX_FIFO = (8, 15)
 
 
-def _wrapper_blocks(in_payload_width, in_beats, family, logic) -> list:
-    """The wrapper's memories in block RAM, as :func:`dataflow_resources` lists them."""
-    out = []
-    mm = memory_mapping(in_payload_width, in_beats, family, rom=False)
-    if mm.kind == "block" and "wrapper/buffer" not in logic:
-        out.append(("wrapper/buffer", mm.cells, in_payload_width, in_beats, False))
-    if WRAPPER[family]["bram"] and "wrapper/rx_fifo" not in logic:
-        out.append(("wrapper/rx_fifo", WRAPPER[family]["bram"], *WRAPPER_RX_FIFO, False))
-    return out
-
-
 def wrapper_resources(in_tdata_width: int, in_beats: int, out_tdata_width: int,
-                      family: str, *, logic=frozenset(), in_payload_width=None) -> dict:
+                      family: str, *, logic=frozenset(), in_payload_width=None,
+                      memories: bool = False) -> dict:
     """The board wrapper of an accelerator whose input port has ``in_beats`` transfers of
     ``in_tdata_width`` bits per tensor and whose output is ``out_tdata_width`` bits wide:
     :data:`WRAPPER` plus the input buffer (a RAM, :func:`memory_mapping`) of
     ``in_payload_width`` bits a beat (default ``in_tdata_width``; the wrapper keeps the
     elements' bits only). ``logic`` may name ``"wrapper/buffer"`` and ``"wrapper/rx_fifo"``
-    (the receive FIFO, a block RAM on iCE40): in soft logic."""
+    (the receive FIFO, a block RAM on iCE40): in soft logic. With ``memories``, also
+    ``"block_memories"`` as :func:`stage_resources` lists them."""
     _check_family(family)
     width = in_tdata_width if in_payload_width is None else in_payload_width
     w = WRAPPER[family]
     extra = max(0, in_tdata_width - 8) + max(0, out_tdata_width - 8)
     out = {"lut": w["lut"] + w["lut_per_bit"] * extra, "ff": w["ff"] + w["ff_per_bit"] * extra,
            "dsp": 0, "bram": w["bram"]}
+    blocks = []
     if w["bram"] and "wrapper/rx_fifo" in logic:
         cost = logic_memory_cost(*WRAPPER_RX_FIFO, False)
         out["bram"] -= w["bram"]
         out["lut"] += cost["lut"]
         out["ff"] += cost["ff"]
+    elif w["bram"]:
+        blocks.append(("wrapper/rx_fifo", w["bram"], *WRAPPER_RX_FIFO, False))
     mm = memory_mapping(width, in_beats, family, rom=False)
     bits = width * in_beats
     if "wrapper/buffer" in logic:
@@ -463,13 +457,17 @@ def wrapper_resources(in_tdata_width: int, in_beats: int, out_tdata_width: int,
         out["ff"] += cost["ff"]
     elif mm.kind == "block":
         out["bram"] += mm.cells
+        blocks.append(("wrapper/buffer", mm.cells, width, in_beats, False))
     elif mm.kind == "distributed":
         out["lut"] += LUT_COEFFICIENTS[family]["mem_cells"] * mm.cells
         out["ff"] += width
     else:
         out["lut"] += LUT_COEFFICIENTS[family]["ram_bits"] * bits
         out["ff"] += bits + width
-    return {k: int(round(v)) for k, v in out.items()}
+    out = {k: int(round(v)) for k, v in out.items()}
+    if memories:
+        out["block_memories"] = blocks
+    return out
 
 
 def _estimate(feats: dict, family: str) -> dict:
@@ -580,11 +578,11 @@ def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
     out = {"total": total, "layers": layers, "edges": edges}
     if wrapper:
         inp, outp = dataflow.input, dataflow.output
-        payload = inp.lanes * inp.type.bits
         out["wrapper"] = wrapper_resources(inp.tdata_width, inp.beats, outp.tdata_width, family,
-                                           logic=logic, in_payload_width=payload)
+                                           logic=logic, in_payload_width=inp.payload_width,
+                                           memories=True)
+        blocks += out["wrapper"].pop("block_memories")
         out["board"] = _add(total, out["wrapper"])
-        blocks += _wrapper_blocks(payload, inp.beats, family, logic)
     if memories:
         out["block_memories"] = blocks
     return out

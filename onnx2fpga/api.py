@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from . import __version__
-from .dataflow import ConvLayer, DenseLayer, Design, load_design, save_design
+from .dataflow import DenseLayer, Design, load_design, product_mapping, save_design
 from .errors import CalibrationError, DesignDirError, OptionError
 from .report import write_report
 
@@ -299,9 +299,9 @@ def _device_check(target, utilization: float, pinned=frozenset()):
     When the hard multipliers overflow, layers move their products into LUTs
     (``multipliers = "lut"``), those with the most multipliers first (the fewest layers
     change), until the multipliers fit; layers in ``pinned`` keep the user's choice. When
-    the block RAMs overflow, memories move into soft logic (``dataflow.logic_memories``),
-    the cheapest in logic cells per block RAM first. The plan then fits if its LUTs and
-    flip-flops do too."""
+    the block RAMs overflow, memories move into soft logic (``dataflow.logic_memories``):
+    the set that frees enough block RAMs for the fewest logic cells (:func:`_cheapest_cover`).
+    The plan then fits if its LUTs and flip-flops do too."""
     from .hw.resources import dataflow_resources, logic_memory_cost
 
     lim = target.limits
@@ -316,9 +316,8 @@ def _device_check(target, utilization: float, pinned=frozenset()):
     def overflow(res):
         total = dict(res["board"])
         if target.family == "ice40":
-            # An iCE40 logic cell holds one LUT and one flip-flop; flip-flops that do not pack
-            # with their LUT take cells of their own. Measured on the digits example: 4,183
-            # cells = 3,324 LUTs + 0.48 x 1,808 flip-flops; the device limit is on cells.
+            # The device limit is on logic cells. Measured on the digits example: 4,183
+            # cells = 3,324 LUTs + 0.48 x 1,808 flip-flops.
             total["logic cells"] = _cells(total)
         return [f"{k} {total[k]} > {cap}" for k, cap in caps.items() if total.get(k, 0) > cap]
 
@@ -329,8 +328,7 @@ def _device_check(target, utilization: float, pinned=frozenset()):
             by_name = {ly.name: ly for ly in df.layers}
             movable = sorted((lr for lr in res["layers"] if lr["dsp"] > 0
                               and lr["name"] not in pinned
-                              and isinstance(by_name[lr["name"]], (DenseLayer, ConvLayer))
-                              and by_name[lr["name"]].multipliers == "dsp"),
+                              and product_mapping(by_name[lr["name"]]) == "dsp"),
                              key=lambda lr: (-lr["dsp"], lr["name"]))
             excess = res["board"]["dsp"] - caps["dsp"]
             for lr in movable:
@@ -338,7 +336,7 @@ def _device_check(target, utilization: float, pinned=frozenset()):
                     break
                 by_name[lr["name"]].multipliers = "lut"
                 excess -= lr["dsp"]
-            if excess < res["board"]["dsp"] - caps["dsp"]:
+            if movable:
                 res = dataflow_resources(df, target.family, wrapper=True, memories=True)
                 over = overflow(res)
         if over and res["board"]["bram"] > caps["bram"]:

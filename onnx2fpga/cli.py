@@ -19,6 +19,7 @@ __all__ = ["main"]
 def _folding(text):
     """``layer:simd:pe[:lanes][,...]``, ``layer:lanes=L`` (a layer without a matrix unit) or
     ``layer:multipliers=lut|dsp``; items naming the same layer add up."""
+    from .dataflow import MULTIPLIERS
     out = {}
     for item in text.split(","):
         try:
@@ -28,7 +29,7 @@ def _folding(text):
                 continue
             if len(values) == 1 and values[0].startswith("multipliers="):
                 mult = values[0][len("multipliers="):]
-                if mult not in ("lut", "dsp"):
+                if mult not in MULTIPLIERS:
                     raise ValueError(item)
                 out.setdefault(name, {})["multipliers"] = mult
                 continue

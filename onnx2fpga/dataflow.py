@@ -36,7 +36,7 @@ __all__ = [
     "IntType", "RequantStage", "ThresholdStage", "DenseLayer", "RequantLayer", "ConvLayer",
     "PoolLayer", "AddLayer", "ConcatLayer", "ResizeLayer", "PadLayer", "ViewLayer", "LAYER_TYPES",
     "Port", "Dataflow", "HostNode", "Design", "acc_type_for", "save_design", "load_design",
-    "image_shape", "align_params", "MULTIPLIERS",
+    "image_shape", "align_params", "MULTIPLIERS", "product_mapping",
 ]
 
 
@@ -207,10 +207,20 @@ class ThresholdStage:
 MULTIPLIERS = ("dsp", "lut")
 
 
-def _check_bipolar(layer) -> None:
+def product_mapping(layer) -> str | None:
+    """How ``layer`` builds its products, one of :data:`MULTIPLIERS`; None for a layer
+    without a multiplier array (an :class:`AddLayer`'s ``multipliers`` are its
+    requantization's)."""
+    return layer.multipliers if isinstance(layer, (DenseLayer, ConvLayer)) else None
+
+
+def _check_multipliers(layer) -> None:
     if layer.multipliers not in MULTIPLIERS:
         raise ValueError(f"Layer {layer.name!r}: multipliers must be one of {MULTIPLIERS}, "
                          f"not {layer.multipliers!r}")
+
+
+def _check_bipolar(layer) -> None:
     if not isinstance(layer.in_bipolar, (bool, np.bool_)):
         raise TypeError(f"in_bipolar of layer {layer.name!r} must be a bool, "
                         f"not {layer.in_bipolar!r}")
@@ -296,6 +306,7 @@ class DenseLayer:
             raise ValueError(f"Bias of layer {self.name!r} must have shape "
                              f"({self.out_features},), not {self.bias.shape}")
         _check_bipolar(self)
+        _check_multipliers(self)
 
     @property
     def in_features(self) -> int:
@@ -533,6 +544,7 @@ class ConvLayer(_Windowed):
             raise ValueError(f"Bias of layer {self.name!r} must have shape "
                              f"({self.out_channels},), not {self.bias.shape}")
         _check_bipolar(self)
+        _check_multipliers(self)
         if min(self.out_hw) < 1:
             raise ValueError(f"Layer {self.name!r}: the output would be empty "
                              f"({self.out_hw})")
@@ -959,9 +971,14 @@ class Port:
         return self.size // self.lanes
 
     @property
+    def payload_width(self) -> int:
+        """Bits of a transfer's elements, before the padding to whole bytes."""
+        return self.lanes * self.type.bits
+
+    @property
     def tdata_width(self) -> int:
         """Payload width on the AXI-Stream: the elements rounded up to whole bytes."""
-        return -(-self.lanes * self.type.bits // 8) * 8
+        return -(-self.payload_width // 8) * 8
 
 
 @dataclass

@@ -159,7 +159,7 @@ def test_held_reset_is_registered_and_follows_lock():
 
     from onnx2fpga.boards.clocking import _held_reset
     m = Module()
-    clk, locked = Signal(), Signal()
+    locked = Signal()
     rst = _held_reset(m, "por", ClockSignal("sync"), locked, 5)
     out = Signal()
     m.d.comb += out.eq(rst)
