@@ -293,25 +293,45 @@ class FramedBridge(Elaboratable):
                 m.d.sync += self.tlast_error.eq(1)
             m.d.sync += out_beat_index.eq(Mux(expect_last, 0, out_beat_index + 1))
 
-        # Input feeder: buffer rows -> s_axis, started once the CRC has been checked.
+        # Input feeder: buffer rows -> s_axis, started once the CRC has been checked. The rows
+        # go through a skid register (two entries): the accelerator sees registered tdata,
+        # tvalid and tlast, and the feeder a registered ready, so the block RAM's output only
+        # drives flip-flops (on kwsmlp_w3a3 the read straight into the accelerator's first
+        # width converter was the critical path, 11.6 ns on the ECP5).
         feed_start = Signal()                # a register pulse
         feed_prime = Signal()
         feed_active = Signal()
         feed_index = Signal(range(self.in_beats))
-        s_transfer = acc.s_axis_tvalid & acc.s_axis_tready
+        feed_last = feed_index == self.in_beats - 1
+        out_valid = Signal()
+        out_data = Signal(self.in_payload_width, reset_less=True)
+        out_last = Signal(reset_less=True)
+        skid_full = Signal()
+        skid_data = Signal(self.in_payload_width, reset_less=True)
+        skid_last = Signal(reset_less=True)
+        f_transfer = feed_active & ~skid_full
         m.d.comb += [
-            acc.s_axis_tdata.eq(rport.data),
-            acc.s_axis_tvalid.eq(feed_active),
-            acc.s_axis_tlast.eq(feed_index == self.in_beats - 1),
-            rport.addr.eq(Mux(s_transfer, feed_index + 1, feed_index)),
+            acc.s_axis_tdata.eq(out_data),
+            acc.s_axis_tvalid.eq(out_valid),
+            acc.s_axis_tlast.eq(out_last),
+            rport.addr.eq(Mux(f_transfer, feed_index + 1, feed_index)),
         ]
+        with m.If(acc.s_axis_tready | ~out_valid):
+            with m.If(skid_full):
+                m.d.sync += [out_valid.eq(1), out_data.eq(skid_data), out_last.eq(skid_last),
+                             skid_full.eq(0)]
+            with m.Else():
+                m.d.sync += [out_valid.eq(f_transfer), out_data.eq(rport.data),
+                             out_last.eq(feed_last)]
+        with m.Elif(f_transfer):
+            m.d.sync += [skid_full.eq(1), skid_data.eq(rport.data), skid_last.eq(feed_last)]
         m.d.sync += feed_start.eq(0)
         with m.If(feed_start):
             m.d.sync += [feed_index.eq(0), feed_prime.eq(1)]
         with m.Elif(feed_prime):           # row 0 is being read this cycle
             m.d.sync += [feed_prime.eq(0), feed_active.eq(1)]
-        with m.Elif(s_transfer):
-            with m.If(feed_index == self.in_beats - 1):
+        with m.Elif(f_transfer):
+            with m.If(feed_last):
                 m.d.sync += feed_active.eq(0)
             with m.Else():
                 m.d.sync += feed_index.eq(feed_index + 1)
