@@ -17,7 +17,7 @@ import functools
 from math import gcd
 
 import numpy as np
-from amaranth import C, Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import C, Cat, ClockSignal, Const, Instance, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -155,6 +155,62 @@ def product(a, b, *, lut=False):
     if lut or min(len(a), len(b)) <= LUT_PRODUCT_MAX_BITS:
         return lut_product(a, b)
     return a * b
+
+
+#: Operand width of an ECP5 ``MULT18X18D``.
+ECP5_DSP_BITS = 18
+
+
+def _is_ecp5(platform) -> bool:
+    from amaranth.vendor import LatticePlatform
+    return isinstance(platform, LatticePlatform) and platform.family == "ecp5"
+
+
+def ecp5_registered_product(platform, a, b) -> bool:
+    """Whether :class:`MatVecCore` elaborated for ``platform`` computes ``a * b`` (operands of
+    the shapes of ``a`` and ``b``) in a ``MULT18X18D`` with its input and output registers:
+    on ECP5, for a product :func:`product` leaves to a hard multiplier, when both operands
+    fit 18 bits (as unsigned or signed values, as they are)."""
+    a, b = Shape.cast(a), Shape.cast(b)
+    return (_is_ecp5(platform) and min(a.width, b.width) > LUT_PRODUCT_MAX_BITS
+            and max(a.width, b.width) <= ECP5_DSP_BITS)
+
+
+def _mult18x18d(m: Module, a, b, ce, name: str):
+    """``a * b`` out of an ECP5 ``MULT18X18D`` whose A and B inputs and P output are
+    registered in the DSP (clock ``sync``, enable ``ce``): the value is the product of the
+    operands of two clock edges before, as with the registers ``a_r <= a; p <= a_r * b_r``
+    in fabric, which is what the emitted, platform-free Verilog does. yosys never packs
+    fabric flip-flops into an ECP5 DSP, and an unregistered one (register -> route ->
+    multiplier -> route -> register) was the jet tagger's critical path at 12.4 ns."""
+    shape = (a * b).shape()
+    a18 = Signal(ECP5_DSP_BITS, name=f"{name}_a")
+    b18 = Signal(ECP5_DSP_BITS, name=f"{name}_b")
+    p36 = Signal(2 * ECP5_DSP_BITS, name=f"{name}_p")
+    # Sign- or zero-extended as the operand's shape says; SIGNEDA/B tell the DSP which.
+    m.d.comb += [a18.eq(a), b18.eq(b)]
+    ports = {"i_SIGNEDA": int(a.shape().signed), "i_SIGNEDB": int(b.shape().signed),
+             "i_SOURCEA": 0, "i_SOURCEB": 0,
+             "i_CLK0": ClockSignal("sync"), "i_CE0": ce, "i_RST0": 0}
+    for k in (1, 2, 3):
+        ports.update({f"i_CLK{k}": 0, f"i_CE{k}": 0, f"i_RST{k}": 0})
+    for i in range(ECP5_DSP_BITS):
+        ports.update({f"i_A{i}": a18[i], f"i_B{i}": b18[i], f"i_C{i}": 0,
+                      f"i_SRIA{i}": 0, f"i_SRIB{i}": 0})
+    for i in range(2 * ECP5_DSP_BITS):
+        ports[f"o_P{i}"] = p36[i]
+    m.submodules[name] = Instance(
+        "MULT18X18D",
+        p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
+        p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
+        p_REG_INPUTC_CLK="NONE", p_REG_PIPELINE_CLK="NONE",
+        p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE0", p_REG_OUTPUT_RST="RST0",
+        p_GSR="DISABLED", p_RESETMODE="SYNC", p_SOURCEB_MODE="B_SHIFT", p_MULT_BYPASS="DISABLED",
+        p_CAS_MATCH_REG="FALSE", p_HIGHSPEED_CLK="NONE",
+        p_CLK0_DIV="ENABLED", p_CLK1_DIV="ENABLED", p_CLK2_DIV="ENABLED", p_CLK3_DIV="ENABLED",
+        **ports)
+    bits = p36[:shape.width]
+    return bits.as_signed() if shape.signed else bits
 
 
 def _counter(modulo: int) -> Signal:
@@ -506,6 +562,10 @@ class MatVecCore(wiring.Component):
                            for p in range(pe)]
         else:
             prod_values = [[~(x_word ^ w_word[p])] for p in range(pe)]
+        dsp_products = []
+        if self._arithmetic == "multiply" and not digits and not lut and \
+                ecp5_registered_product(platform, self._in_shape, self._w_shape):
+            dsp_products = [(p, s) for p in range(pe) for s in range(simd)]
         prods = [[Signal(neg_shape if self._arithmetic == "sign" else
                          (xs[s] * w_word[p][s]).shape() if self._arithmetic == "multiply"
                          else Shape.cast(v.shape()), name=f"prod_{p}_{s}", reset_less=True)
@@ -519,10 +579,18 @@ class MatVecCore(wiring.Component):
                              s_last[n].eq(s_last[n - 1]), s_g[n].eq(s_g[n - 1])]
             for p in range(pe):
                 for s, (prod, value) in enumerate(zip(prods[p], prod_values[p])):
+                    if (p, s) in dsp_products:
+                        continue
                     if digits:
                         value = _carry_save_sum(m, terms[p][s], prod.shape(),
                                                 f"prod_{p}_{s}_csa")
                     m.d.sync += prod.eq(value)
+        # ECP5: the S2 registers and the product register of a hard product are the DSP's
+        # own (fed from the S1 memory data, both enabled by `advance`): same cycles, and the
+        # multiplier sits between registers inside the DSP.
+        for p, s in dsp_products:
+            m.d.comb += prods[p][s].eq(_mult18x18d(m, x_rd.data[s], w_layout(w_rd.data)[p][s],
+                                                   advance, f"mul_{p}_{s}"))
         # Sums and the accumulator wrap modulo 2**acc_bits: exact, because the final value
         # lies within acc_type (two's complement addition is modular).
         sums = []

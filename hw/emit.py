@@ -10,13 +10,17 @@ from .top import Accelerator
 __all__ = ["emit_verilog"]
 
 
-def emit_verilog(dataflow: Dataflow, name: str = "top") -> str:
+def emit_verilog(dataflow: Dataflow, name: str = "top", *, platform=None) -> str:
     """Verilog source of :class:`~onnx2fpga.hw.top.Accelerator` for ``dataflow``.
 
     The module is called ``name``; its ports are ``clk``, ``rst`` and the AXI4-Stream signals
     documented on the Accelerator. The text depends only on ``dataflow`` and ``name``: the same
     input gives byte-identical output on every call and on every machine (no source locations
     are emitted, so the checkout path does not leak into it).
+
+    ``platform`` (an Amaranth platform, default none) elaborates the cores as a board build
+    does for it: on an ECP5, for instance, hard products become ``MULT18X18D`` instances
+    (black boxes here) with the same cycle behaviour as the platform-free design.
 
     Raises
     ------
@@ -30,4 +34,4 @@ def emit_verilog(dataflow: Dataflow, name: str = "top") -> str:
     if not name.isidentifier() or not name.isascii():
         raise ValueError(f"Module name must be a Verilog identifier, not {name!r}")
     top = Accelerator(dataflow)
-    return verilog.convert(top, name=name, emit_src=False)
+    return verilog.convert(top, name=name, emit_src=False, platform=platform)

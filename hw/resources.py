@@ -223,12 +223,14 @@ def memory_mapping(width: int, depth: int, family: str, *, rom: bool,
 
 
 def _platform(family):
-    """A platform object the cores elaborate for: the iCE40 one makes
-    :class:`~onnx2fpga.hw.cores.RequantCore` cut its products for LUTs, as a board build does."""
+    """A platform object the cores elaborate for, as a board build does: the iCE40 one makes
+    :class:`~onnx2fpga.hw.cores.RequantCore` cut its products for LUTs, the ECP5 one puts
+    :class:`~onnx2fpga.hw.cores.MatVecCore`'s hard products in registered ``MULT18X18D``."""
     if family == "ice40":
         from amaranth_boards.icebreaker import ICEBreakerPlatform
         return ICEBreakerPlatform()
-    return None
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+    return ULX3S_85F_Platform()
 
 
 def _operand(value):
@@ -305,6 +307,12 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
             mems[cell.memory]["async"] += 1
         elif isinstance(cell, _nir.FlipFlop):
             f["ff"] += len(cell.data)
+        elif isinstance(cell, _nir.Instance) and cell.type == "MULT18X18D":
+            # An instantiated, registered ECP5 multiplier: one DSP, its registers inside.
+            a, b = (_operand([net for k in range(18)
+                              for net in cell.ports_i[f"{port}{k}"]])[0] for port in "AB")
+            f["multipliers"].append((a, b, 1))
+            f["dsp"] += 1
         elif isinstance(cell, _nir.AssignmentList):
             for k, a in enumerate(cell.assignments):
                 f["assign" if k else "logic"] += len(a.value) if k else 0

@@ -1,0 +1,74 @@
+"""ECP5 hard products: MatVecCore elaborated for an ECP5 puts every hard product in a
+MULT18X18D with its input and output registers. The emitted Verilog (with a behavioural model
+of the DSP from Lattice's documentation, tests/data/mult18x18d_model.v) runs in Verilator
+under stalls and must equal the golden model, with the cycle figures of the platform-free
+design."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from amaranth import signed, unsigned
+
+from onnx2fpga.boards.targets import get_board
+from onnx2fpga.dataflow import Dataflow, DenseLayer, IntType, Port, RequantStage
+from onnx2fpga.hw.cores import ecp5_registered_product
+from onnx2fpga.hw.emit import emit_verilog
+from onnx2fpga.sim.golden import run_dataflow
+from onnx2fpga.sim.rtl import simulate_rtl
+
+MODEL = Path(__file__).parent / "data" / "mult18x18d_model.v"
+
+
+def _dataflow(seed=0):
+    """uint8 x int8 (DSPs, simd 3, pe 2), int8 x int3 (LUTs), int16 x int6 (DSPs, simd 2,
+    pe 2; 22-bit products, so the DSP's signedness matters) whose accumulators are the output, so that output stalls reach its DSPs."""
+    rng = np.random.default_rng(seed)
+    u8, i8, i16 = IntType(8, False), IntType(8, True), IntType(16, True)
+    fc1 = DenseLayer("fc1", u8, 3, rng.integers(-128, 128, size=(6, 12)), i8,
+                     rng.integers(-999, 999, size=6),
+                     [RequantStage(rng.integers(40, 120, size=6), [-900], 14, 0, -128, 127,
+                                   i8)], simd=3, pe=2)
+    lut = DenseLayer("lut", i8, 0, rng.integers(-4, 4, size=(6, 6)), IntType(3, True),
+                     rng.integers(-9, 9, size=6),
+                     [RequantStage(rng.integers(40, 120, size=6), [0], 4, 0, -32768, 32767,
+                                   i16)], simd=2, pe=1)
+    fc2 = DenseLayer("fc2", i16, 0, rng.integers(-32, 32, size=(4, 6)), IntType(6, True),
+                     rng.integers(-99, 99, size=4), [], simd=2, pe=2)
+    return Dataflow([fc1, lut, fc2], Port("x", (12,), u8, 1.0, 3, lanes=3),
+                    Port("y", (4,), fc2.acc_type, 1.0, 0, lanes=2), fifo_depths=[2, 2, 2])
+
+
+def test_which_products_go_to_registered_dsps():
+    ecp5 = get_board("ulx3s-85f").platform()
+    ice40 = get_board("icebreaker").platform()
+    assert ecp5_registered_product(ecp5, unsigned(8), signed(8))
+    assert ecp5_registered_product(ecp5, signed(18), unsigned(18))
+    assert not ecp5_registered_product(ecp5, signed(19), signed(8))      # yosys splits it
+    assert not ecp5_registered_product(ecp5, signed(16), signed(4))      # LUT product
+    assert not ecp5_registered_product(ice40, signed(8), signed(8))
+    assert not ecp5_registered_product(None, signed(8), signed(8))
+
+
+@pytest.mark.rtl
+def test_registered_dsps_equal_golden_with_the_same_cycles(tmp_path):
+    df = _dataflow()
+    ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    plain_v = emit_verilog(df)
+    # fc1: 3 x 2 products, fc2: 2 x 2; the 3-bit weights stay in LUTs.
+    assert ecp5_v.count("MULT18X18D ") == 10 and "MULT18X18D" not in plain_v
+    assert emit_verilog(df, platform=get_board("ulx3s-85f").platform()) == ecp5_v
+    (tmp_path / "ecp5.v").write_text(ecp5_v + "\n" + MODEL.read_text())
+    (tmp_path / "plain.v").write_text(plain_v)
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, size=(24, 12))
+    x[0] = 0
+    x[1] = 255
+    results = {}
+    for name in ("ecp5", "plain"):
+        results[name] = simulate_rtl(tmp_path / f"{name}.v", df.input, df.output, x,
+                                     build_dir=tmp_path / f"build-{name}", stall_prob_in=0.4,
+                                     stall_prob_out=0.6, seed=3, progress=False)
+    np.testing.assert_array_equal(results["ecp5"].outputs, run_dataflow(df, x))
+    assert results["ecp5"].cycles_per_inference == results["plain"].cycles_per_inference
+    assert results["ecp5"].latency_cycles == results["plain"].latency_cycles
