@@ -241,6 +241,35 @@ def _output_register(m: Module, o_stream, o_valid: Signal, layout) -> Signal:
     return o_payload
 
 
+def _skid_output(m: Module, o_stream, valid, payload):
+    """Drive ``o_stream`` from a pipeline's last register (``valid``, ``payload``) through a
+    skid register that takes the transfer the consumer did not.
+
+    Returns ``free``, a function of registers only: the last register may be loaded this
+    cycle (its transfer leaves it, to the consumer or the skid register, unless the skid
+    register is still full). Pipelines that shift on ``free`` never see ``o_stream.ready`` in
+    their enables, so a long ready chain between cores ends here (kwsmlp_w3a3's critical
+    path on an ECP5 was a ready chain from two cores downstream into a MatVec's pipeline
+    enables: 12.1 ns). With a consumer that is always ready the skid stays empty and the
+    cycles are those of a plain output register.
+    """
+    skid_full = Signal()
+    skid = Signal(Shape.cast(payload.shape()) if not isinstance(payload, data.View)
+                  else payload.shape(), reset_less=True)
+    as_bits = payload.as_value() if isinstance(payload, data.View) else payload
+    skid_bits = skid.as_value() if isinstance(skid, data.View) else skid
+    m.d.comb += [
+        o_stream.valid.eq(valid | skid_full),
+        o_stream.payload.eq(Mux(skid_full, skid_bits, as_bits)),
+    ]
+    with m.If(skid_full):
+        with m.If(o_stream.ready):
+            m.d.sync += skid_full.eq(0)
+    with m.Elif(valid & ~o_stream.ready):
+        m.d.sync += [skid_full.eq(1), skid_bits.eq(as_bits)]
+    return ~(valid & skid_full)
+
+
 def _flat_memory(layout, depth: int, init) -> Memory:
     """A ROM of plain ``unsigned(width)`` words holding the values ``init`` of ``layout``
     (read its data through ``layout(port.data)``).
@@ -355,8 +384,9 @@ class MatVecCore(wiring.Component):
     buffer also holds ``3 * x`` and ``-x``, the operand registers hold the multiples of ``x``
     that the weight's radix-4 digits pick (0, x, 2x, 3x; -x, -2x for a signed top digit), and
     each product is their carry-save sum; the same values on the same cycles.
-    The accumulator register is the output register: while an output waits for ``ready``, the
-    pipeline holds as soon as the next group's first partial sum reaches it.
+    The accumulator register is the output register, with a skid register behind it: an
+    output the consumer does not take moves to the skid register, and the pipeline holds
+    only while both are full, so that ``ready`` reaches no pipeline enable.
 
     Arithmetic (``arithmetic``; the default is
     :func:`onnx2fpga.hw.graph.matvec_arithmetic` of the layer), with the same pipeline and
@@ -629,14 +659,14 @@ class MatVecCore(wiring.Component):
         else:
             bias = [C(int(v), acc_shape) for v in bias_words[0]]
 
+        # The output: the accumulator, and behind it a skid register (_skid_output). The
+        # pipeline stalls only while both are full, so `stall`, which enables every pipeline
+        # register, does not depend on `o_stream.ready`.
         acc = Signal(data.ArrayLayout(acc_shape, pe), reset_less=True)
         o_valid = Signal()
-        m.d.comb += [
-            stall.eq(s3_valid & o_valid & ~o_stream.ready),
-            o_stream.valid.eq(o_valid),
-            o_stream.payload.eq(acc),
-        ]
-        with m.If(o_valid & o_stream.ready):
+        free = _skid_output(m, o_stream, o_valid, acc)
+        m.d.comb += stall.eq(s3_valid & ~free)
+        with m.If(o_valid & free):           # the accumulator left: sent, or to the skid
             m.d.sync += o_valid.eq(0)
         with m.If(s3_valid & advance):
             for p in range(pe):
@@ -800,9 +830,9 @@ class RequantCore(wiring.Component):
     0, x, 2x or 3x picked by the radix-4 digits of 4-bit chunks of the multiplier (``3 * x``
     is registered with the input), a later stage's are the whole input times 8 bits of the
     multiplier, and the partial products are summed in carry-save form; the same values and
-    cycles. The
-    pipeline stalls as a whole while its last stage holds an output that is not taken
-    (``i_stream.ready`` follows ``o_stream.ready`` combinationally in that case).
+    cycles. An
+    output that is not taken moves to a skid register; the pipeline stalls as a whole while
+    both hold one, and ``i_stream.ready`` is a function of registers only.
     """
 
     @_quiet_if_invalid
@@ -875,8 +905,7 @@ class RequantCore(wiring.Component):
         period = self._plans[0].period
         t_shape = range(max(period, 2))
 
-        o_valid = Signal()
-        advance = ~o_valid | o_stream.ready
+        advance = Signal()                  # the pipeline shifts (see _skid_output)
         m.d.comb += i_stream.ready.eq(advance)
 
         t_in = Signal(t_shape)
@@ -1000,11 +1029,7 @@ class RequantCore(wiring.Component):
             x, valid = y, valids[-1]
             ts += slots
 
-        m.d.comb += [
-            o_valid.eq(valid),
-            o_stream.valid.eq(o_valid),
-            o_stream.payload.eq(x),
-        ]
+        m.d.comb += advance.eq(_skid_output(m, o_stream, valid, x))
         return m
 
 

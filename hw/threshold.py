@@ -31,6 +31,7 @@ from .cores import (
     _range_shape,
     _shape_range,
     _sign_split,
+    _skid_output,
     _tree_sum,
     _wrap_incr,
     int_shape,
@@ -278,9 +279,9 @@ class ThresholdCore(wiring.Component):
         ``out_shape`` is the shape of ``stages[-1].out_type``.
 
     Timing: one transfer per cycle; latency ``1 + sum of the stages' latencies`` (an input
-    register first), :func:`onnx2fpga.hw.cost.threshold_latency`. The pipeline stalls as a
-    whole while its last register holds an output that is not taken (``i_stream.ready``
-    follows ``o_stream.ready`` combinationally then).
+    register first), :func:`onnx2fpga.hw.cost.threshold_latency`. An output that is not
+    taken moves to a skid register; the pipeline stalls as a whole while both hold one, and
+    ``i_stream.ready`` is a function of registers only.
     """
 
     @_quiet_if_invalid
@@ -352,8 +353,7 @@ class ThresholdCore(wiring.Component):
         period = self._plans[0].period            # the same for every stage
         t_shape = range(max(period, 2))
 
-        o_valid = Signal()
-        advance = ~o_valid | o_stream.ready
+        advance = Signal()                  # the pipeline shifts (see _skid_output)
         m.d.comb += i_stream.ready.eq(advance)
 
         t_in = Signal(t_shape)
@@ -378,11 +378,7 @@ class ThresholdCore(wiring.Component):
                 x, valid, t_cur, t_next = self._binary(m, k, plan, x, valid, t_cur, t_next,
                                                        advance)
 
-        m.d.comb += [
-            o_valid.eq(valid),
-            o_stream.valid.eq(o_valid),
-            o_stream.payload.eq(x),
-        ]
+        m.d.comb += advance.eq(_skid_output(m, o_stream, valid, x))
         return m
 
     def _map(self, plan, count):
