@@ -189,14 +189,14 @@ def _mult18x18d(m: Module, a, b, ce, name: str):
     p36 = Signal(2 * ECP5_DSP_BITS, name=f"{name}_p")
     # Sign- or zero-extended as the operand's shape says; SIGNEDA/B tell the DSP which.
     m.d.comb += [a18.eq(a), b18.eq(b)]
+    # The cascade inputs (SRIA, SRIB) and the clock and control banks 1-3 stay unconnected:
+    # tied to 0 they are arcs of the constant net that general routing cannot reach (nextpnr
+    # failed to route the jet tagger's design so).
     ports = {"i_SIGNEDA": int(a.shape().signed), "i_SIGNEDB": int(b.shape().signed),
              "i_SOURCEA": 0, "i_SOURCEB": 0,
              "i_CLK0": ClockSignal("sync"), "i_CE0": ce, "i_RST0": 0}
-    for k in (1, 2, 3):
-        ports.update({f"i_CLK{k}": 0, f"i_CE{k}": 0, f"i_RST{k}": 0})
     for i in range(ECP5_DSP_BITS):
-        ports.update({f"i_A{i}": a18[i], f"i_B{i}": b18[i], f"i_C{i}": 0,
-                      f"i_SRIA{i}": 0, f"i_SRIB{i}": 0})
+        ports.update({f"i_A{i}": a18[i], f"i_B{i}": b18[i], f"i_C{i}": 0})
     for i in range(2 * ECP5_DSP_BITS):
         ports[f"o_P{i}"] = p36[i]
     m.submodules[name] = Instance(
