@@ -262,11 +262,15 @@ def _skid_output(m: Module, o_stream, valid, payload):
         o_stream.valid.eq(valid | skid_full),
         o_stream.payload.eq(Mux(skid_full, skid_bits, as_bits)),
     ]
+    # The skid register follows the payload while it is empty (so `ready` enables only the
+    # flag, not a word of flip-flops) and holds once the flag is set.
+    with m.If(~skid_full):
+        m.d.sync += skid_bits.eq(as_bits)
     with m.If(skid_full):
         with m.If(o_stream.ready):
             m.d.sync += skid_full.eq(0)
     with m.Elif(valid & ~o_stream.ready):
-        m.d.sync += [skid_full.eq(1), skid_bits.eq(as_bits)]
+        m.d.sync += skid_full.eq(1)
     return ~(valid & skid_full)
 
 
@@ -1281,8 +1285,9 @@ class WidthConverter(wiring.Component):
     Timing: equal lane counts are a wire. Gathering (``out_lanes = k * in_lanes``) outputs one
     cycle after the ``k``-th input transfer and accepts an input every cycle. Splitting
     (``in_lanes = k * out_lanes``) outputs the ``k`` pieces in the ``k`` cycles after the input
-    transfer and accepts the next input in the cycle its last piece leaves. In both cases
-    ``i_stream.ready`` may follow ``o_stream.ready`` combinationally.
+    transfer and accepts the next input in the cycle its last piece leaves. In both cases an
+    output that is not taken moves to a skid register, so that ``o_stream.ready`` enables no
+    data register and ``i_stream.ready`` is a function of registers only.
     """
 
     @_quiet_if_invalid
@@ -1319,12 +1324,9 @@ class WidthConverter(wiring.Component):
             buf = Signal(n_out * bits)
             count = _counter(k)
             o_valid = Signal()
-            m.d.comb += [
-                i_stream.ready.eq(~o_valid | o_stream.ready),
-                o_stream.valid.eq(o_valid),
-                o_stream.payload.eq(buf),
-            ]
-            with m.If(o_stream.ready):
+            free = _skid_output(m, o_stream, o_valid, buf)
+            m.d.comb += i_stream.ready.eq(free)
+            with m.If(o_valid & free):     # the word left: sent, or to the skid register
                 m.d.sync += o_valid.eq(0)
             with m.If(i_stream.valid & i_stream.ready):
                 with m.Switch(count):
@@ -1340,12 +1342,9 @@ class WidthConverter(wiring.Component):
         count = _counter(k)
         full = Signal()
         last = count == k - 1
-        m.d.comb += [
-            i_stream.ready.eq(~full | (o_stream.ready & last)),
-            o_stream.valid.eq(full),
-            o_stream.payload.eq(word[:n_out * bits]),
-        ]
-        with m.If(o_stream.valid & o_stream.ready):
+        free = _skid_output(m, o_stream, full, word[:n_out * bits])
+        m.d.comb += i_stream.ready.eq(~full | (free & last))
+        with m.If(full & free):            # a piece left: sent, or to the skid register
             m.d.sync += [word.eq(word >> (n_out * bits)), count.eq(_wrap_incr(count, k))]
             with m.If(last):
                 m.d.sync += full.eq(0)
