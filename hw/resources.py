@@ -147,6 +147,12 @@ _LIBRARY = {
 #: memory_libmap's weights of the read multiplexer, the write-enable demultiplexer and an
 #: emulated feature.
 _FACTOR_MUX, _FACTOR_DEMUX, _FACTOR_EMU = 0.5, 0.5, 2
+#: What a RAM (a write port and a synchronous read port) costs memory_libmap beyond a ROM in
+#: an ECP5 block RAM, found from where yosys 0.70 switches between TRELLIS_DPR16X4 and DP16KD
+#: (64 words: 24 bits distributed, 25 block; 128 words: 10 and 11 bits distributed, 12 block;
+#: 32 words x 56 bits distributed): the block RAM wins from a distributed cost of 144
+#: (128 + 16). Without it kwsmlp_w3a3's last input buffer (24 x 64) counted one DP16KD too many.
+_BLOCK_RAM_EXTRA = {"ice40": 0, "ecp5": 16}
 
 
 @dataclass(frozen=True)
@@ -178,7 +184,7 @@ def memory_mapping(width: int, depth: int, family: str, *, rom: bool,
     Examples: on iCE40 a 2048x8 ROM takes 4 ``SB_RAM40_4K``, a 128x8 ROM stays in LUTs
     (1024 bits / 16 = 64 is not more than one block's cost of 64), a 16x8 RAM takes a block;
     on ECP5 a 512x36 ROM takes one ``DP16KD`` (as ``PDPW16KD``), a 64x8 RAM 8
-    ``TRELLIS_DPR16X4``.
+    ``TRELLIS_DPR16X4``, a 64x24 RAM 24 of them and a 64x25 RAM one ``DP16KD``.
     """
     for name, v in (("width", width), ("depth", depth)):
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -210,6 +216,8 @@ def memory_mapping(width: int, depth: int, family: str, *, rom: bool,
             mult_a = -(-depth // addrs)
             repl = -(-(mult_a * swz) // uw)
             cost = rdef.cost * repl + _FACTOR_MUX * (mult_a - 1) * width + emu
+            if not rom and rdef.kind == "block":
+                cost += _BLOCK_RAM_EXTRA[family]
             if not rom and mult_a != 1:
                 cost += _FACTOR_DEMUX * mult_a
             if cost < best_cost:

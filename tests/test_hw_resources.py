@@ -101,6 +101,11 @@ def test_ice40_memory_mapping_measured(width, depth, rom, kind, cells):
     (13, 64, False, "distributed", 16), (13, 128, False, "block", 1),
     (18, 64, False, "distributed", 20), (36, 32, False, "distributed", 18),
     (36, 64, False, "block", 1), (36, 1024, False, "block", 2), (18, 2048, False, "block", 2),
+    # Where yosys 0.70 switches between distributed and block RAM (synth_ecp5 of single RAMs).
+    (24, 64, False, "distributed", 24), (25, 64, False, "block", 1),
+    (27, 64, False, "block", 1), (24, 48, False, "distributed", 18),
+    (10, 128, False, "distributed", 24), (12, 128, False, "block", 1),
+    (56, 32, False, "distributed", 28),
 ])
 def test_ecp5_memory_mapping_measured(width, depth, rom, kind, cells):
     mm = memory_mapping(width, depth, "ecp5", rom=rom)
