@@ -7,7 +7,8 @@
 
 Without design directories it compiles its own set (:func:`designs`): the two examples
 (``digits`` MLP, ``cnn_digits`` CNN), a wide MLP (``simd`` 32), a 4-bit MLP, an MLP with
-its products in LUTs (``multipliers="lut"``) and two small CNNs from ``tests/models.py``
+its products in LUTs (``multipliers="lut"``; 6-bit and 16-bit activations), a 3-bit MLP with 256-term adder trees
+and two small CNNs from ``tests/models.py``
 (depthwise + pointwise, residual). For every design and board
 it builds the bitstream (YoWASP yosys + nextpnr, one build at a time) and prints the
 estimate of :func:`~onnx2fpga.hw.resources.dataflow_resources` (plus the board wrapper)
@@ -66,6 +67,26 @@ def designs():
                         "folding": {"dense0": {"multipliers": "lut"},
                                     "dense1": {"multipliers": "lut"},
                                     "dense2": {"multipliers": "lut"}}}),
+        # Small 4-bit MLP with threshold activations and 8-bit requantization multipliers (the
+        # design tests/test_hw_resources.py builds).
+        "mlp_4bit_small": (float_mlp((16, 8, 4), softmax=False),
+                           np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32),
+                           {"weight_bits": 4, "activation_bits": 4, "multiplier_bits": 8}),
+        # The jet tagger's LUT layers: 16-bit activations times 6-bit weights in radix-4 digit
+        # products (simd 16 x pe 4 and 64 x 2), then a layer in DSPs.
+        "mlp_lutmul16": (float_mlp((16, 64, 32, 5), softmax=False, seed=7),
+                         rng.standard_normal((64, 16)).astype(np.float32),
+                         {"weight_bits": 6, "activation_bits": 16,
+                          "folding": {"dense0": {"simd": 16, "pe": 4, "multipliers": "lut"},
+                                      "dense1": {"simd": 64, "pe": 2, "multipliers": "lut"},
+                                      "dense2": {"simd": 32, "pe": 1}}}),
+        # Wide adder trees of 3-bit products with threshold activations, as kwsmlp_w3a3's
+        # (simd 256: 256 products and a 256-term tree per output).
+        "mlp_3bit_wide": (float_mlp((256, 64, 16), softmax=False, seed=6),
+                          rng.standard_normal((64, 256)).astype(np.float32),
+                          {"weight_bits": 3, "activation_bits": 3,
+                           "folding": {"dense0": {"simd": 256, "pe": 1},
+                                       "dense1": {"simd": 64, "pe": 1}}}),
     }
     return out
 

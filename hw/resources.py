@@ -396,26 +396,27 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
 
 #: LUTs per unit of each :data:`LUT_FEATURES` entry, per family: non-negative least squares
 #: (rows weighted by 1/sqrt(LUTs), then scaled so that the sum over all stages is right) on
-#: yosys 0.70 syntheses of the single stages of six designs (95 iCE40 and 93 ECP5 stages,
+#: yosys 0.70 syntheses of the single stages of ten designs (130 iCE40 and 130 ECP5 stages,
 #: stored in ``benchmarks/resources_fit.jsonl``; ``benchmarks/resources.py --fit`` measures
 #: them again, ``--fit --stale-from`` only the stages whose features changed, ``--fit-from``
 #: refits; iCE40: SB_LUT4 cells; ECP5: LUT4 + 2 per CCU2C + 2 per TRELLIS_DPR16X4; the
-#: iCE40 rows elaborate the iCE40-only digit products of RequantCore and MatVecCore). Per
-#: design the fit is within -5..+5 % of the synthesized total on iCE40 but for the 4-bit MLP
-#: (-30 %: its digit-product MatVec is underestimated), ECP5 -13..+12 %; single stages are off
-#: by 14 % (iCE40) and 25 % (ECP5) in the median, so a layer's figure is rougher than a
-#: design's. The features are correlated: a zero weight means that
-#: another feature carries the cost, not that the operator is free. ``"pnr"``: board-report
-#: LUTs over synthesized LUTs of a whole design (ECP5: nextpnr's TRELLIS_COMB adds
-#: pass-through LUTs, 1627 over 1373 on the digits example; iCE40: the report counts the
-#: synthesized SB_LUT4 cells).
+#: iCE40 rows elaborate the iCE40-only digit products of RequantCore and MatVecCore, the ECP5
+#: rows the registered MULT18X18D instances). Per design the fit is within -7..+5 % of the
+#: synthesized total on iCE40 but for the two 4-bit MLPs (-27 % and -16 %: digit-product and
+#: threshold stages are underestimated), ECP5 -9..+6 % but for the 4-bit MLPs (-16 %, -22 %)
+#: and the 3-bit MLP with 256-term adder trees (-15 %); a layer's figure is rougher than a
+#: design's. The features are correlated: a
+#: zero weight means that another feature carries the cost, not that the operator is free.
+#: ``"pnr"``: board-report LUTs over synthesized LUTs of a whole design (ECP5: nextpnr's
+#: TRELLIS_COMB adds pass-through LUTs, 1627 over 1373 on the digits example; iCE40: the
+#: report counts the synthesized SB_LUT4 cells).
 LUT_COEFFICIENTS = {
-    "ice40": {"add": 0.0, "cmp": 0.4336, "mux": 0.4755, "assign": 0.0811, "logic": 0.5229,
-              "soft_mul": 0.9367, "rom_bits": 0.0767, "ram_bits": 0.5014, "mem_cells": 0.0,
-              "ff": 0.1751, "one": 0.3171, "pnr": 1.0},
-    "ecp5": {"add": 0.0, "cmp": 0.2572, "mux": 1.2741, "assign": 0.1007, "logic": 0.2566,
-             "soft_mul": 0.9595, "rom_bits": 0.1304, "ram_bits": 0.0, "mem_cells": 2.3841,
-             "ff": 0.1514, "one": 8.0215, "pnr": 1.185},
+    "ice40": {"add": 0.1476, "cmp": 0.0001, "mux": 0.7566, "assign": 0.097, "logic": 0.3009,
+              "soft_mul": 0.8613, "rom_bits": 0.1376, "ram_bits": 0.5653, "mem_cells": 0.0,
+              "ff": 0.1312, "one": 3.3817, "pnr": 1.0},
+    "ecp5": {"add": 0.2929, "cmp": 0.1263, "mux": 1.0766, "assign": 0.0976, "logic": 0.0826,
+             "soft_mul": 0.0273, "rom_bits": 0.1183, "ram_bits": 0.0, "mem_cells": 3.385,
+             "ff": 0.1294, "one": 1.7272, "pnr": 1.185},
 }
 
 #: The board wrapper (framed UART host link, :mod:`onnx2fpga.boards.framed`, with its 16-byte
@@ -457,6 +458,10 @@ def wrapper_resources(in_tdata_width: int, in_beats: int, out_tdata_width: int,
     extra = max(0, in_tdata_width - 8) + max(0, out_tdata_width - 8)
     out = {"lut": w["lut"] + w["lut_per_bit"] * extra, "ff": w["ff"] + w["ff_per_bit"] * extra,
            "dsp": 0, "bram": w["bram"]}
+    # The feeder's skid register (boards/framed.py): per payload bit, the output and skid
+    # flip-flops and the multiplexer in front of the output.
+    out["lut"] += width
+    out["ff"] += 2 * width
     blocks = []
     if w["bram"] and "wrapper/rx_fifo" in logic:
         cost = logic_memory_cost(*WRAPPER_RX_FIFO, False)
