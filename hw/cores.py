@@ -157,6 +157,12 @@ def product(a, b, *, lut=False):
     return a * b
 
 
+#: Products per share of :class:`MatVecCore`'s data registers with an enable of their own, and
+#: the most shares.
+_PRODUCTS_PER_SHARE = 8
+_MAX_SHARES = 32
+
+
 #: Operand width of an ECP5 ``MULT18X18D``.
 ECP5_DSP_BITS = 18
 
@@ -574,6 +580,17 @@ class MatVecCore(wiring.Component):
         x_word = Signal.like(x_rd.data, name="x_word", reset_less=True)
         w_bits = Signal.like(w_rd.data, name="w_word", reset_less=True)
         w_word = w_layout(w_bits)
+        # Enables of the data registers: `advance` reaching every one of them (about 10,000
+        # in the jet tagger's LUT-product layers) was a net of 11-12 ns on an ECP5. A wide
+        # core splits its products into shares of _PRODUCTS_PER_SHARE, each enabled by its own
+        # replica of the stall state (see the end of elaborate): equal to `advance` on every
+        # cycle, but a net of a few hundred flip-flops.
+        n_shares = min(_MAX_SHARES, pe * simd // _PRODUCTS_PER_SHARE)
+        share_adv = [Signal(name=f"advance_{k}") for k in range(n_shares)] \
+            if n_shares > 1 else [advance]
+
+        def adv_of(p, s):
+            return share_adv[(p * simd + s) * len(share_adv) // (pe * simd)]
         if digits:
             # S2 holds the picked multiples, terms[p][s][n] (digit n of weight (p, s)).
             terms = [[None] * simd for _ in range(pe)]
@@ -584,7 +601,7 @@ class MatVecCore(wiring.Component):
                     terms[p][s] = [Signal(Shape.cast(v.shape()), name=f"term_{p}_{s}_{n}",
                                           reset_less=True)
                                    for n, v in enumerate(values)]
-                    with m.If(advance):
+                    with m.If(adv_of(p, s)):
                         m.d.sync += [r.eq(v) for r, v in zip(terms[p][s], values)]
         if self._arithmetic == "multiply":
             xs = [x_word[s].x if digits else x_word[s] for s in range(simd)]
@@ -611,20 +628,21 @@ class MatVecCore(wiring.Component):
             for n in range(1, n_stages):
                 m.d.sync += [s_valid[n].eq(s_valid[n - 1]), s_first[n].eq(s_first[n - 1]),
                              s_last[n].eq(s_last[n - 1]), s_g[n].eq(s_g[n - 1])]
-            for p in range(pe):
-                for s, (prod, value) in enumerate(zip(prods[p], prod_values[p])):
-                    if (p, s) in dsp_products:
-                        continue
-                    if digits:
-                        value = _carry_save_sum(m, terms[p][s], prod.shape(),
-                                                f"prod_{p}_{s}_csa")
+        for p in range(pe):
+            for s, (prod, value) in enumerate(zip(prods[p], prod_values[p])):
+                if (p, s) in dsp_products:
+                    continue
+                if digits:
+                    value = _carry_save_sum(m, terms[p][s], prod.shape(),
+                                            f"prod_{p}_{s}_csa")
+                with m.If(adv_of(p, s)):
                     m.d.sync += prod.eq(value)
         # ECP5: the S2 registers and the product register of a hard product are the DSP's
         # own (fed from the S1 memory data, both enabled by `advance`): same cycles, and the
         # multiplier sits between registers inside the DSP.
         for p, s in dsp_products:
             m.d.comb += prods[p][s].eq(_mult18x18d(m, x_rd.data[s], w_layout(w_rd.data)[p][s],
-                                                   advance, f"mul_{p}_{s}"))
+                                                   adv_of(p, s), f"mul_{p}_{s}"))
         # Sums and the accumulator wrap modulo 2**acc_bits: exact, because the final value
         # lies within acc_type (two's complement addition is modular).
         # Adder levels per tree stage: ADDER_LEVELS_PER_STAGE, the last stage the rest. Fed
@@ -648,7 +666,7 @@ class MatVecCore(wiring.Component):
                                else Shape.cast(t.shape()), name=f"sum{n}_{p}_{i}",
                                reset_less=True)
                         for i, t in enumerate(terms)]
-                with m.If(advance):
+                with m.If(adv_of(p, 0)):
                     m.d.sync += [r.eq(t) for r, t in zip(regs, terms)]
                 terms = regs
             sums.append(Cat(C(0, 1), terms[0]) if xnor else terms[0])
@@ -680,6 +698,17 @@ class MatVecCore(wiring.Component):
         m.d.comb += stall.eq(s3_valid & ~free)
         with m.If(o_valid & free):           # the accumulator left: sent, or to the skid
             m.d.sync += o_valid.eq(0)
+        # The stall state's replicas: `stall` is s3_valid & o_valid & skid_full; each replica
+        # holds its own copies of the three flags, updated as the originals are (so they are
+        # equal on every cycle, and synthesis does not merge them: each feeds back on itself).
+        if n_shares > 1:
+            for k, adv in enumerate(share_adv):
+                v3, ov, sf = (Signal(name=f"{n}_{k}") for n in ("s3_valid", "o_valid",
+                                                                    "skid_full"))
+                m.d.comb += adv.eq(~(v3 & ov & sf))
+                m.d.sync += [v3.eq(Mux(adv, s_valid[-2], v3)),
+                             ov.eq((v3 & adv & s3_last) | (ov & sf)),
+                             sf.eq(~o_stream.ready & (sf | ov))]
         with m.If(s3_valid & advance):
             for p in range(pe):
                 base = bias[p] if folds == 1 else Mux(s3_first, bias[p], acc[p])

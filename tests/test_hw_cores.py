@@ -60,6 +60,7 @@ MATVEC_CASES = [
     (IntType(5, False), 12, 12, 8, 2, 1, 2),      # eight folds of one element
     (IntType(8, True), 5, 8, 18, 4, 9, 2),        # two adder-tree stages, odd term count
     (IntType(8, False), 0, 8, 40, 3, 20, 3),      # three adder-tree stages
+    (IntType(8, True), 3, 6, 16, 24, 8, 2),       # 12 groups: stalls reach two enable shares
 ]
 
 
