@@ -6,10 +6,10 @@
     python benchmarks/resources.py --sweep
 
 Without design directories it compiles its own set (:func:`designs`): the two examples
-(``digits`` MLP, ``cnn_digits`` CNN), a wide MLP (``simd`` 32), a 4-bit MLP, an MLP with
-its products in LUTs (``multipliers="lut"``; 6-bit and 16-bit activations), a 3-bit MLP with 256-term adder trees
-and two small CNNs from ``tests/models.py``
-(depthwise + pointwise, residual). For every design and board
+(``digits`` MLP, ``cnn_digits`` CNN), a wide MLP (``simd`` 32), two 4-bit MLPs, two MLPs
+with their products in LUTs (``multipliers="lut"``; 6-bit and 16-bit activations), a 3-bit
+MLP with 256-term adder trees and two small CNNs from ``tests/models.py`` (depthwise +
+pointwise, residual). For every design and board
 it builds the bitstream (YoWASP yosys + nextpnr, one build at a time) and prints the
 estimate of :func:`~onnx2fpga.hw.resources.dataflow_resources` (plus the board wrapper)
 against the board report: LUT, FF, DSP, BRAM and the error in percent.

@@ -17,7 +17,20 @@ import functools
 from math import gcd
 
 import numpy as np
-from amaranth import C, Cat, ClockSignal, Const, Instance, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import (
+    C,
+    Cat,
+    ClockSignal,
+    Const,
+    Instance,
+    Module,
+    Mux,
+    Shape,
+    Signal,
+    Value,
+    signed,
+    unsigned,
+)
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -260,18 +273,16 @@ def _skid_output(m: Module, o_stream, valid, payload):
     cycles are those of a plain output register.
     """
     skid_full = Signal()
-    skid = Signal(Shape.cast(payload.shape()) if not isinstance(payload, data.View)
-                  else payload.shape(), reset_less=True)
-    as_bits = payload.as_value() if isinstance(payload, data.View) else payload
-    skid_bits = skid.as_value() if isinstance(skid, data.View) else skid
+    bits = Value.cast(payload)
+    skid = Signal(len(bits), reset_less=True)
     m.d.comb += [
         o_stream.valid.eq(valid | skid_full),
-        o_stream.payload.eq(Mux(skid_full, skid_bits, as_bits)),
+        o_stream.payload.eq(Mux(skid_full, skid, bits)),
     ]
     # The skid register follows the payload while it is empty (so `ready` enables only the
     # flag, not a word of flip-flops) and holds once the flag is set.
     with m.If(~skid_full):
-        m.d.sync += skid_bits.eq(as_bits)
+        m.d.sync += skid.eq(bits)
     with m.If(skid_full):
         with m.If(o_stream.ready):
             m.d.sync += skid_full.eq(0)
@@ -613,10 +624,9 @@ class MatVecCore(wiring.Component):
                            for p in range(pe)]
         else:
             prod_values = [[~(x_word ^ w_word[p])] for p in range(pe)]
-        dsp_products = []
-        if self._arithmetic == "multiply" and not digits and not lut and \
-                ecp5_registered_product(platform, self._in_shape, self._w_shape):
-            dsp_products = [(p, s) for p in range(pe) for s in range(simd)]
+        # ECP5: every product in a registered MULT18X18D (all of them or none).
+        dsp = self._arithmetic == "multiply" and not digits and not lut and \
+            ecp5_registered_product(platform, self._in_shape, self._w_shape)
         prods = [[Signal(neg_shape if self._arithmetic == "sign" else
                          (xs[s] * w_word[p][s]).shape() if self._arithmetic == "multiply"
                          else Shape.cast(v.shape()), name=f"prod_{p}_{s}", reset_less=True)
@@ -630,19 +640,19 @@ class MatVecCore(wiring.Component):
                              s_last[n].eq(s_last[n - 1]), s_g[n].eq(s_g[n - 1])]
         for p in range(pe):
             for s, (prod, value) in enumerate(zip(prods[p], prod_values[p])):
-                if (p, s) in dsp_products:
+                if dsp:
+                    # The S2 registers and the product register are the DSP's own (fed from
+                    # the S1 memory data, enabled as the fabric registers): same cycles, and
+                    # the multiplier sits between registers inside the DSP.
+                    m.d.comb += prod.eq(_mult18x18d(m, x_rd.data[s],
+                                                    w_layout(w_rd.data)[p][s], adv_of(p, s),
+                                                    f"mul_{p}_{s}"))
                     continue
                 if digits:
                     value = _carry_save_sum(m, terms[p][s], prod.shape(),
                                             f"prod_{p}_{s}_csa")
                 with m.If(adv_of(p, s)):
                     m.d.sync += prod.eq(value)
-        # ECP5: the S2 registers and the product register of a hard product are the DSP's
-        # own (fed from the S1 memory data, both enabled by `advance`): same cycles, and the
-        # multiplier sits between registers inside the DSP.
-        for p, s in dsp_products:
-            m.d.comb += prods[p][s].eq(_mult18x18d(m, x_rd.data[s], w_layout(w_rd.data)[p][s],
-                                                   adv_of(p, s), f"mul_{p}_{s}"))
         # Sums and the accumulator wrap modulo 2**acc_bits: exact, because the final value
         # lies within acc_type (two's complement addition is modular).
         # Adder levels per tree stage: ADDER_LEVELS_PER_STAGE, the last stage the rest. Fed
@@ -652,7 +662,7 @@ class MatVecCore(wiring.Component):
         levels = (simd - 1).bit_length()
         per_stage = [cost.ADDER_LEVELS_PER_STAGE] * (tree_stages - 1)
         per_stage.append(max(0, levels - sum(per_stage)))
-        if dsp_products:
+        if dsp:
             per_stage.reverse()
         sums = []
         for p in range(pe):

@@ -295,6 +295,8 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
     from amaranth.hdl import Fragment, _nir
     from amaranth.hdl._ir import build_netlist
 
+    from .cores import ECP5_DSP_BITS
+
     _check_family(family)
     frag = Fragment.get(elaboratable, _platform(family))
     netlist = build_netlist(frag, name="top")
@@ -317,7 +319,7 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
             f["ff"] += len(cell.data)
         elif isinstance(cell, _nir.Instance) and cell.type == "MULT18X18D":
             # An instantiated, registered ECP5 multiplier: one DSP, its registers inside.
-            a, b = (_operand([net for k in range(18)
+            a, b = (_operand([net for k in range(ECP5_DSP_BITS)
                               for net in cell.ports_i[f"{port}{k}"]])[0] for port in "AB")
             f["multipliers"].append((a, b, 1))
             f["dsp"] += 1
