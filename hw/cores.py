@@ -232,6 +232,18 @@ def _mult18x18d(m: Module, a, b, ce, name: str):
     return bits.as_signed() if shape.signed else bits
 
 
+def _one_dsp(px, pm) -> bool:
+    """Whether yosys gives the product ``px * pm`` (``pm`` an int for a constant, ``None``
+    for no product) exactly one ECP5 multiplier: then a :func:`_mult18x18d` takes its place
+    with the same count (see :func:`onnx2fpga.hw.resources.multiplier_dsps`)."""
+    from .resources import const_multiplier_bits, multiplier_dsps
+    if pm is None:
+        return False
+    b_bits = const_multiplier_bits(pm) if isinstance(pm, int) else len(pm)
+    return max(len(px), b_bits) <= ECP5_DSP_BITS and \
+        multiplier_dsps(len(px), b_bits, "ecp5") == 1
+
+
 def _counter(modulo: int) -> Signal:
     """A counter register for ``0 .. modulo-1``, at least 1 bit wide (no zero-width wires in
     the Verilog when ``modulo`` is 1)."""
@@ -987,6 +999,14 @@ class RequantCore(wiring.Component):
                          reset_less=True) for j in range(lanes)]
             with m.If(advance):
                 m.d.sync += [x3[j].eq(x[j] + (x[j] << 1)) for j in range(lanes)]
+        # ECP5: partial products that take one hard multiplier are registered MULT18X18D
+        # whose input registers take the place of the registers in front of them (the
+        # second input register or the previous stage's output, and the parameter
+        # register), so they are fed from the values those registers load: `x_next`,
+        # `p_next`. An inferred DSP has no registers (yosys packs none into it), and its
+        # route in and out was the jet tagger's critical path on an ECP5 (12.1 ns).
+        dsp = _is_ecp5(platform)
+        x_next = x
         x, valid, ts = x1, valid1, [t_in, t_cur, t1]
 
         for k, plan in enumerate(self._plans):
@@ -1003,12 +1023,15 @@ class RequantCore(wiring.Component):
                 p_word = Signal.like(rd.data, name=f"p{k}", reset_less=True)
                 with m.If(advance):
                     m.d.sync += p_word.eq(rd.data)
-            params = [{name: (getattr(p_word[j], name) if plan.varies[name] else table[j][0])
-                       for name, table in plan.tables.items()} for j in range(lanes)]
+            params, p_next = ([{name: (getattr(word[j], name) if plan.varies[name]
+                                       else table[j][0])
+                                for name, table in plan.tables.items()} for j in range(lanes)]
+                              for word in ((p_word, rd.data) if fields else (None, None)))
 
             v = [Signal(plan.v_shape, name=f"v{k}_{j}", reset_less=True) for j in range(lanes)]
             r = [Signal(plan.r_shape, name=f"r{k}_{j}", reset_less=True) for j in range(lanes)]
             y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}", reset_less=True)
+            y_next = []                     # the values `y` loads, per lane
             # Stages a..e, each with the valid flag and transfer slot of its contents.
             valids = [Signal(name=f"valid{k}_{n}") for n in "abcde"]
             slots = [Signal(t_shape, name=f"t{k}_{n}") for n in "abcde"]
@@ -1024,14 +1047,22 @@ class RequantCore(wiring.Component):
                     if not use:
                         continue
                     parts = []
-                    products = (_digit_partial_products(x[j], x3[j], p[mult])
-                                if lut_mul and k == 0 else
-                                _partial_products(x[j], p[mult], chunks))
+                    if lut_mul and k == 0:
+                        products = _digit_partial_products(x[j], x3[j], p[mult])
+                    else:
+                        products = _partial_products(x[j], p[mult], chunks)
+                        factors = _partial_factors(x_next[j], p_next[j][mult], chunks)
                     for n, (shift, value) in enumerate(products):
-                        part = Signal(Shape.cast(value.shape()), name=f"{mult}{k}_part{j}_{n}",
-                                      reset_less=True)
-                        with m.If(advance):
-                            m.d.sync += part.eq(value)
+                        name = f"{mult}{k}_part{j}_{n}"
+                        if dsp and _one_dsp(*factors[n][1:]):
+                            _, px, pm = factors[n]
+                            part = _mult18x18d(m, px, C(pm) if isinstance(pm, int) else pm,
+                                               advance, name)
+                        else:
+                            part = Signal(Shape.cast(value.shape()), name=name,
+                                          reset_less=True)
+                            with m.If(advance):
+                                m.d.sync += part.eq(value)
                         parts.append(part if shift == 0 else part << shift)
                     value = _tree_levels(parts)[0]
                     if lut_mul and len(parts) > 2:
@@ -1077,7 +1108,8 @@ class RequantCore(wiring.Component):
                     if plan.clip_lo:
                         clipped = Mux(r[j] < plan.lo, plan.lo, clipped)
                     m.d.sync += y[j].eq(clipped)
-            x, valid = y, valids[-1]
+                y_next.append(clipped)
+            x, x_next, valid = y, y_next, valids[-1]
             ts += slots
 
         m.d.comb += advance.eq(_skid_output(m, o_stream, valid, x))
@@ -1210,7 +1242,15 @@ def _chunks(value, size):
 
 
 def _partial_products(x, mult, chunks=(_MUL_CHUNK, _MUL_CHUNK)):
-    """``x * mult`` as ``(shift, product)`` pairs whose shifted sum is the product: a
+    """``x * mult`` as ``(shift, product)`` pairs whose shifted sum is the product (see
+    :func:`_partial_factors`)."""
+    return [(shift, px if pm is None else px * (C(pm) if isinstance(pm, int) else pm))
+            for shift, px, pm in _partial_factors(x, mult, chunks)]
+
+
+def _partial_factors(x, mult, chunks=(_MUL_CHUNK, _MUL_CHUNK)):
+    """``x * mult`` as ``(shift, px, pm)`` triples whose products ``px * pm``, shifted, sum
+    to it (``pm`` an int for a constant; ``None`` when ``px`` is the product itself): a
     table-read (signal) multiplier gives a product of every pair of :func:`_chunks` of both
     operands, cut at ``chunks = (x_chunk, m_chunk)`` bits; so does a constant (int) one
     when ``x`` is cut too (hard multipliers: a 24 x 24-bit constant product was one
@@ -1219,8 +1259,10 @@ def _partial_products(x, mult, chunks=(_MUL_CHUNK, _MUL_CHUNK)):
     a constant gives one product (none for 1 or 0: ``x`` or 0)."""
     x_chunk, m_chunk = chunks
     if isinstance(mult, int):
-        if mult in (0, 1) or x_chunk is None:
-            return [(0, x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult))]
+        if mult in (0, 1):
+            return [(0, x if mult == 1 else C(0, 1), None)]
+        if x_chunk is None:
+            return [(0, x, mult)]
         shape = C(mult).shape()
         pieces = []
         for lo in range(0, shape.width, m_chunk):
@@ -1229,9 +1271,9 @@ def _partial_products(x, mult, chunks=(_MUL_CHUNK, _MUL_CHUNK)):
             # The top piece keeps the sign (an arithmetic shift), the others are unsigned.
             piece = mult >> lo if top and shape.signed else (mult >> lo) & ((1 << (hi - lo)) - 1)
             if piece:
-                pieces.append((lo, C(piece)))
-        return [(sx + sm, px * pm) for sx, px in _chunks(x, x_chunk) for sm, pm in pieces]
-    return [(sx + sm, px * pm) for sx, px in _chunks(x, x_chunk)
+                pieces.append((lo, piece))
+        return [(sx + sm, px, pm) for sx, px in _chunks(x, x_chunk) for sm, pm in pieces]
+    return [(sx + sm, px, pm) for sx, px in _chunks(x, x_chunk)
             for sm, pm in _chunks(mult, m_chunk)]
 
 

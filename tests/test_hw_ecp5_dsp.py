@@ -1,5 +1,6 @@
-"""ECP5 hard products: MatVecCore elaborated for an ECP5 puts every hard product in a
-MULT18X18D with its input and output registers. The emitted Verilog (with a behavioural model
+"""ECP5 hard products: MatVecCore and RequantCore elaborated for an ECP5 put every hard
+product (a requantization's partial products that take one DSP each) in a MULT18X18D with its
+input and output registers. The emitted Verilog (with a behavioural model
 of the DSP from Lattice's documentation, tests/data/mult18x18d_model.v) runs in Verilator
 under stalls and must equal the golden model, with the cycle figures of the platform-free
 design."""
@@ -21,18 +22,28 @@ MODEL = Path(__file__).parent / "data" / "mult18x18d_model.v"
 
 
 def _dataflow(seed=0):
-    """uint8 x int8 (DSPs, simd 8, pe 2: a two-stage adder tree), int8 x int3 (LUTs), int16 x int6 (DSPs, simd 2,
-    pe 2; 22-bit products, so the DSP's signedness matters) whose accumulators are the output, so that output stalls reach its DSPs."""
+    """uint8 x int8 (DSPs, simd 8, pe 2: a two-stage adder tree), int8 x int3 (LUTs), int16 x
+    int6 (DSPs, simd 2, pe 2; 22-bit products, so the DSP's signedness matters) whose
+    accumulators are the output, so that output stalls reach its DSPs.
+
+    Requantization: fc1's 19-bit accumulators are cut into a 16-bit and a signed 3-bit piece,
+    each times a 7-bit per-channel multiplier from a table, on both sides of a LeakyRelu (4
+    DSPs); the lut layer's has a table multiplier, then a second stage whose constant
+    multiplier 70001 is a 16-bit piece (a DSP fed from the first stage's clip) and a 1
+    (a shift)."""
     rng = np.random.default_rng(seed)
     u8, i8, i16 = IntType(8, False), IntType(8, True), IntType(16, True)
     fc1 = DenseLayer("fc1", u8, 3, rng.integers(-128, 128, size=(6, 16)), i8,
                      rng.integers(-999, 999, size=6),
                      [RequantStage(rng.integers(40, 120, size=6), [-900], 15, 0, -128, 127,
-                                   i8)], simd=8, pe=2)
+                                   i8, neg_multiplier=rng.integers(5, 30, size=6),
+                                   neg_offset=[-100])], simd=8, pe=2)
     lut = DenseLayer("lut", i8, 0, rng.integers(-4, 4, size=(6, 6)), IntType(3, True),
                      rng.integers(-9, 9, size=6),
                      [RequantStage(rng.integers(40, 120, size=6), [0], 4, 0, -32768, 32767,
-                                   i16)], simd=2, pe=1)
+                                   i16),
+                      RequantStage([70001], [5000], 17, 0, -32768, 32767, i16)],
+                     simd=2, pe=1)
     fc2 = DenseLayer("fc2", i16, 0, rng.integers(-32, 32, size=(4, 6)), IntType(6, True),
                      rng.integers(-99, 99, size=4), [], simd=2, pe=2)
     return Dataflow([fc1, lut, fc2], Port("x", (16,), u8, 1.0, 3, lanes=8),
@@ -55,8 +66,9 @@ def test_registered_dsps_equal_golden_with_the_same_cycles(tmp_path):
     df = _dataflow()
     ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
     plain_v = emit_verilog(df)
-    # fc1: 8 x 2 products, fc2: 2 x 2; the 3-bit weights stay in LUTs.
-    assert ecp5_v.count("MULT18X18D ") == 20 and "MULT18X18D" not in plain_v
+    # fc1: 8 x 2 products, fc2: 2 x 2; the 3-bit weights stay in LUTs. Requantization:
+    # 4 + 1 + 1 (see _dataflow).
+    assert ecp5_v.count("MULT18X18D ") == 26 and "MULT18X18D" not in plain_v
     assert emit_verilog(df, platform=get_board("ulx3s-85f").platform()) == ecp5_v
     (tmp_path / "ecp5.v").write_text(ecp5_v + "\n" + MODEL.read_text())
     (tmp_path / "plain.v").write_text(plain_v)
