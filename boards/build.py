@@ -465,8 +465,11 @@ def logic_memory_script(names) -> str:
                 raise ValueError(f"Unknown wrapper memory {name!r}: 'wrapper/buffer' or "
                                  f"'wrapper/rx_fifo'")
         else:
+            # A weight ROM in soft logic may be split into banks {mem}_bank{n}
+            # (MatVecCore's w_logic).
             *mods, mem = path.split(".")
-            sel = f"*.accelerator.{'.'.join([stage, *mods])}/m:{mem}"
+            mod = f"*.accelerator.{'.'.join([stage, *mods])}"
+            sel = f"{mod}/m:{mem} {mod}/m:{mem}_bank*"
         if stage != "wrapper":      # the wrapper's memories depend on the board's link
             lines.append(f"select -assert-any {sel}")
         lines.append(f"setattr -set logic_block 1 {sel}")

@@ -244,6 +244,63 @@ def _one_dsp(px, pm) -> bool:
         multiplier_dsps(len(px), b_bits, "ecp5") == 1
 
 
+#: Words per bank of :func:`_banked_rom`: a LUT4 holds 16 words and each further address bit
+#: is a level of 2:1 multiplexers (iCE40 has no wider multiplexer primitive), so a bank is
+#: read through 3 LUT levels. TFC_2W2A's 4096 x 2 weight ROM on an iCE40 UP5K read in one
+#: step (9 levels) closed at 31.6 MHz; in banks of 256 words (5 levels) at 36.4 MHz, the
+#: bank read still its critical path (27.5 ns, 15 of them routing: each address bit reaches
+#: hundreds of LUTs).
+LOGIC_ROM_BANK_WORDS = 64
+
+
+def logic_rom_banks(depth: int) -> int:
+    """Banks of a ``depth``-word ROM in soft logic read in two steps by :func:`_banked_rom`:
+    ``ceil(depth / LOGIC_ROM_BANK_WORDS)`` banks of :data:`LOGIC_ROM_BANK_WORDS` words (the
+    second step picks one through a level of 2:1 multiplexers per bit of the bank number,
+    a short path from registers nearby); 1 (one step) up to twice that many words."""
+    if depth <= 2 * LOGIC_ROM_BANK_WORDS:
+        return 1
+    return -(-depth // LOGIC_ROM_BANK_WORDS)
+
+
+def _banked_rom(m: Module, name: str, layout, words: list):
+    """A ROM of ``words`` (values of ``layout``) in :func:`logic_rom_banks` memories
+    ``{name}_bank{n}`` of :data:`LOGIC_ROM_BANK_WORDS` words each (the last one filled with
+    zeros), read in two register steps: returns ``(rd, data)``,
+    where ``rd`` takes ``addr`` and ``en`` as a memory read port does, and ``data`` is the
+    word one enabled clock edge later as from a read port, but picked among the banks' read
+    data by registered high address bits: the caller registers it (the second step)."""
+    bank_words = LOGIC_ROM_BANK_WORDS
+    bank_bits = bank_words.bit_length() - 1
+    depth = len(words)
+    banks = logic_rom_banks(depth)
+    addr = Signal(range(max(depth, 2)), name=f"{name}_addr")
+    en = Signal(name=f"{name}_en")
+    hi = Signal(range(max(banks, 2)), name=f"{name}_hi")
+    with m.If(en):
+        m.d.sync += hi.eq(addr >> bank_bits)
+    datas = []
+    for n in range(banks):
+        mem = _flat_memory(layout, bank_words, words[n * bank_words:(n + 1) * bank_words])
+        m.submodules[f"{name}_bank{n}"] = mem
+        rd = mem.read_port()
+        m.d.comb += [rd.addr.eq(addr[:bank_bits]), rd.en.eq(en)]
+        datas.append(rd.data)
+    level = 0
+    while len(datas) > 1:       # a balanced tree of 2:1 multiplexers on the bits of `hi`
+        datas = [Mux(hi[level], datas[i + 1], datas[i]) if i + 1 < len(datas) else datas[i]
+                 for i in range(0, len(datas), 2)]
+        level += 1
+    return _ReadPort(addr, en), datas[0]
+
+
+class _ReadPort:
+    """The ``addr`` and ``en`` of :func:`_banked_rom`'s read."""
+
+    def __init__(self, addr, en):
+        self.addr, self.en = addr, en
+
+
 def _counter(modulo: int) -> Signal:
     """A counter register for ``0 .. modulo-1``, at least 1 bit wide (no zero-width wires in
     the Verilog when ``modulo`` is 1)."""
@@ -390,6 +447,15 @@ class MatVecCore(wiring.Component):
     layer : DenseLayer
         The layer. ``in_features % simd == 0`` and ``out_features % pe == 0``; the weights must
         lie within ``layer.weight_type``.
+    arithmetic : str, optional
+        See below.
+    w_logic : bool
+        The weights go into soft logic (a board build sets yosys' ``logic_block``): a ROM of
+        more than 128 words is then :func:`logic_rom_banks` memories ``w_mem_bank{n}`` of
+        :data:`LOGIC_ROM_BANK_WORDS` words, read
+        in two steps (the banks at the low address bits, then one picked by the high bits
+        into the operand register), instead of one ``w_mem`` whose read is one deep LUT
+        tree. The same values and cycles.
 
     Members
     -------
@@ -437,7 +503,7 @@ class MatVecCore(wiring.Component):
     """
 
     @_quiet_if_invalid
-    def __init__(self, layer: DenseLayer, *, arithmetic=None):
+    def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False):
         if not isinstance(layer, DenseLayer):
             raise TypeError(f"Layer must be a DenseLayer, not {layer!r}")
         simd = _check_count(f"SIMD of layer {layer.name!r}", layer.simd)
@@ -472,6 +538,7 @@ class MatVecCore(wiring.Component):
                              f"2 bits wide for arithmetic='xnor', not {layer.in_type.name}")
         self._arithmetic = arithmetic
         self._layer = layer
+        self._w_banks = logic_rom_banks(self.groups * self.folds) if w_logic else 1
         self._in_shape = int_shape(layer.in_type)
         self._w_shape = int_shape(wt)
         self._acc_shape = signed(layer.acc_type.bits)
@@ -503,6 +570,11 @@ class MatVecCore(wiring.Component):
     def latency(self) -> int:
         """Cycles from the first input transfer to the last output transfer of one vector."""
         return cost.matvec_latency(self.folds, self.groups, self._layer.simd)
+
+    @property
+    def w_banks(self) -> int:
+        """Banks of the weight ROM: 1, or :func:`logic_rom_banks` with ``w_logic``."""
+        return self._w_banks
 
     def _weight_words(self) -> list:
         w = self._layer.weight
@@ -543,8 +615,15 @@ class MatVecCore(wiring.Component):
         w_elem = self._w_shape if self._arithmetic == "multiply" else unsigned(simd)
         w_layout = data.ArrayLayout(w_elem, pe) if self._arithmetic != "multiply" else \
             data.ArrayLayout(data.ArrayLayout(w_elem, simd), pe)
-        m.submodules.w_mem = w_mem = _flat_memory(w_layout, groups * folds, self._weight_words())
-        w_rd = w_mem.read_port()
+        words = self._weight_words()
+        if self._w_banks == 1:
+            m.submodules.w_mem = w_mem = _flat_memory(w_layout, groups * folds, words)
+            w_rd = w_mem.read_port()
+            w_data = w_rd.data
+        else:
+            # Weights in soft logic, read in two steps: S1 reads every bank at the address's
+            # low bits, S2 (the operand register) picks one by its high bits.
+            w_rd, w_data = _banked_rom(m, "w_mem", w_layout, words)
 
         # -- Write side: fill the banks in turn; full0/full1: a whole vector not yet consumed.
         # XNOR stores the sign bits (1 for +1).
@@ -558,8 +637,7 @@ class MatVecCore(wiring.Component):
         full0, full1 = full
 
         # -- Read side: one (group g, fold f) step per cycle from bank `rb`.
-        stall = Signal()
-        advance = ~stall
+        advance = Signal()      # the pipeline shifts (driven at the end)
         rb = Signal()
         raddr = _counter(2 * folds)
         waddr_w = _counter(groups * folds)
@@ -601,7 +679,7 @@ class MatVecCore(wiring.Component):
         # need one, and a reset net reaching every data flip-flop was the jet tagger's
         # critical path on an ECP5 (13 ns from the power-on counter).
         x_word = Signal.like(x_rd.data, name="x_word", reset_less=True)
-        w_bits = Signal.like(w_rd.data, name="w_word", reset_less=True)
+        w_bits = Signal(len(w_data), name="w_word", reset_less=True)
         w_word = w_layout(w_bits)
         # Enables of the data registers: `advance` reaching every one of them (about 10,000
         # in the jet tagger's LUT-product layers) was a net of 11-12 ns on an ECP5. A wide
@@ -620,7 +698,7 @@ class MatVecCore(wiring.Component):
             for p in range(pe):
                 for s in range(simd):
                     values = _digit_terms(x_rd.data[s].x, x_rd.data[s].x3, x_rd.data[s].xn,
-                                          w_layout(w_rd.data)[p][s])
+                                          w_layout(w_data)[p][s])
                     terms[p][s] = [Signal(Shape.cast(v.shape()), name=f"term_{p}_{s}_{n}",
                                           reset_less=True)
                                    for n, v in enumerate(values)]
@@ -646,7 +724,7 @@ class MatVecCore(wiring.Component):
                  for p, row in enumerate(prod_values)]
         with m.If(advance):
             m.d.sync += [s_valid[0].eq(issue), s_first[0].eq(f == 0), s_last[0].eq(f_last),
-                         s_g[0].eq(g), x_word.eq(x_rd.data), w_bits.eq(w_rd.data)]
+                         s_g[0].eq(g), x_word.eq(x_rd.data), w_bits.eq(w_data)]
             for n in range(1, n_stages):
                 m.d.sync += [s_valid[n].eq(s_valid[n - 1]), s_first[n].eq(s_first[n - 1]),
                              s_last[n].eq(s_last[n - 1]), s_g[n].eq(s_g[n - 1])]
@@ -657,7 +735,7 @@ class MatVecCore(wiring.Component):
                     # the S1 memory data, enabled as the fabric registers): same cycles, and
                     # the multiplier sits between registers inside the DSP.
                     m.d.comb += prod.eq(_mult18x18d(m, x_rd.data[s],
-                                                    w_layout(w_rd.data)[p][s], adv_of(p, s),
+                                                    w_layout(w_data)[p][s], adv_of(p, s),
                                                     f"mul_{p}_{s}"))
                     continue
                 if digits:
@@ -717,14 +795,19 @@ class MatVecCore(wiring.Component):
         acc = Signal(data.ArrayLayout(acc_shape, pe), reset_less=True)
         o_valid = Signal()
         free = _skid_output(m, o_stream, o_valid, acc)
-        m.d.comb += stall.eq(s3_valid & ~free)
         with m.If(o_valid & free):           # the accumulator left: sent, or to the skid
             m.d.sync += o_valid.eq(0)
-        # The stall state's replicas: `stall` is s3_valid & o_valid & skid_full; each replica
-        # holds its own copies of the three flags, updated as the originals are (so they are
-        # equal on every cycle, and synthesis does not merge them: each feeds back on itself).
-        if n_shares > 1:
-            for k, adv in enumerate(share_adv):
+        # The stall state's replicas: the pipeline stalls on s3_valid & o_valid & skid_full;
+        # each replica holds its own copies of the three flags, updated as the originals are
+        # (so they are equal on every cycle, and synthesis does not merge them: each feeds
+        # back on itself). A wide core's control (counters, bank flags, memory enables, valid
+        # flags) takes one too, so that `o_valid`, which also drives the output, reaches only
+        # the output and its skid register: o_valid -> advance -> rb was the jet tagger's
+        # critical path once its requantization DSPs were registered (10.4 ns).
+        if n_shares <= 1:
+            m.d.comb += advance.eq(~(s3_valid & ~free))
+        else:
+            for k, adv in enumerate([*share_adv, advance]):
                 v3, ov, sf = (Signal(name=f"{n}_{k}") for n in ("s3_valid", "o_valid",
                                                                     "skid_full"))
                 m.d.comb += adv.eq(~(v3 & ov & sf))

@@ -95,7 +95,9 @@ class Stage:
         The dataflow layer a stage comes from (None for plumbing).
     params : dict
         Per kind: ``"matvec"``: ``layer`` (the DenseLayer the core computes, weights in
-        stream order), ``arithmetic`` (:func:`matvec_arithmetic`). ``"requant"`` (only
+        stream order), ``arithmetic`` (:func:`matvec_arithmetic`), ``w_logic`` (its weight
+        ROM ``w_mem`` is among ``dataflow.logic_memories``: read from banks in two steps,
+        see :class:`~onnx2fpga.hw.cores.MatVecCore`). ``"requant"`` (only
         RequantStages) and ``"threshold"`` (only ThresholdStages): ``stages``, ``channels``
         (:func:`stage_cores`). ``"fifo"``: ``depth``.
         ``"window"``: ``channels``, ``height``, ``width``, ``kernel``, ``stride``,
@@ -444,8 +446,9 @@ def requant_lanes(layer: DenseLayer) -> int:
 class _Builder:
     """Appends stages and invents net names."""
 
-    def __init__(self):
+    def __init__(self, logic_memories=()):
         self.stages: list[Stage] = []
+        self.logic = frozenset(logic_memories)      # "stage/memory" in soft logic
         self.nets: dict[str, tuple[IntType, int, int]] = {}      # net -> type, lanes, size
         self._count = 0
 
@@ -525,9 +528,11 @@ def _matvec_stages(b: _Builder, dense: DenseLayer, net: str, k: int, layer,
                    out_shape, order) -> str:
     """``matvec``, then the requantization of ``layer.requant`` on ``requant_lanes`` lanes
     between converters, back to ``pe`` lanes."""
-    net = b.add("matvec", f"matvec_{k}", [net], dense.acc_type, dense.pe, dense.out_features
+    name = f"matvec_{k}"
+    net = b.add("matvec", name, [net], dense.acc_type, dense.pe, dense.out_features
                 * (layer.out_size // dense.out_features), layer=layer,
-                params={"layer": dense, "arithmetic": matvec_arithmetic(dense)})
+                params={"layer": dense, "arithmetic": matvec_arithmetic(dense),
+                        "w_logic": f"{name}/w_mem" in b.logic})
     if not layer.requant:
         return net
     d = requant_lanes(dense)
@@ -757,7 +762,7 @@ def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
     _check_graph(dataflow)
     inp, out = dataflow.input, dataflow.output
     orders, wanted = tensor_orders(dataflow)
-    b = _Builder()
+    b = _Builder(getattr(dataflow, "logic_memories", ()) or ())
     b.nets["in"] = (inp.type, inp.lanes, inp.size)
     tensor_net = {inp.name: "in"}
     # Readers of every tensor: (layer index, input index); the output port reads one too.

@@ -272,6 +272,13 @@ def memory_path(netlist, cell) -> str:
     return ".".join(netlist.modules[cell.module_idx].name[1:] + (cell.name,))
 
 
+def _unbanked(name: str) -> str:
+    """The memory a bank ``{memory}_bank{n}`` is part of (see
+    :func:`onnx2fpga.hw.cores.logic_rom_banks`); ``name`` if it is no bank."""
+    base, sep, n = name.rpartition("_bank")
+    return base if sep and n.isdigit() else name
+
+
 def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
                      logic=frozenset()) -> dict:
     """Read what yosys will build from one elaboratable (a core): its multipliers, memories
@@ -354,10 +361,25 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
                 f["mux"] += len(cell.inputs[1])
             elif op in ("&", "|", "^", "r|", "r&", "r^", "b"):
                 f["logic"] += w
+    banked = {}         # memory -> [width, depth, rom, banks] of its banks
     for m in mems.values():
         cell = m["cell"]
         rom = m["write"] == 0
         name = memory_path(netlist, cell)
+        base = _unbanked(name)
+        if base != name and base in logic:
+            # A bank of a ROM read in two steps (MatVecCore's w_logic): the banks and the
+            # multiplexers picking one cost the LUTs of the whole ROM in one piece (yosys
+            # 0.70, random contents: 4096 x 2 in 64-word banks 1,029 LUTs, in one 1,080;
+            # 640 x 2: 207, 200; 1024 x 8: 1,044, 1,089; 256 x 16: 565, 581), and a
+            # register per bank.
+            f["memories"].append((cell.width, cell.depth, rom, MemoryMap("logic", 0)))
+            f["memory_names"].append(name)
+            group = banked.setdefault(base, [cell.width, 0, rom, 0])
+            group[1] += cell.depth
+            group[3] += 1
+            f["ff"] += logic_memory_cost(cell.width, cell.depth, rom)["ff"]
+            continue
         if name in logic:
             # Forced into soft logic: costed by its own rule, not by the LUT model's
             # features (fitted on the small memories yosys leaves in logic by itself).
@@ -390,6 +412,9 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
         else:
             f["ff"] += m["rd_bits"] + (0 if rom else width * cell.depth)
             f["rom_bits" if rom else "ram_bits"] += width * cell.depth
+    for width, depth, rom, banks in banked.values():
+        f["logic_memory_lut"] += logic_memory_cost(width, depth, rom)["lut"]
+        f["mux"] -= (banks - 1) * width         # the bank multiplexers, counted above
     return f
 
 

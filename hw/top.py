@@ -197,7 +197,8 @@ def _make_core(stage):
     p = stage.params
     kind = stage.kind
     if kind == "matvec":
-        return MatVecCore(p["layer"], arithmetic=p.get("arithmetic"))
+        return MatVecCore(p["layer"], arithmetic=p.get("arithmetic"),
+                          w_logic=p.get("w_logic", False))
     if kind == "requant":
         return RequantCore(p["stages"], p["channels"], stage.in_lanes, stage.in_type)
     if kind == "threshold":

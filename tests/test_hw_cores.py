@@ -166,6 +166,52 @@ def test_matvec_lut_multipliers_take_no_dsp_and_the_same_cycles(seed, case):
     assert dsps == ([simd * pe, 0] if wide else [0, 0])
 
 
+# (in_type, in_zero_point, weight bits, in_features, out_features, simd, pe, platform): weight
+# ROMs of 256 (4 banks of 64), 320 (5 of 64: the last one holding 64 words) and 130 words (3
+# banks of 64, the last one holding 2 words); the iCE40 case reads digit terms from the banks.
+MATVEC_BANKED_CASES = [
+    (IntType(8, True), 0, 3, 16, 16, 1, 1, None),
+    (IntType(4, False), 5, 2, 20, 32, 1, 2, None),
+    (IntType(8, True), -2, 6, 10, 26, 1, 2, "ice40"),
+]
+
+
+@pytest.mark.parametrize("seed,case", list(enumerate(MATVEC_BANKED_CASES)))
+def test_matvec_banked_weight_rom_is_cycle_identical(seed, case):
+    # Weights in soft logic (w_logic) are read in two steps from banks: the same values on the
+    # same cycles as one memory, under stalls too, and the banks as logic_rom_banks says.
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    *dense, platform = case
+    layer = make_dense(seed, *dense)
+    platform = ICEBreakerPlatform() if platform else None
+    depth = layer.in_features // layer.simd * layer.out_features // layer.pe
+    rng = np.random.default_rng([seed, 3])
+    vectors = 3
+    x = random_ints(rng, layer.in_type, (vectors, layer.in_features))
+    expected = golden.run_layer(layer, x)
+    outputs = vectors * layer.out_features // layer.pe
+    timed = []
+    for w_logic in (False, True):
+        dut = MatVecCore(layer, w_logic=w_logic)
+        assert dut.w_banks == ({256: 4, 320: 5, 130: 3}[depth] if w_logic else 1)
+        times = run_timed(_ElaboratedFor(dut, platform), to_transfers(x, layer.simd), outputs)
+        np.testing.assert_array_equal(np.array(times["out_items"]).reshape(vectors, -1),
+                                      expected)
+        timed.append((times["in"], times["out"]))
+        got = run_stream(_ElaboratedFor(MatVecCore(layer, w_logic=w_logic), platform),
+                         to_transfers(x, layer.simd), outputs, seed)
+        np.testing.assert_array_equal(np.array(got).reshape(vectors, -1), expected)
+    assert timed[0] == timed[1]
+
+
+def test_logic_rom_banks():
+    # Banks of 64 words, none empty; one step up to 128 words.
+    for depth in range(129, 70000, 37):
+        banks = cores.logic_rom_banks(depth)
+        assert (banks - 1) * 64 < depth <= banks * 64
+    assert [cores.logic_rom_banks(d) for d in (1, 2, 100, 128)] == [1, 1, 1, 1]
+
+
 def test_matvec_errors():
     layer = make_dense(0, IntType(4, False), 0, 4, 6, 4, 4, 2)
     with pytest.raises(ValueError, match=r"^SIMD of layer 'fc' must divide in_features=6, "

@@ -16,6 +16,7 @@ from onnx2fpga import api
 from onnx2fpga.dataflow import DenseLayer, IntType
 from onnx2fpga.hw.cores import LUT_PRODUCT_MAX_BITS, MatVecCore
 from onnx2fpga.hw.graph import plan_graph
+from onnx2fpga.hw.top import _make_core
 from onnx2fpga.hw.resources import (
     const_multiplier_bits,
     dataflow_resources,
@@ -291,4 +292,35 @@ def test_logic_memories_build_without_block_ram(tmp_path):
     report = d.build("icebreaker", progress=False)
     used = {k: report["resources"][k]["used"] for k in ("lut", "bram")}
     assert used["bram"] == est["bram"] == 0
+    assert abs(est["lut"] - used["lut"]) <= 0.2 * used["lut"], (est, used)
+
+
+@pytest.mark.synth
+def test_banked_weight_rom_builds_in_soft_logic(tmp_path):
+    """A weight ROM named in ``logic_memories`` is read from banks (MatVecCore's
+    ``w_logic``): the build puts every bank into soft logic (the block RAMs nextpnr places
+    are those of the other memories, as estimated), and the LUTs stay within 20 % of the
+    estimate."""
+    tools = ("YOSYS", "NEXTPNR_ICE40", "ICEPACK")
+    if not _have(*tools):
+        pytest.skip(f"needs {', '.join(tools)}")
+    # The first layer's 1024-word weight ROM: 16 banks of 64 words.
+    d = api.compile(float_mlp((16, 64, 4), softmax=False), os.fspath(tmp_path / "d"),
+                    calibration=np.random.default_rng(0).standard_normal(
+                        (32, 16)).astype(np.float32),
+                    weight_bits=4, activation_bits=4, multiplier_bits=8,
+                    folding={"dense0": {"simd": 1, "pe": 1}})
+    df = d.design.dataflow
+    before = dataflow_resources(df, "ice40", wrapper=True, memories=True)
+    w_mem = [b for b in before["block_memories"] if b[0] == "matvec_0/w_mem"]
+    assert w_mem and w_mem[0][3] == 1024
+    df.logic_memories = ["matvec_0/w_mem"]
+    stage = next(s for s in plan_graph(df).stages if s.name == "matvec_0")
+    names = netlist_features(_make_core(stage), "ice40", logic={"w_mem"})["memory_names"]
+    assert [n for n in names if n.startswith("w_mem")] == [f"w_mem_bank{n}" for n in range(16)]
+    est = dataflow_resources(df, "ice40", wrapper=True)["board"]
+    assert est["bram"] == before["board"]["bram"] - w_mem[0][1]
+    report = d.build("icebreaker", progress=False)
+    used = {k: report["resources"][k]["used"] for k in ("lut", "bram")}
+    assert used["bram"] == est["bram"]
     assert abs(est["lut"] - used["lut"]) <= 0.2 * used["lut"], (est, used)
