@@ -204,9 +204,7 @@ class FramedBridge(Elaboratable):
         # four cycles after the last write (two CRC bytes, the check, the decision).
         wr_en = Signal()
         wr_addr = Signal.like(wport.addr)
-        wr_data = Signal.like(wport.data, reset_less=True)
-        m.d.comb += [wport.en.eq(wr_en), wport.addr.eq(wr_addr), wport.data.eq(wr_data)]
-        m.d.sync += wr_en.eq(0)
+        m.d.comb += [wport.en.eq(wr_en), wport.addr.eq(wr_addr)]
         rport = buffer.read_port()
 
         # Timing: the link state machine is split into a receiver and a transmitter (few states
@@ -239,13 +237,11 @@ class FramedBridge(Elaboratable):
         crc_hi = Signal(8)
         crc_ok = Signal()
         error_code = Signal(8)
-        beat = Signal(self.in_tdata_width)
+        beat = Signal(self.in_tdata_width, reset_less=True)
         byte_index = Signal(range(in_nbytes))
         beat_index = Signal(range(self.in_beats))
         last_in_beat = Signal()              # byte_index == in_nbytes - 1
         last_beat = Signal()                 # beat_index == in_beats - 1
-        new_beat = Cat(beat[8:], byte) if in_nbytes > 1 else byte
-        m.d.sync += [wr_addr.eq(beat_index), wr_data.eq(new_beat[:self.in_payload_width])]
         # Header checks, one byte at a time.
         is_hello = Signal()
         is_infer = Signal()
@@ -274,6 +270,21 @@ class FramedBridge(Elaboratable):
         tx_data = Signal(8)
         crc_init = Signal()
         m.d.sync += [crc_step_rx.eq(0), crc_step_tx.eq(0), rx_data.eq(byte)]
+
+        # ---- Input beats: every received byte shifts into `beat` a cycle after it was
+        # taken (from `rx_data`, enabled by a register: the state decode enabling all of
+        # `beat` was the next critical path, 10.6 ns), whatever the state: header bytes leave
+        # before a beat's last payload byte. `beat_done` marks a completed beat; the write
+        # follows a cycle later from registers, while `beat` holds (the next byte comes two
+        # cycles after the last one at the earliest).
+        got_r = Signal()
+        beat_done = Signal()
+        beat_addr = Signal.like(wport.addr)
+        m.d.sync += [got_r.eq(got), beat_done.eq(0), wr_en.eq(beat_done),
+                     wr_addr.eq(beat_addr)]
+        with m.If(got_r):
+            m.d.sync += beat.eq(Cat(beat[8:], rx_data) if in_nbytes > 1 else rx_data)
+        m.d.comb += wport.data.eq(beat[:self.in_payload_width])
         with m.If(crc_init):
             m.d.sync += crc.eq(0xFFFF)
         with m.Elif(crc_step_rx):
@@ -427,10 +438,9 @@ class FramedBridge(Elaboratable):
             with m.State("Payload"):
                 m.d.comb += take.eq(1)
                 with m.If(got):
-                    m.d.sync += beat.eq(new_beat)
                     crc_rx()
                     with m.If(last_in_beat):
-                        m.d.sync += wr_en.eq(1)
+                        m.d.sync += [beat_done.eq(1), beat_addr.eq(beat_index)]
                         m.d.sync += [byte_index.eq(0), last_in_beat.eq(in_nbytes == 1),
                                      beat_index.eq(beat_index + 1),
                                      last_beat.eq(beat_index == max(self.in_beats - 2, 0))]
