@@ -386,7 +386,8 @@ def _double_buffer_writer(m: Module, i_stream, wr, words: int, data=None, regist
     With ``registered``, the write reaches the memory a cycle later, from registers (enable,
     address, data), so that the transfer's enable net does not reach every cell of a memory
     in LUTs: for a reader that reads a full bank's words in order from its first, one a cycle
-    at the earliest, which then finds its last word written when ``words >= 2``.
+    at the earliest, which then finds its last word written when ``words >= 2``, and
+    otherwise through a read port transparent to ``wr``.
 
     Returns
     -------
@@ -404,9 +405,6 @@ def _double_buffer_writer(m: Module, i_stream, wr, words: int, data=None, regist
     write = i_stream.valid & i_stream.ready
     wr_data = i_stream.payload if data is None else data
     if registered:
-        if words < 2:
-            raise ValueError(f"A registered double buffer needs at least 2 words per bank, "
-                             f"not {words}")
         en_r = Signal()
         addr_r = Signal.like(waddr)
         data_r = Signal(len(Value.cast(wr_data)), reset_less=True)
@@ -625,7 +623,10 @@ class MatVecCore(wiring.Component):
         x_layout = unsigned(simd) if xnor else data.ArrayLayout(x_elem, simd)
         m.submodules.x_mem = x_mem = Memory(shape=x_layout, depth=2 * folds, init=[])
         x_wr = x_mem.write_port()
-        x_rd = x_mem.read_port()
+        # Writes reach the buffer a cycle late from registers (see below); with one word per
+        # bank the reader may read a word in the cycle it is written, so the read is
+        # transparent to the write.
+        x_rd = x_mem.read_port(transparent_for=(x_wr,) if folds == 1 else ())
         w_elem = self._w_shape if self._arithmetic == "multiply" else unsigned(simd)
         w_layout = data.ArrayLayout(w_elem, pe) if self._arithmetic != "multiply" else \
             data.ArrayLayout(data.ArrayLayout(w_elem, simd), pe)
@@ -647,12 +648,11 @@ class MatVecCore(wiring.Component):
             x_data = Cat(Cat(v, (v + (v << 1))[:x_elem["x3"].shape.width],
                              (-v)[:x_elem["xn"].shape.width])
                          for v in (i_stream.payload[s] for s in range(simd)))
-        # Registered writes where a bank has two words or more (the reader's last read of a
-        # bank comes at least two cycles after it is full): the transfer's enable reaching
-        # every write enable of an input buffer in LUT RAM was 3.3 ns of the jet tagger's
-        # full0 -> full1 path (10.6 ns).
+        # Registered writes: the transfer's enable reaching every write enable of an input
+        # buffer in LUT RAM was 3.3 ns of the jet tagger's full0 -> full1 path (10.6 ns), and
+        # of its flip-flops (one word per bank) 3.8 ns of wb -> full0 (10.9 ns).
         full, fill = _double_buffer_writer(m, i_stream, x_wr, folds, data=x_data,
-                                           registered=folds >= 2)
+                                           registered=True)
         full0, full1 = full
 
         # -- Read side: one (group g, fold f) step per cycle from bank `rb`.
