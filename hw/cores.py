@@ -1130,10 +1130,13 @@ class RequantCore(wiring.Component):
                 p_word = Signal.like(rd.data, name=f"p{k}", reset_less=True)
                 with m.If(advance):
                     m.d.sync += p_word.eq(rd.data)
-            params, p_next = ([{name: (getattr(word[j], name) if plan.varies[name]
-                                       else table[j][0])
-                                for name, table in plan.tables.items()} for j in range(lanes)]
-                              for word in ((p_word, rd.data) if fields else (None, None)))
+
+            def lane_params(word):
+                """Per lane, each parameter: a field of `word` or the constant."""
+                return [{name: (getattr(word[j], name) if plan.varies[name] else table[j][0])
+                         for name, table in plan.tables.items()} for j in range(lanes)]
+            params = lane_params(p_word if fields else None)
+            p_next = lane_params(rd.data if fields else None)
 
             v = [Signal(plan.v_shape, name=f"v{k}_{j}", reset_less=True) for j in range(lanes)]
             r = [Signal(plan.r_shape, name=f"r{k}_{j}", reset_less=True) for j in range(lanes)]
@@ -1158,7 +1161,8 @@ class RequantCore(wiring.Component):
                         products = _digit_partial_products(x[j], x3[j], p[mult])
                     else:
                         products = _partial_products(x[j], p[mult], chunks)
-                        factors = _partial_factors(x_next[j], p_next[j][mult], chunks)
+                        if dsp:
+                            factors = _partial_factors(x_next[j], p_next[j][mult], chunks)
                     for n, (shift, value) in enumerate(products):
                         name = f"{mult}{k}_part{j}_{n}"
                         if dsp and _one_dsp(*factors[n][1:]):
