@@ -261,19 +261,19 @@ class FramedBridge(Elaboratable):
                 m.d.sync += timed_out.eq(1)
 
         # ---- CRC: one register for both directions (they never overlap), updated a cycle
-        # after its byte: a received byte stays in `byte` for the cycle after it was taken,
-        # the last offered one is registered every cycle; a flag says whether the byte was
-        # taken (sent) and counts.
+        # after its byte. The last received and the last offered byte are registered every
+        # cycle; a flag says whether the byte was taken (sent) and counts.
         crc_step_rx = Signal()
         crc_step_tx = Signal()
         crc_step = crc_step_rx | crc_step_tx
+        rx_data = Signal(8)
         tx_data = Signal(8)
         crc_init = Signal()
-        m.d.sync += [crc_step_rx.eq(0), crc_step_tx.eq(0)]
+        m.d.sync += [crc_step_rx.eq(0), crc_step_tx.eq(0), rx_data.eq(byte)]
 
         # ---- Input beats: every received byte shifts into `beat` a cycle after it was
-        # taken (from `byte`, which holds for that cycle; enabled by a register: the state
-        # decode enabling all of `beat` was the next critical path, 10.6 ns), whatever the state: header bytes leave
+        # taken (from `rx_data`, enabled by a register: the state decode enabling all of
+        # `beat` was the next critical path, 10.6 ns), whatever the state: header bytes leave
         # before a beat's last payload byte. `beat_done` marks a completed beat; the write
         # follows a cycle later from registers, while `beat` holds (the next byte comes two
         # cycles after the last one at the earliest).
@@ -283,12 +283,12 @@ class FramedBridge(Elaboratable):
         m.d.sync += [got_r.eq(got), beat_done.eq(0), wr_en.eq(beat_done),
                      wr_addr.eq(beat_addr)]
         with m.If(got_r):
-            m.d.sync += beat.eq(Cat(beat[8:], byte) if in_nbytes > 1 else byte)
+            m.d.sync += beat.eq(Cat(beat[8:], rx_data) if in_nbytes > 1 else rx_data)
         m.d.comb += wport.data.eq(beat[:self.in_payload_width])
         with m.If(crc_init):
             m.d.sync += crc.eq(0xFFFF)
         with m.Elif(crc_step_rx):
-            m.d.sync += crc.eq(crc16_byte(crc, byte))
+            m.d.sync += crc.eq(crc16_byte(crc, rx_data))
         with m.Elif(crc_step_tx):
             m.d.sync += crc.eq(crc16_byte(crc, tx_data))
 
