@@ -449,13 +449,18 @@ def logic_memory_script(names) -> str:
     ``"wrapper/rx_fifo"``. The wrapper is the top module, or ``design`` under a clock top;
     each memory of the accelerator must exist (``select -assert-any``), so a renamed memory
     fails the build instead of silently staying in block RAM (the wrapper's depend on the
-    link: a USB link has no receive FIFO).
+    link: a USB link has no receive FIFO). A MatVec's input buffer ``matvec_k/x_mem`` in soft
+    logic is shift registers, no memory: nothing to select.
     """
     lines = []
+    from ..hw.resources import is_shift_register_buffer
+
     for name in names:
         stage, _, path = str(name).partition("/")
         if not path:
             raise ValueError(f"Logic memory must be 'stage/memory', not {name!r}")
+        if is_shift_register_buffer(name):
+            continue        # no memory: MatVecCore's x_logic builds shift registers
         if stage == "wrapper":
             if path == "buffer":
                 sel = "top/m:buffer top.design/m:buffer"

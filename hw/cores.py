@@ -244,9 +244,10 @@ def _one_dsp(px, pm) -> bool:
         multiplier_dsps(len(px), b_bits, "ecp5") == 1
 
 
-#: Words per bank of :func:`_banked_rom`: a LUT4 holds 16 words and each further address bit
-#: is a level of 2:1 multiplexers (iCE40 has no wider multiplexer primitive), so a bank is
-#: read through 3 LUT levels. TFC_2W2A's 4096 x 2 weight ROM on an iCE40 UP5K read in one
+#: Words per bank of a weight ROM in soft logic (:func:`_banked_rom`): a LUT4 holds 16
+#: words and each further address bit is a level of 2:1 multiplexers (iCE40 has no wider
+#: multiplexer primitive), so a bank is read through 3 LUT levels. TFC_2W2A's 4096 x 2
+#: weight ROM on an iCE40 UP5K read in one
 #: step (9 levels) closed at 31.6 MHz; in banks of 256 words (5 levels) at 36.4 MHz, the
 #: bank read still its critical path (27.5 ns, 15 of them routing: each address bit reaches
 #: hundreds of LUTs).
@@ -263,13 +264,17 @@ def logic_rom_banks(depth: int) -> int:
     return -(-depth // LOGIC_ROM_BANK_WORDS)
 
 
-def _banked_rom(m: Module, name: str, layout, words: list):
+def _banked_rom(m: Module, name: str, layout, words: list, addr_lo=()):
     """A ROM of ``words`` (values of ``layout``) in :func:`logic_rom_banks` memories
     ``{name}_bank{n}`` of :data:`LOGIC_ROM_BANK_WORDS` words each (the last one filled with
     zeros), read in two register steps: returns ``(rd, data)``,
     where ``rd`` takes ``addr`` and ``en`` as a memory read port does, and ``data`` is the
     word one enabled clock edge later as from a read port, but picked among the banks' read
-    data by registered high address bits: the caller registers it (the second step)."""
+    data by registered high address bits: the caller registers it (the second step).
+    ``addr_lo``: copies of ``addr``'s low bits (the address in a bank) that the caller keeps
+    equal to them on every cycle, each reaching a share of the banks instead of one address
+    reaching all of them.
+    """
     bank_words = LOGIC_ROM_BANK_WORDS
     bank_bits = bank_words.bit_length() - 1
     depth = len(words)
@@ -284,7 +289,8 @@ def _banked_rom(m: Module, name: str, layout, words: list):
         mem = _flat_memory(layout, bank_words, words[n * bank_words:(n + 1) * bank_words])
         m.submodules[f"{name}_bank{n}"] = mem
         rd = mem.read_port()
-        m.d.comb += [rd.addr.eq(addr[:bank_bits]), rd.en.eq(en)]
+        lo = addr_lo[n * len(addr_lo) // banks] if addr_lo else addr[:bank_bits]
+        m.d.comb += [rd.addr.eq(lo), rd.en.eq(en)]
         datas.append(rd.data)
     level = 0
     while len(datas) > 1:       # a balanced tree of 2:1 multiplexers on the bits of `hi`
@@ -294,8 +300,15 @@ def _banked_rom(m: Module, name: str, layout, words: list):
     return _ReadPort(addr, en), datas[0]
 
 
+class _WritePort:
+    """The ``addr``, ``data`` and ``en`` of a write port that is no memory's."""
+
+    def __init__(self, addr, data, en):
+        self.addr, self.data, self.en = addr, data, en
+
+
 class _ReadPort:
-    """The ``addr`` and ``en`` of :func:`_banked_rom`'s read."""
+    """The ``addr`` and ``en`` of a read port that is no memory's (:func:`_banked_rom`)."""
 
     def __init__(self, addr, en):
         self.addr, self.en = addr, en
@@ -468,6 +481,14 @@ class MatVecCore(wiring.Component):
         in two steps (the banks at the low address bits, then one picked by the high bits
         into the operand register), instead of one ``w_mem`` whose read is one deep LUT
         tree. The same values and cycles.
+    x_logic : bool
+        The input buffer goes into soft logic: it is then no memory but two shift registers
+        of ``folds`` words, one per bank of the double buffer. A bank shifts a word in at
+        each input transfer and rotates by one word at each step of the reader, which
+        reads its last word: no read multiplexer and no write decoding, a flip-flop per
+        bit and a few LUTs where a RAM in flip-flops takes about one LUT per bit (TFC_2W2A's
+        128 x 2 buffers on an iCE40: 376 LUTs each, and a 7-level read that was its
+        critical path). The same values and cycles.
 
     Members
     -------
@@ -515,7 +536,7 @@ class MatVecCore(wiring.Component):
     """
 
     @_quiet_if_invalid
-    def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False):
+    def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False, x_logic=False):
         if not isinstance(layer, DenseLayer):
             raise TypeError(f"Layer must be a DenseLayer, not {layer!r}")
         simd = _check_count(f"SIMD of layer {layer.name!r}", layer.simd)
@@ -551,6 +572,7 @@ class MatVecCore(wiring.Component):
         self._arithmetic = arithmetic
         self._layer = layer
         self._w_banks = logic_rom_banks(self.groups * self.folds) if w_logic else 1
+        self._x_logic = bool(x_logic)
         self._in_shape = int_shape(layer.in_type)
         self._w_shape = int_shape(wt)
         self._acc_shape = signed(layer.acc_type.bits)
@@ -588,6 +610,11 @@ class MatVecCore(wiring.Component):
         """Banks of the weight ROM: 1, or :func:`logic_rom_banks` with ``w_logic``."""
         return self._w_banks
 
+    @property
+    def x_logic(self) -> bool:
+        """The input buffer is a pair of shift registers (``x_logic``), not a memory."""
+        return self._x_logic
+
     def _weight_words(self) -> list:
         w = self._layer.weight
         simd, pe = self._layer.simd, self._layer.pe
@@ -621,12 +648,22 @@ class MatVecCore(wiring.Component):
                 "x": self._in_shape, "x3": _range_shape(*_times3_range(self._in_shape)),
                 "xn": signed(self._in_shape.width + 1)})
         x_layout = unsigned(simd) if xnor else data.ArrayLayout(x_elem, simd)
-        m.submodules.x_mem = x_mem = Memory(shape=x_layout, depth=2 * folds, init=[])
-        x_wr = x_mem.write_port()
-        # Writes reach the buffer a cycle late from registers (see below); with one word per
-        # bank the reader may read a word in the cycle it is written, so the read is
-        # transparent to the write.
-        x_rd = x_mem.read_port(transparent_for=(x_wr,) if folds == 1 else ())
+        if not self._x_logic:
+            m.submodules.x_mem = x_mem = Memory(shape=x_layout, depth=2 * folds, init=[])
+            x_wr = x_mem.write_port()
+            # Writes reach the buffer a cycle late from registers (see below); with one word
+            # per bank the reader may read a word in the cycle it is written, so the read is
+            # transparent to the write.
+            x_rd = x_mem.read_port(transparent_for=(x_wr,) if folds == 1 else ())
+            x_rdata = x_rd.data
+        else:
+            x_width = Shape.cast(x_layout).width
+            x_rd = _ReadPort(Signal(range(max(2 * folds, 2)), name="x_mem_addr"),
+                             Signal(name="x_mem_en"))
+            x_wr = _WritePort(Signal(range(max(2 * folds, 2)), name="x_mem_waddr"),
+                              Signal(x_width, name="x_mem_wdata"), Signal(name="x_mem_wen"))
+            x_bits = Signal(x_width, name="x_mem_data", reset_less=True)
+            x_rdata = x_bits if xnor else x_layout(x_bits)
         w_elem = self._w_shape if self._arithmetic == "multiply" else unsigned(simd)
         w_layout = data.ArrayLayout(w_elem, pe) if self._arithmetic != "multiply" else \
             data.ArrayLayout(data.ArrayLayout(w_elem, simd), pe)
@@ -638,7 +675,12 @@ class MatVecCore(wiring.Component):
         else:
             # Weights in soft logic, read in two steps: S1 reads every bank at the address's
             # low bits, S2 (the operand register) picks one by its high bits.
-            w_rd, w_data = _banked_rom(m, "w_mem", w_layout, words)
+            # The address counter's low bits in copies, each reaching 8 banks: one register
+            # reaching all 64 banks of TFC_2W2A's 4096 x 2 weights on an iCE40 UP5K took
+            # 4.7 ns of routing of its critical path (26.4 ns).
+            w_lo = [Signal(LOGIC_ROM_BANK_WORDS.bit_length() - 1, name=f"w_mem_lo_{k}")
+                    for k in range(-(-self._w_banks // 8))]
+            w_rd, w_data = _banked_rom(m, "w_mem", w_layout, words, addr_lo=w_lo)
 
         # -- Write side: fill the banks in turn; full0/full1: a whole vector not yet consumed.
         # XNOR stores the sign bits (1 for +1).
@@ -651,8 +693,10 @@ class MatVecCore(wiring.Component):
         # Registered writes: the transfer's enable reaching every write enable of an input
         # buffer in LUT RAM was 3.3 ns of the jet tagger's full0 -> full1 path (10.6 ns), and
         # of its flip-flops (one word per bank) 3.8 ns of wb -> full0 (10.9 ns).
+        # A shift register takes its writes at once: a bank is read from its last word,
+        # which the last write puts there.
         full, fill = _double_buffer_writer(m, i_stream, x_wr, folds, data=x_data,
-                                           registered=True)
+                                           registered=not self._x_logic)
         full0, full1 = full
 
         # -- Read side: one (group g, fold f) step per cycle from bank `rb`.
@@ -671,6 +715,10 @@ class MatVecCore(wiring.Component):
             x_rd.addr.eq(raddr), x_rd.en.eq(mem_adv),
             w_rd.addr.eq(waddr_w), w_rd.en.eq(mem_adv),
         ]
+        if self._w_banks > 1:
+            with m.If(issue):
+                for lo in w_lo:
+                    m.d.sync += lo.eq(Mux(f_last & g_last, 0, lo + 1))
         with m.If(issue):
             with m.If(f_last):
                 m.d.sync += f.eq(0)
@@ -683,6 +731,22 @@ class MatVecCore(wiring.Component):
             with m.Else():
                 m.d.sync += [f.eq(f + 1), raddr.eq(raddr + 1), waddr_w.eq(waddr_w + 1)]
         _double_buffer_release(m, full, fill, done, rb)
+        if self._x_logic:
+            # Bank b holds its words with fold 0 last: a write shifts one in at the front, a
+            # step of the reader (fold f, reading the last word) rotates the last word to the
+            # front, so that fold f+1 comes last. A bank is written only while it is not
+            # full and read only while it is: never both at once. `folds` rotations (one
+            # output group) leave the words as they were.
+            x_banks = [[Signal(x_width, name=f"x_buf{b}_{i}", reset_less=True)
+                        for i in range(folds)] for b in range(2)]
+            for b, buf in enumerate(x_banks):
+                write = x_wr.en & ((x_wr.addr >= folds) if b else (x_wr.addr < folds))
+                with m.If(write | (issue & (rb == b))):
+                    m.d.sync += [buf[i].eq(buf[i - 1]) for i in range(1, folds)]
+                    m.d.sync += buf[0].eq(Mux(write, x_wr.data, buf[-1]))
+            # The read register, as a memory read port's: loaded while the reads advance.
+            with m.If(x_rd.en):
+                m.d.sync += x_bits.eq(Mux(rb, x_banks[1][-1], x_banks[0][-1]))
 
         # -- Pipeline: S1 memory data, S2 the same in registers (a block RAM's output is slow:
         # about 5.8 ns clock-to-out on ECP5, more than a multiplier leaves of a 10 ns cycle),
@@ -698,7 +762,7 @@ class MatVecCore(wiring.Component):
         # Data registers have no reset (here and below): only the valid flags and counters
         # need one, and a reset net reaching every data flip-flop was the jet tagger's
         # critical path on an ECP5 (13 ns from the power-on counter).
-        x_word = Signal.like(x_rd.data, name="x_word", reset_less=True)
+        x_word = Signal.like(x_rdata, name="x_word", reset_less=True)
         w_bits = Signal(len(w_data), name="w_word", reset_less=True)
         w_word = w_layout(w_bits)
         # Enables of the data registers: `advance` reaching every one of them (about 10,000
@@ -717,7 +781,7 @@ class MatVecCore(wiring.Component):
             terms = [[None] * simd for _ in range(pe)]
             for p in range(pe):
                 for s in range(simd):
-                    values = _digit_terms(x_rd.data[s].x, x_rd.data[s].x3, x_rd.data[s].xn,
+                    values = _digit_terms(x_rdata[s].x, x_rdata[s].x3, x_rdata[s].xn,
                                           w_layout(w_data)[p][s])
                     terms[p][s] = [Signal(Shape.cast(v.shape()), name=f"term_{p}_{s}_{n}",
                                           reset_less=True)
@@ -743,7 +807,7 @@ class MatVecCore(wiring.Component):
                   for s, v in enumerate(row)]
                  for p, row in enumerate(prod_values)]
         with m.If(mem_adv):
-            m.d.sync += [x_word.eq(x_rd.data), w_bits.eq(w_data)]
+            m.d.sync += [x_word.eq(x_rdata), w_bits.eq(w_data)]
         with m.If(advance):
             m.d.sync += [s_valid[0].eq(issue), s_first[0].eq(f == 0), s_last[0].eq(f_last),
                          s_g[0].eq(g)]
@@ -756,7 +820,7 @@ class MatVecCore(wiring.Component):
                     # The S2 registers and the product register are the DSP's own (fed from
                     # the S1 memory data, enabled as the fabric registers): same cycles, and
                     # the multiplier sits between registers inside the DSP.
-                    m.d.comb += prod.eq(_mult18x18d(m, x_rd.data[s],
+                    m.d.comb += prod.eq(_mult18x18d(m, x_rdata[s],
                                                     w_layout(w_data)[p][s], adv_of(p, s),
                                                     f"mul_{p}_{s}"))
                     continue

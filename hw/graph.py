@@ -97,7 +97,8 @@ class Stage:
         Per kind: ``"matvec"``: ``layer`` (the DenseLayer the core computes, weights in
         stream order), ``arithmetic`` (:func:`matvec_arithmetic`), ``w_logic`` (its weight
         ROM ``w_mem`` is among ``dataflow.logic_memories``: read from banks in two steps,
-        see :class:`~onnx2fpga.hw.cores.MatVecCore`). ``"requant"`` (only
+        see :class:`~onnx2fpga.hw.cores.MatVecCore`), ``x_logic`` (the same for its input
+        buffer ``x_mem``). ``"requant"`` (only
         RequantStages) and ``"threshold"`` (only ThresholdStages): ``stages``, ``channels``
         (:func:`stage_cores`). ``"fifo"``: ``depth``.
         ``"window"``: ``channels``, ``height``, ``width``, ``kernel``, ``stride``,
@@ -532,7 +533,8 @@ def _matvec_stages(b: _Builder, dense: DenseLayer, net: str, k: int, layer,
     net = b.add("matvec", name, [net], dense.acc_type, dense.pe, dense.out_features
                 * (layer.out_size // dense.out_features), layer=layer,
                 params={"layer": dense, "arithmetic": matvec_arithmetic(dense),
-                        "w_logic": f"{name}/w_mem" in b.logic})
+                        "w_logic": f"{name}/w_mem" in b.logic,
+                        "x_logic": f"{name}/x_mem" in b.logic})
     if not layer.requant:
         return net
     d = requant_lanes(dense)

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 __all__ = [
     "FAMILIES", "multiplier_dsps", "const_multiplier_bits", "MemoryMap", "memory_mapping",
     "netlist_features", "memory_path", "stage_resources", "dataflow_resources", "WRAPPER",
-    "WRAPPER_RX_FIFO", "wrapper_resources", "logic_memory_cost", "LUT_FEATURES",
+    "WRAPPER_RX_FIFO", "wrapper_resources", "logic_memory_cost", "logic_cost",
+    "is_shift_register_buffer", "LUT_FEATURES",
     "LUT_COEFFICIENTS",
 ]
 
@@ -567,6 +568,24 @@ def stage_resources(stage, family: str, *, ice40_dsp: bool = False, logic=frozen
 
 def _add(a: dict, b: dict) -> dict:
     return {k: a[k] + b[k] for k in ("lut", "ff", "dsp", "bram")}
+
+
+def is_shift_register_buffer(name: str) -> bool:
+    """``name`` (``"stage/memory"``) is a MatVec input buffer, which soft logic holds as
+    shift registers (:class:`~onnx2fpga.hw.cores.MatVecCore`'s ``x_logic``), not as a
+    memory."""
+    stage, _, path = str(name).partition("/")
+    return stage.startswith("matvec_") and path == "x_mem"
+
+
+def logic_cost(name: str, width: int, depth: int, rom: bool) -> dict:
+    """Estimated ``lut`` and ``ff`` of the block memory ``name`` moved into soft logic:
+    :func:`logic_memory_cost`, or for a MatVec input buffer (two banks of ``depth // 2``
+    words in shift registers) a flip-flop per bit, the read register, and LUTs for the
+    bank fronts' multiplexers and the read multiplexer."""
+    if is_shift_register_buffer(name):
+        return {"lut": 3 * width + 2, "ff": width * depth + width}
+    return logic_memory_cost(width, depth, rom)
 
 
 def logic_memory_cost(width: int, depth: int, rom: bool) -> dict:

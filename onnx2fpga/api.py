@@ -302,7 +302,7 @@ def _device_check(target, utilization: float, pinned=frozenset()):
     the block RAMs overflow, memories move into soft logic (``dataflow.logic_memories``):
     the set that frees enough block RAMs for the fewest logic cells (:func:`_cheapest_cover`).
     The plan then fits if its LUTs and flip-flops do too."""
-    from .hw.resources import dataflow_resources, logic_memory_cost
+    from .hw.resources import dataflow_resources, logic_cost
 
     lim = target.limits
     # Hard multipliers within `utilization` too: the jet tagger and the digits example with
@@ -344,7 +344,7 @@ def _device_check(target, utilization: float, pinned=frozenset()):
             # frees enough block RAMs for the fewest logic cells (a knapsack over the
             # block RAMs still missing).
             moved = _cheapest_cover(
-                [(mem[0], mem[1], _cells(logic_memory_cost(*mem[2:])))
+                [(mem[0], mem[1], _cells(logic_cost(*mem[:1], *mem[2:])))
                  for mem in res["block_memories"]],
                 res["board"]["bram"] - caps["bram"])
             df.logic_memories = sorted(df.logic_memories + moved)

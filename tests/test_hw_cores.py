@@ -204,6 +204,49 @@ def test_matvec_banked_weight_rom_is_cycle_identical(seed, case):
     assert timed[0] == timed[1]
 
 
+# (dense layer, platform, weights in banks too): 40 folds of one 8-bit element; 20 folds of
+# two 4-bit elements; one fold; 34 folds of 2-bit elements with 4-bit weights on iCE40 (the
+# buffer holds the digit multiples too), the weights banked as well.
+MATVEC_X_LOGIC_CASES = [
+    (IntType(8, True), 3, 5, 40, 3, 1, 1, None, False),
+    (IntType(4, False), 0, 3, 40, 4, 2, 2, None, False),
+    (IntType(3, True), -1, 4, 6, 4, 6, 2, None, False),
+    (IntType(2, True), 0, 4, 68, 4, 2, 1, "ice40", True),
+]
+
+
+@pytest.mark.parametrize("seed,case", list(enumerate(MATVEC_X_LOGIC_CASES)))
+def test_matvec_shift_register_input_buffer_is_cycle_identical(seed, case):
+    # An input buffer in soft logic (x_logic) is a pair of shift registers, no memory: the
+    # same values on the same cycles as the memory, under stalls too.
+    from amaranth.hdl import Fragment, _nir
+    from amaranth.hdl._ir import build_netlist
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+    *dense, platform, w_logic = case
+    layer = make_dense(seed, *dense)
+    platform = ICEBreakerPlatform() if platform else None
+    rng = np.random.default_rng([seed, 4])
+    vectors = 4
+    x = random_ints(rng, layer.in_type, (vectors, layer.in_features))
+    expected = golden.run_layer(layer, x)
+    outputs = vectors * layer.out_features // layer.pe
+    timed = []
+    for x_logic in (False, True):
+        dut = MatVecCore(layer, w_logic=w_logic, x_logic=x_logic)
+        netlist = build_netlist(Fragment.get(dut, platform), name="top")
+        memories = [c.name for c in netlist.cells if isinstance(c, _nir.Memory)]
+        assert ("x_mem" in memories) != x_logic, memories
+        times = run_timed(_ElaboratedFor(dut, platform), to_transfers(x, layer.simd), outputs)
+        np.testing.assert_array_equal(np.array(times["out_items"]).reshape(vectors, -1),
+                                      expected)
+        timed.append((times["in"], times["out"]))
+        got = run_stream(_ElaboratedFor(MatVecCore(layer, w_logic=w_logic, x_logic=x_logic),
+                                        platform),
+                         to_transfers(x, layer.simd), outputs, seed)
+        np.testing.assert_array_equal(np.array(got).reshape(vectors, -1), expected)
+    assert timed[0] == timed[1]
+
+
 def test_logic_rom_banks():
     # Banks of 64 words, none empty; one step up to 128 words.
     for depth in range(129, 70000, 37):
