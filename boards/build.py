@@ -510,7 +510,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         UART bit rate of the wrapper.
     ice40_dsp : bool
         Let yosys infer SB_MAC16 on iCE40 (``synth_ice40 -dsp``). Off by default because
-        nextpnr does not time inferred (unregistered) DSPs; see ``unregistered_dsps``.
+        nextpnr does not time inferred (unregistered) DSPs; see ``unregistered_dsps``. (A
+        design folded for an iCE40 board instantiates registered SB_MAC16s itself,
+        :class:`~onnx2fpga.hw.cores.MatVecCore`'s ``ice40_dsp``.)
     design_id : bytes or str, optional
         With it, the accelerator sits behind :class:`~.framed.FramedBridge` (the host link
         protocol of :mod:`.protocol`, answering HELLO with this id: 8 bytes, or the

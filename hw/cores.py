@@ -195,6 +195,61 @@ def ecp5_registered_product(platform, a, b) -> bool:
             and max(a.width, b.width) <= ECP5_DSP_BITS)
 
 
+#: Operand bits of an iCE40 ``SB_MAC16`` in its 16 x 16 mode.
+ICE40_DSP_BITS = 16
+
+
+def _is_ice40(platform) -> bool:
+    from amaranth.vendor import LatticeICE40Platform
+    return isinstance(platform, LatticeICE40Platform)
+
+
+def ice40_registered_product(a, b) -> bool:
+    """Whether a MatVec product ``a * b`` (operands of the shapes of ``a`` and ``b``) may go
+    to a registered ``SB_MAC16`` (:class:`MatVecCore`'s ``ice40_dsp``): a product
+    :func:`product` leaves to a hard multiplier (both operands wider than
+    :data:`LUT_PRODUCT_MAX_BITS`) whose operands fit 16 bits."""
+    a, b = Shape.cast(a), Shape.cast(b)
+    return min(a.width, b.width) > LUT_PRODUCT_MAX_BITS and \
+        max(a.width, b.width) <= ICE40_DSP_BITS
+
+
+def _sb_mac16(m: Module, a, b, ce, name: str):
+    """``a * b`` out of an iCE40 ``SB_MAC16`` in its 16 x 16 mode with the A and B input
+    registers and the product register (``PIPELINE_16x16_MULT_REG2``) in the DSP, clock
+    ``sync``, enable ``ce``: the product of the operands of two clock edges before, as the
+    fabric registers ``a_r <= a; p <= a_r * b_r`` of the platform-free Verilog. nextpnr-ice40
+    times an SB_MAC16's ports as register ports whatever its parameters say, so only a DSP
+    registered at both ends has a true Fmax (see
+    :func:`onnx2fpga.boards.build._ice40_dsp_timing_gaps`); yosys infers them without
+    registers, which is why inference stays off."""
+    shape = (a * b).shape()
+    a16 = Signal(ICE40_DSP_BITS, name=f"{name}_a")
+    b16 = Signal(ICE40_DSP_BITS, name=f"{name}_b")
+    o32 = Signal(2 * ICE40_DSP_BITS, name=f"{name}_o")
+    m.d.comb += [a16.eq(a), b16.eq(b)]      # sign- or zero-extended; A_SIGNED/B_SIGNED say
+    ports = {"i_CLK": ClockSignal("sync"), "i_CE": ce, "i_A": a16, "i_B": b16,
+             "i_C": C(0, 16), "i_D": C(0, 16), "o_O": o32}
+    for port in ("AHOLD", "BHOLD", "CHOLD", "DHOLD", "IRSTTOP", "IRSTBOT", "ORSTTOP",
+                 "ORSTBOT", "OLOADTOP", "OLOADBOT", "ADDSUBTOP", "ADDSUBBOT", "OHOLDTOP",
+                 "OHOLDBOT", "CI", "ACCUMCI", "SIGNEXTIN"):
+        ports[f"i_{port}"] = C(0, 1)
+    one, zero = C(1, 1), C(0, 1)
+    m.submodules[name] = Instance(
+        "SB_MAC16",
+        p_NEG_TRIGGER=zero, p_C_REG=zero, p_A_REG=one, p_B_REG=one, p_D_REG=zero,
+        p_TOP_8x8_MULT_REG=zero, p_BOT_8x8_MULT_REG=zero,
+        p_PIPELINE_16x16_MULT_REG1=zero, p_PIPELINE_16x16_MULT_REG2=one,
+        p_TOPOUTPUT_SELECT=C(3, 2), p_TOPADDSUB_LOWERINPUT=C(0, 2),
+        p_TOPADDSUB_UPPERINPUT=zero, p_TOPADDSUB_CARRYSELECT=C(0, 2),
+        p_BOTOUTPUT_SELECT=C(3, 2), p_BOTADDSUB_LOWERINPUT=C(0, 2),
+        p_BOTADDSUB_UPPERINPUT=zero, p_BOTADDSUB_CARRYSELECT=C(0, 2),
+        p_MODE_8x8=zero, p_A_SIGNED=C(int(a.shape().signed), 1),
+        p_B_SIGNED=C(int(b.shape().signed), 1), **ports)
+    bits = o32[:shape.width]
+    return bits.as_signed() if shape.signed else bits
+
+
 def _mult18x18d(m: Module, a, b, ce, name: str):
     """``a * b`` out of an ECP5 ``MULT18X18D`` whose A and B inputs and P output are
     registered in the DSP (clock ``sync``, enable ``ce``): the value is the product of the
@@ -489,6 +544,12 @@ class MatVecCore(wiring.Component):
         bit and a few LUTs where a RAM in flip-flops takes about one LUT per bit (TFC_2W2A's
         128 x 2 buffers on an iCE40: 376 LUTs each, and a 7-level read that was its
         critical path). The same values and cycles.
+    ice40_dsp : bool
+        Elaborated for an iCE40, the products (when :func:`ice40_registered_product`) go to
+        ``SB_MAC16`` cells registered at both ends (:func:`_sb_mac16`), one per product,
+        in place of the operand and product registers; otherwise an iCE40 builds them in
+        LUTs. The same values and cycles. The graph sets it within the design's budget of
+        DSPs (:attr:`Dataflow.ice40_dsps <onnx2fpga.dataflow.Dataflow>`).
 
     Members
     -------
@@ -536,7 +597,8 @@ class MatVecCore(wiring.Component):
     """
 
     @_quiet_if_invalid
-    def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False, x_logic=False):
+    def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False, x_logic=False,
+                 ice40_dsp=False):
         if not isinstance(layer, DenseLayer):
             raise TypeError(f"Layer must be a DenseLayer, not {layer!r}")
         simd = _check_count(f"SIMD of layer {layer.name!r}", layer.simd)
@@ -573,6 +635,7 @@ class MatVecCore(wiring.Component):
         self._layer = layer
         self._w_banks = logic_rom_banks(self.groups * self.folds) if w_logic else 1
         self._x_logic = bool(x_logic)
+        self._ice40_dsp = bool(ice40_dsp)
         self._in_shape = int_shape(layer.in_type)
         self._w_shape = int_shape(wt)
         self._acc_shape = signed(layer.acc_type.bits)
@@ -640,8 +703,12 @@ class MatVecCore(wiring.Component):
         # for a signed top digit) are registered straight from the memories; the product is
         # their carry-save sum. No multiplier, and no more logic levels per stage.
         lut = self._layer.multipliers == "lut"
+        # iCE40 with ice40_dsp: every product in a registered SB_MAC16.
+        mac16 = (self._ice40_dsp and _is_ice40(platform) and not lut
+                 and self._arithmetic == "multiply"
+                 and ice40_registered_product(self._in_shape, self._w_shape))
         digits = (self._arithmetic == "multiply" and self._w_shape.width >= _DIGIT_MIN_BITS
-                  and (lut or _mul_chunks(platform) == _LUT_CHUNKS))
+                  and (lut or _mul_chunks(platform) == _LUT_CHUNKS) and not mac16)
         x_elem = self._in_shape
         if digits:
             x_elem = data.StructLayout({
@@ -799,8 +866,8 @@ class MatVecCore(wiring.Component):
         else:
             prod_values = [[~(x_word ^ w_word[p])] for p in range(pe)]
         # ECP5: every product in a registered MULT18X18D (all of them or none).
-        dsp = self._arithmetic == "multiply" and not digits and not lut and \
-            ecp5_registered_product(platform, self._in_shape, self._w_shape)
+        dsp = mac16 or (self._arithmetic == "multiply" and not digits and not lut and
+                        ecp5_registered_product(platform, self._in_shape, self._w_shape))
         prods = [[Signal(neg_shape if self._arithmetic == "sign" else
                          (xs[s] * w_word[p][s]).shape() if self._arithmetic == "multiply"
                          else Shape.cast(v.shape()), name=f"prod_{p}_{s}", reset_less=True)
@@ -820,9 +887,9 @@ class MatVecCore(wiring.Component):
                     # The S2 registers and the product register are the DSP's own (fed from
                     # the S1 memory data, enabled as the fabric registers): same cycles, and
                     # the multiplier sits between registers inside the DSP.
-                    m.d.comb += prod.eq(_mult18x18d(m, x_rdata[s],
-                                                    w_layout(w_data)[p][s], adv_of(p, s),
-                                                    f"mul_{p}_{s}"))
+                    hard = _sb_mac16 if mac16 else _mult18x18d
+                    m.d.comb += prod.eq(hard(m, x_rdata[s], w_layout(w_data)[p][s],
+                                             adv_of(p, s), f"mul_{p}_{s}"))
                     continue
                 if digits:
                     value = _carry_save_sum(m, terms[p][s], prod.shape(),

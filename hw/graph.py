@@ -98,7 +98,9 @@ class Stage:
         stream order), ``arithmetic`` (:func:`matvec_arithmetic`), ``w_logic`` (its weight
         ROM ``w_mem`` is among ``dataflow.logic_memories``: read from banks in two steps,
         see :class:`~onnx2fpga.hw.cores.MatVecCore`), ``x_logic`` (the same for its input
-        buffer ``x_mem``). ``"requant"`` (only
+        buffer ``x_mem``), ``ice40_dsp`` (its products go to SB_MAC16s on an iCE40: the
+        MatVecs in dataflow order whose products fit what is left of
+        ``dataflow.ice40_dsps``). ``"requant"`` (only
         RequantStages) and ``"threshold"`` (only ThresholdStages): ``stages``, ``channels``
         (:func:`stage_cores`). ``"fifo"``: ``depth``.
         ``"window"``: ``channels``, ``height``, ``width``, ``kernel``, ``stride``,
@@ -447,9 +449,10 @@ def requant_lanes(layer: DenseLayer) -> int:
 class _Builder:
     """Appends stages and invents net names."""
 
-    def __init__(self, logic_memories=()):
+    def __init__(self, logic_memories=(), ice40_dsps=0):
         self.stages: list[Stage] = []
         self.logic = frozenset(logic_memories)      # "stage/memory" in soft logic
+        self.ice40_dsps = int(ice40_dsps)           # SB_MAC16s not yet given to a MatVec
         self.nets: dict[str, tuple[IntType, int, int]] = {}      # net -> type, lanes, size
         self._count = 0
 
@@ -530,11 +533,20 @@ def _matvec_stages(b: _Builder, dense: DenseLayer, net: str, k: int, layer,
     """``matvec``, then the requantization of ``layer.requant`` on ``requant_lanes`` lanes
     between converters, back to ``pe`` lanes."""
     name = f"matvec_{k}"
+    from .cores import ice40_registered_product, int_shape
+    # iCE40 DSPs: to the MatVecs in dataflow order whose products all fit the ones left.
+    ice40_dsp = False
+    products = dense.simd * dense.pe
+    if dense.multipliers == "dsp" and matvec_arithmetic(dense) == "multiply" and \
+            products <= b.ice40_dsps and \
+            ice40_registered_product(int_shape(dense.in_type), int_shape(dense.weight_type)):
+        ice40_dsp = True
+        b.ice40_dsps -= products
     net = b.add("matvec", name, [net], dense.acc_type, dense.pe, dense.out_features
                 * (layer.out_size // dense.out_features), layer=layer,
                 params={"layer": dense, "arithmetic": matvec_arithmetic(dense),
                         "w_logic": f"{name}/w_mem" in b.logic,
-                        "x_logic": f"{name}/x_mem" in b.logic})
+                        "x_logic": f"{name}/x_mem" in b.logic, "ice40_dsp": ice40_dsp})
     if not layer.requant:
         return net
     d = requant_lanes(dense)
@@ -764,7 +776,8 @@ def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
     _check_graph(dataflow)
     inp, out = dataflow.input, dataflow.output
     orders, wanted = tensor_orders(dataflow)
-    b = _Builder(getattr(dataflow, "logic_memories", ()) or ())
+    b = _Builder(getattr(dataflow, "logic_memories", ()) or (),
+                 getattr(dataflow, "ice40_dsps", 0) or 0)
     b.nets["in"] = (inp.type, inp.lanes, inp.size)
     tensor_net = {inp.name: "in"}
     # Readers of every tensor: (layer index, input index); the output port reads one too.

@@ -92,7 +92,8 @@ def multiplier_dsps(a_bits: int, b_bits: int, family: str, *, ice40_dsp: bool = 
     family : str
         ``"ice40"`` or ``"ecp5"``.
     ice40_dsp : bool
-        The iCE40 build runs ``synth_ice40 -dsp`` (off in our builds).
+        The iCE40 build runs ``synth_ice40 -dsp`` (off in our builds; the SB_MAC16s a design
+        instantiates, MatVecCore's ``ice40_dsp``, are counted from the netlist).
 
     Returns
     -------
@@ -325,6 +326,11 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
             mems[cell.memory]["async"] += 1
         elif isinstance(cell, _nir.FlipFlop):
             f["ff"] += len(cell.data)
+        elif isinstance(cell, _nir.Instance) and cell.type == "SB_MAC16":
+            # An instantiated, registered iCE40 DSP (MatVecCore's ice40_dsp): one DSP.
+            a, b = (_operand(cell.ports_i[port])[0] for port in "AB")
+            f["multipliers"].append((a, b, 1))
+            f["dsp"] += 1
         elif isinstance(cell, _nir.Instance) and cell.type == "MULT18X18D":
             # An instantiated, registered ECP5 multiplier: one DSP, its registers inside.
             a, b = (_operand([net for k in range(ECP5_DSP_BITS)

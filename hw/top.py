@@ -199,7 +199,8 @@ def _make_core(stage):
     if kind == "matvec":
         return MatVecCore(p["layer"], arithmetic=p.get("arithmetic"),
                           w_logic=p.get("w_logic", False),
-                          x_logic=p.get("x_logic", False))
+                          x_logic=p.get("x_logic", False),
+                          ice40_dsp=p.get("ice40_dsp", False))
     if kind == "requant":
         return RequantCore(p["stages"], p["channels"], stage.in_lanes, stage.in_type)
     if kind == "threshold":

@@ -103,7 +103,9 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         resources (:mod:`onnx2fpga.hw.resources`, with the board wrapper) fit the device, LUTs,
         flip-flops and hard multipliers within ``utilization`` of what it has, block RAM
         within all of it (memories move into soft logic and products into LUTs when those
-        run out; the manifest's ``folding`` lists them).
+        run out; the manifest's ``folding`` lists them). On an iCE40 board, MatVec products
+        may take the device's SB_MAC16s (``Dataflow.ice40_dsps``); without a board an
+        iCE40 build makes every product in LUTs.
     target_fps, clock_mhz : float, optional
         Fold for a rate instead: the cheapest design that reaches ``target_fps`` inferences per
         second at ``clock_mhz`` (both needed; with ``board`` it must also fit).
@@ -191,6 +193,13 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     quant_info["multiplier_bits"] = multiplier_bits
     say("lowering to integer layers")
     design = lower(graph, multiplier_bits=multiplier_bits)
+    if board is not None:
+        from .boards.targets import get_board
+        target = get_board(board)
+        if target.family == "ice40":
+            # MatVec products may take the device's SB_MAC16s (registered at both ends),
+            # within the utilization as every other resource.
+            design.dataflow.ice40_dsps = int(target.limits.dsp * utilization)
     say("choosing the folding" + (f" for {board}" if board else ""))
     fold(design.dataflow, overrides=folding, **fold_options)
     design.dataflow.folding_info.update(

@@ -997,7 +997,11 @@ class Dataflow:
     ``logic_memories`` names memories a board build puts into soft logic instead of block
     RAM, ``"stage/memory"`` (a core's stage name, :func:`onnx2fpga.hw.resources.memory_path`)
     or ``"wrapper/buffer"``, ``"wrapper/rx_fifo"``: board folding fills it when the block
-    RAMs run out; the values and cycles are the same either way.
+    RAMs run out; the values and cycles are the same either way. ``ice40_dsps``: the iCE40
+    ``SB_MAC16`` cells the MatVecs' products may take on an iCE40 (to the layers in order
+    whose products fit what is left, see :class:`~onnx2fpga.hw.cores.MatVecCore`'s
+    ``ice40_dsp``); 0 (the default) builds every product in LUTs. Folding for an iCE40 board
+    sets it to the device's DSPs within the utilization.
     """
     layers: list
     input: Port
@@ -1006,6 +1010,7 @@ class Dataflow:
     edge_fifos: dict = field(default_factory=dict)
     folding_info: dict = field(default_factory=dict)
     logic_memories: list = field(default_factory=list)
+    ice40_dsps: int = 0
 
     def __post_init__(self):
         if not self.fifo_depths:

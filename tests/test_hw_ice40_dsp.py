@@ -1,0 +1,95 @@
+"""iCE40 hard products: MatVecCore elaborated for an iCE40 with ``ice40_dsp`` puts every
+product in an SB_MAC16 with its input and product registers, for the MatVecs in dataflow order
+whose products fit the design's budget (``Dataflow.ice40_dsps``). The emitted Verilog (with a
+behavioural model of the DSP from Lattice's documentation, tests/data/sb_mac16_model.v) runs
+in Verilator under stalls and must equal the golden model, with the cycle figures of the
+platform-free design; the resource estimate counts the DSPs exactly."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onnx2fpga.boards.targets import get_board
+from onnx2fpga.dataflow import Dataflow, DenseLayer, IntType, Port, RequantStage
+from onnx2fpga.hw.cores import ice40_registered_product
+from onnx2fpga.hw.emit import emit_verilog
+from onnx2fpga.hw.resources import dataflow_resources
+from onnx2fpga.sim.golden import run_dataflow
+from onnx2fpga.sim.rtl import simulate_rtl
+
+MODEL = Path(__file__).parent / "data" / "sb_mac16_model.v"
+
+
+def _dataflow(budget, seed=0):
+    """uint8 x int8 (simd 4, pe 2: 8 products), int8 x int3 (LUT products: 3-bit weights),
+    uint16 x int6 (simd 2: 2 products of 22 bits; inputs around the zero point 32768, so
+    that the DSP's A_SIGNED matters), and int8 x int8 (simd 3:
+    3 products) last, whose accumulators are the output, so that output stalls reach its
+    DSPs."""
+    rng = np.random.default_rng(seed)
+    u8, i8, u16 = IntType(8, False), IntType(8, True), IntType(16, False)
+    fc1 = DenseLayer("fc1", u8, 3, rng.integers(-128, 128, size=(6, 16)), i8,
+                     rng.integers(-999, 999, size=6),
+                     [RequantStage(rng.integers(40, 120, size=6), [-900], 15, 0, -128, 127,
+                                   i8)], simd=4, pe=2)
+    lut = DenseLayer("lut", i8, 0, rng.integers(-4, 4, size=(6, 6)), IntType(3, True),
+                     rng.integers(-9, 9, size=6),
+                     [RequantStage(rng.integers(40, 120, size=6), [0], 4, 32768, 0, 65535,
+                                   u16)], simd=2, pe=1)
+    fc2 = DenseLayer("fc2", u16, 32768, rng.integers(-32, 32, size=(6, 6)), IntType(6, True),
+                     rng.integers(-99, 99, size=6),
+                     [RequantStage(rng.integers(40, 120, size=6), [0], 12, 0, -128, 127,
+                                   i8)], simd=2, pe=1)
+    fc3 = DenseLayer("fc3", i8, 0, rng.integers(-128, 128, size=(4, 6)), i8,
+                     rng.integers(-99, 99, size=4), [], simd=3, pe=1)
+    df = Dataflow([fc1, lut, fc2, fc3], Port("x", (16,), u8, 1.0, 3, lanes=4),
+                  Port("y", (4,), fc3.acc_type, 1.0, 0, lanes=1), fifo_depths=[2, 2, 2, 2])
+    df.ice40_dsps = budget
+    return df
+
+
+def test_which_products_may_go_to_sb_mac16():
+    from amaranth import signed, unsigned
+    assert ice40_registered_product(unsigned(8), signed(8))
+    assert ice40_registered_product(signed(16), unsigned(16))
+    assert not ice40_registered_product(signed(17), signed(8))      # wider than the DSP
+    assert not ice40_registered_product(signed(16), signed(4))      # a LUT product
+
+
+@pytest.mark.parametrize("budget,dsps", [(0, 0), (4, 2), (7, 5), (10, 10), (13, 13),
+                                         (100, 13)])
+def test_dsps_go_to_the_matvecs_in_order_within_the_budget(budget, dsps):
+    # 8 (fc1), 2 (fc2) and 3 (fc3) products may take DSPs, the LUT layer's may not: a layer
+    # takes them if all of its products fit what is left (budget 4: fc1 does not, fc2 does,
+    # fc3 then does not; budget 7: fc2 and fc3; budget 10: fc1 and fc2).
+    df = _dataflow(budget)
+    ice40 = emit_verilog(df, platform=get_board("icebreaker").platform())
+    assert ice40.count("SB_MAC16 ") == dsps
+    assert "SB_MAC16" not in emit_verilog(df)
+    assert "SB_MAC16" not in emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    assert dataflow_resources(df, "ice40")["total"]["dsp"] == dsps
+    assert dataflow_resources(df, "ecp5")["total"]["dsp"] == \
+        dataflow_resources(_dataflow(0), "ecp5")["total"]["dsp"]
+
+
+@pytest.mark.rtl
+def test_sb_mac16_products_equal_golden_with_the_same_cycles(tmp_path):
+    df = _dataflow(13)
+    ice40_v = emit_verilog(df, platform=get_board("icebreaker").platform())
+    plain_v = emit_verilog(df)
+    assert ice40_v.count("SB_MAC16 ") == 13
+    (tmp_path / "ice40.v").write_text(ice40_v + "\n" + MODEL.read_text())
+    (tmp_path / "plain.v").write_text(plain_v)
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 256, size=(24, 16))
+    x[0] = 0
+    x[1] = 255
+    results = {}
+    for name in ("ice40", "plain"):
+        results[name] = simulate_rtl(tmp_path / f"{name}.v", df.input, df.output, x,
+                                     build_dir=tmp_path / f"build-{name}", stall_prob_in=0.4,
+                                     stall_prob_out=0.6, seed=3, progress=False)
+    np.testing.assert_array_equal(results["ice40"].outputs, run_dataflow(df, x))
+    assert results["ice40"].cycles_per_inference == results["plain"].cycles_per_inference
+    assert results["ice40"].latency_cycles == results["plain"].latency_cycles
