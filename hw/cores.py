@@ -208,26 +208,40 @@ def ice40_registered_product(a, b) -> bool:
     """Whether a MatVec product ``a * b`` (operands of the shapes of ``a`` and ``b``) may go
     to a registered ``SB_MAC16`` (:class:`MatVecCore`'s ``ice40_dsp``): a product
     :func:`product` leaves to a hard multiplier (both operands wider than
-    :data:`LUT_PRODUCT_MAX_BITS`) whose operands fit 16 bits."""
+    :data:`LUT_PRODUCT_MAX_BITS`) whose operands fit 16 bits and whose value fits 24 bits.
+    The bound keeps to what the DSP's models agree on: yosys' simulation model of the 16 x 16
+    mode adds its 8 x 8 partial products without sign-extending them to 32 bits, so its top
+    byte differs from the true product's when a partial product is negative."""
     a, b = Shape.cast(a), Shape.cast(b)
     return min(a.width, b.width) > LUT_PRODUCT_MAX_BITS and \
-        max(a.width, b.width) <= ICE40_DSP_BITS
+        max(a.width, b.width) <= ICE40_DSP_BITS and a.width + b.width <= 24
 
 
-def _sb_mac16(m: Module, a, b, ce, name: str):
-    """``a * b`` out of an iCE40 ``SB_MAC16`` in its 16 x 16 mode with the A and B input
-    registers and the product register (``PIPELINE_16x16_MULT_REG2``) in the DSP, clock
-    ``sync``, enable ``ce``: the product of the operands of two clock edges before, as the
-    fabric registers ``a_r <= a; p <= a_r * b_r`` of the platform-free Verilog. nextpnr-ice40
-    times an SB_MAC16's ports as register ports whatever its parameters say, so only a DSP
-    registered at both ends has a true Fmax (see
-    :func:`onnx2fpga.boards.build._ice40_dsp_timing_gaps`); yosys infers them without
-    registers, which is why inference stays off."""
-    shape = (a * b).shape()
-    a16 = Signal(ICE40_DSP_BITS, name=f"{name}_a")
-    b16 = Signal(ICE40_DSP_BITS, name=f"{name}_b")
-    o32 = Signal(2 * ICE40_DSP_BITS, name=f"{name}_o")
-    m.d.comb += [a16.eq(a), b16.eq(b)]      # sign- or zero-extended; A_SIGNED/B_SIGNED say
+def ice40_paired_product(a, b) -> bool:
+    """Whether two such products share one ``SB_MAC16`` in its 8 x 8 mode (its top and
+    bottom 8 x 8 multipliers, each with its own product register): both operands fit 8
+    bits. The DSPs a MatVec of ``n`` products takes are then ``ceil(n / 2)``."""
+    a, b = Shape.cast(a), Shape.cast(b)
+    return ice40_registered_product(a, b) and max(a.width, b.width) <= 8
+
+
+def ice40_matvec_dsps(simd: int, pe: int, a, b) -> int:
+    """SB_MAC16s of a MatVec of ``simd * pe`` products of operands of the shapes ``a`` and
+    ``b`` with ``ice40_dsp`` (0 if its products may not take them)."""
+    n = simd * pe
+    if not ice40_registered_product(a, b):
+        return 0
+    return -(-n // 2) if ice40_paired_product(a, b) else n
+
+
+def _sb_mac16_instance(m: Module, name: str, a16, b16, o32, ce, signed_a: bool,
+                       signed_b: bool, mode_8x8: bool):
+    """An ``SB_MAC16`` with its A and B input registers and its product registers (the
+    second 16 x 16 pipeline register, or in the 8 x 8 mode both 8 x 8 product registers),
+    clock ``sync``, enable ``ce``, the product(s) on ``O``. nextpnr-ice40 times an SB_MAC16's
+    ports as register ports whatever its parameters say, so only a DSP registered at both
+    ends has a true Fmax (see :func:`onnx2fpga.boards.build._ice40_dsp_timing_gaps`); yosys
+    infers them without registers, which is why inference stays off."""
     ports = {"i_CLK": ClockSignal("sync"), "i_CE": ce, "i_A": a16, "i_B": b16,
              "i_C": C(0, 16), "i_D": C(0, 16), "o_O": o32}
     for port in ("AHOLD", "BHOLD", "CHOLD", "DHOLD", "IRSTTOP", "IRSTBOT", "ORSTTOP",
@@ -235,19 +249,55 @@ def _sb_mac16(m: Module, a, b, ce, name: str):
                  "OHOLDBOT", "CI", "ACCUMCI", "SIGNEXTIN"):
         ports[f"i_{port}"] = C(0, 1)
     one, zero = C(1, 1), C(0, 1)
+    pair = one if mode_8x8 else zero
+    select = C(2 if mode_8x8 else 3, 2)         # 8 x 8 products, or the 16 x 16 product
     m.submodules[name] = Instance(
         "SB_MAC16",
         p_NEG_TRIGGER=zero, p_C_REG=zero, p_A_REG=one, p_B_REG=one, p_D_REG=zero,
-        p_TOP_8x8_MULT_REG=zero, p_BOT_8x8_MULT_REG=zero,
-        p_PIPELINE_16x16_MULT_REG1=zero, p_PIPELINE_16x16_MULT_REG2=one,
-        p_TOPOUTPUT_SELECT=C(3, 2), p_TOPADDSUB_LOWERINPUT=C(0, 2),
+        p_TOP_8x8_MULT_REG=pair, p_BOT_8x8_MULT_REG=pair,
+        p_PIPELINE_16x16_MULT_REG1=zero, p_PIPELINE_16x16_MULT_REG2=zero if mode_8x8 else one,
+        p_TOPOUTPUT_SELECT=select, p_TOPADDSUB_LOWERINPUT=C(0, 2),
         p_TOPADDSUB_UPPERINPUT=zero, p_TOPADDSUB_CARRYSELECT=C(0, 2),
-        p_BOTOUTPUT_SELECT=C(3, 2), p_BOTADDSUB_LOWERINPUT=C(0, 2),
+        p_BOTOUTPUT_SELECT=select, p_BOTADDSUB_LOWERINPUT=C(0, 2),
         p_BOTADDSUB_UPPERINPUT=zero, p_BOTADDSUB_CARRYSELECT=C(0, 2),
-        p_MODE_8x8=zero, p_A_SIGNED=C(int(a.shape().signed), 1),
-        p_B_SIGNED=C(int(b.shape().signed), 1), **ports)
+        p_MODE_8x8=pair, p_A_SIGNED=C(int(signed_a), 1), p_B_SIGNED=C(int(signed_b), 1),
+        **ports)
+
+
+def _sb_mac16(m: Module, a, b, ce, name: str):
+    """``a * b`` out of an iCE40 ``SB_MAC16`` in its 16 x 16 mode registered at both ends
+    (:func:`_sb_mac16_instance`): the product of the operands of two clock edges before, as
+    the fabric registers ``a_r <= a; p <= a_r * b_r`` of the platform-free Verilog."""
+    shape = (a * b).shape()
+    a16 = Signal(ICE40_DSP_BITS, name=f"{name}_a")
+    b16 = Signal(ICE40_DSP_BITS, name=f"{name}_b")
+    o32 = Signal(2 * ICE40_DSP_BITS, name=f"{name}_o")
+    m.d.comb += [a16.eq(a), b16.eq(b)]      # sign- or zero-extended; A_SIGNED/B_SIGNED say
+    _sb_mac16_instance(m, name, a16, b16, o32, ce, a.shape().signed, b.shape().signed,
+                       False)
     bits = o32[:shape.width]
     return bits.as_signed() if shape.signed else bits
+
+
+def _sb_mac16_pair(m: Module, a0, b0, a1, b1, ce, name: str):
+    """``(a0 * b0, a1 * b1)`` out of one iCE40 ``SB_MAC16`` in its 8 x 8 mode (operands of
+    at most 8 bits; ``a0`` and ``a1`` of one shape, ``b0`` and ``b1`` of another): the
+    bottom multiplier takes the first product, the top one the second, each registered as
+    in :func:`_sb_mac16`. A product of two 8-bit operands fits the 16 bits each half puts
+    out (its true value, read with the product's signedness)."""
+    shape = (a0 * b0).shape()
+    a16 = Signal(ICE40_DSP_BITS, name=f"{name}_a")
+    b16 = Signal(ICE40_DSP_BITS, name=f"{name}_b")
+    o32 = Signal(2 * ICE40_DSP_BITS, name=f"{name}_o")
+    m.d.comb += [a16[:8].eq(a0), a16[8:].eq(a1), b16[:8].eq(b0), b16[8:].eq(b1)]
+    _sb_mac16_instance(m, name, a16, b16, o32, ce, a0.shape().signed, b0.shape().signed,
+                       True)
+    width = min(shape.width, 16)
+    outs = []
+    for half in (o32[:16], o32[16:]):
+        bits = half[:width]
+        outs.append(bits.as_signed() if shape.signed else bits)
+    return outs
 
 
 def _mult18x18d(m: Module, a, b, ce, name: str):
@@ -546,7 +596,9 @@ class MatVecCore(wiring.Component):
         critical path). The same values and cycles.
     ice40_dsp : bool
         Elaborated for an iCE40, the products (when :func:`ice40_registered_product`) go to
-        ``SB_MAC16`` cells registered at both ends (:func:`_sb_mac16`), one per product,
+        ``SB_MAC16`` cells registered at both ends (:func:`_sb_mac16`), one per product, or
+        two per DSP in its 8 x 8 mode for operands of at most 8 bits
+        (:func:`ice40_paired_product`, :func:`ice40_matvec_dsps`),
         in place of the operand and product registers; otherwise an iCE40 builds them in
         LUTs. The same values and cycles. The graph sets it within the design's budget of
         DSPs (:attr:`Dataflow.ice40_dsps <onnx2fpga.dataflow.Dataflow>`).
@@ -707,6 +759,7 @@ class MatVecCore(wiring.Component):
         mac16 = (self._ice40_dsp and _is_ice40(platform) and not lut
                  and self._arithmetic == "multiply"
                  and ice40_registered_product(self._in_shape, self._w_shape))
+        paired = mac16 and ice40_paired_product(self._in_shape, self._w_shape)
         digits = (self._arithmetic == "multiply" and self._w_shape.width >= _DIGIT_MIN_BITS
                   and (lut or _mul_chunks(platform) == _LUT_CHUNKS) and not mac16)
         x_elem = self._in_shape
@@ -881,8 +934,23 @@ class MatVecCore(wiring.Component):
             for n in range(1, n_stages):
                 m.d.sync += [s_valid[n].eq(s_valid[n - 1]), s_first[n].eq(s_first[n - 1]),
                              s_last[n].eq(s_last[n - 1]), s_g[n].eq(s_g[n - 1])]
+        if paired:
+            # Two products per SB_MAC16 (its 8 x 8 mode), in (p, s) order; an odd last one
+            # takes the bottom half with zero operands on top.
+            flat = [(p, s) for p in range(pe) for s in range(simd)]
+            for k in range(0, len(flat), 2):
+                (p0, s0), *rest = flat[k:k + 2]
+                a0, b0 = x_rdata[s0], w_layout(w_data)[p0][s0]
+                a1, b1 = ((x_rdata[rest[0][1]], w_layout(w_data)[rest[0][0]][rest[0][1]])
+                          if rest else (C(0, a0.shape()), C(0, b0.shape())))
+                outs = _sb_mac16_pair(m, a0, b0, a1, b1, adv_of(p0, s0),
+                                      f"mul_{p0}_{s0}")
+                for (p, s), out in zip(flat[k:k + 2], outs):
+                    m.d.comb += prods[p][s].eq(out)
         for p in range(pe):
             for s, (prod, value) in enumerate(zip(prods[p], prod_values[p])):
+                if paired:
+                    continue
                 if dsp:
                     # The S2 registers and the product register are the DSP's own (fed from
                     # the S1 memory data, enabled as the fabric registers): same cycles, and

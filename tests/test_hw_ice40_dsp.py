@@ -1,6 +1,7 @@
 """iCE40 hard products: MatVecCore elaborated for an iCE40 with ``ice40_dsp`` puts every
-product in an SB_MAC16 with its input and product registers, for the MatVecs in dataflow order
-whose products fit the design's budget (``Dataflow.ice40_dsps``). The emitted Verilog (with a
+product in an SB_MAC16 with its input and product registers (two products per DSP in its 8 x 8
+mode for operands of at most 8 bits), for the MatVecs in dataflow order whose DSPs fit the
+design's budget (``Dataflow.ice40_dsps``). The emitted Verilog (with a
 behavioural model of the DSP from Lattice's documentation, tests/data/sb_mac16_model.v) runs
 in Verilator under stalls and must equal the golden model, with the cycle figures of the
 platform-free design; the resource estimate counts the DSPs exactly."""
@@ -12,7 +13,11 @@ import pytest
 
 from onnx2fpga.boards.targets import get_board
 from onnx2fpga.dataflow import Dataflow, DenseLayer, IntType, Port, RequantStage
-from onnx2fpga.hw.cores import ice40_registered_product
+from onnx2fpga.hw.cores import (
+    ice40_matvec_dsps,
+    ice40_paired_product,
+    ice40_registered_product,
+)
 from onnx2fpga.hw.emit import emit_verilog
 from onnx2fpga.hw.resources import dataflow_resources
 from onnx2fpga.sim.golden import run_dataflow
@@ -22,11 +27,11 @@ MODEL = Path(__file__).parent / "data" / "sb_mac16_model.v"
 
 
 def _dataflow(budget, seed=0):
-    """uint8 x int8 (simd 4, pe 2: 8 products), int8 x int3 (LUT products: 3-bit weights),
+    """uint8 x int8 (simd 4, pe 2: 8 products, 4 DSPs), int8 x int3 (LUT products),
     uint16 x int6 (simd 2: 2 products of 22 bits; inputs around the zero point 32768, so
-    that the DSP's A_SIGNED matters), and int8 x int8 (simd 3:
-    3 products) last, whose accumulators are the output, so that output stalls reach its
-    DSPs."""
+    that the DSP's A_SIGNED matters; 2 DSPs in the 16 x 16 mode), and int8 x int8 (simd 3:
+    3 products, 2 DSPs, the second half empty) last, whose accumulators are the output, so
+    that output stalls reach its DSPs."""
     rng = np.random.default_rng(seed)
     u8, i8, u16 = IntType(8, False), IntType(8, True), IntType(16, False)
     fc1 = DenseLayer("fc1", u8, 3, rng.integers(-128, 128, size=(6, 16)), i8,
@@ -52,17 +57,25 @@ def _dataflow(budget, seed=0):
 def test_which_products_may_go_to_sb_mac16():
     from amaranth import signed, unsigned
     assert ice40_registered_product(unsigned(8), signed(8))
-    assert ice40_registered_product(signed(16), unsigned(16))
-    assert not ice40_registered_product(signed(17), signed(8))      # wider than the DSP
+    assert ice40_registered_product(signed(16), unsigned(8))
+    assert not ice40_registered_product(signed(16), signed(16))     # a 32-bit product
+    assert not ice40_registered_product(signed(17), signed(5))      # wider than the DSP
     assert not ice40_registered_product(signed(16), signed(4))      # a LUT product
+    assert ice40_paired_product(unsigned(8), signed(8))
+    assert ice40_paired_product(signed(5), signed(6))
+    assert not ice40_paired_product(signed(9), signed(8))
+    assert ice40_matvec_dsps(4, 2, unsigned(8), signed(8)) == 4
+    assert ice40_matvec_dsps(3, 1, signed(8), signed(8)) == 2
+    assert ice40_matvec_dsps(3, 1, signed(12), signed(8)) == 3
+    assert ice40_matvec_dsps(3, 1, signed(12), signed(3)) == 0
 
 
-@pytest.mark.parametrize("budget,dsps", [(0, 0), (4, 2), (7, 5), (10, 10), (13, 13),
-                                         (100, 13)])
+@pytest.mark.parametrize("budget,dsps", [(0, 0), (3, 2), (4, 4), (6, 6), (7, 6), (8, 8),
+                                         (100, 8)])
 def test_dsps_go_to_the_matvecs_in_order_within_the_budget(budget, dsps):
-    # 8 (fc1), 2 (fc2) and 3 (fc3) products may take DSPs, the LUT layer's may not: a layer
-    # takes them if all of its products fit what is left (budget 4: fc1 does not, fc2 does,
-    # fc3 then does not; budget 7: fc2 and fc3; budget 10: fc1 and fc2).
+    # fc1's 8 products of 8 bits take 4 DSPs (two each), fc2's 2 wider ones 2, fc3's 3 of 8
+    # bits 2; the LUT layer's take none. A layer takes them if all of its DSPs fit what is
+    # left (budget 3: fc2 only; 7: fc1 and fc2, fc3 then does not fit).
     df = _dataflow(budget)
     ice40 = emit_verilog(df, platform=get_board("icebreaker").platform())
     assert ice40.count("SB_MAC16 ") == dsps
@@ -75,10 +88,10 @@ def test_dsps_go_to_the_matvecs_in_order_within_the_budget(budget, dsps):
 
 @pytest.mark.rtl
 def test_sb_mac16_products_equal_golden_with_the_same_cycles(tmp_path):
-    df = _dataflow(13)
+    df = _dataflow(8)
     ice40_v = emit_verilog(df, platform=get_board("icebreaker").platform())
     plain_v = emit_verilog(df)
-    assert ice40_v.count("SB_MAC16 ") == 13
+    assert ice40_v.count("SB_MAC16 ") == 8 and ice40_v.count(".MODE_8x8(1'h1)") == 6
     (tmp_path / "ice40.v").write_text(ice40_v + "\n" + MODEL.read_text())
     (tmp_path / "plain.v").write_text(plain_v)
     rng = np.random.default_rng(1)
