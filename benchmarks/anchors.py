@@ -8,8 +8,8 @@ MODELS_DIR holds the shared models (``qonnx_model_zoo/``, ``qonnx_repo/mnist-con
 digits example comes with the repository. Each model is folded automatically for the board
 (``compile(board=...)``: the fastest design whose estimated resources fit the device) and,
 where the issue sets a cycle target, for that target (``target_fps`` at ``--clock-mhz``:
-the cheapest design that reaches it, which must still fit). TFC_2W2A is also folded and built
-for the iCEBreaker. Every design is checked bit for bit: RTL simulation under random
+the cheapest design that reaches it, which must still fit). TFC_2W2A and the digits example
+are also folded and built for the iCEBreaker. Every design is checked bit for bit: RTL simulation under random
 backpressure against the golden model on ``--rtl-samples`` inputs.
 
 Columns: cycles per inference (manifest; RTL without stalls), latency in cycles (RTL), clock
@@ -46,6 +46,11 @@ PUBLISHED = {
     "mnist-8": "none published (not a FINN/hls4ml model)",
     "digits": "none (our example)",
 }
+
+
+#: Models also folded and built for the iCEBreaker (iCE40 UP5K): TFC_2W2A (the issue's "fits
+#: the iCEBreaker"), and the digits example (8-bit products: SB_MAC16s, two per DSP).
+ICE40_TOO = ("TFC_2W2A", "digits")
 
 
 def _mnist(n, rng, scale):
@@ -197,7 +202,7 @@ def main(argv=None):
     for name, (path, opts, x, target) in cases.items():
         if args.only and name not in args.only.split(","):
             continue
-        boards = [args.board] + (["icebreaker"] if name == "TFC_2W2A" else [])
+        boards = [args.board] + (["icebreaker"] if name in ICE40_TOO else [])
         for board in boards:
             tgt = target if board == args.board else None
             print(f"[anchors] {name} on {board} ...", file=sys.stderr, flush=True)
