@@ -9,8 +9,8 @@ digits example comes with the repository. Each model is folded automatically for
 (``compile(board=...)``: the fastest design whose estimated resources fit the device) and,
 where the issue sets a cycle target, for that target (``target_fps`` at ``--clock-mhz``:
 the cheapest design that reaches it, which must still fit). TFC_2W2A and the digits example
-are also folded and built for the iCEBreaker. Every design is checked bit for bit: RTL simulation under random
-backpressure against the golden model on ``--rtl-samples`` inputs.
+are also folded and built for the iCEBreaker. Every design is checked bit for bit: RTL
+simulation under random backpressure against the golden model on ``--rtl-samples`` inputs.
 
 Columns: cycles per inference (manifest; RTL without stalls), latency in cycles (RTL), clock
 and Fmax (nextpnr), LUT/FF/DSP/BRAM used (nextpnr), inferences per second at Fmax, share of
