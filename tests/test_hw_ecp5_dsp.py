@@ -10,13 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from amaranth import signed, unsigned
+from hard_products import check_against_plain
 
 from onnx2fpga.boards.targets import get_board
 from onnx2fpga.dataflow import Dataflow, DenseLayer, IntType, Port, RequantStage
 from onnx2fpga.hw.cores import ecp5_registered_product
 from onnx2fpga.hw.emit import emit_verilog
-from onnx2fpga.sim.golden import run_dataflow
-from onnx2fpga.sim.rtl import simulate_rtl
 
 MODEL = Path(__file__).parent / "data" / "mult18x18d_model.v"
 
@@ -70,17 +69,4 @@ def test_registered_dsps_equal_golden_with_the_same_cycles(tmp_path):
     # 4 + 1 + 1 (see _dataflow).
     assert ecp5_v.count("MULT18X18D ") == 26 and "MULT18X18D" not in plain_v
     assert emit_verilog(df, platform=get_board("ulx3s-85f").platform()) == ecp5_v
-    (tmp_path / "ecp5.v").write_text(ecp5_v + "\n" + MODEL.read_text())
-    (tmp_path / "plain.v").write_text(plain_v)
-    rng = np.random.default_rng(1)
-    x = rng.integers(0, 256, size=(24, 16))
-    x[0] = 0
-    x[1] = 255
-    results = {}
-    for name in ("ecp5", "plain"):
-        results[name] = simulate_rtl(tmp_path / f"{name}.v", df.input, df.output, x,
-                                     build_dir=tmp_path / f"build-{name}", stall_prob_in=0.4,
-                                     stall_prob_out=0.6, seed=3, progress=False)
-    np.testing.assert_array_equal(results["ecp5"].outputs, run_dataflow(df, x))
-    assert results["ecp5"].cycles_per_inference == results["plain"].cycles_per_inference
-    assert results["ecp5"].latency_cycles == results["plain"].latency_cycles
+    check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
