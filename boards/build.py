@@ -452,9 +452,9 @@ def logic_memory_script(names) -> str:
     link: a USB link has no receive FIFO). A MatVec's input buffer ``matvec_k/x_mem`` in soft
     logic is shift registers, no memory: nothing to select.
     """
-    lines = []
     from ..hw.resources import is_shift_register_buffer
 
+    lines = []
     for name in names:
         stage, _, path = str(name).partition("/")
         if not path:

@@ -234,14 +234,18 @@ def ice40_matvec_dsps(simd: int, pe: int, a, b) -> int:
     return -(-n // 2) if ice40_paired_product(a, b) else n
 
 
-def _sb_mac16_instance(m: Module, name: str, a16, b16, o32, ce, signed_a: bool,
-                       signed_b: bool, mode_8x8: bool):
+def _sb_mac16_instance(m: Module, name: str, ce, signed_a: bool, signed_b: bool,
+                       mode_8x8: bool):
     """An ``SB_MAC16`` with its A and B input registers and its product registers (the
     second 16 x 16 pipeline register, or in the 8 x 8 mode both 8 x 8 product registers),
-    clock ``sync``, enable ``ce``, the product(s) on ``O``. nextpnr-ice40 times an SB_MAC16's
-    ports as register ports whatever its parameters say, so only a DSP registered at both
-    ends has a true Fmax (see :func:`onnx2fpga.boards.build._ice40_dsp_timing_gaps`); yosys
-    infers them without registers, which is why inference stays off."""
+    clock ``sync``, enable ``ce``: returns its A and B inputs (16 bits each, for the caller
+    to drive) and its output O (32 bits, the product or products). nextpnr-ice40 times an
+    SB_MAC16's ports as register ports whatever its parameters say, so only a DSP registered
+    at both ends has a true Fmax (see :func:`onnx2fpga.boards.build._ice40_dsp_timing_gaps`);
+    yosys infers them without registers, which is why inference stays off."""
+    a16 = Signal(ICE40_DSP_BITS, name=f"{name}_a")
+    b16 = Signal(ICE40_DSP_BITS, name=f"{name}_b")
+    o32 = Signal(2 * ICE40_DSP_BITS, name=f"{name}_o")
     ports = {"i_CLK": ClockSignal("sync"), "i_CE": ce, "i_A": a16, "i_B": b16,
              "i_C": C(0, 16), "i_D": C(0, 16), "o_O": o32}
     for port in ("AHOLD", "BHOLD", "CHOLD", "DHOLD", "IRSTTOP", "IRSTBOT", "ORSTTOP",
@@ -262,6 +266,7 @@ def _sb_mac16_instance(m: Module, name: str, a16, b16, o32, ce, signed_a: bool,
         p_BOTADDSUB_UPPERINPUT=zero, p_BOTADDSUB_CARRYSELECT=C(0, 2),
         p_MODE_8x8=pair, p_A_SIGNED=C(int(signed_a), 1), p_B_SIGNED=C(int(signed_b), 1),
         **ports)
+    return a16, b16, o32
 
 
 def _sb_mac16(m: Module, a, b, ce, name: str):
@@ -269,12 +274,9 @@ def _sb_mac16(m: Module, a, b, ce, name: str):
     (:func:`_sb_mac16_instance`): the product of the operands of two clock edges before, as
     the fabric registers ``a_r <= a; p <= a_r * b_r`` of the platform-free Verilog."""
     shape = (a * b).shape()
-    a16 = Signal(ICE40_DSP_BITS, name=f"{name}_a")
-    b16 = Signal(ICE40_DSP_BITS, name=f"{name}_b")
-    o32 = Signal(2 * ICE40_DSP_BITS, name=f"{name}_o")
+    a16, b16, o32 = _sb_mac16_instance(m, name, ce, a.shape().signed, b.shape().signed,
+                                       False)
     m.d.comb += [a16.eq(a), b16.eq(b)]      # sign- or zero-extended; A_SIGNED/B_SIGNED say
-    _sb_mac16_instance(m, name, a16, b16, o32, ce, a.shape().signed, b.shape().signed,
-                       False)
     bits = o32[:shape.width]
     return bits.as_signed() if shape.signed else bits
 
@@ -286,12 +288,9 @@ def _sb_mac16_pair(m: Module, a0, b0, a1, b1, ce, name: str):
     in :func:`_sb_mac16`. A product of two 8-bit operands fits the 16 bits each half puts
     out (its true value, read with the product's signedness)."""
     shape = (a0 * b0).shape()
-    a16 = Signal(ICE40_DSP_BITS, name=f"{name}_a")
-    b16 = Signal(ICE40_DSP_BITS, name=f"{name}_b")
-    o32 = Signal(2 * ICE40_DSP_BITS, name=f"{name}_o")
+    a16, b16, o32 = _sb_mac16_instance(m, name, ce, a0.shape().signed, b0.shape().signed,
+                                       True)
     m.d.comb += [a16[:8].eq(a0), a16[8:].eq(a1), b16[:8].eq(b0), b16[8:].eq(b1)]
-    _sb_mac16_instance(m, name, a16, b16, o32, ce, a0.shape().signed, b0.shape().signed,
-                       True)
     width = min(shape.width, 16)
     outs = []
     for half in (o32[:16], o32[16:]):

@@ -532,19 +532,20 @@ def _matvec_stages(b: _Builder, dense: DenseLayer, net: str, k: int, layer,
                    out_shape, order) -> str:
     """``matvec``, then the requantization of ``layer.requant`` on ``requant_lanes`` lanes
     between converters, back to ``pe`` lanes."""
-    name = f"matvec_{k}"
     from .cores import ice40_matvec_dsps, int_shape
+
+    name = f"matvec_{k}"
+    arithmetic = matvec_arithmetic(dense)
     # iCE40 DSPs: to the MatVecs in dataflow order whose products all fit the ones left.
     ice40_dsp = False
     dsps = ice40_matvec_dsps(dense.simd, dense.pe, int_shape(dense.in_type),
                              int_shape(dense.weight_type))
-    if dense.multipliers == "dsp" and matvec_arithmetic(dense) == "multiply" and \
-            0 < dsps <= b.ice40_dsps:
+    if dense.multipliers == "dsp" and arithmetic == "multiply" and 0 < dsps <= b.ice40_dsps:
         ice40_dsp = True
         b.ice40_dsps -= dsps
     net = b.add("matvec", name, [net], dense.acc_type, dense.pe, dense.out_features
                 * (layer.out_size // dense.out_features), layer=layer,
-                params={"layer": dense, "arithmetic": matvec_arithmetic(dense),
+                params={"layer": dense, "arithmetic": arithmetic,
                         "w_logic": f"{name}/w_mem" in b.logic,
                         "x_logic": f"{name}/x_mem" in b.logic, "ice40_dsp": ice40_dsp})
     if not layer.requant:

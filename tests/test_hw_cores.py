@@ -176,6 +176,26 @@ MATVEC_BANKED_CASES = [
 ]
 
 
+def _same_values_and_cycles(layer, platform, x, seed, make):
+    """Cores ``make(False)`` (the reference) and ``make(True)``, elaborated for ``platform``,
+    both give golden's values for the vectors ``x``, without stalls and under stalls, and
+    take and give their transfers on the same cycles."""
+    vectors = len(x)
+    expected = golden.run_layer(layer, x)
+    outputs = vectors * layer.out_features // layer.pe
+    timed = []
+    for flag in (False, True):
+        times = run_timed(_ElaboratedFor(make(flag), platform), to_transfers(x, layer.simd),
+                          outputs)
+        np.testing.assert_array_equal(np.array(times["out_items"]).reshape(vectors, -1),
+                                      expected)
+        timed.append((times["in"], times["out"]))
+        got = run_stream(_ElaboratedFor(make(flag), platform), to_transfers(x, layer.simd),
+                         outputs, seed)
+        np.testing.assert_array_equal(np.array(got).reshape(vectors, -1), expected)
+    assert timed[0] == timed[1]
+
+
 @pytest.mark.parametrize("seed,case", list(enumerate(MATVEC_BANKED_CASES)))
 def test_matvec_banked_weight_rom_is_cycle_identical(seed, case):
     # Weights in soft logic (w_logic) are read in two steps from banks: the same values on the
@@ -185,23 +205,12 @@ def test_matvec_banked_weight_rom_is_cycle_identical(seed, case):
     layer = make_dense(seed, *dense)
     platform = ICEBreakerPlatform() if platform else None
     depth = layer.in_features // layer.simd * layer.out_features // layer.pe
-    rng = np.random.default_rng([seed, 3])
-    vectors = 3
-    x = random_ints(rng, layer.in_type, (vectors, layer.in_features))
-    expected = golden.run_layer(layer, x)
-    outputs = vectors * layer.out_features // layer.pe
-    timed = []
     for w_logic in (False, True):
-        dut = MatVecCore(layer, w_logic=w_logic)
-        assert dut.w_banks == ({256: 4, 320: 5, 130: 3}[depth] if w_logic else 1)
-        times = run_timed(_ElaboratedFor(dut, platform), to_transfers(x, layer.simd), outputs)
-        np.testing.assert_array_equal(np.array(times["out_items"]).reshape(vectors, -1),
-                                      expected)
-        timed.append((times["in"], times["out"]))
-        got = run_stream(_ElaboratedFor(MatVecCore(layer, w_logic=w_logic), platform),
-                         to_transfers(x, layer.simd), outputs, seed)
-        np.testing.assert_array_equal(np.array(got).reshape(vectors, -1), expected)
-    assert timed[0] == timed[1]
+        assert MatVecCore(layer, w_logic=w_logic).w_banks == \
+            ({256: 4, 320: 5, 130: 3}[depth] if w_logic else 1)
+    x = random_ints(np.random.default_rng([seed, 3]), layer.in_type, (3, layer.in_features))
+    _same_values_and_cycles(layer, platform, x, seed,
+                            lambda w_logic: MatVecCore(layer, w_logic=w_logic))
 
 
 # (dense layer, platform, weights in banks too): 40 folds of one 8-bit element; 20 folds of
@@ -225,26 +234,15 @@ def test_matvec_shift_register_input_buffer_is_cycle_identical(seed, case):
     *dense, platform, w_logic = case
     layer = make_dense(seed, *dense)
     platform = ICEBreakerPlatform() if platform else None
-    rng = np.random.default_rng([seed, 4])
-    vectors = 4
-    x = random_ints(rng, layer.in_type, (vectors, layer.in_features))
-    expected = golden.run_layer(layer, x)
-    outputs = vectors * layer.out_features // layer.pe
-    timed = []
     for x_logic in (False, True):
         dut = MatVecCore(layer, w_logic=w_logic, x_logic=x_logic)
         netlist = build_netlist(Fragment.get(dut, platform), name="top")
         memories = [c.name for c in netlist.cells if isinstance(c, _nir.Memory)]
         assert ("x_mem" in memories) != x_logic, memories
-        times = run_timed(_ElaboratedFor(dut, platform), to_transfers(x, layer.simd), outputs)
-        np.testing.assert_array_equal(np.array(times["out_items"]).reshape(vectors, -1),
-                                      expected)
-        timed.append((times["in"], times["out"]))
-        got = run_stream(_ElaboratedFor(MatVecCore(layer, w_logic=w_logic, x_logic=x_logic),
-                                        platform),
-                         to_transfers(x, layer.simd), outputs, seed)
-        np.testing.assert_array_equal(np.array(got).reshape(vectors, -1), expected)
-    assert timed[0] == timed[1]
+    x = random_ints(np.random.default_rng([seed, 4]), layer.in_type, (4, layer.in_features))
+    _same_values_and_cycles(layer, platform, x, seed,
+                            lambda x_logic: MatVecCore(layer, w_logic=w_logic,
+                                                       x_logic=x_logic))
 
 
 def test_logic_rom_banks():
