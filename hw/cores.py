@@ -485,6 +485,27 @@ def _skid_output(m: Module, o_stream, valid, payload, free_copy=False):
     return ~(valid & flags[-1])
 
 
+#: Block RAMs per column slice of a MatVec weight ROM on an ECP5 (:func:`_rom_columns`).
+ROM_SLICE_BLOCKS = 4
+
+
+def _rom_columns(platform, width: int, depth: int) -> list:
+    """Bit ranges ``[(lo, hi), ...]`` of the column slices a ``depth`` x ``width`` weight ROM
+    is built from: on an ECP5, when yosys would put it in more than
+    :data:`ROM_SLICE_BLOCKS` block RAMs, slices of that many blocks' native width (the last
+    one the rest); otherwise one range. Each slice takes the blocks of its width alone, so the
+    block RAM count is that of the whole ROM but where columns hold constants (yosys drops
+    those per memory)."""
+    if not _is_ecp5(platform):
+        return [(0, width)]
+    from .resources import memory_mapping
+    mm = memory_mapping(width, depth, "ecp5", rom=True)
+    if mm.kind != "block" or mm.cells <= ROM_SLICE_BLOCKS:
+        return [(0, width)]
+    step = ROM_SLICE_BLOCKS * mm.width
+    return [(lo, min(lo + step, width)) for lo in range(0, width, step)]
+
+
 def _flat_memory(layout, depth: int, init) -> Memory:
     """A ROM of plain ``unsigned(width)`` words holding the values ``init`` of ``layout``
     (read its data through ``layout(port.data)``).
@@ -795,7 +816,32 @@ class MatVecCore(wiring.Component):
         w_layout = data.ArrayLayout(w_elem, pe) if self._arithmetic != "multiply" else \
             data.ArrayLayout(data.ArrayLayout(w_elem, simd), pe)
         words = self._weight_words()
-        if self._w_banks == 1:
+        # Read enables of the weight ROM's column slices on an ECP5 (see the end of
+        # elaborate): [] when it is one memory.
+        w_slice_adv = []
+        w_cols = _rom_columns(platform, Shape.cast(w_layout).width, groups * folds) \
+            if self._w_banks == 1 else []
+        if len(w_cols) > 1:
+            # Column slices of a few block RAMs each, each read with its own replica of the
+            # stall state: kwsmlp_w3a3's 768-bit weight word in 22 DP16KD, all enabled by one
+            # net, was a 10.1 ns critical path on an ECP5 85F (the net spread over the die).
+            flat = [Const.cast(w_layout.const(v)).value for v in words]
+            pieces = []
+            for k, (lo, hi) in enumerate(w_cols):
+                mem = Memory(shape=unsigned(hi - lo), depth=groups * folds,
+                             init=[(v >> lo) & ((1 << (hi - lo)) - 1) for v in flat])
+                m.submodules[f"w_mem_col{k}"] = mem
+                rd = mem.read_port()
+                adv = Signal(name=f"w_mem_col{k}_en")
+                m.d.comb += rd.en.eq(adv)
+                pieces.append(rd)
+                w_slice_adv.append(adv)
+            w_rd = _ReadPort(Signal(range(max(groups * folds, 2)), name="w_mem_addr"),
+                             Signal(name="w_mem_en"))
+            for rd in pieces:
+                m.d.comb += rd.addr.eq(w_rd.addr)
+            w_data = Cat(rd.data for rd in pieces)
+        elif self._w_banks == 1:
             m.submodules.w_mem = w_mem = _flat_memory(w_layout, groups * folds, words)
             w_rd = w_mem.read_port()
             w_data = w_rd.data
@@ -933,8 +979,16 @@ class MatVecCore(wiring.Component):
                          else Shape.cast(v.shape()), name=f"prod_{p}_{s}", reset_less=True)
                   for s, v in enumerate(row)]
                  for p, row in enumerate(prod_values)]
-        with m.If(mem_adv):
-            m.d.sync += [x_word.eq(x_rdata), w_bits.eq(w_data)]
+        if w_slice_adv:
+            # Each slice's part of the operand register loads with the slice's own enable.
+            with m.If(mem_adv):
+                m.d.sync += x_word.eq(x_rdata)
+            for (lo, hi), adv in zip(w_cols, w_slice_adv):
+                with m.If(adv):
+                    m.d.sync += w_bits[lo:hi].eq(w_data[lo:hi])
+        else:
+            with m.If(mem_adv):
+                m.d.sync += [x_word.eq(x_rdata), w_bits.eq(w_data)]
         with m.If(advance):
             m.d.sync += [s_valid[0].eq(issue), s_first[0].eq(f == 0), s_last[0].eq(f_last),
                          s_g[0].eq(g)]
@@ -1034,10 +1088,11 @@ class MatVecCore(wiring.Component):
         # critical path once its requantization DSPs were registered (10.4 ns). The memory
         # reads (every output bit of a ROM in LUTs has the enable) take another: the control
         # replica's enable net reaching them was 3.2 ns of the next critical path (11.9 ns).
-        if n_shares <= 1:
+        if n_shares <= 1 and not w_slice_adv:
             m.d.comb += [advance.eq(~(s3_valid & ~free)), mem_adv.eq(advance)]
         else:
-            for k, adv in enumerate([*share_adv, advance, mem_adv]):
+            replicas = [*share_adv, advance, mem_adv] if n_shares > 1 else [advance, mem_adv]
+            for k, adv in enumerate([*replicas, *w_slice_adv]):
                 v3, ov, sf = (Signal(name=f"{n}_{k}") for n in ("s3_valid", "o_valid",
                                                                     "skid_full"))
                 m.d.comb += adv.eq(~(v3 & ov & sf))
