@@ -59,10 +59,15 @@ class _OneHotFSM:
                 return self._if.__exit__(*exc)
         return _Within()
 
-    def goto(self, name: str):
+    @property
+    def current(self) -> str:
+        """The state whose ``with fsm.state(...)`` block is being written."""
         if self._current is None:
-            raise RuntimeError("goto() outside a state")
-        if name != self._current:
+            raise RuntimeError("not inside a state")
+        return self._current
+
+    def goto(self, name: str):
+        if name != self.current:
             self._m.d.sync += [self.bits[self._current].eq(0), self.bits[name].eq(1)]
 
 
@@ -538,8 +543,19 @@ class FramedBridge(Elaboratable):
             with m.If(reply_done):
                 rx.goto("Sync-0")
 
+        # The byte offered in each state, as an OR of (state & kind) AND value terms: the
+        # states' assignments to tx_byte one after another made a chain of 7 multiplexer LUTs
+        # that yosys does not know to be exclusive (the next critical path on the iCEBreaker,
+        # 23.8 ns).
+        tx_terms = []
+
+        def offer(value, cond=None):
+            cond = tx.bits[tx.current] if cond is None else tx.bits[tx.current] & cond
+            tx_terms.append(Mux(cond, value, 0))
+
         def send(value, next_state, crc_it=True):
-            m.d.comb += [tx_byte.eq(value), tx_valid.eq(1)]
+            offer(value)
+            m.d.comb += tx_valid.eq(1)
             with m.If(sent):
                 if crc_it:
                     crc_tx()
@@ -566,13 +582,13 @@ class FramedBridge(Elaboratable):
             with m.If(sent & (reply_kind == 1)):
                 m.d.sync += accept_output.eq(1)
         with tx.state("Send-Payload"):
+            for kind, value in enumerate((hello_byte, shreg[:8], error_code)):
+                offer(value, reply_kind == kind)
             with m.Switch(reply_kind):
-                with m.Case(0):
-                    m.d.comb += [tx_byte.eq(hello_byte), tx_valid.eq(1)]
+                with m.Case(0, 2):
+                    m.d.comb += tx_valid.eq(1)
                 with m.Case(1):
-                    m.d.comb += [tx_byte.eq(shreg[:8]), tx_valid.eq(bytes_left != 0)]
-                with m.Case(2):
-                    m.d.comb += [tx_byte.eq(error_code), tx_valid.eq(1)]
+                    m.d.comb += tx_valid.eq(bytes_left != 0)
             with m.If(sent):
                 crc_tx()
                 m.d.sync += [tx_left.eq(tx_left - 1), tx_last.eq(tx_left == 2)]
@@ -595,6 +611,11 @@ class FramedBridge(Elaboratable):
                 with m.Else():
                     m.d.sync += [self.frames_ok.eq(self.frames_ok + 1),
                                  self.error_led.eq(0)]
+
+        while len(tx_terms) > 1:
+            tx_terms = [a | b for a, b in zip(tx_terms[::2], tx_terms[1::2])] + \
+                tx_terms[len(tx_terms) & ~1:]
+        m.d.comb += tx_byte.eq(tx_terms[0])
 
         # The activity LED (as UartBridge): lit for 2 to 3 periods of ~25 ms after a byte.
         prescale_bits = max(1, (int(self.clk_freq) // 40).bit_length() - 1)
