@@ -55,3 +55,21 @@ def test_sliced_weight_rom_equals_golden_with_the_same_cycles(tmp_path):
     assert memory_mapping(192, 128, "ecp5", rom=True).cells == 6
     assert dataflow_resources(df, "ecp5")["layers"][0]["bram"] == 6
     check_against_plain(tmp_path, df, ecp5_v, "")
+
+
+def test_a_slice_moved_into_soft_logic_frees_its_block_rams():
+    """Board folding may move one slice into soft logic (it picks block memories by name):
+    the estimate then counts the other slice's block RAMs only, and the build script selects
+    that slice's memory."""
+    from onnx2fpga.boards.build import logic_memory_script
+    from onnx2fpga.hw.cores import MatVecCore
+    from onnx2fpga.hw.resources import netlist_features
+
+    layer = _dataflow().layers[0]
+    whole = netlist_features(MatVecCore(layer), "ecp5")
+    assert [n for n in whole["memory_names"] if n.startswith("w_mem")] == \
+        ["w_mem_col0", "w_mem_col1"]
+    assert whole["bram"] == 6 and whole["logic_memory_lut"] == 0
+    moved = netlist_features(MatVecCore(layer), "ecp5", logic=frozenset({"w_mem_col1"}))
+    assert moved["bram"] == 4 and moved["logic_memory_lut"] > 0
+    assert "*.accelerator.matvec_0/m:w_mem_col1" in logic_memory_script(["matvec_0/w_mem_col1"])
