@@ -623,7 +623,12 @@ class FramedBridge(Elaboratable):
         m.d.sync += prescaler.eq(prescaler[:prescale_bits] + 1)
         tick = prescaler[prescale_bits]
         stretch = Signal(2)
-        with m.If(link.rx_event | sent):
+        # Through a register: the LED's flip-flops sit by its pin, and `sent` (from the
+        # transmitter's state and the output byte count) routed there was the jet tagger's
+        # critical path on the ULX3S (bytes_left -> stretch, 10.3 ns, 5.1 ns of it one route).
+        byte_event = Signal()
+        m.d.sync += byte_event.eq(link.rx_event | sent)
+        with m.If(byte_event):
             m.d.sync += stretch.eq(3)
         with m.Elif(tick & (stretch != 0)):
             m.d.sync += stretch.eq(stretch - 1)
