@@ -489,21 +489,48 @@ def _skid_output(m: Module, o_stream, valid, payload, free_copy=False):
 ROM_SLICE_BLOCKS = 4
 
 
-def _rom_columns(platform, width: int, depth: int) -> list:
-    """Bit ranges ``[(lo, hi), ...]`` of the column slices a ``depth`` x ``width`` weight ROM
-    is built from: on an ECP5, when yosys would put it in more than
-    :data:`ROM_SLICE_BLOCKS` block RAMs, slices of that many blocks' native width (the last
-    one the rest); otherwise one range. Each slice takes the blocks of its width alone, so the
-    block RAM count is that of the whole ROM but where columns hold constants (yosys drops
-    those per memory)."""
-    if not _is_ecp5(platform):
-        return [(0, width)]
+def _rom_columns(platform, words: list, width: int) -> list:
+    """Bit ranges ``[(lo, hi), ...]`` of the column slices a weight ROM of ``words`` (ints of
+    ``width`` bits) is built from: on an ECP5, when yosys would put it in more than
+    :data:`ROM_SLICE_BLOCKS` block RAMs, slices of that many blocks' native width counted in
+    the columns that vary (yosys drops a ROM's constant columns, per memory), the last slice
+    the rest (joined to the one before where it would be left to LUTs); otherwise one
+    range. Only when every slice still takes block RAMs and all of
+    them no more than the whole ROM: TFC_2W2A's 64-word ROMs cut by plain bit ranges fell
+    into LUTs (27 fewer DP16KD, 3,500 more LUTs)."""
+    whole = [(0, width)]
+    if not _is_ecp5(platform) or not words:
+        return whole
     from .resources import memory_mapping
-    mm = memory_mapping(width, depth, "ecp5", rom=True)
+    varying = 0
+    for w in words[1:]:
+        varying |= w ^ words[0]
+    depth = len(words)
+    mm = memory_mapping(max(1, bin(varying).count("1")), depth, "ecp5", rom=True)
     if mm.kind != "block" or mm.cells <= ROM_SLICE_BLOCKS:
-        return [(0, width)]
+        return whole
     step = ROM_SLICE_BLOCKS * mm.width
-    return [(lo, min(lo + step, width)) for lo in range(0, width, step)]
+    cols, lo, count = [], 0, 0
+    for bit in range(width):
+        count += (varying >> bit) & 1
+        if count == step:
+            cols.append((lo, bit + 1))
+            lo, count = bit + 1, 0
+    if lo < width:
+        cols.append((lo, width))
+    if len(cols) > 1:
+        # A narrow rest would fall into LUTs alone: it joins the slice before it.
+        rest = bin(varying >> cols[-1][0]).count("1")
+        if memory_mapping(max(1, rest), depth, "ecp5", rom=True).kind != "block":
+            cols[-2:] = [(cols[-2][0], width)]
+    cells = 0
+    for c_lo, c_hi in cols:
+        bits = bin((varying >> c_lo) & ((1 << (c_hi - c_lo)) - 1)).count("1")
+        part = memory_mapping(max(1, bits), depth, "ecp5", rom=True)
+        if part.kind != "block" and bits:
+            return whole
+        cells += part.cells
+    return cols if cells <= mm.cells else whole
 
 
 def _flat_memory(layout, depth: int, init) -> Memory:
@@ -819,13 +846,13 @@ class MatVecCore(wiring.Component):
         # Read enables of the weight ROM's column slices on an ECP5 (see the end of
         # elaborate): [] when it is one memory.
         w_slice_adv = []
-        w_cols = _rom_columns(platform, Shape.cast(w_layout).width, groups * folds) \
+        flat = [Const.cast(w_layout.const(v)).value for v in words]
+        w_cols = _rom_columns(platform, flat, Shape.cast(w_layout).width) \
             if self._w_banks == 1 else []
         if len(w_cols) > 1:
             # Column slices of a few block RAMs each, each read with its own replica of the
             # stall state: kwsmlp_w3a3's 768-bit weight word in 22 DP16KD, all enabled by one
             # net, was a 10.1 ns critical path on an ECP5 85F (the net spread over the die).
-            flat = [Const.cast(w_layout.const(v)).value for v in words]
             pieces = []
             for k, (lo, hi) in enumerate(w_cols):
                 mem = Memory(shape=unsigned(hi - lo), depth=groups * folds,

@@ -28,20 +28,44 @@ def _dataflow(seed=0):
                     Port("y", (64,), fc.acc_type, 1.0, 0, lanes=2), fifo_depths=[2])
 
 
+def _words(rng, width, depth, constant=()):
+    """``depth`` random words of ``width`` bits, the bits ``constant`` 0 in all of them."""
+    mask = (1 << width) - 1
+    for bit in constant:
+        mask &= ~(1 << int(bit))
+    return [int.from_bytes(rng.bytes(-(-width // 8)), "little") & mask for _ in range(depth)]
+
+
 def test_which_weight_roms_are_sliced():
     ecp5 = get_board("ulx3s-85f").platform()
     ice40 = get_board("icebreaker").platform()
-    # 768 x 256 (kwsmlp_w3a3's last hidden layers): 22 DP16KD of 36 bits.
+    rng = np.random.default_rng(0)
+    # 768 x 256 (kwsmlp_w3a3's last hidden layers): 22 DP16KD of 36 bits, in 5 slices of
+    # 4 and one of 2.
+    words = _words(rng, 768, 256)
     assert memory_mapping(768, 256, "ecp5", rom=True).cells == 22
-    cols = _rom_columns(ecp5, 768, 256)
-    assert cols[0] == (0, 4 * 36) and cols[-1] == (720, 768) and len(cols) == 6
-    assert all(hi == lo2 for (_, hi), (lo2, _) in zip(cols, cols[1:]))
-    assert _rom_columns(ice40, 768, 256) == [(0, 768)]
-    assert _rom_columns(None, 768, 256) == [(0, 768)]
+    cols = _rom_columns(ecp5, words, 768)
+    assert cols == [(lo, lo + 144) for lo in range(0, 720, 144)] + [(720, 768)]
+    assert _rom_columns(ice40, words, 768) == [(0, 768)]
+    assert _rom_columns(None, words, 768) == [(0, 768)]
     # Within ROM_SLICE_BLOCKS block RAMs, or in logic: one ROM.
     assert memory_mapping(4 * 36, 256, "ecp5", rom=True).cells == ROM_SLICE_BLOCKS
-    assert _rom_columns(ecp5, 4 * 36, 256) == [(0, 144)]
-    assert _rom_columns(ecp5, 768, 4) == [(0, 768)]
+    assert _rom_columns(ecp5, _words(rng, 144, 256), 144) == [(0, 144)]
+    assert _rom_columns(ecp5, _words(rng, 768, 4), 768) == [(0, 768)]
+    # 64 words: a slice of 144 bits takes 4 blocks, but the rest (48 bits, joined to the
+    # slice before: 192) would go to LUTs, so the ROM stays whole.
+    assert memory_mapping(192, 64, "ecp5", rom=True).kind == "logic"
+    assert _rom_columns(ecp5, _words(rng, 768, 64), 768) == [(0, 768)]
+    # Slices count the columns that vary: TFC_2W2A's first layer, 1568 x 64 with a third of
+    # its columns constant (31 DP16KD).
+    constant = rng.choice(1568, 473, replace=False)
+    words = _words(rng, 1568, 64, constant)
+    cols = _rom_columns(ecp5, words, 1568)
+    varying = [sum(1 for b in range(lo, hi) if b not in set(constant)) for lo, hi in cols]
+    assert varying[:-1] == [144] * (len(cols) - 1) and sum(varying) == 1568 - 473
+    assert cols[0][0] == 0 and cols[-1][1] == 1568
+    assert all(hi == lo2 for (_, hi), (lo2, _) in zip(cols, cols[1:]))
+    assert sum(memory_mapping(v, 64, "ecp5", rom=True).cells for v in varying) <= 31
 
 
 @pytest.mark.rtl
