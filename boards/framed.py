@@ -16,9 +16,13 @@ Example (simulation: drive ``rx``, watch ``tx``)::
 
 from __future__ import annotations
 
+import operator
+from contextlib import contextmanager
+
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib.memory import Memory
 
+from ..hw.cores import _tree_sum
 from .link import check_link, serial_front_end, usb_bridge_members
 from .protocol import PROTOCOL_VERSION, SYNC, BoardInfo, ErrorCode, FrameType
 from .uart import uart_divisor
@@ -45,19 +49,14 @@ class _OneHotFSM:
         self.bits = {s: Signal(name=f"{name}_{s.lower().replace('-', '_')}",
                                init=int(s == init)) for s in states}
 
+    @contextmanager
     def state(self, name: str):
-        fsm = self
-
-        class _Within:
-            def __enter__(self):
-                fsm._current = name
-                self._if = fsm._m.If(fsm.bits[name])
-                self._if.__enter__()
-
-            def __exit__(self, *exc):
-                fsm._current = None
-                return self._if.__exit__(*exc)
-        return _Within()
+        self._current = name
+        try:
+            with self._m.If(self.bits[name]):
+                yield
+        finally:
+            self._current = None
 
     @property
     def current(self) -> str:
@@ -612,10 +611,7 @@ class FramedBridge(Elaboratable):
                     m.d.sync += [self.frames_ok.eq(self.frames_ok + 1),
                                  self.error_led.eq(0)]
 
-        while len(tx_terms) > 1:
-            tx_terms = [a | b for a, b in zip(tx_terms[::2], tx_terms[1::2])] + \
-                tx_terms[len(tx_terms) & ~1:]
-        m.d.comb += tx_byte.eq(tx_terms[0])
+        m.d.comb += tx_byte.eq(_tree_sum(tx_terms, operator.or_))
 
         # The activity LED (as UartBridge): lit for 2 to 3 periods of ~25 ms after a byte.
         prescale_bits = max(1, (int(self.clk_freq) // 40).bit_length() - 1)

@@ -14,6 +14,7 @@ documented here are the ones :mod:`onnx2fpga.hw.cost` reports.
 from __future__ import annotations
 
 import functools
+import operator
 from math import gcd
 
 import numpy as np
@@ -114,21 +115,17 @@ def _check_lanes(lanes, channels: int) -> int:
     return lanes
 
 
-def _tree_sum(terms: list):
-    """Sum ``terms`` as a balanced adder tree (log depth instead of a chain)."""
-    while len(terms) > 1:
-        pairs = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
-        if len(terms) % 2:
-            pairs.append(terms[-1])
-        terms = pairs
-    return terms[0]
+def _tree_sum(terms: list, op=operator.add):
+    """Combine ``terms`` with ``op`` (a sum by default) as a balanced tree (log depth instead
+    of a chain)."""
+    return _tree_levels(terms, op=op)[0]
 
 
-def _tree_levels(terms: list, levels=None) -> list:
-    """``levels`` levels of a balanced adder tree over ``terms`` (all of them for ``None``):
-    the partial sums, fewer terms than before."""
+def _tree_levels(terms: list, levels=None, op=operator.add) -> list:
+    """``levels`` levels of a balanced tree of ``op`` (an adder tree by default) over
+    ``terms`` (all of them for ``None``): the partial results, fewer terms than before."""
     while len(terms) > 1 and (levels is None or levels > 0):
-        pairs = [terms[i] + terms[i + 1] for i in range(0, len(terms) - 1, 2)]
+        pairs = [op(terms[i], terms[i + 1]) for i in range(0, len(terms) - 1, 2)]
         if len(terms) % 2:
             pairs.append(terms[-1])
         terms = pairs
