@@ -498,12 +498,10 @@ def _rom_columns(platform, words: list, width: int) -> list:
     whole = [(0, width)]
     if not _is_ecp5(platform) or not words:
         return whole
-    from .resources import memory_mapping
-    varying = 0
-    for w in words[1:]:
-        varying |= w ^ words[0]
+    from .resources import memory_mapping, varying_columns
+    varying = varying_columns(words)
     depth = len(words)
-    mm = memory_mapping(max(1, bin(varying).count("1")), depth, "ecp5", rom=True)
+    mm = memory_mapping(max(1, varying.bit_count()), depth, "ecp5", rom=True)
     if mm.kind != "block" or mm.cells <= ROM_SLICE_BLOCKS:
         return whole
     step = ROM_SLICE_BLOCKS * mm.width
@@ -517,12 +515,12 @@ def _rom_columns(platform, words: list, width: int) -> list:
         cols.append((lo, width))
     if len(cols) > 1:
         # A narrow rest would fall into LUTs alone: it joins the slice before it.
-        rest = bin(varying >> cols[-1][0]).count("1")
+        rest = (varying >> cols[-1][0]).bit_count()
         if memory_mapping(max(1, rest), depth, "ecp5", rom=True).kind != "block":
             cols[-2:] = [(cols[-2][0], width)]
     cells = 0
     for c_lo, c_hi in cols:
-        bits = bin((varying >> c_lo) & ((1 << (c_hi - c_lo)) - 1)).count("1")
+        bits = ((varying >> c_lo) & ((1 << (c_hi - c_lo)) - 1)).bit_count()
         part = memory_mapping(max(1, bits), depth, "ecp5", rom=True)
         if part.kind != "block" and bits:
             return whole
@@ -843,9 +841,10 @@ class MatVecCore(wiring.Component):
         # Read enables of the weight ROM's column slices on an ECP5 (see the end of
         # elaborate): [] when it is one memory.
         w_slice_adv = []
-        flat = [Const.cast(w_layout.const(v)).value for v in words]
-        w_cols = _rom_columns(platform, flat, Shape.cast(w_layout).width) \
-            if self._w_banks == 1 else []
+        # (The words as ints only where they may be sliced.)
+        flat = [Const.cast(w_layout.const(v)).value for v in words] \
+            if self._w_banks == 1 and _is_ecp5(platform) else []
+        w_cols = _rom_columns(platform, flat, Shape.cast(w_layout).width)
         if len(w_cols) > 1:
             # Column slices of a few block RAMs each, each read with its own replica of the
             # stall state: kwsmlp_w3a3's 768-bit weight word in 22 DP16KD, all enabled by one

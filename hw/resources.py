@@ -267,6 +267,17 @@ LUT_FEATURES = ("add", "cmp", "mux", "assign", "logic", "soft_mul", "rom_bits", 
                 "mem_cells", "ff", "one")
 
 
+def varying_columns(words: list) -> int:
+    """The mask of the bit columns of a ROM of ``words`` (ints) that do not hold the same
+    value in every word: yosys' opt_mem drops the others, per memory (TFC_2W2A's first layer
+    at simd 784: 473 of 1568 weight bits are constant over its 64 words, 31 DP16KD instead of
+    44)."""
+    varying = 0
+    for w in words[1:]:
+        varying |= w ^ words[0]
+    return varying
+
+
 def memory_path(netlist, cell) -> str:
     """The name of memory ``cell`` of ``netlist`` relative to the netlist's top module:
     ``"w_mem"``, or ``"fifo.storage"`` inside a submodule (the names yosys sees under the
@@ -399,14 +410,7 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
             continue
         width = cell.width
         if rom:
-            # yosys' opt_mem drops the bit columns of a ROM that hold the same value in every
-            # word (TFC_2W2A's first layer at simd 784: 473 of 1568 weight bits are
-            # constant over its 64 words, 31 DP16KD instead of 44).
-            words = [int(v) for v in cell.init]
-            varying = 0
-            for w in words[1:]:
-                varying |= w ^ words[0]
-            width = max(1, bin(varying).count("1"))
+            width = max(1, varying_columns([int(v) for v in cell.init]).bit_count())
         mm = memory_mapping(width, cell.depth, family, rom=rom,
                             sync_read=m["async"] == 0)
         f["memories"].append((width, cell.depth, rom, mm))
