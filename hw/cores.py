@@ -192,6 +192,19 @@ def ecp5_registered_product(platform, a, b) -> bool:
             and max(a.width, b.width) <= ECP5_DSP_BITS)
 
 
+def ecp5_packed_products(platform, a, b) -> bool:
+    """Whether two MatVec products ``x * w0`` and ``x * w1`` with one input ``x`` (operands of
+    the shapes ``a`` and ``b``) may share one ``MULT18X18D``: on ECP5, for products that take
+    a registered one (:func:`ecp5_registered_product`), when ``x`` is unsigned and
+    ``x.width + 2 * w.width`` bits fit its 18-bit operand. The DSP then multiplies ``x`` by
+    ``w0' + w1' * 2**k`` (``k = x.width + w.width``, ``w'`` the weight plus ``2**(w.width-1)``
+    if signed, so that both fields are non-negative): the two fields of the product are
+    ``x * w0'`` and ``x * w1'`` without carries between them."""
+    a, b = Shape.cast(a), Shape.cast(b)
+    return (ecp5_registered_product(platform, a, b) and not a.signed
+            and a.width + 2 * b.width <= ECP5_DSP_BITS)
+
+
 #: Operand bits of an iCE40 ``SB_MAC16`` in its 16 x 16 mode.
 ICE40_DSP_BITS = 16
 
@@ -331,6 +344,24 @@ def _mult18x18d(m: Module, a, b, ce, name: str):
         **ports)
     bits = p36[:shape.width]
     return bits.as_signed() if shape.signed else bits
+
+
+def _mult18x18d_pair(m: Module, x, w0, w1, ce, name: str):
+    """``(x * w0 + off * x, x * w1 + off * x)`` out of one registered ``MULT18X18D``
+    (:func:`_mult18x18d`), ``x`` unsigned, ``w0`` and ``w1`` of one shape that
+    :func:`ecp5_packed_products` allows, ``off`` ``2**(w.width-1)`` for signed weights and 0
+    for unsigned: the DSP multiplies ``x`` by ``w0' + w1' * 2**k`` with ``w' = w + off`` (the
+    sign bit inverted) and ``k = x.width + w.width``, and the product's two ``k``-bit fields
+    are ``x * w0'`` and ``x * w1'``, each less than ``2**k``. The caller subtracts ``off * x``
+    from their sums."""
+    width = len(w0)
+    k = len(x) + width
+
+    def biased(w):
+        return Cat(w[:-1], ~w[-1]) if w.shape().signed else w.as_unsigned()
+    a = Cat(biased(w0), C(0, k - width), biased(w1))
+    p = _mult18x18d(m, a, x, ce, name)
+    return p[:k], p[k:2 * k]
 
 
 def _one_dsp(px, pm) -> bool:
@@ -679,6 +710,12 @@ class MatVecCore(wiring.Component):
     buffer also holds ``3 * x`` and ``-x``, the operand registers hold the multiples of ``x``
     that the weight's radix-4 digits pick (0, x, 2x, 3x; -x, -2x for a signed top digit), and
     each product is their carry-save sum; the same values on the same cycles.
+    Elaborated for an ECP5, hard products are registered ``MULT18X18D``; with one input
+    transfer per vector (``folds == 1``), an unsigned input and operands that
+    :func:`ecp5_packed_products` allows (6-bit inputs and weights, say), PEs ``2i`` and
+    ``2i+1`` share one per input lane (:func:`_mult18x18d_pair`), and the sum of the inputs,
+    in an adder tree of its own, corrects their accumulators through the bias register; the
+    same values on the same cycles, half the DSPs.
     The accumulator register is the output register, with a skid register behind it: an
     output the consumer does not take moves to the skid register, and the pipeline holds
     only while both are full, so that ``ready`` reaches no pipeline enable.
@@ -997,11 +1034,23 @@ class MatVecCore(wiring.Component):
         # ECP5: every product in a registered MULT18X18D (all of them or none).
         dsp = mac16 or (self._arithmetic == "multiply" and not digits and not lut and
                         ecp5_registered_product(platform, self._in_shape, self._w_shape))
+        # ECP5, one input transfer per vector: PEs 2i and 2i+1 share a MULT18X18D per input
+        # lane (ecp5_packed_products), which halves the DSPs; the jet tagger's 64 x 32 layer
+        # took 19,000 LUTs as LUT products where its 128 products found no DSPs. Each packed
+        # product is off * x too large (off: _mult18x18d_pair): its accumulator starts from
+        # the bias less off times the sum of the inputs.
+        pairs = pe // 2 if (dsp and not mac16 and folds == 1 and
+                            ecp5_packed_products(platform, self._in_shape,
+                                                 self._w_shape)) else 0
+        w_off = (1 << (self._w_shape.width - 1)) if pairs and self._w_shape.signed else 0
         prods = [[Signal(neg_shape if self._arithmetic == "sign" else
                          (xs[s] * w_word[p][s]).shape() if self._arithmetic == "multiply"
                          else Shape.cast(v.shape()), name=f"prod_{p}_{s}", reset_less=True)
                   for s, v in enumerate(row)]
                  for p, row in enumerate(prod_values)]
+        for p in range(2 * pairs):      # a packed product's field: x * (w + off) >= 0
+            prods[p] = [Signal(self._in_shape.width + self._w_shape.width, name=f"prod_{p}_{s}",
+                               reset_less=True) for s in range(simd)]
         if w_slice_adv:
             # Each slice's part of the operand register loads with the slice's own enable.
             with m.If(mem_adv):
@@ -1034,6 +1083,13 @@ class MatVecCore(wiring.Component):
         for p in range(pe):
             for s, (prod, value) in enumerate(zip(prods[p], prod_values[p])):
                 if paired:
+                    continue
+                if p < 2 * pairs:
+                    if p % 2 == 0:
+                        lo, hi = _mult18x18d_pair(m, x_rdata[s], w_layout(w_data)[p][s],
+                                                  w_layout(w_data)[p + 1][s], adv_of(p, s),
+                                                  f"mul_{p}_{s}")
+                        m.d.comb += [prods[p][s].eq(lo), prods[p + 1][s].eq(hi)]
                     continue
                 if dsp:
                     # The S2 registers and the product register are the DSP's own (fed from
@@ -1081,18 +1137,38 @@ class MatVecCore(wiring.Component):
         if xnor:
             bias_words = bias_words - self._layer.in_features
         if groups > 1:
-            # Read one stage early and registered, so that no block RAM output meets the adder.
+            # Read one stage early and registered, so that no block RAM output meets the adder
+            # (two stages early with packed products: their correction takes one more).
             m.submodules.b_mem = b_mem = Memory(
                 shape=data.ArrayLayout(acc_shape, pe), depth=groups,
                 init=[[int(v) for v in row] for row in bias_words])
             b_rd = b_mem.read_port()
-            m.d.comb += [b_rd.addr.eq(s_g[-3]), b_rd.en.eq(mem_adv)]
+            m.d.comb += [b_rd.addr.eq(s_g[-4] if w_off else s_g[-3]), b_rd.en.eq(mem_adv)]
             b_word = Signal.like(b_rd.data, name="b_word", reset_less=True)
             with m.If(mem_adv):
                 m.d.sync += b_word.eq(b_rd.data)
             bias = [b_word[p] for p in range(pe)]
         else:
             bias = [C(int(v), acc_shape) for v in bias_words[0]]
+        if w_off:
+            # The packed products' correction: the sum of the inputs in an adder tree beside
+            # the products' (from the operand register, so one stage shorter), registered
+            # with the bias, less off times it, in front of the accumulator.
+            xsum = [x_word[s] for s in range(simd)]
+            x_stages = [cost.ADDER_LEVELS_PER_STAGE] * (tree_stages - 1) + [None]
+            for n, lv in enumerate(x_stages):
+                xsum = _tree_levels(xsum, lv)
+                regs = [Signal(Shape.cast(t.shape()), name=f"xsum{n}_{i}", reset_less=True)
+                        for i, t in enumerate(xsum)]
+                with m.If(advance):
+                    m.d.sync += [r.eq(t) for r, t in zip(regs, xsum)]
+                xsum = regs
+            corr = xsum[0] << (w_off.bit_length() - 1)
+            bias_c = [Signal(acc_shape, name=f"bias_c_{p}", reset_less=True) for p in range(pe)]
+            with m.If(advance):
+                m.d.sync += [b_c.eq(b - corr if p < 2 * pairs else b)
+                             for p, (b_c, b) in enumerate(zip(bias_c, bias))]
+            bias = bias_c
 
         # The output: the accumulator, and behind it a skid register (_skid_output). The
         # pipeline stalls only while both are full, so `stall`, which enables every pipeline
