@@ -70,3 +70,23 @@ def test_registered_dsps_equal_golden_with_the_same_cycles(tmp_path):
     assert ecp5_v.count("MULT18X18D ") == 26 and "MULT18X18D" not in plain_v
     assert emit_verilog(df, platform=get_board("ulx3s-85f").platform()) == ecp5_v
     check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
+
+
+@pytest.mark.rtl
+def test_requantization_of_four_partial_products_equals_golden(tmp_path):
+    """A 24-bit multiplier on 19-bit accumulators: four partial products (DSPs) per lane,
+    whose sum the ECP5 build splits over two stages (one adder level behind the DSPs);
+    values and cycles as in the platform-free design."""
+    rng = np.random.default_rng(5)
+    u8, i8 = IntType(8, False), IntType(8, True)
+    fc = DenseLayer("fc", u8, 3, rng.integers(-128, 128, size=(6, 16)), i8,
+                    rng.integers(-999, 999, size=6),
+                    [RequantStage(rng.integers(2 ** 22, 2 ** 23, size=6), [-9000], 30, 0,
+                                  -128, 127, i8)], simd=8, pe=2)
+    df = Dataflow([fc], Port("x", (16,), u8, 1.0, 3, lanes=8),
+                  Port("fc", (6,), i8, 1.0, 0, lanes=2), fifo_depths=[2])
+    ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    # 16 products, and 4 partial products in the requantization's one lane.
+    assert ecp5_v.count("MULT18X18D ") == 16 + 4
+    assert "m0_prod0_1" in ecp5_v and "m0_prod0_1" not in emit_verilog(df)
+    check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
