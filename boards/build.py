@@ -610,7 +610,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         bridge = FramedBridge(accelerator, in_port.tdata_width, out_port.tdata_width,
                               in_port.beats, out_port.beats, clk_freq=clk_freq, baud=baud,
                               in_payload_width=in_port.payload_width,
-                              design_id=design_id, leds=target.leds, **link_options)
+                              design_id=design_id, leds=target.leds,
+                              fsm_encoding="one-hot" if target.family == "ice40" else "binary",
+                              **link_options)
     else:
         bridge = UartBridge(accelerator, in_port.tdata_width, out_port.tdata_width,
                             in_port.beats, out_port.beats, clk_freq=clk_freq, baud=baud,

@@ -28,26 +28,38 @@ from .protocol import PROTOCOL_VERSION, SYNC, BoardInfo, ErrorCode, FrameType
 from .uart import uart_divisor
 from .wrapper import AXIS_PORTS
 
+#: Encodings of the receive and transmit state machines (:class:`FramedBridge`'s
+#: ``fsm_encoding``).
+FSM_ENCODINGS = ("one-hot", "binary")
+
 __all__ = ["FramedBridge", "crc16_byte"]
 
 
-class _OneHotFSM:
-    """A state machine with one flip-flop per state (``Signal`` s named ``{name}_{state}``),
-    written like Amaranth's ``m.FSM``: ``with fsm.state(NAME):`` holds what happens in a state,
-    ``fsm.goto(NAME)`` inside it moves on.
+class _StateMachine:
+    """A state machine written like Amaranth's ``m.FSM``: ``with fsm.state(NAME):`` holds what
+    happens in a state, ``fsm.goto(NAME)`` inside it moves on; ``fsm.bits[NAME]`` is true in
+    that state.
 
-    Amaranth encodes its FSMs in binary, and yosys does not re-encode a state register that
-    has an initial value: the receiver's next state, decoded from 4 state bits and the
-    conditions of 15 states, was 7 LUT levels and the critical path of the digits example on
-    the iCEBreaker (``rx_state`` -> ``rx_state``, 26.7 ns, 37.4 MHz). One-hot, a state's
-    flip-flop depends only on the few states that enter or leave it.
+    ``one_hot``: a flip-flop per state (``{name}_{state}``); otherwise a binary state register
+    ``{name}_state``. Amaranth encodes its FSMs in binary, and yosys does not re-encode a
+    state register that has an initial value: the receiver's next state, decoded from 4 state
+    bits and the conditions of 15 states, was 7 LUT levels and the critical path of the
+    digits example on the iCEBreaker (``rx_state`` -> ``rx_state``, 26.7 ns, 37.4 MHz).
+    One-hot, a state's flip-flop depends only on the few states that enter or leave it.
     """
 
-    def __init__(self, m: Module, name: str, states, init: str):
+    def __init__(self, m: Module, name: str, states, init: str, *, one_hot: bool = True):
         self._m = m
         self._current = None
-        self.bits = {s: Signal(name=f"{name}_{s.lower().replace('-', '_')}",
-                               init=int(s == init)) for s in states}
+        self._one_hot = one_hot
+        if one_hot:
+            self.bits = {s: Signal(name=f"{name}_{s.lower().replace('-', '_')}",
+                                   init=int(s == init)) for s in states}
+        else:
+            self._index = {s: i for i, s in enumerate(states)}
+            self._state = Signal(range(len(states)), name=f"{name}_state",
+                                 init=self._index[init])
+            self.bits = {s: self._state == i for s, i in self._index.items()}
 
     @contextmanager
     def state(self, name: str):
@@ -66,8 +78,12 @@ class _OneHotFSM:
         return self._current
 
     def goto(self, name: str):
-        if name != self.current:
+        if name == self.current:
+            return
+        if self._one_hot:
             self._m.d.sync += [self.bits[self._current].eq(0), self.bits[name].eq(1)]
+        else:
+            self._m.d.sync += self._state.eq(self._index[name])
 
 
 def crc16_byte(crc, byte):
@@ -94,6 +110,12 @@ class FramedBridge(Elaboratable):
         bytes); the input buffer keeps only those and feeds the padding as zeros. Default:
         ``in_tdata_width``. A 784-beat input of 2-bit elements then takes one iCE40 block RAM
         instead of two.
+    fsm_encoding : str
+        ``"one-hot"`` (default) or ``"binary"``: how the receive and transmit state machines
+        hold their state (see :class:`_StateMachine`). Board builds take one-hot on iCE40,
+        where it lifted the digits example from 37.4 to 42 MHz, and binary on ECP5, where
+        the kwsmlp_w3a3 design with one-hot machines closed at 87.0 MHz at seed 1 after a
+        congested route (2,178 s of routing) and at 112.9 MHz with binary ones.
     in_beats, out_beats : int
         Beats per input and output tensor.
     clk_freq : int or float
@@ -151,7 +173,7 @@ class FramedBridge(Elaboratable):
                  clk_freq, baud=115200, *, design_id, timeout_cycles=None, rx_fifo_depth=16,
                  uart=("uart", 0), leds=(("led", 0), ("led", 1)), link="uart",
                  usb=("usb", 0), usb_bus=None, usb_fifo_depth=64, usb_strings=None,
-                 in_payload_width=None):
+                 in_payload_width=None, fsm_encoding="one-hot"):
         if not isinstance(accelerator, Elaboratable):
             raise TypeError(f"Accelerator must be an Elaboratable, not {accelerator!r}")
         for name, value in (("Input tdata width", in_tdata_width),
@@ -165,6 +187,9 @@ class FramedBridge(Elaboratable):
             raise ValueError(f"Input payload width must be an integer in [1, {in_tdata_width}], "
                              f"not {in_payload_width!r}")
         self.in_payload_width = in_payload_width
+        if fsm_encoding not in FSM_ENCODINGS:
+            raise ValueError(f"FSM encoding must be one of {FSM_ENCODINGS}, not {fsm_encoding!r}")
+        self.fsm_encoding = fsm_encoding
         for name, value in (("Input beats", in_beats), ("Output beats", out_beats),
                             ("RX FIFO depth", rx_fifo_depth)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -443,9 +468,10 @@ class FramedBridge(Elaboratable):
             m.d.sync += error_code.eq(code)
             rx.goto(state)
 
-        rx = _OneHotFSM(m, "rx", ("Sync-0", "Sync-1", "Type", "Seq", "Length-0", "Length-1",
-                                  "Header", "Payload", "CRC-0", "CRC-1", "Check", "Decide",
-                                  "Skip", "Send-Error", "Busy"), "Sync-0")
+        one_hot = self.fsm_encoding == "one-hot"
+        rx = _StateMachine(m, "rx", ("Sync-0", "Sync-1", "Type", "Seq", "Length-0", "Length-1",
+                                     "Header", "Payload", "CRC-0", "CRC-1", "Check", "Decide",
+                                     "Skip", "Send-Error", "Busy"), "Sync-0", one_hot=one_hot)
         with rx.state("Sync-0"):
             m.d.comb += take.eq(1)
             with m.If(got & (byte == SYNC[0])):
@@ -560,9 +586,10 @@ class FramedBridge(Elaboratable):
                     crc_tx()
                 tx.goto(next_state)
 
-        tx = _OneHotFSM(m, "tx", ("Idle", "Send-Sync-0", "Send-Sync-1", "Send-Type", "Send-Seq",
-                                  "Send-Length-0", "Send-Length-1", "Send-Payload", "Send-CRC-0",
-                                  "Send-CRC-1"), "Idle")
+        tx = _StateMachine(m, "tx", ("Idle", "Send-Sync-0", "Send-Sync-1", "Send-Type",
+                                     "Send-Seq", "Send-Length-0", "Send-Length-1",
+                                     "Send-Payload", "Send-CRC-0", "Send-CRC-1"), "Idle",
+                           one_hot=one_hot)
         with tx.state("Idle"):
             with m.If(reply_start):
                 tx.goto("Send-Sync-0")

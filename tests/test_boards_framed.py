@@ -9,7 +9,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from onnx2fpga.boards.framed import FramedBridge
+from onnx2fpga.boards.framed import FSM_ENCODINGS, FramedBridge
 from onnx2fpga.boards.loopback import ByteIncrement
 from onnx2fpga.boards.protocol import (
     SYNC,
@@ -25,10 +25,17 @@ TIMEOUT = 40 * DIVISOR           # 4 byte times
 DESIGN_ID = bytes.fromhex("0123456789abcdef")
 
 
-def _bridge(width=16, beats=3, accelerator=None):
+def _bridge(width=16, beats=3, accelerator=None, encoding="one-hot"):
     acc = accelerator if accelerator is not None else ByteIncrement(width)
     return FramedBridge(acc, width, width, beats, beats, clk_freq=4_000, baud=1_000,
-                        design_id=DESIGN_ID, timeout_cycles=TIMEOUT)
+                        design_id=DESIGN_ID, timeout_cycles=TIMEOUT, fsm_encoding=encoding)
+
+
+@pytest.fixture(params=FSM_ENCODINGS)
+def encoding(request):
+    """The protocol tests run with both state machine encodings (one-hot: iCE40 builds,
+    binary: ECP5 builds)."""
+    return request.param
 
 
 def _run(bridge, script, *, expect_frames, budget=60_000):
@@ -120,8 +127,8 @@ def _beats(data, width=16):
 PAYLOAD = bytes([0, 255, 7, 8, 0x55, 0xA5])   # 3 beats of 16 bits; 0xA5 is a sync byte
 
 
-def test_hello_reply():
-    frames, beats, flags = _run(_bridge(), [encode_frame(FrameType.HELLO, 7)], expect_frames=1)
+def test_hello_reply(encoding):
+    frames, beats, flags = _run(_bridge(encoding=encoding), [encode_frame(FrameType.HELLO, 7)], expect_frames=1)
     assert len(frames) == 1 and frames[0].crc_ok
     assert (frames[0].type, frames[0].seq) == (FrameType.HELLO_REPLY, 7)
     assert BoardInfo.unpack(frames[0].payload) == BoardInfo(1, DESIGN_ID, 6, 6, 4)
@@ -129,9 +136,9 @@ def test_hello_reply():
     assert flags["frames_ok"] == 1 and flags["frames_bad"] == 0 and flags["error_led"] == 0
 
 
-def test_infer_reply_back_to_back():
+def test_infer_reply_back_to_back(encoding):
     second = bytes(range(6))
-    frames, beats, flags = _run(_bridge(), [encode_frame(FrameType.INFER, 1, PAYLOAD),
+    frames, beats, flags = _run(_bridge(encoding=encoding), [encode_frame(FrameType.INFER, 1, PAYLOAD),
                                             encode_frame(FrameType.INFER, 2, second)],
                                 expect_frames=2)
     assert [(f.type, f.seq, f.payload, f.crc_ok) for f in frames] == [
@@ -198,10 +205,10 @@ def test_feeder_keeps_order_under_irregular_input_stalls():
     assert flags["tlast_error"] == 0 and flags["frames_ok"] == 2
 
 
-def test_bad_crc_is_answered_and_never_computed():
+def test_bad_crc_is_answered_and_never_computed(encoding):
     frame = bytearray(encode_frame(FrameType.INFER, 9, PAYLOAD))
     frame[8] ^= 0x10                                         # a payload bit
-    frames, beats, flags = _run(_bridge(), [bytes(frame), ("idle", 20),
+    frames, beats, flags = _run(_bridge(encoding=encoding), [bytes(frame), ("idle", 20),
                                             encode_frame(FrameType.INFER, 10, PAYLOAD)],
                                 expect_frames=2)
     assert [(f.type, f.seq, f.payload) for f in frames] == [
@@ -218,17 +225,17 @@ def test_bad_crc_is_answered_and_never_computed():
     (encode_frame(FrameType.HELLO, 3, b"\x01"), ErrorCode.BAD_LENGTH),
     (encode_frame(0x42, 3, PAYLOAD), ErrorCode.UNKNOWN_TYPE),
 ])
-def test_bad_length_or_type_is_skipped_then_answered(frame, code):
-    frames, beats, flags = _run(_bridge(), [frame], expect_frames=1)
+def test_bad_length_or_type_is_skipped_then_answered(frame, code, encoding):
+    frames, beats, flags = _run(_bridge(encoding=encoding), [frame], expect_frames=1)
     assert [(f.type, f.seq, f.payload, f.crc_ok) for f in frames] == [
         (FrameType.ERROR, 3, bytes([code]), True)]
     assert beats == []
     assert flags["error_led"] == 1 and flags["frames_bad"] == 1
 
 
-def test_half_frame_times_out_then_link_recovers():
+def test_half_frame_times_out_then_link_recovers(encoding):
     frame = encode_frame(FrameType.INFER, 4, PAYLOAD)
-    frames, beats, flags = _run(_bridge(), [frame[:7], ("idle", TIMEOUT + 50),
+    frames, beats, flags = _run(_bridge(encoding=encoding), [frame[:7], ("idle", TIMEOUT + 50),
                                             encode_frame(FrameType.INFER, 5, PAYLOAD)],
                                 expect_frames=2)
     assert [(f.type, f.seq, f.payload) for f in frames] == [
@@ -237,9 +244,9 @@ def test_half_frame_times_out_then_link_recovers():
     assert [d for d, _ in beats] == _beats(PAYLOAD)
 
 
-def test_reset_mid_frame_recovers():
+def test_reset_mid_frame_recovers(encoding):
     frame = encode_frame(FrameType.INFER, 4, PAYLOAD)
-    frames, beats, flags = _run(_bridge(), [frame[:9], ("reset",),
+    frames, beats, flags = _run(_bridge(encoding=encoding), [frame[:9], ("reset",),
                                             encode_frame(FrameType.INFER, 5, PAYLOAD)],
                                 expect_frames=1)
     # The half frame is gone without an answer; the next frame is computed normally.
@@ -249,9 +256,9 @@ def test_reset_mid_frame_recovers():
     assert flags["frames_ok"] == 1 and flags["frames_bad"] == 0
 
 
-def test_noise_before_a_frame_is_skipped():
+def test_noise_before_a_frame_is_skipped(encoding):
     noise = bytes([0x00, SYNC[0], 0x13, SYNC[0], SYNC[0]])
-    frames, _, _ = _run(_bridge(), [noise + encode_frame(FrameType.HELLO, 1)], expect_frames=1)
+    frames, _, _ = _run(_bridge(encoding=encoding), [noise + encode_frame(FrameType.HELLO, 1)], expect_frames=1)
     assert [(f.type, f.seq) for f in frames] == [(FrameType.HELLO_REPLY, 1)]
 
 
@@ -278,3 +285,10 @@ def test_checks_arguments():
                                          r"wide, not 8$"):
         FramedBridge(_Stuck(8), 16, 8, 1, 1, clk_freq=12e6, design_id=bytes(8))
     gc.collect()
+
+
+def test_fsm_encoding_is_checked():
+    with pytest.raises(ValueError, match=r"^FSM encoding must be one of \('one-hot', "
+                                         r"'binary'\), not 'gray'$"):
+        FramedBridge(ByteIncrement(8), 8, 8, 1, 1, clk_freq=12e6, design_id=bytes(8),
+                     fsm_encoding="gray")

@@ -99,6 +99,11 @@ def test_bitstream_and_report(designs, which, board):
         r = report["resources"][key]
         assert 0 <= r["used"] <= r["available"] or (r["available"] == 0 and r["used"] == 0)
     assert report["resources"]["lut"]["used"] > 100   # the accelerator is really in there
+    # The framed wrapper's state machines: one-hot on iCE40, binary on ECP5.
+    with open(f"{d.directory}/build/{board}/top.il") as f:
+        rtlil = f.read()
+    one_hot = board == "icebreaker"
+    assert ("\\rx_sync_0" in rtlil) == one_hot and ("\\rx_state" in rtlil) != one_hot
     assert report["cycles_per_inference"] == d.manifest["cycles_per_inference"]
     suffix = ".bin" if board == "icebreaker" else ".bit"
     assert report["bitstream"].endswith(suffix)
