@@ -1048,6 +1048,14 @@ class MatVecCore(wiring.Component):
                          else Shape.cast(v.shape()), name=f"prod_{p}_{s}", reset_less=True)
                   for s, v in enumerate(row)]
                  for p, row in enumerate(prod_values)]
+        # Products in fabric whose weight is 0 in every word (an input no output uses, such
+        # as the border pixels of an MNIST image: 231 of TFC_2W2A's 784) are left out of the
+        # adder tree. yosys drops them anyway; left in, they made the LUT estimate of
+        # TFC_2W2A's first layer 30 % too high.
+        zero = [[False] * simd for _ in range(pe)]
+        if self._arithmetic == "multiply" and not dsp and not digits:
+            wz = (self._layer.weight.reshape(groups, pe, folds, simd) == 0).all(axis=(0, 2))
+            zero = [[bool(wz[p, s]) for s in range(simd)] for p in range(pe)]
         for p in range(2 * pairs):      # a packed product's field: x * (w + off) >= 0
             prods[p] = [Signal(self._in_shape.width + self._w_shape.width, name=f"prod_{p}_{s}",
                                reset_less=True) for s in range(simd)]
@@ -1102,6 +1110,8 @@ class MatVecCore(wiring.Component):
                 if digits:
                     value = _carry_save_sum(m, terms[p][s], prod.shape(),
                                             f"prod_{p}_{s}_csa")
+                if zero[p][s]:
+                    continue
                 with m.If(adv_of(p, s)):
                     m.d.sync += prod.eq(value)
         # Sums and the accumulator wrap modulo 2**acc_bits: exact, because the final value
@@ -1120,7 +1130,7 @@ class MatVecCore(wiring.Component):
             if xnor:        # 2 * popcount; the -in_features sits in the bias
                 terms = [prods[p][0][s] for s in range(simd)]
             else:
-                terms = list(prods[p])
+                terms = [t for t, z in zip(prods[p], zero[p]) if not z] or [C(0, 1)]
             for n in range(tree_stages):
                 terms = _tree_levels(terms, per_stage[n] if n < tree_stages - 1 else None)
                 regs = [Signal(acc_shape if len(terms) == 1 and not xnor

@@ -245,6 +245,36 @@ def test_matvec_shift_register_input_buffer_is_cycle_identical(seed, case):
                                                        x_logic=x_logic))
 
 
+@pytest.mark.parametrize("platform", [None, "ice40"])
+@pytest.mark.parametrize("simd,pe,zero_columns", [(8, 2, [0, 5]), (4, 1, list(range(8)))])
+def test_matvec_leaves_out_products_of_inputs_no_output_uses(simd, pe, zero_columns, platform):
+    # Weight columns that are 0 for every output (TFC_2W2A: 231 of its 784 input pixels) take
+    # no product and no adder (8 x 2: two lanes; 4 x 1 over two folds: every lane, so the
+    # tree sums nothing). The same values, under stalls too, and cycles as with those
+    # weights 1, and fewer adder bits in the netlist.
+    from amaranth_boards.icebreaker import ICEBreakerPlatform
+
+    from onnx2fpga.hw.resources import netlist_features
+    layer = make_dense(3, IntType(4, False), 2, 2, 8, 4, simd, pe)
+    layer.weight[:, zero_columns] = 0
+    ones = dataclasses.replace(layer, weight=np.where(layer.weight == 0, 1, layer.weight))
+    plat = ICEBreakerPlatform() if platform else None
+    x = random_ints(np.random.default_rng(4), layer.in_type, (5, layer.in_features))
+    outputs = 5 * layer.out_features // pe
+    timed = []
+    for ly in (layer, ones):
+        times = run_timed(_ElaboratedFor(MatVecCore(ly), plat), to_transfers(x, simd), outputs)
+        np.testing.assert_array_equal(np.array(times["out_items"]).reshape(5, -1),
+                                      golden.run_layer(ly, x))
+        timed.append((times["in"], times["out"]))
+    assert timed[0] == timed[1]
+    got = run_stream(_ElaboratedFor(MatVecCore(layer), plat), to_transfers(x, simd), outputs, 4)
+    np.testing.assert_array_equal(np.array(got).reshape(5, -1), golden.run_layer(layer, x))
+    fam = "ice40" if platform else "ecp5"
+    assert netlist_features(MatVecCore(layer), fam)["add"] < \
+        netlist_features(MatVecCore(ones), fam)["add"]
+
+
 def test_logic_rom_banks():
     # Banks of 64 words, none empty; one step up to 128 words.
     for depth in range(129, 70000, 37):
