@@ -1124,7 +1124,12 @@ class MatVecCore(wiring.Component):
         per_stage = [cost.ADDER_LEVELS_PER_STAGE] * (tree_stages - 1)
         per_stage.append(max(0, levels - sum(per_stage)))
         if dsp:
+            # One level behind the DSPs, the last stage the rest: a packed DSP of the jet
+            # tagger's 64-term trees placed 37 columns from its adders took 4.9 ns of routing,
+            # then two levels: 9.8 ns.
             per_stage.reverse()
+            if tree_stages > 1:
+                per_stage[0] = min(per_stage[0], 1)
         sums = []
         for p in range(pe):
             if xnor:        # 2 * popcount; the -in_features sits in the bias
