@@ -129,8 +129,9 @@ def _row(name, board, path, opts, x, target, args, work):
         return row
     t = time.monotonic()
     try:
-        rep = d.build(board, progress=False, clock_mhz=args.clock_mhz
-                      if _family(board) == "ecp5" else None)
+        seeds = [int(t) for t in args.seeds.split(",")]
+        rep = d.build(board, progress=False, seed=seeds[0] if len(seeds) == 1 else seeds,
+                      clock_mhz=args.clock_mhz if _family(board) == "ecp5" else None)
     except onnx2fpga.errors.Onnx2FpgaError as e:
         row["failed"] = f"build: {str(e).splitlines()[0][:200]}"
         row["estimate"] = est
@@ -138,6 +139,9 @@ def _row(name, board, path, opts, x, target, args, work):
     row["build_s"] = round(time.monotonic() - t, 1)
     row["clock_mhz"], row["fmax_mhz"] = rep["clock_mhz"], rep["fmax_mhz"]
     row["timing_met"] = rep["timing_met"]
+    row["seed"] = rep["seed"]
+    if rep.get("seed_sweep"):
+        row["seed_sweep"] = {r["seed"]: r["fmax_mhz"] for r in rep["seed_sweep"]}
     res = rep["resources"]
     used = {k: res[k]["used"] for k in ("lut", "ff", "dsp", "bram") if k in res}
     row["used"] = used
@@ -159,14 +163,14 @@ def _row(name, board, path, opts, x, target, args, work):
 
 def _table(rows):
     cols = ["model", "board", "cycles", "cycles_rtl", "latency_rtl", "rtl_bit_exact",
-            "fmax_mhz", "timing_met", "lut", "ff", "dsp", "bram", "inf/s@fmax", "dsp_share",
+            "fmax_mhz", "timing_met", "seed", "lut", "ff", "dsp", "bram", "inf/s@fmax", "dsp_share",
             "est_err", "compile_s", "build_s"]
     out = [" | ".join(cols)]
     for r in rows:
         u = r.get("used", {})
         vals = [r["model"], r["board"], r.get("cycles"), r.get("cycles_rtl"),
                 r.get("latency_rtl"), r.get("rtl_bit_exact"), r.get("fmax_mhz"),
-                r.get("timing_met"), u.get("lut"), u.get("ff"), u.get("dsp"), u.get("bram"),
+                r.get("timing_met"), r.get("seed"), u.get("lut"), u.get("ff"), u.get("dsp"), u.get("bram"),
                 r.get("inferences_per_s_at_fmax"), r.get("dsp_share"),
                 " ".join(f"{k}:{v}" for k, v in r.get("estimate_error", {}).items()),
                 r.get("compile_s"), r.get("build_s")]
@@ -175,6 +179,8 @@ def _table(rows):
     for r in rows:
         out.append(f"{r['model']} on {r['board']}: limited by {r.get('limited_by')}; "
                    f"published: {PUBLISHED.get(r['model'], '-')}"
+                   + (f"; seeds (MHz): {r['seed_sweep']}" if r.get("seed_sweep") else "")
+                   + (f"; critical path {r['critical_path']}" if r.get("critical_path") else "")
                    + (f"; FAILED {r['failed']}" if "failed" in r else ""))
     return "\n".join(out)
 
@@ -191,6 +197,9 @@ def main(argv=None):
     p.add_argument("--ice40-utilization", type=float, default=0.9,
                    help="the same on iCE40 (default 0.9: TFC_2W2A needs it to fit the UP5K; "
                         "its logic-cell estimate was within 3 %% of nextpnr)")
+    p.add_argument("--seeds", default="1",
+                   help="nextpnr seeds of every build, comma-separated (default 1); with "
+                   "several the best run is kept (Design.build's seed sweep)")
     p.add_argument("--rtl-samples", type=int, default=4)
     p.add_argument("--no-build", action="store_true")
     p.add_argument("--only", default=None, help="comma-separated model names")

@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -216,6 +217,115 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board):
                          stage=stage, log_tail=tail)
     _progress(progress, f"{board}: {stage} done in {seconds:.1f} s")
     return stage, seconds
+
+
+#: Options of a nextpnr command that name input files (linked into each seed's directory).
+_NEXTPNR_INPUTS = ("--json", "--lpf", "--pcf", "--pre-pack", "--sdc")
+#: Outputs of a seed sweep's runs that are not kept once the best run is copied out (large).
+_SWEEP_DROP = (".config", ".asc")
+
+
+def _with_seed(argv, seed: int) -> list:
+    """``argv`` with its ``--seed`` value replaced by ``seed``."""
+    out = list(argv)
+    out[out.index("--seed") + 1] = str(seed)
+    return out
+
+
+def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_mhz):
+    """Run the place-and-route command ``argv`` once per seed in ``build_dir/seed<N>/``,
+    ``os.cpu_count()`` at a time, and keep the best run: timing met first, then the highest
+    Fmax, then the lowest seed (so the choice depends only on the runs' results). Its outputs
+    are copied into ``build_dir``. Returns ``(stage, seconds, sweep)``, ``sweep`` a list of
+    ``{"seed", "fmax_mhz", "timing_met", "seconds"}`` per seed, best first."""
+    stage, log_name = _STAGES[tool]
+    program = env.get(tool_env_var(tool)) or tool
+    jobs = max(1, min(len(seeds), os.cpu_count() or 1))
+    _progress(progress, f"{board}: {stage} ({program}) with seeds "
+                        f"{', '.join(map(str, seeds))}, {jobs} at a time ...")
+    start = time.monotonic()
+    next_beat = start + _HEARTBEAT_SECONDS
+    pending, running, done = list(seeds), {}, {}
+
+    def launch(seed):
+        d = build_dir / f"seed{seed}"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir()
+        args = _with_seed(argv, seed)
+        for opt, value in zip(args, args[1:]):
+            if opt in _NEXTPNR_INPUTS and (build_dir / value).is_file():
+                (d / value).symlink_to((build_dir / value).resolve())
+        log = open(d / log_name, "w")
+        log.write("$ " + shlex.join([program, *args[1:]]) + "\n")
+        log.flush()
+        try:
+            proc = subprocess.Popen([program, *args[1:]], cwd=d, env=env, stdout=log,
+                                    stderr=subprocess.STDOUT)
+        except FileNotFoundError:
+            log.close()
+            raise BuildError(f"{stage}: tool {program!r} not found (set {tool_env_var(tool)} "
+                             f"or install it; the YoWASP tools come with 'pip install "
+                             f"onnx2fpga[boards]')", stage=stage) from None
+        running[seed] = (proc, log, time.monotonic())
+
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                launch(pending.pop(0))
+            finished = [s for s, (proc, _, _) in running.items() if proc.poll() is not None]
+            if not finished:
+                time.sleep(1)
+                if time.monotonic() >= next_beat:
+                    next_beat += _HEARTBEAT_SECONDS
+                    _progress(progress, f"{board}: {stage} still running, "
+                                        f"{time.monotonic() - start:.0f} s (seeds done: "
+                                        f"{', '.join(map(str, done)) or 'none'})")
+                continue
+            for seed in finished:
+                proc, log, t0 = running.pop(seed)
+                log.close()
+                d = build_dir / f"seed{seed}"
+                fmax = met = None
+                if proc.returncode == 0:
+                    try:
+                        with open(d / NEXTPNR_REPORT) as f:
+                            clocks, fmax = _clocks(json.load(f), clock_mhz)
+                        met = fmax is not None and fmax >= clock_mhz and _clocks_met(clocks)
+                    except (OSError, json.JSONDecodeError):
+                        pass
+                done[seed] = {"seed": seed, "fmax_mhz": None if fmax is None else round(fmax, 2),
+                              "timing_met": met, "seconds": round(time.monotonic() - t0, 1),
+                              "returncode": proc.returncode}
+                _progress(progress, f"{board}: {stage} seed {seed}: " + (
+                    f"{fmax:.1f} MHz" if fmax is not None else
+                    f"failed (exit code {proc.returncode})"))
+    except BaseException:
+        for proc, log, _ in running.values():
+            proc.kill()
+            proc.wait()
+            log.close()
+        raise
+    good = [r for r in done.values() if r["fmax_mhz"] is not None]
+    if not good:
+        first = build_dir / f"seed{seeds[0]}"
+        tail = _tail(first / _TOOL_LOGS.get(tool, log_name)) or _tail(first / log_name)
+        raise BuildError(f"{stage} failed for every seed ({', '.join(map(str, seeds))}; logs "
+                         f"in {build_dir}/seed*); seed {seeds[0]}, last lines:\n{tail}",
+                         stage=stage, log_tail=tail)
+    best = max(good, key=lambda r: (bool(r["timing_met"]), r["fmax_mhz"], -r["seed"]))
+    chosen = build_dir / f"seed{best['seed']}"
+    for f in chosen.iterdir():
+        if f.is_file() and not f.is_symlink():
+            shutil.copy2(f, build_dir / f.name)
+    for seed in seeds:
+        for f in (build_dir / f"seed{seed}").iterdir():
+            if f.suffix in _SWEEP_DROP and not f.is_symlink():
+                f.unlink()
+    sweep = [best] + sorted((r for r in done.values() if r is not best),
+                            key=lambda r: r["seed"])
+    seconds = time.monotonic() - start
+    _progress(progress, f"{board}: {stage} done in {seconds:.1f} s; seed {best['seed']} kept")
+    return stage, seconds, [{k: v for k, v in r.items() if k != "returncode"} for r in sweep]
 
 
 def _tool_versions(tools, env) -> dict:
@@ -500,8 +610,13 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         Created if missing. Receives the build plan, the tool logs (``synth.log``,
         ``pnr.log``, ``pack.log``, ``top.rpt``, ``top.tim``), nextpnr's ``report_pnr.json``,
         the bitstream (``top.bin`` on iCE40, ``top.bit`` on ECP5) and ``report.json``.
-    seed : int, optional
-        nextpnr placement seed; ``None`` means 1. Fmax depends on it; it is reported.
+    seed : int or sequence of int, optional
+        nextpnr placement seed; ``None`` means 1. Fmax depends on it; it is reported. Several
+        seeds: place and route runs once per seed (as many at a time as there are CPUs, each
+        in ``build_dir/seed<N>/``) and the best run is kept: timing met first, then the
+        highest Fmax, then the lowest seed. The report's ``seed`` is the kept one and
+        ``seed_sweep`` lists every run. (kwsmlp_w3a3 on the ULX3S at 100 MHz: 87.0 MHz at
+        seed 1, a congested placement, 104.6 MHz at seed 2.)
     progress : bool
         Print stage messages on standard error.
     cycles_per_inference, latency_cycles : int, optional
@@ -558,8 +673,15 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     target = get_board(board)
     if seed is None:
         seed = 1
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"Seed must be an integer or None, not {seed!r}")
+    seeds = [seed] if isinstance(seed, int) and not isinstance(seed, bool) else seed
+    if not isinstance(seeds, (list, tuple)) or not seeds or \
+            any(not isinstance(s, int) or isinstance(s, bool) for s in seeds):
+        raise TypeError(f"Seed must be an integer, a non-empty list of integers or None, "
+                        f"not {seed!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"Seeds must differ, not {list(seeds)!r}")
+    seeds = list(seeds)
+    seed = seeds[0]
     for name, port in (("Input port", in_port), ("Output port", out_port)):
         if not all(hasattr(port, a) for a in ("tdata_width", "payload_width", "beats")):
             raise TypeError(f"{name} must be an onnx2fpga.dataflow.Port, not {port!r}")
@@ -642,6 +764,11 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
 
     env = tool_environment()
     synthesis_fallback = None
+    sweep = None
+    if len(seeds) > 1 and not any(argv[0] in ("nextpnr-ecp5", "nextpnr-ice40")
+                                  for argv in commands):
+        raise BuildError(f"{target.name}: a seed sweep needs nextpnr-ecp5 or nextpnr-ice40",
+                         stage="setup")
     for attempt in range(2):
         stage_seconds, skipped, tools = {}, [], []
         try:
@@ -650,7 +777,13 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                     argv = _himbaechel_argv(argv, clock_mhz)
                 tool = argv[0]
                 tools.append(tool)
-                stage, seconds = _run_step(argv, tool, build_dir, env, progress, target.name)
+                if len(seeds) > 1 and tool in ("nextpnr-ecp5", "nextpnr-ice40"):
+                    stage, seconds, sweep = _run_seeds(argv, tool, build_dir, env, progress,
+                                                       target.name, seeds, clock_mhz)
+                    seed = sweep[0]["seed"]
+                else:
+                    stage, seconds = _run_step(argv, tool, build_dir, env, progress,
+                                               target.name)
                 if seconds is None:
                     skipped.append(tool)
                 else:
@@ -715,6 +848,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         "cycles_per_inference": cycles_per_inference,
         "latency_cycles": latency_cycles,
         "seed": seed,
+        "seed_sweep": sweep,
         "bitstream": bitstream.name,
         "bitstream_bytes": bitstream.stat().st_size,
         "flash_command": target.flash_command(bitstream.name),
@@ -734,7 +868,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                   "out": {"tdata_width": out_port.tdata_width, "beats": out_port.beats}},
         "synth_opts": synth_opts,
         "synthesis_fallback": synthesis_fallback,
-        "nextpnr_opts": nextpnr_opts,
+        "nextpnr_opts": nextpnr_opts if sweep is None else
+        nextpnr_opts.replace(f"--seed {seeds[0]}", f"--seed {seed}"),
         "skipped_steps": skipped,
         "stage_seconds": stage_seconds,
         "tools": _tool_versions(tools, env),
@@ -771,6 +906,11 @@ def format_report(report: dict) -> str:
         lines.append("USB CDC-ACM link " + usb["vid_pid"] + ": " + ", ".join(
             f"{domain} Fmax {c['achieved_mhz']:.1f} MHz for {c['constraint_mhz']:g} MHz"
             for domain, c in sorted(usb["clocks"].items())))
+    if report.get("seed_sweep"):
+        lines.append("seeds: " + ", ".join(
+            f"{r['seed']}: " + ("failed" if r["fmax_mhz"] is None else f"{r['fmax_mhz']:.1f} MHz")
+            for r in sorted(report["seed_sweep"], key=lambda r: r["seed"]))
+            + f" (seed {report['seed']} kept)")
     path = critical_path(report)
     if path is not None:
         lines.append(f"critical path: {path['start']} -> {path['end']} "

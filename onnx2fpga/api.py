@@ -639,7 +639,7 @@ class CompiledDesign:
 
         return run_design(self.design, x, engine=rtl_engine)
 
-    def build(self, board: str, *, seed: int | None = None, progress: bool = True,
+    def build(self, board: str, *, seed: int | list[int] | None = None, progress: bool = True,
               clock_mhz: float | None = None, baud: int = 115200,
               link: str | None = None) -> dict:
         """Build a bitstream for ``board``; writes ``build/<board>/report.json`` and returns
@@ -650,7 +650,9 @@ class CompiledDesign:
         ``clock_mhz``: run the design at this frequency, made by the board's PLL (default: the
         board oscillator). ``baud``: the serial link's bit rate (the host runtime reads it from
         the report). ``link``: ``"uart"`` or ``"usb"`` (the board's own USB port as a CDC-ACM
-        serial device; the OrangeCrab's default), ``None`` for the board's default."""
+        serial device; the OrangeCrab's default), ``None`` for the board's default. ``seed``:
+        nextpnr's placement seed, or a list of seeds to place and route with, keeping the best
+        run (see :func:`onnx2fpga.boards.build.build_bitstream`)."""
         from .boards.build import build_bitstream
         from .hw.top import Accelerator
 

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -580,3 +581,60 @@ def test_abc9_crash_is_retried_with_abc_on_ecp5(tmp_path):
         "techmap -map +/lattice/latches_map.v", "abc -lut 4 -dress", "clean",
         "synth_ecp5 -top top -run map_cells:",
         "# (script_after_synth placeholder)", "write_json top.json"]
+
+
+def _fake_tool(path, body):
+    path.write_text(f"#!{sys.executable}\nimport json, sys, os, shutil\nargs = sys.argv[1:]\n"
+                    + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_seed_sweep_keeps_the_best_run(tmp_path, monkeypatch):
+    # Fake tools: "place and route" reaches 90 MHz at seed 1, 110 at seed 2, 105 at seed 3 and
+    # fails at seed 4, writing the seed into its configuration; the packer copies it into the
+    # bitstream. A sweep over 1-4 keeps seed 2's outputs.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("YOSYS", _fake_tool(bin_dir / "yosys", (
+        "json.dump({'modules': {'top': {'attributes': {'top': '1'}, 'cells': {}}}}, "
+        "open('top.json', 'w'))\n")))
+    monkeypatch.setenv("NEXTPNR_ECP5", _fake_tool(bin_dir / "nextpnr", (
+        "opt = dict(zip(args, args[1:]))\n"
+        "seed = int(opt['--seed'])\n"
+        "assert json.load(open(opt['--json']))['modules']\n"
+        "if seed == 4:\n    sys.exit(3)\n"
+        "fmax = {1: 90.0, 2: 110.0, 3: 105.0}[seed]\n"
+        "json.dump({'fmax': {'$glbnet$clk': {'achieved': fmax, 'constraint': 100.0}}, "
+        "'utilization': {}, 'critical_paths': []}, open(opt['--report'], 'w'))\n"
+        "open(opt['--textcfg'], 'w').write(f'seed {seed}\\n' * 5000)\n"
+        "open(opt['--log'], 'w').write(f'seed {seed}\\n')\n")))
+    monkeypatch.setenv("ECPPACK", _fake_tool(bin_dir / "ecppack", (
+        "opt = dict(zip(args, args[1:]))\n"
+        "shutil.copy(opt['--input'], opt['--bit'])\n")))
+    build = tmp_path / "b"
+    report = build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f", build,
+                             seed=[1, 2, 3, 4], clock_mhz=100, progress=False)
+    assert report["seed"] == 2 and report["fmax_mhz"] == 110.0 and report["timing_met"]
+    assert [(r["seed"], r["fmax_mhz"], r["timing_met"]) for r in report["seed_sweep"]] == [
+        (2, 110.0, True), (1, 90.0, False), (3, 105.0, True), (4, None, None)]
+    assert "--seed 2" in report["nextpnr_opts"]
+    assert (build / "top.bit").read_text().startswith("seed 2\n")
+    assert (build / "top.tim").read_text() == "seed 2\n"
+    assert json.loads((build / REPORT).read_text()) == report
+    # Every run's log stays in its directory; the large configurations are dropped.
+    for seed in (1, 2, 3, 4):
+        assert (build / f"seed{seed}" / "pnr.log").is_file()
+        assert not (build / f"seed{seed}" / "top.config").exists()
+    assert "seeds: 1: 90.0 MHz, 2: 110.0 MHz, 3: 105.0 MHz, 4: failed (seed 2 kept)" in \
+        format_report(report)
+    # One seed: no sweep.
+    report = build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f",
+                             tmp_path / "c", seed=3, clock_mhz=100, progress=False)
+    assert report["seed"] == 3 and report["seed_sweep"] is None and report["fmax_mhz"] == 105.0
+    with pytest.raises(ValueError, match=r"^Seeds must differ, not \[1, 1\]$"):
+        build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f", tmp_path / "d",
+                        seed=[1, 1], progress=False)
+    with pytest.raises(TypeError, match=r"^Seed must be an integer, a non-empty list"):
+        build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f", tmp_path / "d",
+                        seed=[], progress=False)

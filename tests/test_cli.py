@@ -147,6 +147,28 @@ def test_help_documents_every_command(capsys, command):
     assert "usage: onnx2fpga " + command in capsys.readouterr().out
 
 
+def test_build_takes_one_seed_or_several(tmp_path, capsys, monkeypatch):
+    # --seed 1,2,3 reaches Design.build as a list (a seed sweep); a bad list is a usage error.
+    import onnx2fpga.api
+    from onnx2fpga.boards.build import BuildError
+    got = {}
+
+    def fake_build(self, board, **kw):
+        got.update(kw, board=board)
+        raise BuildError("stop here", stage="setup")
+    monkeypatch.setattr(onnx2fpga.api.CompiledDesign, "build", fake_build)
+    monkeypatch.setattr(onnx2fpga.api, "load", lambda d: onnx2fpga.api.CompiledDesign.__new__(
+        onnx2fpga.api.CompiledDesign))
+    for text, seed in (("3", 3), ("1,2,3", [1, 2, 3])):
+        code, _, err = _run(capsys, "build", tmp_path, "--board", "ulx3s-85f", "--seed", text)
+        assert code != 0 and "stop here" in err and got["seed"] == seed
+    with pytest.raises(SystemExit) as e:
+        main(["build", str(tmp_path), "--board", "ulx3s-85f", "--seed", "1,x"])
+    assert e.value.code == 2
+    assert "expected an integer or integers separated by commas, not '1,x'" in \
+        capsys.readouterr().err
+
+
 def test_boards_lists_the_two_first_targets(capsys):
     code, out, _ = _run(capsys, "boards")
     names = [line.split()[0] for line in out.splitlines()]
