@@ -254,7 +254,12 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
         args = _with_seed(argv, seed)
         for opt, value in zip(args, args[1:]):
             if opt in _NEXTPNR_INPUTS and (build_dir / value).is_file():
-                (d / value).symlink_to((build_dir / value).resolve())
+                # A hard link (or a copy): the YoWASP tools run in a WebAssembly sandbox of
+                # the working directory that does not follow a symbolic link out of it.
+                try:
+                    os.link(build_dir / value, d / value)
+                except OSError:
+                    shutil.copy2(build_dir / value, d / value)
         log = open(d / log_name, "w")
         log.write("$ " + shlex.join([program, *args[1:]]) + "\n")
         log.flush()
@@ -314,12 +319,13 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
                          stage=stage, log_tail=tail)
     best = max(good, key=lambda r: (bool(r["timing_met"]), r["fmax_mhz"], -r["seed"]))
     chosen = build_dir / f"seed{best['seed']}"
+    inputs = {v for o, v in zip(argv, argv[1:]) if o in _NEXTPNR_INPUTS}
     for f in chosen.iterdir():
-        if f.is_file() and not f.is_symlink():
+        if f.is_file() and f.name not in inputs:
             shutil.copy2(f, build_dir / f.name)
     for seed in seeds:
         for f in (build_dir / f"seed{seed}").iterdir():
-            if f.suffix in _SWEEP_DROP and not f.is_symlink():
+            if f.suffix in _SWEEP_DROP or f.name in inputs:
                 f.unlink()
     sweep = [best] + sorted((r for r in done.values() if r is not best),
                             key=lambda r: r["seed"])
