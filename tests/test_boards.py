@@ -584,8 +584,10 @@ def test_abc9_crash_is_retried_with_abc_on_ecp5(tmp_path):
 
 
 def _fake_tool(path, body):
+    # A version query (-V, --version, from any directory) answers and writes nothing.
     path.write_text(f"#!{sys.executable}\nimport json, sys, os, shutil\nargs = sys.argv[1:]\n"
-                    + body)
+                    "if args in (['-V'], ['--version']):\n    print('fake 0.0')\n"
+                    "    sys.exit(0)\n" + body)
     path.chmod(0o755)
     return str(path)
 
