@@ -171,6 +171,15 @@ def _abc9_crash(error, family: str) -> bool:
             and "ABC_OPS_REINTEGRATE" in tail and "Assert" in tail)
 
 
+def _missing_tool(stage: str, tool: str, program: str) -> BuildError:
+    """The error for a tool of ``stage`` that is not installed, with how to get it."""
+    package = _OTHER_TOOLS.get(tool, (None, None))[1] or "onnx2fpga[boards]"
+    hint = ("the YoWASP tools come with 'pip install onnx2fpga[boards]'"
+            if package == "onnx2fpga[boards]" else f"pip install {package}")
+    return BuildError(f"{stage}: tool {program!r} not found (set {tool_env_var(tool)} or "
+                      f"install it; {hint})", stage=stage)
+
+
 def _run_step(argv, tool, build_dir: Path, env, progress, board):
     stage, log_name = _STAGES.get(tool, (f"post-processing ({tool})", f"{tool}.log"))
     # Like Amaranth's build script ("$YOSYS" ...), the variable holds one program name or path.
@@ -188,12 +197,7 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board):
             if tool in _OPTIONAL_TOOLS:
                 _progress(progress, f"{board}: {stage} skipped: {command[0]!r} not found")
                 return stage, None
-            package = _OTHER_TOOLS.get(tool, (None, None))[1] or "onnx2fpga[boards]"
-            hint = ("the YoWASP tools come with 'pip install onnx2fpga[boards]'"
-                    if package == "onnx2fpga[boards]" else f"pip install {package}")
-            raise BuildError(f"{stage}: tool {command[0]!r} not found (set "
-                             f"{tool_env_var(tool)} or install it; {hint})",
-                             stage=stage) from None
+            raise _missing_tool(stage, tool, command[0]) from None
         while True:
             try:
                 returncode = proc.wait(timeout=_HEARTBEAT_SECONDS)
@@ -219,6 +223,8 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board):
     return stage, seconds
 
 
+#: The place-and-route tools a seed sweep runs (:func:`_run_seeds`).
+_SWEEP_TOOLS = ("nextpnr-ecp5", "nextpnr-ice40")
 #: Options of a nextpnr command that name input files (linked into each seed's directory).
 _NEXTPNR_INPUTS = ("--json", "--lpf", "--pcf", "--pre-pack", "--sdc")
 #: Outputs of a seed sweep's runs that are not kept once the best run is copied out (large).
@@ -268,9 +274,7 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
                                     stderr=subprocess.STDOUT)
         except FileNotFoundError:
             log.close()
-            raise BuildError(f"{stage}: tool {program!r} not found (set {tool_env_var(tool)} "
-                             f"or install it; the YoWASP tools come with 'pip install "
-                             f"onnx2fpga[boards]')", stage=stage) from None
+            raise _missing_tool(stage, tool, program) from None
         running[seed] = (proc, log, time.monotonic())
 
     try:
@@ -771,8 +775,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     env = tool_environment()
     synthesis_fallback = None
     sweep = None
-    if len(seeds) > 1 and not any(argv[0] in ("nextpnr-ecp5", "nextpnr-ice40")
-                                  for argv in commands):
+    if len(seeds) > 1 and not any(argv[0] in _SWEEP_TOOLS for argv in commands):
         raise BuildError(f"{target.name}: a seed sweep needs nextpnr-ecp5 or nextpnr-ice40",
                          stage="setup")
     for attempt in range(2):
@@ -783,7 +786,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                     argv = _himbaechel_argv(argv, clock_mhz)
                 tool = argv[0]
                 tools.append(tool)
-                if len(seeds) > 1 and tool in ("nextpnr-ecp5", "nextpnr-ice40"):
+                if len(seeds) > 1 and tool in _SWEEP_TOOLS:
                     stage, seconds, sweep = _run_seeds(argv, tool, build_dir, env, progress,
                                                        target.name, seeds, clock_mhz)
                     seed = sweep[0]["seed"]
