@@ -134,6 +134,23 @@ def _tree_levels(terms: list, levels=None, op=operator.add) -> list:
     return terms
 
 
+def _registered_tree(m: Module, terms: list, per_stage: list, en, name, one_shape=None) -> list:
+    """An adder tree over ``terms`` in ``len(per_stage)`` register stages, each loaded while
+    ``en``: stage ``n`` adds ``per_stage[n]`` levels, the last stage the rest. The registers
+    of stage ``n`` are named ``name(n, i)``; where a stage leaves one term, its register takes
+    ``one_shape`` if given (modular sums in an accumulator's width). Returns the last stage's
+    registers."""
+    for n, levels in enumerate(per_stage):
+        terms = _tree_levels(terms, levels if n < len(per_stage) - 1 else None)
+        regs = [Signal(one_shape if one_shape is not None and len(terms) == 1
+                       else Shape.cast(t.shape()), name=name(n, i), reset_less=True)
+                for i, t in enumerate(terms)]
+        with m.If(en):
+            m.d.sync += [r.eq(t) for r, t in zip(regs, terms)]
+        terms = regs
+    return terms
+
+
 #: A product whose narrower operand has at most this many bits is built from shifted partial
 #: products (adders in LUTs) instead of a ``*``, which yosys would give a hard multiplier
 #: (ECP5 maps every product of at least 2 x 2 bits to a MULT18X18D). Low-bit layers then
@@ -1136,15 +1153,9 @@ class MatVecCore(wiring.Component):
                 terms = [prods[p][0][s] for s in range(simd)]
             else:
                 terms = [t for t, z in zip(prods[p], zero[p]) if not z] or [C(0, 1)]
-            for n in range(tree_stages):
-                terms = _tree_levels(terms, per_stage[n] if n < tree_stages - 1 else None)
-                regs = [Signal(acc_shape if len(terms) == 1 and not xnor
-                               else Shape.cast(t.shape()), name=f"sum{n}_{p}_{i}",
-                               reset_less=True)
-                        for i, t in enumerate(terms)]
-                with m.If(adv_of(p, 0)):
-                    m.d.sync += [r.eq(t) for r, t in zip(regs, terms)]
-                terms = regs
+            terms = _registered_tree(m, terms, per_stage, adv_of(p, 0),
+                                     lambda n, i, p=p: f"sum{n}_{p}_{i}",
+                                     None if xnor else acc_shape)
             sums.append(Cat(C(0, 1), terms[0]) if xnor else terms[0])
         s3_valid, s3_first, s3_last = s_valid[-1], s_first[-1], s_last[-1]
 
@@ -1169,15 +1180,9 @@ class MatVecCore(wiring.Component):
             # The packed products' correction: the sum of the inputs in an adder tree beside
             # the products' (from the operand register, so one stage shorter), registered
             # with the bias, less off times it, in front of the accumulator.
-            xsum = [x_word[s] for s in range(simd)]
-            x_stages = [cost.ADDER_LEVELS_PER_STAGE] * (tree_stages - 1) + [None]
-            for n, lv in enumerate(x_stages):
-                xsum = _tree_levels(xsum, lv)
-                regs = [Signal(Shape.cast(t.shape()), name=f"xsum{n}_{i}", reset_less=True)
-                        for i, t in enumerate(xsum)]
-                with m.If(advance):
-                    m.d.sync += [r.eq(t) for r, t in zip(regs, xsum)]
-                xsum = regs
+            xsum = _registered_tree(m, [x_word[s] for s in range(simd)],
+                                    [cost.ADDER_LEVELS_PER_STAGE] * tree_stages, advance,
+                                    lambda n, i: f"xsum{n}_{i}")
             corr = xsum[0] << (w_off.bit_length() - 1)
             bias_c = [Signal(acc_shape, name=f"bias_c_{p}", reset_less=True) for p in range(pe)]
             with m.If(advance):
