@@ -129,8 +129,8 @@ def _row(name, board, path, opts, x, target, args, work):
         return row
     t = time.monotonic()
     try:
-        seeds = [int(t) for t in args.seeds.split(",")]
-        rep = d.build(board, progress=False, seed=seeds[0] if len(seeds) == 1 else seeds,
+        rep = d.build(board, progress=False,
+                      seed=args.seeds[0] if len(args.seeds) == 1 else args.seeds,
                       clock_mhz=args.clock_mhz if _family(board) == "ecp5" else None)
     except onnx2fpga.errors.Onnx2FpgaError as e:
         row["failed"] = f"build: {str(e).splitlines()[0][:200]}"
@@ -163,14 +163,15 @@ def _row(name, board, path, opts, x, target, args, work):
 
 def _table(rows):
     cols = ["model", "board", "cycles", "cycles_rtl", "latency_rtl", "rtl_bit_exact",
-            "fmax_mhz", "timing_met", "seed", "lut", "ff", "dsp", "bram", "inf/s@fmax", "dsp_share",
-            "est_err", "compile_s", "build_s"]
+            "fmax_mhz", "timing_met", "seed", "lut", "ff", "dsp", "bram", "inf/s@fmax",
+            "dsp_share", "est_err", "compile_s", "build_s"]
     out = [" | ".join(cols)]
     for r in rows:
         u = r.get("used", {})
         vals = [r["model"], r["board"], r.get("cycles"), r.get("cycles_rtl"),
                 r.get("latency_rtl"), r.get("rtl_bit_exact"), r.get("fmax_mhz"),
-                r.get("timing_met"), r.get("seed"), u.get("lut"), u.get("ff"), u.get("dsp"), u.get("bram"),
+                r.get("timing_met"), r.get("seed"), u.get("lut"), u.get("ff"), u.get("dsp"),
+                u.get("bram"),
                 r.get("inferences_per_s_at_fmax"), r.get("dsp_share"),
                 " ".join(f"{k}:{v}" for k, v in r.get("estimate_error", {}).items()),
                 r.get("compile_s"), r.get("build_s")]
@@ -197,7 +198,7 @@ def main(argv=None):
     p.add_argument("--ice40-utilization", type=float, default=0.9,
                    help="the same on iCE40 (default 0.9: TFC_2W2A needs it to fit the UP5K; "
                         "its logic-cell estimate was within 3 %% of nextpnr)")
-    p.add_argument("--seeds", default="1",
+    p.add_argument("--seeds", default=[1], type=lambda text: [int(t) for t in text.split(",")],
                    help="nextpnr seeds of every build, comma-separated (default 1); with "
                    "several the best run is kept (Design.build's seed sweep)")
     p.add_argument("--rtl-samples", type=int, default=4)

@@ -115,7 +115,9 @@ class FramedBridge(Elaboratable):
         hold their state (see :class:`_StateMachine`). Board builds take one-hot on iCE40,
         where it lifted the digits example from 37.4 to 42 MHz, and binary on ECP5, where
         the kwsmlp_w3a3 design with one-hot machines closed at 87.0 MHz at seed 1 after a
-        congested route (2,178 s of routing) and at 112.9 MHz with binary ones.
+        congested route (2,178 s of routing) and at 112.9 MHz with the binary wrapper from
+        before the one-hot change. Weak evidence: with this binary encoding its seed 1 routed
+        congested too (97.4 MHz); placement of a design that size varies with any change.
     in_beats, out_beats : int
         Beats per input and output tensor.
     clk_freq : int or float

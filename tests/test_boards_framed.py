@@ -128,7 +128,8 @@ PAYLOAD = bytes([0, 255, 7, 8, 0x55, 0xA5])   # 3 beats of 16 bits; 0xA5 is a sy
 
 
 def test_hello_reply(encoding):
-    frames, beats, flags = _run(_bridge(encoding=encoding), [encode_frame(FrameType.HELLO, 7)], expect_frames=1)
+    bridge = _bridge(encoding=encoding)
+    frames, beats, flags = _run(bridge, [encode_frame(FrameType.HELLO, 7)], expect_frames=1)
     assert len(frames) == 1 and frames[0].crc_ok
     assert (frames[0].type, frames[0].seq) == (FrameType.HELLO_REPLY, 7)
     assert BoardInfo.unpack(frames[0].payload) == BoardInfo(1, DESIGN_ID, 6, 6, 4)
@@ -138,8 +139,9 @@ def test_hello_reply(encoding):
 
 def test_infer_reply_back_to_back(encoding):
     second = bytes(range(6))
-    frames, beats, flags = _run(_bridge(encoding=encoding), [encode_frame(FrameType.INFER, 1, PAYLOAD),
-                                            encode_frame(FrameType.INFER, 2, second)],
+    bridge = _bridge(encoding=encoding)
+    frames, beats, flags = _run(bridge, [encode_frame(FrameType.INFER, 1, PAYLOAD),
+                                         encode_frame(FrameType.INFER, 2, second)],
                                 expect_frames=2)
     assert [(f.type, f.seq, f.payload, f.crc_ok) for f in frames] == [
         (FrameType.INFER_REPLY, 1, _expected(PAYLOAD), True),
@@ -208,8 +210,9 @@ def test_feeder_keeps_order_under_irregular_input_stalls():
 def test_bad_crc_is_answered_and_never_computed(encoding):
     frame = bytearray(encode_frame(FrameType.INFER, 9, PAYLOAD))
     frame[8] ^= 0x10                                         # a payload bit
-    frames, beats, flags = _run(_bridge(encoding=encoding), [bytes(frame), ("idle", 20),
-                                            encode_frame(FrameType.INFER, 10, PAYLOAD)],
+    bridge = _bridge(encoding=encoding)
+    frames, beats, flags = _run(bridge, [bytes(frame), ("idle", 20),
+                                         encode_frame(FrameType.INFER, 10, PAYLOAD)],
                                 expect_frames=2)
     assert [(f.type, f.seq, f.payload) for f in frames] == [
         (FrameType.ERROR, 9, bytes([ErrorCode.BAD_CRC])),
@@ -226,7 +229,8 @@ def test_bad_crc_is_answered_and_never_computed(encoding):
     (encode_frame(0x42, 3, PAYLOAD), ErrorCode.UNKNOWN_TYPE),
 ])
 def test_bad_length_or_type_is_skipped_then_answered(frame, code, encoding):
-    frames, beats, flags = _run(_bridge(encoding=encoding), [frame], expect_frames=1)
+    bridge = _bridge(encoding=encoding)
+    frames, beats, flags = _run(bridge, [frame], expect_frames=1)
     assert [(f.type, f.seq, f.payload, f.crc_ok) for f in frames] == [
         (FrameType.ERROR, 3, bytes([code]), True)]
     assert beats == []
@@ -235,8 +239,9 @@ def test_bad_length_or_type_is_skipped_then_answered(frame, code, encoding):
 
 def test_half_frame_times_out_then_link_recovers(encoding):
     frame = encode_frame(FrameType.INFER, 4, PAYLOAD)
-    frames, beats, flags = _run(_bridge(encoding=encoding), [frame[:7], ("idle", TIMEOUT + 50),
-                                            encode_frame(FrameType.INFER, 5, PAYLOAD)],
+    bridge = _bridge(encoding=encoding)
+    frames, beats, flags = _run(bridge, [frame[:7], ("idle", TIMEOUT + 50),
+                                         encode_frame(FrameType.INFER, 5, PAYLOAD)],
                                 expect_frames=2)
     assert [(f.type, f.seq, f.payload) for f in frames] == [
         (FrameType.ERROR, 4, bytes([ErrorCode.TIMEOUT])),
@@ -246,8 +251,9 @@ def test_half_frame_times_out_then_link_recovers(encoding):
 
 def test_reset_mid_frame_recovers(encoding):
     frame = encode_frame(FrameType.INFER, 4, PAYLOAD)
-    frames, beats, flags = _run(_bridge(encoding=encoding), [frame[:9], ("reset",),
-                                            encode_frame(FrameType.INFER, 5, PAYLOAD)],
+    bridge = _bridge(encoding=encoding)
+    frames, beats, flags = _run(bridge, [frame[:9], ("reset",),
+                                         encode_frame(FrameType.INFER, 5, PAYLOAD)],
                                 expect_frames=1)
     # The half frame is gone without an answer; the next frame is computed normally.
     assert [(f.type, f.seq, f.payload) for f in frames] == [
@@ -258,7 +264,8 @@ def test_reset_mid_frame_recovers(encoding):
 
 def test_noise_before_a_frame_is_skipped(encoding):
     noise = bytes([0x00, SYNC[0], 0x13, SYNC[0], SYNC[0]])
-    frames, _, _ = _run(_bridge(encoding=encoding), [noise + encode_frame(FrameType.HELLO, 1)], expect_frames=1)
+    bridge = _bridge(encoding=encoding)
+    frames, _, _ = _run(bridge, [noise + encode_frame(FrameType.HELLO, 1)], expect_frames=1)
     assert [(f.type, f.seq) for f in frames] == [(FrameType.HELLO_REPLY, 1)]
 
 
