@@ -735,6 +735,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     build_dir.mkdir(parents=True, exist_ok=True)
     for stale in (NEXTPNR_REPORT, REPORT, f"{_NAME}{target.bitstream_suffix}"):
         (build_dir / stale).unlink(missing_ok=True)
+    for stale in build_dir.glob("seed[0-9]*"):      # an earlier seed sweep's runs
+        if stale.is_dir():
+            shutil.rmtree(stale)
 
     if design_id is not None:
         if isinstance(design_id, str):

@@ -633,10 +633,11 @@ def test_seed_sweep_keeps_the_best_run(tmp_path, monkeypatch):
         assert not (build / f"seed{seed}" / "top.json").exists()
     assert "seeds: 1: 90.0 MHz, 2: 110.0 MHz, 3: 105.0 MHz, 4: failed (seed 2 kept)" in \
         format_report(report)
-    # One seed: no sweep.
-    report = build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f",
-                             tmp_path / "c", seed=3, clock_mhz=100, progress=False)
+    # One seed: no sweep, and the earlier sweep's runs are gone.
+    report = build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f", build,
+                             seed=3, clock_mhz=100, progress=False)
     assert report["seed"] == 3 and report["seed_sweep"] is None and report["fmax_mhz"] == 105.0
+    assert not list(build.glob("seed*"))
     with pytest.raises(ValueError, match=r"^Seeds must differ, not \[1, 1\]$"):
         build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f", tmp_path / "d",
                         seed=[1, 1], progress=False)
