@@ -20,10 +20,10 @@ import time
 import numpy as np
 
 import onnx2fpga
-from onnx2fpga.dataflow import ViewLayer
 from onnx2fpga.hw import cost
 from onnx2fpga.hw.emit import emit_verilog
 from onnx2fpga.hw.graph import isolate
+from onnx2fpga.ir import ViewLayer
 from onnx2fpga.sim.rtl import simulate_rtl
 
 

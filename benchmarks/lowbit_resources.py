@@ -23,10 +23,10 @@ import tempfile
 import numpy as np
 from amaranth.back import verilog
 
-from onnx2fpga.dataflow import DenseLayer, IntType, RequantStage
 from onnx2fpga.hw import cost
 from onnx2fpga.hw.cores import MatVecCore, RequantCore
 from onnx2fpga.hw.threshold import ThresholdCore, requant_as_thresholds
+from onnx2fpga.ir import DenseLayer, IntType, RequantStage
 
 
 def bipolar_layer(seed=0):

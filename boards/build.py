@@ -612,7 +612,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     accelerator_factory_or_component : Elaboratable or callable
         The accelerator (flat AXI4-Stream ports, see :data:`~.wrapper.AXIS_PORTS`) or a
         callable that returns a fresh one.
-    in_port, out_port : onnx2fpga.dataflow.Port
+    in_port, out_port : onnx2fpga.ir.Port
         The accelerator's input and output ports (``tdata_width``, ``payload_width`` and ``beats``).
     board : str or BoardTarget
         A registered board name (:func:`~.targets.list_boards`).
@@ -656,7 +656,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         their Fmax under ``usb_clocks``.
     logic_memories : sequence of str
         Memories built in soft logic instead of block RAM (:func:`logic_memory_script`;
-        :attr:`Dataflow.logic_memories <onnx2fpga.dataflow.Dataflow>`).
+        :attr:`Dataflow.logic_memories <onnx2fpga.ir.Dataflow>`).
 
     Returns
     -------
@@ -694,7 +694,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     seed = seeds[0]
     for name, port in (("Input port", in_port), ("Output port", out_port)):
         if not all(hasattr(port, a) for a in ("tdata_width", "payload_width", "beats")):
-            raise TypeError(f"{name} must be an onnx2fpga.dataflow.Port, not {port!r}")
+            raise TypeError(f"{name} must be an onnx2fpga.ir.Port, not {port!r}")
 
     if link is None:
         link = target.link

@@ -11,7 +11,7 @@ QuantizeLinear that counts thresholds (attributes ``thresholds``, ``base``, ``st
 :func:`onnx2fpga.sim.golden.quantize_linear`) followed by a DequantizeLinear, and every
 integer-valued float weight of a MatMul / Gemm / Conv that reads such a quantized activation
 becomes an integer constant behind a DequantizeLinear of scale 1. The lowering then maps each
-MultiThreshold onto a :class:`~onnx2fpga.dataflow.ThresholdStage` on the accumulator (the
+MultiThreshold onto a :class:`~onnx2fpga.ir.ThresholdStage` on the accumulator (the
 float epilogue between them, a BatchNormalization for example, folded into the thresholds).
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dataflow import IntType
 from ..errors import UnsupportedError
+from ..ir import IntType
 from .ir import Graph, Node, TensorInfo
 
 __all__ = ["normalize_finn", "FINN_DOMAINS", "finn_type"]

@@ -18,7 +18,8 @@ from __future__ import annotations
 from functools import lru_cache
 from math import gcd
 
-from ..dataflow import (
+from ..errors import OptionError
+from ..ir import (
     MULTIPLIERS,
     AddLayer,
     ConcatLayer,
@@ -33,7 +34,6 @@ from ..dataflow import (
     image_shape,
     product_mapping,
 )
-from ..errors import OptionError
 
 __all__ = ["fold", "divisors", "layer_options"]
 
@@ -147,7 +147,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         budget besides ``fits``.
     overrides : dict, optional
         Maps a layer name to any of ``{"simd": s, "pe": p, "lanes": l, "multipliers": m}``
-        (``m`` one of :data:`~onnx2fpga.dataflow.MULTIPLIERS`); wins over the plan.
+        (``m`` one of :data:`~onnx2fpga.ir.MULTIPLIERS`); wins over the plan.
     fifo_depth : int
         Transfers of the FIFO after every layer.
     fits : callable, optional

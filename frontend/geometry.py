@@ -8,7 +8,7 @@ average, the index maps of a nearest-neighbour resize. Numpy only; no onnx impor
 
 Shapes are ONNX shapes with the batch axis: ``(N, C, W)`` (1-D) or ``(N, C, H, W)`` (2-D). A 1-D
 operator becomes a 2-D one of height 1 (kernel ``(1, kw)``, stride ``(1, sw)``, pads
-``(0, left, 0, right)``), as :func:`onnx2fpga.dataflow.image_shape` views a ``(C, W)`` image as
+``(0, left, 0, right)``), as :func:`onnx2fpga.ir.image_shape` views a ``(C, W)`` image as
 ``(C, 1, W)``. Pads are always ``(top, left, bottom, right)``.
 
 Errors: :class:`ValueError` for a value we do not support or that is inconsistent,
@@ -70,7 +70,7 @@ _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 
 class ConvGeometry(NamedTuple):
-    """Geometry of a convolution in 2-D (see :class:`onnx2fpga.dataflow.ConvLayer`)."""
+    """Geometry of a convolution in 2-D (see :class:`onnx2fpga.ir.ConvLayer`)."""
     kernel: tuple[int, int]
     stride: tuple[int, int]
     dilation: tuple[int, int]
@@ -80,7 +80,7 @@ class ConvGeometry(NamedTuple):
 
 
 class PoolGeometry(NamedTuple):
-    """Geometry of a pooling in 2-D (see :class:`onnx2fpga.dataflow.PoolLayer`).
+    """Geometry of a pooling in 2-D (see :class:`onnx2fpga.ir.PoolLayer`).
 
     ``pads`` are the pads the golden model and the hardware apply: for ``ceil_mode=1`` the
     bottom / right pads are enlarged so that the floor-mode window count equals ONNX's output

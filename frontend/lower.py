@@ -1,4 +1,4 @@
-"""Lower a quantized IR graph (QDQ form) into a :class:`~onnx2fpga.dataflow.Design`.
+"""Lower a quantized IR graph (QDQ form) into a :class:`~onnx2fpga.ir.Design`.
 
 The graph is partitioned into three parts:
 
@@ -12,7 +12,7 @@ The graph is partitioned into three parts:
   (an elementwise layer); the epilogue is any of constant Add / Sub / Mul / Div,
   BatchNormalization (folded into the requantization), then Relu / Clip / LeakyRelu; views
   (Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Identity) become
-  :class:`~onnx2fpga.dataflow.ViewLayer` layers, which cost nothing in hardware.
+  :class:`~onnx2fpga.ir.ViewLayer` layers, which cost nothing in hardware.
 * **tail** (host): everything after the hardware part's output (a float Softmax, scaling...).
 
 Float scales become exact integer requantization: ``M = s_in * s_w[c] / s_out`` (times the
@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..dataflow import (
+from ..errors import UnsupportedError
+from ..ir import (
     AddLayer,
     ConcatLayer,
     ConvLayer,
@@ -47,7 +48,6 @@ from ..dataflow import (
     ThresholdStage,
     ViewLayer,
 )
-from ..errors import UnsupportedError
 from ..sim import golden, host
 from .ir import Graph, Node, TensorInfo
 

@@ -2,7 +2,7 @@
 
 After :func:`normalize_qdq`, every ``QuantizeLinear`` / ``DequantizeLinear`` node has a single
 input (the data) and the attributes ``scale`` (float32, 0-D or 1-D), ``zero_point`` (int64,
-same shape), ``qtype`` (:class:`~onnx2fpga.dataflow.IntType`) and ``axis``. Scale and zero
+same shape), ``qtype`` (:class:`~onnx2fpga.ir.IntType`) and ``axis``. Scale and zero
 point must be constants. Every opset is read (QuantizeLinear / DequantizeLinear 10, 13, 19,
 21, 23, 24, 25, 28): per-tensor and per-axis parameters, ``output_dtype`` (the type when there is
 no zero point), ``saturate`` (it only concerns float8 outputs, which are refused
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dataflow import IntType
 from ..errors import UnsupportedError
+from ..ir import IntType
 from .ir import Graph
 
 __all__ = ["normalize_qdq", "qtype_of_dtype", "QDQ_OPS"]

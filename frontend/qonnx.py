@@ -47,8 +47,8 @@ import math
 
 import numpy as np
 
-from ..dataflow import IntType
 from ..errors import UnsupportedError
+from ..ir import IntType
 from ..sim import golden, host
 from .ir import Graph, Node, TensorInfo
 from .load import QONNX_DOMAINS, QONNX_OPS

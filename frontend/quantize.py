@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dataflow import IntType
 from ..errors import CalibrationError, UnsupportedError
+from ..ir import IntType
 from ..sim import host
 from .ir import Graph, Node, TensorInfo
 from .load import QONNX_DOMAINS, QONNX_OPS

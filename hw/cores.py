@@ -36,7 +36,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..dataflow import DenseLayer, IntType, RequantStage
+from ..ir import DenseLayer, IntType, RequantStage
 from . import cost
 
 __all__ = ["MatVecCore", "RequantCore", "StreamFIFO", "WidthConverter", "int_shape"]
@@ -60,7 +60,7 @@ def _quiet_if_invalid(init):
 
 
 def int_shape(value) -> Shape:
-    """The Amaranth shape of an :class:`~onnx2fpga.dataflow.IntType` or integer shape.
+    """The Amaranth shape of an :class:`~onnx2fpga.ir.IntType` or integer shape.
 
     Parameters
     ----------
@@ -658,7 +658,7 @@ def _double_buffer_release(m: Module, full, fill, done, rb):
 
 
 class MatVecCore(wiring.Component):
-    """Folded matrix-vector unit of a :class:`~onnx2fpga.dataflow.DenseLayer`.
+    """Folded matrix-vector unit of a :class:`~onnx2fpga.ir.DenseLayer`.
 
     Computes ``acc = x @ layer.weight.T + layer.folded_bias`` on the raw input integers (the
     input zero point is folded into the bias). ``layer.requant`` is not applied here: see
@@ -699,7 +699,7 @@ class MatVecCore(wiring.Component):
         (:func:`ice40_paired_product`, :func:`ice40_matvec_dsps`),
         in place of the operand and product registers; otherwise an iCE40 builds them in
         LUTs. The same values and cycles. The graph sets it within the design's budget of
-        DSPs (:attr:`Dataflow.ice40_dsps <onnx2fpga.dataflow.Dataflow>`).
+        DSPs (:attr:`Dataflow.ice40_dsps <onnx2fpga.ir.Dataflow>`).
 
     Members
     -------
@@ -1335,7 +1335,7 @@ def _sign_split(m: int, off: int, lo: int, hi: int):
 
 
 class RequantCore(wiring.Component):
-    """Pipelined elementwise requantization: every :class:`~onnx2fpga.dataflow.RequantStage`
+    """Pipelined elementwise requantization: every :class:`~onnx2fpga.ir.RequantStage`
     of ``stages`` in order, exactly as :func:`onnx2fpga.sim.golden.requant`::
 
         y = clip(round_shift((x - in_zero_point) * multiplier[c] + offset[c], shift)

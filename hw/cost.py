@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from ..dataflow import (
+from ..ir import (
     AddLayer,
     ConcatLayer,
     ConvLayer,
@@ -163,7 +163,7 @@ def _bits(lo: int, hi: int) -> int:
 
 
 def requant_luts(stage, in_bits: int, channels: int) -> float:
-    """Estimated LUT4 of one lane of one :class:`~onnx2fpga.dataflow.RequantStage` on
+    """Estimated LUT4 of one lane of one :class:`~onnx2fpga.ir.RequantStage` on
     ``in_bits``-wide inputs, its parameters cycling through ``channels``: the multiplier
     (none for a constant multiplier of 0 or 1), the offset and rounding adders, the clip
     comparators and multiplexers, and the per-channel parameter table (see the comment

@@ -19,7 +19,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..dataflow import MULTIPLIERS
+from ..ir import MULTIPLIERS
 from .cores import (
     _counter,
     _output_register,

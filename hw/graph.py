@@ -1,6 +1,6 @@
 """The core graph of an accelerator: which cores, connected how, with which parameters.
 
-:func:`plan_graph` checks a :class:`~onnx2fpga.dataflow.Dataflow` and lowers it into a flat,
+:func:`plan_graph` checks a :class:`~onnx2fpga.ir.Dataflow` and lowers it into a flat,
 topologically ordered list of :class:`Stage` records, each one core reading and writing named
 *nets* (point-to-point streams). It is plain Python (no Amaranth): :mod:`onnx2fpga.hw.top`
 builds the hardware from it and :mod:`onnx2fpga.hw.cost` derives the cycle figures from the
@@ -27,7 +27,7 @@ Wherever a layer's stage list becomes cores, :func:`stage_cores` splits it into
 ``requant`` and ``threshold`` cores: ThresholdStages always on thresholds, RequantStages
 there too when they are monotonic and the thresholds cost less.
 - ConvLayer: ``window`` (padding with the input zero point), then ``matvec`` on the
-  ``(i, j, c)`` window vector (:attr:`~onnx2fpga.dataflow.ConvLayer.matrix`) or, depthwise,
+  ``(i, j, c)`` window vector (:attr:`~onnx2fpga.ir.ConvLayer.matrix`) or, depthwise,
   ``depthwise``; then ``requant``.
 - PoolLayer: ``window`` (none for a global pool) and ``reduce`` (max or sum), then ``requant``.
 - AddLayer: ``add`` joining both inputs, then ``requant``. ConcatLayer: ``requant`` (if any) and
@@ -48,7 +48,7 @@ from math import gcd
 
 import numpy as np
 
-from ..dataflow import (
+from ..ir import (
     LAYER_TYPES,
     AddLayer,
     ConcatLayer,

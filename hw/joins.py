@@ -4,7 +4,7 @@ A residual block forks its input into a main branch and a skip branch
 (:class:`BroadcastCore`) and joins them again with a sum (:class:`AddCore`, followed by a
 :class:`~onnx2fpga.hw.cores.RequantCore` that requantizes the sum); an inception-style block
 joins its branches with a channel concatenation (:class:`ConcatCore`). Streams carry images
-channels-last (see :mod:`onnx2fpga.dataflow`), ``lanes`` elements per transfer.
+channels-last (see :mod:`onnx2fpga.ir`), ``lanes`` elements per transfer.
 
 Cores with several streams on one side have an *array member* (``o_stream`` of the broadcast,
 ``i_stream`` of the concatenation, built with :meth:`amaranth.lib.wiring.Member.array`): element

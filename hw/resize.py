@@ -382,7 +382,7 @@ class ResizeCore(wiring.Component):
     larger images (heights 16..40 to 1..100, 33 552 geometries) also needed at most 3. (The
     sweeps leave out the one decreasing map :mod:`onnx.reference` gives, 7 to 17 rows with the
     half-pixel transformations and ``round_prefer_*``: a float32 rounding artefact, which
-    :class:`~onnx2fpga.dataflow.ResizeLayer` rejects.)
+    :class:`~onnx2fpga.ir.ResizeLayer` rejects.)
     ``i_stream.ready`` and ``o_stream.valid`` depend only on registers; the memory read
     enable and the counters follow ``o_stream.ready`` combinationally.
     """

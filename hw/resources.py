@@ -544,7 +544,7 @@ def stage_resources(stage, family: str, *, ice40_dsp: bool = False, logic=frozen
     The stage's core is built from its parameters (as :class:`~onnx2fpga.hw.top.Accelerator`
     does) and read by :func:`netlist_features`. ``logic``: the memories of the design in
     soft logic, ``"stage/memory"`` (:data:`Dataflow.logic_memories
-    <onnx2fpga.dataflow.Dataflow>`); with ``memories``, also ``"block_memories"``: the
+    <onnx2fpga.ir.Dataflow>`); with ``memories``, also ``"block_memories"``: the
     stage's memories in block RAM, ``[(name, cells, width, depth, rom), ...]`` (``name``
     ``"stage/memory"``).
 
@@ -600,7 +600,7 @@ def logic_cost(name: str, width: int, depth: int, rom: bool) -> dict:
 
 def logic_memory_cost(width: int, depth: int, rom: bool) -> dict:
     """Estimated ``lut`` and ``ff`` of a ``depth`` x ``width`` memory forced into soft logic
-    (:attr:`Dataflow.logic_memories <onnx2fpga.dataflow.Dataflow>`), from yosys 0.70
+    (:attr:`Dataflow.logic_memories <onnx2fpga.ir.Dataflow>`), from yosys 0.70
     ``synth_ice40`` of single memories with ``logic_block`` set: a ROM is a tree of LUTs
     over its address, ``0.131 * bits + width`` LUTs (2048x4, 4096x2 and 512x16 ROMs: 1,075
     to 1,079 LUTs; 256x8: 314; 64x22: 201); a RAM a flip-flop per bit plus write decoding

@@ -1,7 +1,7 @@
 """Activation by thresholds: the :class:`ThresholdCore` and the exact conversion of a
 monotonic requantization into thresholds (:func:`requant_as_thresholds`).
 
-A :class:`~onnx2fpga.dataflow.ThresholdStage` maps an integer ``x`` of channel ``c`` to
+A :class:`~onnx2fpga.ir.ThresholdStage` maps an integer ``x`` of channel ``c`` to
 ``base + step * #{i : x >= thresholds[c, i]}`` (FINN's MultiThreshold on integers, see
 :func:`onnx2fpga.sim.golden.threshold`). Every monotonic function of one integer onto a range
 of integers has this form, so a requantization stage whose output takes few values (a 1 to
@@ -22,7 +22,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..dataflow import RequantStage, ThresholdStage
+from ..ir import RequantStage, ThresholdStage
 from ..sim import golden
 from . import cost
 from .cores import (
@@ -101,7 +101,7 @@ def requant_as_thresholds(stage: RequantStage, in_lo: int, in_hi: int,
     non-increasing (multiplier negative) over the input range, a fused LeakyRelu's negative
     side included (its slope must have the same sign and its values must join in order); all
     channels must go the same way (a channel that is constant goes either way), because a
-    :class:`~onnx2fpga.dataflow.ThresholdStage` has one ``base`` and ``step``.
+    :class:`~onnx2fpga.ir.ThresholdStage` has one ``base`` and ``step``.
 
     A non-decreasing stage gives ``base = min_c f_c(in_lo)``, ``step = 1`` and, for every
     output level ``v`` above the base up to ``max_c f_c(in_hi)``, the threshold
@@ -231,7 +231,7 @@ class _ThresholdPlan:
 
 class ThresholdCore(wiring.Component):
     """Pipelined elementwise activation by thresholds: every
-    :class:`~onnx2fpga.dataflow.ThresholdStage` of ``stages`` in order, exactly as
+    :class:`~onnx2fpga.ir.ThresholdStage` of ``stages`` in order, exactly as
     :func:`onnx2fpga.sim.golden.threshold`::
 
         y = base + step * #{i : x >= thresholds[c, i]}

@@ -6,7 +6,7 @@ from amaranth import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..dataflow import Dataflow
+from ..ir import Dataflow
 from .cores import (
     MatVecCore,
     RequantCore,
@@ -28,7 +28,7 @@ class Accelerator(wiring.Component):
     dataflow graph says.
 
     The cores and their connections are those of :func:`onnx2fpga.hw.graph.plan_graph`: a
-    :class:`~onnx2fpga.dataflow.DenseLayer` becomes a :class:`~onnx2fpga.hw.cores.MatVecCore`
+    :class:`~onnx2fpga.ir.DenseLayer` becomes a :class:`~onnx2fpga.hw.cores.MatVecCore`
     (multiplying, by weight sign or by XNOR and popcount) followed by a
     :class:`~onnx2fpga.hw.cores.RequantCore` or a
     :class:`~onnx2fpga.hw.threshold.ThresholdCore`, whichever is cheaper; a convolution a

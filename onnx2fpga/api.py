@@ -25,8 +25,8 @@ import time
 import numpy as np
 
 from . import __version__
-from .dataflow import DenseLayer, Design, load_design, product_mapping, save_design
 from .errors import CalibrationError, DesignDirError, OptionError
+from .ir import DenseLayer, Design, load_design, product_mapping, save_design
 from .report import write_report
 
 __all__ = ["compile", "load", "CompiledDesign", "progress"]
@@ -446,7 +446,7 @@ def _port_json(port) -> dict:
 
 
 def _stage_json(st) -> dict:
-    from .dataflow import ThresholdStage
+    from .ir import ThresholdStage
 
     if isinstance(st, ThresholdStage):
         return {"thresholds": int(st.thresholds.shape[1]), "per_channel": st.per_element,
@@ -460,7 +460,7 @@ def _stage_json(st) -> dict:
 
 def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
     """One layer's manifest entry: what it computes, its folding and its figures."""
-    from .dataflow import AddLayer, ConcatLayer, ConvLayer, PoolLayer, ViewLayer
+    from .ir import AddLayer, ConcatLayer, ConvLayer, PoolLayer, ViewLayer
 
     entry = {
         "name": ly.name, "kind": ly.kind, "onnx_nodes": list(ly.nodes),
@@ -592,7 +592,7 @@ class CompiledDesign:
     Attributes
     ----------
     directory : str
-    design : onnx2fpga.dataflow.Design
+    design : onnx2fpga.ir.Design
     manifest : dict
     last_run : dict or None
         Figures of the last RTL simulation (``cycles_per_inference``, ``latency_cycles``).

@@ -19,7 +19,7 @@ __all__ = ["main"]
 def _folding(text):
     """``layer:simd:pe[:lanes][,...]``, ``layer:lanes=L`` (a layer without a matrix unit) or
     ``layer:multipliers=lut|dsp``; items naming the same layer add up."""
-    from .dataflow import MULTIPLIERS
+    from .ir import MULTIPLIERS
     out = {}
     for item in text.split(","):
         try:

@@ -24,7 +24,7 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from ..dataflow import IntType, Port
+from ..ir import IntType, Port
 from .rtl import JOB_ENV, pack_beats, unpack_beats
 
 __all__ = ["run_axis"]

@@ -4,7 +4,7 @@ One function per operation. The compiler (calibration, accuracy figures), the co
 end-to-end tests all call these; nothing re-derives them. Depends on numpy only.
 
 All integer arithmetic is done in int64 after checking that it cannot overflow (accumulators
-are bounded by :func:`onnx2fpga.dataflow.acc_type_for`; requantization products are checked
+are bounded by :func:`onnx2fpga.ir.acc_type_for`; requantization products are checked
 per call), or in Python integers where int64 could overflow.
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dataflow import (
+from .. import ir
+from ..ir import (
     LAYER_TYPES,
     AddLayer,
     ConcatLayer,
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 #: The roundings of :func:`round_shift` (and so of a RequantStage).
-SHIFT_ROUNDINGS = ("half_even", "half_away", "floor", "ceil", "to_zero")
+SHIFT_ROUNDINGS = ir.ROUNDINGS
 
 _INT64_SAFE = (1 << 62)
 
@@ -83,7 +84,7 @@ def trunc(x, scale, shift: int, lo: int, hi: int, rounding: str = "floor") -> np
 
 
 def threshold(x, stage: ThresholdStage) -> np.ndarray:
-    """One :class:`~onnx2fpga.dataflow.ThresholdStage` (FINN MultiThreshold on integers):
+    """One :class:`~onnx2fpga.ir.ThresholdStage` (FINN MultiThreshold on integers):
     ``base + step * #{i : x >= thresholds[c, i]}``, thresholds aligned on the left with the
     logical shape like requantization parameters (``x`` is ``(batch, *shape)``)."""
     x = np.asarray(x, dtype=np.int64)
@@ -97,7 +98,7 @@ def threshold(x, stage: ThresholdStage) -> np.ndarray:
 
 
 def requant(x, stage: RequantStage) -> np.ndarray:
-    """One :class:`~onnx2fpga.dataflow.RequantStage` applied to integer array ``x``.
+    """One :class:`~onnx2fpga.ir.RequantStage` applied to integer array ``x``.
 
     ``x`` is a batch ``(batch, *shape)`` of logical tensors; the stage's parameters are
     aligned on the left with ``shape`` (``(C,)``: per channel / feature, a single entry: for
@@ -316,7 +317,7 @@ def run_dataflow(dataflow: Dataflow, x, trace: dict | None = None) -> np.ndarray
 
     Returns ``(batch, output.size)`` integers, the output tensor in logical C order (the
     accelerator streams them in the port's stream order, see
-    :meth:`~onnx2fpga.dataflow.Port.to_stream`). With ``trace``, every layer's output is
+    :meth:`~onnx2fpga.ir.Port.to_stream`). With ``trace``, every layer's output is
     stored under the layer's name, ``(batch, *out_shape)``.
     """
     x = np.asarray(x, dtype=np.int64)
@@ -348,7 +349,8 @@ def _along(axis: int, ndim: int, scale, zero_point):
     return scale, zp
 
 
-ROUNDINGS = ("half_even", "half_away", "half_up", "floor", "ceil", "to_zero")
+#: The roundings of :func:`round_float`.
+ROUNDINGS = ir.FLOAT_ROUNDINGS
 
 
 def round_float(v, rounding: str = "half_even") -> np.ndarray:

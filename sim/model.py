@@ -1,4 +1,4 @@
-"""Run a whole :class:`~onnx2fpga.dataflow.Design`: host head, hardware, host tail.
+"""Run a whole :class:`~onnx2fpga.ir.Design`: host head, hardware, host tail.
 
 The hardware part is executed by an engine: the golden model by default, or any function
 ``(dataflow, x_int) -> y_int`` (the RTL simulation, a board). The host parts always run in
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dataflow import Design
+from ..ir import Design
 from . import golden, host
 
 __all__ = ["stack_inputs", "run_head", "run_tail", "run_design"]

@@ -8,7 +8,7 @@ emits::
     m_axis_tdata, m_axis_tvalid, m_axis_tready, m_axis_tlast    (output stream, master)
 
 One inference is ``in_port.beats`` input transfers of ``in_port.lanes`` elements each, packed
-as :mod:`onnx2fpga.dataflow` says (element ``j`` of a transfer at bits ``[j*bits, (j+1)*bits)``,
+as :mod:`onnx2fpga.ir` says (element ``j`` of a transfer at bits ``[j*bits, (j+1)*bits)``,
 two's complement when signed, unused high bits of ``tdata`` zero); the DUT answers with
 ``out_port.beats`` transfers and raises ``m_axis_tlast`` on the last one of each tensor.
 
@@ -59,8 +59,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dataflow import Port
 from ..errors import Onnx2FpgaError
+from ..ir import Port
 
 __all__ = [
     "RtlSimulationError", "RtlResult", "VerilatorEnv", "verilator_env", "pack_beats",
@@ -98,7 +98,7 @@ class RtlSimulationError(Onnx2FpgaError, RuntimeError):
 
 def _check_port(port: Port) -> None:
     if not isinstance(port, Port):
-        raise TypeError(f"Port must be an onnx2fpga.dataflow.Port, not {port!r}")
+        raise TypeError(f"Port must be an onnx2fpga.ir.Port, not {port!r}")
     if not isinstance(port.lanes, int) or port.lanes < 1:
         raise ValueError(f"Port {port.name!r}: lanes must be a positive integer, "
                          f"not {port.lanes!r}")

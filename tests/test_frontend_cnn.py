@@ -20,8 +20,8 @@ from models import CNN_KINDS, float_cnn, ort_qdq_cnn
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx2fpga
-from onnx2fpga.dataflow import ConvLayer
 from onnx2fpga.errors import UnsupportedError
+from onnx2fpga.ir import ConvLayer
 from onnx2fpga.sim import golden
 from onnx2fpga.sim.model import run_head
 

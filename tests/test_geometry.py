@@ -19,7 +19,15 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from onnx2fpga.dataflow import (
+from onnx2fpga.frontend import geometry
+from onnx2fpga.frontend.geometry import (
+    avg_counts,
+    conv_geometry,
+    pad_geometry,
+    pool_geometry,
+    resize_nearest_maps,
+)
+from onnx2fpga.ir import (
     ConcatLayer,
     ConvLayer,
     IntType,
@@ -28,14 +36,6 @@ from onnx2fpga.dataflow import (
     RequantStage,
     ResizeLayer,
     ViewLayer,
-)
-from onnx2fpga.frontend import geometry
-from onnx2fpga.frontend.geometry import (
-    avg_counts,
-    conv_geometry,
-    pad_geometry,
-    pool_geometry,
-    resize_nearest_maps,
 )
 from onnx2fpga.sim import golden
 

@@ -7,7 +7,6 @@ import pytest
 from amaranth import Module, Shape, Signal, signed, unsigned
 from amaranth.hdl import Elaboratable, Fragment
 
-from onnx2fpga.dataflow import DenseLayer, IntType, RequantStage
 from onnx2fpga.hw import cores, cost
 from onnx2fpga.hw.cores import (
     MatVecCore,
@@ -17,6 +16,7 @@ from onnx2fpga.hw.cores import (
     _sign_split,
 )
 from onnx2fpga.hw.testing import random_values, run_stream, run_timed, shape_range, to_transfers
+from onnx2fpga.ir import DenseLayer, IntType, RequantStage
 from onnx2fpga.sim import golden
 
 

@@ -13,9 +13,9 @@ from amaranth import signed, unsigned
 from hard_products import check_against_plain
 
 from onnx2fpga.boards.targets import get_board
-from onnx2fpga.dataflow import Dataflow, DenseLayer, IntType, Port, RequantStage
 from onnx2fpga.hw.cores import ecp5_registered_product
 from onnx2fpga.hw.emit import emit_verilog
+from onnx2fpga.ir import Dataflow, DenseLayer, IntType, Port, RequantStage
 
 MODEL = Path(__file__).parent / "data" / "mult18x18d_model.v"
 

@@ -10,10 +10,10 @@ import pytest
 from hard_products import check_against_plain
 
 from onnx2fpga.boards.targets import get_board
-from onnx2fpga.dataflow import Dataflow, DenseLayer, IntType, Port
 from onnx2fpga.hw.cores import ROM_SLICE_BLOCKS, _rom_columns
 from onnx2fpga.hw.emit import emit_verilog
 from onnx2fpga.hw.resources import dataflow_resources, memory_mapping
+from onnx2fpga.ir import Dataflow, DenseLayer, IntType, Port
 
 
 def _dataflow(seed=0):

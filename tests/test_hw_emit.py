@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onnx2fpga.dataflow import Dataflow, DenseLayer, IntType, Port, RequantLayer, RequantStage
 from onnx2fpga.hw.emit import emit_verilog
+from onnx2fpga.ir import Dataflow, DenseLayer, IntType, Port, RequantLayer, RequantStage
 
 
 def small_dataflow(seed=0):

@@ -13,7 +13,6 @@ import pytest
 from hard_products import check_against_plain
 
 from onnx2fpga.boards.targets import get_board
-from onnx2fpga.dataflow import Dataflow, DenseLayer, IntType, Port, RequantStage
 from onnx2fpga.hw.cores import (
     ice40_matvec_dsps,
     ice40_paired_product,
@@ -21,6 +20,7 @@ from onnx2fpga.hw.cores import (
 )
 from onnx2fpga.hw.emit import emit_verilog
 from onnx2fpga.hw.resources import dataflow_resources
+from onnx2fpga.ir import Dataflow, DenseLayer, IntType, Port, RequantStage
 
 MODEL = Path(__file__).parent / "data" / "sb_mac16_model.v"
 

@@ -9,7 +9,6 @@ from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from onnx2fpga.dataflow import ConcatLayer, IntType
 from onnx2fpga.hw.joins import (
     ADD_LATENCY,
     BROADCAST_LATENCY,
@@ -38,6 +37,7 @@ from onnx2fpga.hw.testing import (
     timed_sender,
     to_transfers,
 )
+from onnx2fpga.ir import ConcatLayer, IntType
 from onnx2fpga.sim import golden
 
 # Traffic: every port walks through all the phases of hw.testing (IDLE_PHASES, STALL_PHASES),

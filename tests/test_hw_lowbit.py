@@ -9,7 +9,11 @@ import pytest
 from test_hw_cores import matvec_depth, run_stream, run_timed, to_transfers
 from test_hw_top import pack, run_axi, unpack
 
-from onnx2fpga.dataflow import (
+from onnx2fpga.hw import cost
+from onnx2fpga.hw.cores import MatVecCore
+from onnx2fpga.hw.graph import matvec_arithmetic, plan_graph, tensor_orders
+from onnx2fpga.hw.top import Accelerator
+from onnx2fpga.ir import (
     ConvLayer,
     Dataflow,
     DenseLayer,
@@ -20,10 +24,6 @@ from onnx2fpga.dataflow import (
     ThresholdStage,
     ViewLayer,
 )
-from onnx2fpga.hw import cost
-from onnx2fpga.hw.cores import MatVecCore
-from onnx2fpga.hw.graph import matvec_arithmetic, plan_graph, tensor_orders
-from onnx2fpga.hw.top import Accelerator
 from onnx2fpga.sim import golden
 
 I2, U2 = IntType(2, True), IntType(2, False)

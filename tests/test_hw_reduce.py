@@ -8,7 +8,6 @@ import pytest
 from amaranth import Fragment, signed, unsigned
 from amaranth.back import verilog
 
-from onnx2fpga.dataflow import IntType
 from onnx2fpga.hw import reduce
 from onnx2fpga.hw.reduce import (
     REGISTER_FOLDS_MAX,
@@ -17,6 +16,7 @@ from onnx2fpga.hw.reduce import (
     reduce_latency,
 )
 from onnx2fpga.hw.testing import run_stream, run_timed, shape_range, to_transfers
+from onnx2fpga.ir import IntType
 
 
 def make_groups(rng, shape, groups, window, channels):

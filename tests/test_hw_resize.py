@@ -10,7 +10,6 @@ from amaranth.back import verilog
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from onnx2fpga.dataflow import IntType, Port, ViewLayer
 from onnx2fpga.hw.resize import (
     ReorderCore,
     ResizeCore,
@@ -20,6 +19,7 @@ from onnx2fpga.hw.resize import (
     resize_latency,
 )
 from onnx2fpga.hw.testing import image_transfers, random_images, run_stream, run_timed, shape_range
+from onnx2fpga.ir import IntType, Port, ViewLayer
 from onnx2fpga.sim import golden
 
 # ---------------------------------------------------------------------------------------------

@@ -13,10 +13,8 @@ import pytest
 from models import float_mlp
 
 from onnx2fpga import api
-from onnx2fpga.dataflow import DenseLayer, IntType
 from onnx2fpga.hw.cores import LUT_PRODUCT_MAX_BITS, MatVecCore
 from onnx2fpga.hw.graph import plan_graph
-from onnx2fpga.hw.top import _make_core
 from onnx2fpga.hw.resources import (
     const_multiplier_bits,
     dataflow_resources,
@@ -26,6 +24,8 @@ from onnx2fpga.hw.resources import (
     netlist_features,
     stage_resources,
 )
+from onnx2fpga.hw.top import _make_core
+from onnx2fpga.ir import DenseLayer, IntType
 
 # ---------------------------------------------------------------------------------------------
 # Multipliers: MULT18X18D per product, measured (registered a * b, one product per design)

@@ -8,10 +8,10 @@ import pytest
 from amaranth import Shape, signed, unsigned
 from test_hw_cores import random_ints, run_stream, run_timed, to_transfers
 
-from onnx2fpga.dataflow import IntType, RequantStage, ThresholdStage
 from onnx2fpga.hw import cost
 from onnx2fpga.hw.graph import stage_cores, stream_stages
 from onnx2fpga.hw.threshold import ThresholdCore, requant_as_thresholds
+from onnx2fpga.ir import IntType, RequantStage, ThresholdStage
 from onnx2fpga.sim import golden
 
 
@@ -320,9 +320,9 @@ def test_negative_multipliers_absorbed_into_the_weights(seed, conv, leaky, in_zp
     non-negative, and the activation now becomes thresholds (one direction)."""
     import copy
 
-    from onnx2fpga.dataflow import ConvLayer, DenseLayer, RequantStage
     from onnx2fpga.frontend.lower import absorb_multiplier_signs
     from onnx2fpga.hw.graph import stage_cores
+    from onnx2fpga.ir import ConvLayer, DenseLayer, RequantStage
 
     rng = np.random.default_rng(seed)
     wt, in_type, oc = IntType(2, True), IntType(4, False), 6

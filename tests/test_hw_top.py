@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from onnx2fpga.dataflow import Dataflow, DenseLayer, IntType, Port, RequantLayer, RequantStage
 from onnx2fpga.hw import cost
 from onnx2fpga.hw.graph import plan_graph
 from onnx2fpga.hw.top import Accelerator
+from onnx2fpga.ir import Dataflow, DenseLayer, IntType, Port, RequantLayer, RequantStage
 from onnx2fpga.sim import golden
 
 

@@ -10,7 +10,6 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnx2fpga
-from onnx2fpga.dataflow import IntType, ThresholdStage
 from onnx2fpga.errors import CheckError, UnsupportedError
 from onnx2fpga.frontend.load import Onnx2FpgaWarning, load_model
 from onnx2fpga.frontend.lower import lower
@@ -18,6 +17,7 @@ from onnx2fpga.frontend.qdq import normalize_qdq
 from onnx2fpga.frontend.qonnx import normalize_qonnx
 from onnx2fpga.frontend.quantize import is_quantized
 from onnx2fpga.frontend.resolve import resolve_geometry
+from onnx2fpga.ir import IntType, ThresholdStage
 from onnx2fpga.sim import host
 from onnx2fpga.sim.model import run_design
 

@@ -19,7 +19,7 @@ from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from onnx2fpga.dataflow import IntType, Port
+from onnx2fpga.ir import IntType, Port
 from onnx2fpga.sim import rtl
 from onnx2fpga.sim.rtl import (
     MIN_VERILATOR_VERSION,
