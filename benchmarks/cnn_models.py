@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import onnx2fpga
-from onnx2fpga.hw.graph import isolate
+from onnx2fpga.plan.graph import isolate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from layer_cycles import _measure  # noqa: E402

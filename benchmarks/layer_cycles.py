@@ -3,8 +3,8 @@ simulation (Verilator, no stalls).
 
     python benchmarks/layer_cycles.py DESIGN_DIR [--inferences N] [--json]
 
-Every layer is built alone (``onnx2fpga.hw.graph.isolate``: the layer between ports of its own input
-and output, fed at one transfer per cycle, the output never stalled) and simulated for N
+Every layer is built alone (``onnx2fpga.plan.graph.isolate``: the layer between ports of its
+own input and output, fed at one transfer per cycle, the output never stalled) and simulated for N
 back-to-back inferences; the whole design likewise. Prints, per layer, the manifest's cycles
 (the slowest core of the layer), the isolated layer's modelled cycles, the measured ones and
 the error. Figures, not pass/fail.
@@ -20,10 +20,10 @@ import time
 import numpy as np
 
 import onnx2fpga
-from onnx2fpga.hw import cost
 from onnx2fpga.hw.emit import emit_verilog
-from onnx2fpga.hw.graph import isolate
-from onnx2fpga.ir import ViewLayer
+from onnx2fpga.ir.layers import ViewLayer
+from onnx2fpga.plan import cost
+from onnx2fpga.plan.graph import isolate
 from onnx2fpga.sim.rtl import simulate_rtl
 
 

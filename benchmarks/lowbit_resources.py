@@ -10,7 +10,8 @@ add or subtract by the weight's sign) and ``"xnor"`` (bipolar inputs: XNOR and p
 Activations: one lane requantizing a 16-bit accumulator to uint4 (multipliers of about 17
 bits, one per channel, over 1, 8 and 64 channels) as ``RequantCore`` against the equivalent
 ``ThresholdCore`` (15 thresholds per channel from ``requant_as_thresholds``), with the
-planner's estimates (``cost.requant_luts`` / ``cost.threshold_luts``). Figures, not pass/fail.
+planner's estimates (``thresholds.requant_luts`` / ``thresholds.threshold_luts``).
+Figures, not pass/fail.
 """
 
 import argparse
@@ -23,10 +24,14 @@ import tempfile
 import numpy as np
 from amaranth.back import verilog
 
-from onnx2fpga.hw import cost
-from onnx2fpga.hw.cores import MatVecCore, RequantCore
-from onnx2fpga.hw.threshold import ThresholdCore, requant_as_thresholds
-from onnx2fpga.ir import DenseLayer, IntType, RequantStage
+from onnx2fpga.hw.matvec import MatVecCore
+from onnx2fpga.hw.requant import RequantCore
+from onnx2fpga.hw.threshold import ThresholdCore
+from onnx2fpga.ir.layers import DenseLayer
+from onnx2fpga.ir.stages import RequantStage
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan import thresholds
+from onnx2fpga.plan.thresholds import requant_as_thresholds
 
 
 def bipolar_layer(seed=0):
@@ -59,15 +64,15 @@ def designs():
 
 
 def estimates() -> dict:
-    """The planner's LUT4 estimates (:mod:`onnx2fpga.hw.cost`) of the activation designs."""
+    """The planner's LUT4 estimates (:mod:`onnx2fpga.plan.cost`) of the activation designs."""
     in_t = IntType(16, True)
     out = {}
     for channels in (1, 8, 64):
         stage = activation_stage(channels=channels)
         th = requant_as_thresholds(stage, in_t.lo, in_t.hi, channels)
-        out[f"requant_u4_c{channels}"] = cost.requant_luts(stage, 16, channels)
+        out[f"requant_u4_c{channels}"] = thresholds.requant_luts(stage, 16, channels)
         t = th.thresholds
-        out[f"threshold_u4_c{channels}"] = cost.threshold_luts(t.shape[1], 16, channels,
+        out[f"threshold_u4_c{channels}"] = thresholds.threshold_luts(t.shape[1], 16, channels,
                                                                t.shape[0] > 1)
     return out
 

@@ -170,9 +170,9 @@ def fit(out_dir, families=("ice40", "ecp5"), only=None, stored=None, keep_synth=
     every stored stage keeps its synthesis and only its features are read again (after a
     change to :func:`~onnx2fpga.hw.resources.netlist_features`)."""
 
-    from onnx2fpga.hw.graph import plan_graph
     from onnx2fpga.hw.resources import LUT_FEATURES, netlist_features
-    from onnx2fpga.hw.top import _make_core
+    from onnx2fpga.hw.top import make_core
+    from onnx2fpga.plan.graph import plan_graph
     rows = []
     for name, spec in designs().items():
         if only and name not in only:
@@ -182,7 +182,7 @@ def fit(out_dir, families=("ice40", "ecp5"), only=None, stored=None, keep_synth=
             if stage.kind == "cast":
                 continue
             for fam in families:
-                feats = netlist_features(_make_core(stage), fam)
+                feats = netlist_features(make_core(stage), fam)
                 old = (stored or {}).get((name, stage.name, fam))
                 if keep_synth:
                     if old is not None:         # (a stage never synthesized stays out)
@@ -197,7 +197,7 @@ def fit(out_dir, families=("ice40", "ecp5"), only=None, stored=None, keep_synth=
                     rows.append(old)
                     continue
                 try:
-                    got = synth_counts(_make_core(stage), fam,
+                    got = synth_counts(make_core(stage), fam,
                                        os.path.join(out_dir, "synth", name, stage.name, fam))
                 except subprocess.CalledProcessError as e:
                     print(f"{name} {stage.name} {fam}: yosys failed ({e})", flush=True)
@@ -299,10 +299,10 @@ MULTIPLIER_SWEEP = [
 
 def sweep(out_dir, families=("ice40", "ecp5")):
     """Measure yosys' mapping of single memories and multipliers and compare with
-    :func:`~onnx2fpga.hw.resources.memory_mapping` and
-    :func:`~onnx2fpga.hw.resources.multiplier_dsps` (several minutes: the large ROMs left in
+    :func:`~onnx2fpga.plan.devices.memory_mapping` and
+    :func:`~onnx2fpga.plan.devices.multiplier_dsps` (several minutes: the large ROMs left in
     LUTs take long)."""
-    from onnx2fpga.hw.resources import const_multiplier_bits, memory_mapping, multiplier_dsps
+    from onnx2fpga.plan.devices import const_multiplier_bits, memory_mapping, multiplier_dsps
     kinds = {"SB_RAM40_4K": "block", "DP16KD": "block", "TRELLIS_DPR16X4": "distributed"}
     bad = 0
     for fam in families:

@@ -572,7 +572,7 @@ def logic_memory_script(names) -> str:
     link: a USB link has no receive FIFO). A MatVec's input buffer ``matvec_k/x_mem`` in soft
     logic is shift registers, no memory: nothing to select.
     """
-    from ..hw.resources import is_shift_register_buffer
+    from ..plan.devices import is_shift_register_buffer
 
     lines = []
     for name in names:
@@ -637,7 +637,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         Let yosys infer SB_MAC16 on iCE40 (``synth_ice40 -dsp``). Off by default because
         nextpnr does not time inferred (unregistered) DSPs; see ``unregistered_dsps``. (A
         design folded for an iCE40 board instantiates registered SB_MAC16s itself,
-        :class:`~onnx2fpga.hw.cores.MatVecCore`'s ``ice40_dsp``.)
+        :class:`~onnx2fpga.hw.matvec.MatVecCore`'s ``ice40_dsp``.)
     design_id : bytes or str, optional
         With it, the accelerator sits behind :class:`~.framed.FramedBridge` (the host link
         protocol of :mod:`.protocol`, answering HELLO with this id: 8 bytes, or the

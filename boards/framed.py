@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib.memory import Memory
 
-from ..hw.cores import _tree_sum
+from ..hw.blocks import tree_sum
 from .link import check_link, serial_front_end, usb_bridge_members
 from .protocol import PROTOCOL_VERSION, SYNC, BoardInfo, ErrorCode, FrameType
 from .uart import uart_divisor
@@ -640,7 +640,7 @@ class FramedBridge(Elaboratable):
                     m.d.sync += [self.frames_ok.eq(self.frames_ok + 1),
                                  self.error_led.eq(0)]
 
-        m.d.comb += tx_byte.eq(_tree_sum(tx_terms, operator.or_))
+        m.d.comb += tx_byte.eq(tree_sum(tx_terms, operator.or_))
 
         # The activity LED (as UartBridge): lit for 2 to 3 periods of ~25 ms after a byte.
         prescale_bits = max(1, (int(self.clk_freq) // 40).bit_length() - 1)

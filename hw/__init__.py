@@ -1,10 +1,14 @@
 """Hardware generation: streaming cores in Amaranth, the accelerator top level, Verilog."""
 
-from .cores import MatVecCore, RequantCore, StreamFIFO, WidthConverter, int_shape
-from .cost import dataflow_cycles, layer_cycles, layer_latency
+from ..plan.cost import dataflow_cycles, layer_cycles, layer_latency
+from ..plan.graph import Plan, Stage, layer_stages, plan_graph, requant_lanes
+from ..plan.thresholds import requant_as_thresholds
+from .blocks import int_shape
 from .emit import emit_verilog
-from .graph import Plan, Stage, layer_stages, plan_graph, requant_lanes
-from .threshold import ThresholdCore, requant_as_thresholds
+from .matvec import MatVecCore
+from .plumbing import StreamFIFO, WidthConverter
+from .requant import RequantCore
+from .threshold import ThresholdCore
 from .top import Accelerator
 
 __all__ = [

@@ -6,9 +6,9 @@ positions of ``channels // lanes`` transfers each, and the depthwise core multip
 element by its channel's weight for that window position and sums per channel, ``lanes``
 multiply-accumulates per cycle. The input zero point is folded into the bias by the caller
 (padding carries the zero point, so ``sum_k (x - zp) * w = sum_k x * w - zp * sum_k w``); the
-core sees raw values. Requantization follows in a :class:`~onnx2fpga.hw.cores.RequantCore`.
+core sees raw values. Requantization follows in a :class:`~onnx2fpga.hw.requant.RequantCore`.
 
-The cycle figures here follow the conventions of :mod:`onnx2fpga.hw.cost`.
+The cycle figures here follow the conventions of :mod:`onnx2fpga.plan.cost`.
 """
 
 from __future__ import annotations
@@ -19,64 +19,22 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..ir import MULTIPLIERS
-from .cores import (
-    _counter,
-    _output_register,
-    _quiet_if_invalid,
-    _range_shape,
-    _shape_range,
-    _wrap_incr,
+from ..ir.layers import MULTIPLIERS
+from ..plan.depthwise import depthwise_cycles, depthwise_latency, int_array
+from ..plan.reduce import REGISTER_FOLDS_MAX, check_geometry, fold_storage
+from .arith import product
+from .blocks import (
+    counter,
     int_shape,
-    product,
+    output_register,
+    quiet_if_invalid,
+    range_shape,
+    shape_range,
+    wrap_incr,
 )
-from .reduce import REGISTER_FOLDS_MAX, _check_geometry, _fold_storage, _partial_results
+from .reduce import partial_results
 
-__all__ = ["DepthwiseCore", "depthwise_cycles", "depthwise_latency"]
-
-
-def depthwise_cycles(channels: int, window: int, lanes: int = 1) -> int:
-    """Steady-state cycles per output pixel of a :class:`DepthwiseCore`.
-
-    ``window * (channels // lanes)``: one input transfer per cycle, and the outputs of a pixel
-    never hold up the next one (when the output is not stalled). An inference of ``P`` output
-    pixels takes ``P`` times as many.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If a count is not a positive integer or ``lanes`` does not divide ``channels``.
-    """
-    channels, window, lanes = _check_geometry(channels, window, lanes)
-    return window * (channels // lanes)
-
-
-def depthwise_latency(channels: int, window: int, lanes: int = 1) -> int:
-    """Cycles from the first input transfer of an output pixel to its last output transfer.
-
-    ``window * (channels // lanes) + 2`` with the input at one transfer per cycle, the output
-    never stalled and the core idle before: the last input transfer comes
-    ``window * folds - 1`` cycles after the first, then the input register (with the weight
-    ROM read), the product register and the output register take one cycle each.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If a count is not a positive integer or ``lanes`` does not divide ``channels``.
-    """
-    return depthwise_cycles(channels, window, lanes) + 2
-
-
-def _int_array(name: str, value, shape: tuple) -> np.ndarray:
-    """``value`` as an int64 array of ``shape``."""
-    arr = np.asarray(value)
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an array of integers, not of dtype {arr.dtype}")
-    if arr.shape != shape:
-        raise ValueError(f"{name} must have shape {shape}, not {arr.shape}")
-    if arr.dtype == np.uint64 and arr.size and arr.max() >= 1 << 63:
-        raise ValueError(f"{name} must fit 64-bit signed integers, not {arr.max()}")
-    return arr.astype(np.int64)
+__all__ = ["DepthwiseCore"]
 
 
 class DepthwiseCore(wiring.Component):
@@ -110,8 +68,8 @@ class DepthwiseCore(wiring.Component):
         Elements per transfer: multiply-accumulates per cycle.
     multipliers : str
         ``"dsp"``: a ``*`` (a hard multiplier) for products wider than
-        :data:`~onnx2fpga.hw.cores.LUT_PRODUCT_MAX_BITS` bits; ``"lut"``: every product from
-        shifted partial products in LUTs (:func:`~onnx2fpga.hw.cores.lut_product`).
+        :data:`~onnx2fpga.hw.arith.LUT_PRODUCT_MAX_BITS` bits; ``"lut"``: every product from
+        shifted partial products in LUTs (:func:`~onnx2fpga.hw.arith.lut_product`).
 
     Members
     -------
@@ -141,28 +99,28 @@ class DepthwiseCore(wiring.Component):
     waits in stage 2 (``i_stream.ready`` then follows ``o_stream.ready`` combinationally).
     """
 
-    @_quiet_if_invalid
+    @quiet_if_invalid
     def __init__(self, in_shape, channels, window, weight, bias, lanes=1, *,
                  multipliers="dsp"):
         if multipliers not in MULTIPLIERS:
             raise ValueError(f"Multipliers must be one of {MULTIPLIERS}, not {multipliers!r}")
         self._lut = multipliers == "lut"
         shape = int_shape(in_shape)
-        channels, window, lanes = _check_geometry(channels, window, lanes)
-        weight = _int_array("Weight", weight, (channels, window))
-        bias = _int_array("Bias", bias, (channels,))
+        channels, window, lanes = check_geometry(channels, window, lanes)
+        weight = int_array("Weight", weight, (channels, window))
+        bias = int_array("Bias", bias, (channels,))
         self._in_shape = shape
         self._channels = channels
         self._window = window
         self._lanes = lanes
         self._weight = weight
         self._bias = bias
-        self._w_shape = _range_shape(int(weight.min()), int(weight.max()))
-        lo, hi = _shape_range(shape)
+        self._w_shape = range_shape(int(weight.min()), int(weight.max()))
+        lo, hi = shape_range(shape)
         w = weight.astype(object)
         y_lo = (np.minimum(w * lo, w * hi).sum(axis=1) + bias.astype(object)).min()
         y_hi = (np.maximum(w * lo, w * hi).sum(axis=1) + bias.astype(object)).max()
-        self._out_shape = signed(_range_shape(min(int(y_lo), -1), max(int(y_hi), 0)).width)
+        self._out_shape = signed(range_shape(min(int(y_lo), -1), max(int(y_hi), 0)).width)
         super().__init__({
             "i_stream": In(stream.Signature(data.ArrayLayout(shape, lanes))),
             "o_stream": Out(stream.Signature(data.ArrayLayout(self._out_shape, lanes))),
@@ -213,7 +171,7 @@ class DepthwiseCore(wiring.Component):
     def storage(self) -> str:
         """Where the partial sums live: ``"none"`` (``window == 1``), ``"registers"`` (up to
         :data:`~onnx2fpga.hw.reduce.REGISTER_FOLDS_MAX` folds) or ``"memory"``."""
-        return _fold_storage(self._window, self.folds, REGISTER_FOLDS_MAX)
+        return fold_storage(self._window, self.folds, REGISTER_FOLDS_MAX)
 
     @property
     def weight_bits(self) -> int:
@@ -262,8 +220,8 @@ class DepthwiseCore(wiring.Component):
 
         # -- Stage 0: position of the next input transfer within its group (the weight ROM
         # address) and its fold.
-        step = _counter(steps)
-        cf = _counter(folds)
+        step = counter(steps)
+        cf = counter(folds)
 
         m.submodules.w_rom = w_rom = Memory(
             shape=data.ArrayLayout(self._w_shape, lanes), depth=steps,
@@ -274,10 +232,10 @@ class DepthwiseCore(wiring.Component):
         # -- Stage 1: the input register and its weights.
         s1_valid, s1_first, s1_last = Signal(), Signal(), Signal()
         s1_x = Signal(in_layout)
-        s1_cf = _counter(folds)
+        s1_cf = counter(folds)
         # -- Stage 2: the products.
         s2_valid, s2_first, s2_last = Signal(), Signal(), Signal()
-        s2_cf = _counter(folds)
+        s2_cf = counter(folds)
         w_word = w_rd.data
         prods = [Signal.like(s1_x[j] * w_word[j], name=f"prod_{j}") for j in range(lanes)]
 
@@ -290,7 +248,7 @@ class DepthwiseCore(wiring.Component):
         m.d.comb += [i_stream.ready.eq(advance), w_rd.addr.eq(step), w_rd.en.eq(advance)]
         take = i_stream.valid & advance
         with m.If(take):
-            m.d.sync += [step.eq(_wrap_incr(step, steps)), cf.eq(_wrap_incr(cf, folds))]
+            m.d.sync += [step.eq(wrap_incr(step, steps)), cf.eq(wrap_incr(cf, folds))]
         with m.If(advance):
             m.d.sync += [
                 s1_valid.eq(i_stream.valid), s1_x.eq(i_stream.payload), s1_cf.eq(cf),
@@ -317,7 +275,7 @@ class DepthwiseCore(wiring.Component):
         # wrap modulo 2**out_shape.width: exact, because every partial and final sum lies
         # within out_shape (the input range contains 0, so each product's range does too).
         storage = self.storage
-        prev, store = _partial_results(m, storage, out_layout, folds, fold=s2_cf,
+        prev, store = partial_results(m, storage, out_layout, folds, fold=s2_cf,
                                        next_fold=s1_cf, advance=advance)
         result = Signal(out_layout)
         for j in range(lanes):
@@ -331,7 +289,7 @@ class DepthwiseCore(wiring.Component):
             store(result)
 
         # -- Output register: the sum of the last window position of each fold.
-        o_payload = _output_register(m, o_stream, o_valid, out_layout)
+        o_payload = output_register(m, o_stream, o_valid, out_layout)
         with m.If(s2_done & s2_last):
             m.d.sync += [o_valid.eq(1), o_payload.eq(result)]
         return m

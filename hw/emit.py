@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from amaranth.back import verilog
 
-from ..ir import Dataflow
+from ..ir.dataflow import Dataflow
 from .top import Accelerator
 
 __all__ = ["emit_verilog"]

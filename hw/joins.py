@@ -2,7 +2,7 @@
 
 A residual block forks its input into a main branch and a skip branch
 (:class:`BroadcastCore`) and joins them again with a sum (:class:`AddCore`, followed by a
-:class:`~onnx2fpga.hw.cores.RequantCore` that requantizes the sum); an inception-style block
+:class:`~onnx2fpga.hw.requant.RequantCore` that requantizes the sum); an inception-style block
 joins its branches with a channel concatenation (:class:`ConcatCore`). Streams carry images
 channels-last (see :mod:`onnx2fpga.ir`), ``lanes`` elements per transfer.
 
@@ -12,7 +12,7 @@ Cores with several streams on one side have an *array member* (``o_stream`` of t
 ``wiring.connect(m, core.o_stream[k], other.i_stream)``. In the Verilog the ports are named
 ``o_stream__0__valid``, ``o_stream__0__payload``, ...
 
-The cycle figures follow the conventions of :mod:`onnx2fpga.hw.cost`: a *latency* runs from the
+The cycle figures follow the conventions of :mod:`onnx2fpga.plan.cost`: a *latency* runs from the
 first input transfer to the last output transfer of one tensor on an idle core fed at one
 transfer per cycle (every input valid in every cycle) with no output ever stalled; *cycles* is
 the steady-state number of cycles per tensor with tensors following each other back to back.
@@ -28,117 +28,23 @@ from amaranth import C, Module, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .cores import (
-    _check_count,
-    _counter,
-    _output_register,
-    _quiet_if_invalid,
-    _range_shape,
-    _shape_range,
-    int_shape,
+from ..plan.checks import check_count
+from ..plan.joins import (
+    add_cycles,
+    add_latency,
+    broadcast_cycles,
+    broadcast_latency,
+    check_chunks,
+    concat_cycles,
+    concat_latency,
 )
+from .blocks import counter, int_shape, output_register, quiet_if_invalid, range_shape, shape_range
 
-__all__ = [
-    "ADD_LATENCY", "BROADCAST_LATENCY", "CONCAT_LATENCY", "AddCore", "BroadcastCore",
-    "ConcatCore", "add_cycles", "add_latency", "broadcast_cycles", "broadcast_latency",
-    "concat_cycles", "concat_latency",
-]
-
-#: Cycles from an input transfer to the output transfers of the same data, no output stalled.
-BROADCAST_LATENCY = 1
-#: Cycles from an input transfer (both inputs take part in the same cycle) to its output.
-ADD_LATENCY = 3
-#: Cycles from an input transfer of any input to its output transfer.
-CONCAT_LATENCY = 1
-
-
-def _check_chunks(chunks) -> tuple[int, ...]:
-    if not isinstance(chunks, (list, tuple)):
-        raise TypeError(f"Chunks must be a list of integers, not {chunks!r}")
-    if len(chunks) < 2:
-        raise ValueError(f"Chunks must have at least 2 entries, not {chunks!r}")
-    return tuple(_check_count(f"Chunk {k}", c) for k, c in enumerate(chunks))
+__all__ = ["AddCore", "BroadcastCore", "ConcatCore"]
 
 
 # ---------------------------------------------------------------------------------------------
 # Timing model
-
-
-def broadcast_cycles(transfers: int) -> int:
-    """Steady-state cycles per tensor of ``transfers`` transfers through a
-    :class:`BroadcastCore`: ``transfers`` (one per cycle when every output is ready).
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``transfers`` is not a positive integer.
-    """
-    return _check_count("Transfers", transfers)
-
-
-def broadcast_latency(transfers: int = 1) -> int:
-    """Cycles from the first input transfer to the last output transfer of a tensor of
-    ``transfers`` transfers: ``transfers - 1 + BROADCAST_LATENCY``, the same on every output.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``transfers`` is not a positive integer.
-    """
-    return _check_count("Transfers", transfers) - 1 + BROADCAST_LATENCY
-
-
-def add_cycles(transfers: int) -> int:
-    """Steady-state cycles per tensor of ``transfers`` transfers (on each input) through an
-    :class:`AddCore`: ``transfers``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``transfers`` is not a positive integer.
-    """
-    return _check_count("Transfers", transfers)
-
-
-def add_latency(transfers: int = 1) -> int:
-    """Cycles from the first input transfer to the last output transfer of a tensor of
-    ``transfers`` transfers: ``transfers - 1 + ADD_LATENCY``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``transfers`` is not a positive integer.
-    """
-    return _check_count("Transfers", transfers) - 1 + ADD_LATENCY
-
-
-def concat_cycles(chunks, rounds: int = 1) -> int:
-    """Steady-state cycles of ``rounds`` rounds through a :class:`ConcatCore`:
-    ``rounds * sum(chunks)``, one output transfer per cycle (a round is ``chunks[k]`` transfers
-    from every input ``k`` in turn: one pixel of a channel concatenation, or a whole tensor
-    of a concatenation of vectors).
-
-    Raises
-    ------
-    TypeError, ValueError
-        If ``chunks`` is not a list of at least two positive integers or ``rounds`` is not a
-        positive integer.
-    """
-    chunks = _check_chunks(chunks)
-    return _check_count("Rounds", rounds) * sum(chunks)
-
-
-def concat_latency(chunks, rounds: int = 1) -> int:
-    """Cycles from the first input transfer (of input 0) to the last output transfer of
-    ``rounds`` rounds: ``rounds * sum(chunks) - 1 + CONCAT_LATENCY``, with every input valid in
-    every cycle (each input is then taken only in its turn) and the output never stalled.
-
-    Raises
-    ------
-    TypeError, ValueError
-        As :func:`concat_cycles`.
-    """
-    return concat_cycles(chunks, rounds) - 1 + CONCAT_LATENCY
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,11 +82,11 @@ class BroadcastCore(wiring.Component):
     follows the outputs' ``ready`` combinationally while copies are pending.
     """
 
-    @_quiet_if_invalid
+    @quiet_if_invalid
     def __init__(self, shape, lanes, outputs):
         self._shape = int_shape(shape)
-        self._lanes = _check_count("Lanes", lanes)
-        self._outputs = _check_count("Outputs", outputs, 2)
+        self._lanes = check_count("Lanes", lanes)
+        self._outputs = check_count("Outputs", outputs, 2)
         sig = stream.Signature(data.ArrayLayout(self._shape, self._lanes))
         super().__init__({
             "i_stream": In(sig),
@@ -242,7 +148,7 @@ class AddCore(wiring.Component):
         v = (a - za) * ma + (b - zb) * mb
 
     with integer constants (the requantization of ``v`` is a separate
-    :class:`~onnx2fpga.hw.cores.RequantCore`). Lane ``j`` of output transfer ``t`` is the sum
+    :class:`~onnx2fpga.hw.requant.RequantCore`). Lane ``j`` of output transfer ``t`` is the sum
     of lane ``j`` of input transfer ``t`` of both inputs.
 
     Parameters
@@ -273,11 +179,11 @@ class AddCore(wiring.Component):
     combinationally).
     """
 
-    @_quiet_if_invalid
+    @quiet_if_invalid
     def __init__(self, a_shape, b_shape, lanes, zero_points=(0, 0), multipliers=(1, 1)):
         self._a_shape = int_shape(a_shape)
         self._b_shape = int_shape(b_shape)
-        self._lanes = _check_count("Lanes", lanes)
+        self._lanes = check_count("Lanes", lanes)
         for what, pair in (("Zero points", zero_points), ("Multipliers", multipliers)):
             if not isinstance(pair, (list, tuple)) or len(pair) != 2 or any(
                     not isinstance(v, (int, np.integer)) or isinstance(v, bool) for v in pair):
@@ -287,11 +193,11 @@ class AddCore(wiring.Component):
         lo = hi = 0
         for shape, z, mult in zip((self._a_shape, self._b_shape), self._zero_points,
                                   self._multipliers, strict=True):
-            x_lo, x_hi = _shape_range(shape)
+            x_lo, x_hi = shape_range(shape)
             ends = ((x_lo - z) * mult, (x_hi - z) * mult)
             lo, hi = lo + min(ends), hi + max(ends)
         self._out_range = (lo, hi)
-        self._out_shape = _range_shape(lo, hi)
+        self._out_shape = range_shape(lo, hi)
         super().__init__({
             "i_a": In(stream.Signature(data.ArrayLayout(self._a_shape, self._lanes))),
             "i_b": In(stream.Signature(data.ArrayLayout(self._b_shape, self._lanes))),
@@ -417,11 +323,11 @@ class ConcatCore(wiring.Component):
     combinationally while the output register is full.
     """
 
-    @_quiet_if_invalid
+    @quiet_if_invalid
     def __init__(self, shape, lanes, chunks):
         self._shape = int_shape(shape)
-        self._lanes = _check_count("Lanes", lanes)
-        self._chunks = _check_chunks(chunks)
+        self._lanes = check_count("Lanes", lanes)
+        self._chunks = check_chunks(chunks)
         sig = stream.Signature(data.ArrayLayout(self._shape, self._lanes))
         super().__init__({
             "i_stream": In(sig).array(len(self._chunks)),
@@ -456,11 +362,11 @@ class ConcatCore(wiring.Component):
         chunks, n = self._chunks, len(self._chunks)
         ins, o_stream = self.i_stream, self.o_stream
 
-        sel = _counter(n)                     # the input whose turn it is
-        count = _counter(max(chunks))         # transfers taken from it in this round
+        sel = counter(n)                     # the input whose turn it is
+        count = counter(max(chunks))         # transfers taken from it in this round
         o_valid = Signal()
         advance = ~o_valid | o_stream.ready
-        o_payload = _output_register(m, o_stream, o_valid,
+        o_payload = output_register(m, o_stream, o_valid,
                                      data.ArrayLayout(self._shape, self._lanes))
         with m.Switch(sel):
             for k, i_k in enumerate(ins):

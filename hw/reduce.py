@@ -5,9 +5,9 @@ GlobalMaxPool and GlobalAveragePool feed the image straight into one (the whole 
 window). Either way the core sees, per output pixel, ``window`` window positions of
 ``channels // lanes`` transfers each (channel folds), and emits ``channels // lanes`` transfers
 with the maximum or the sum over the window of every channel. An average is the sum followed by
-a requantization that divides (see :class:`~onnx2fpga.hw.cores.RequantCore`).
+a requantization that divides (see :class:`~onnx2fpga.hw.requant.RequantCore`).
 
-The cycle figures here follow the conventions of :mod:`onnx2fpga.hw.cost`.
+The cycle figures here follow the conventions of :mod:`onnx2fpga.plan.cost`.
 """
 
 from __future__ import annotations
@@ -17,127 +17,25 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .cores import (
-    _check_count,
-    _check_lanes,
-    _counter,
-    _output_register,
-    _quiet_if_invalid,
-    _range_shape,
-    _shape_range,
-    _wrap_incr,
+from ..plan.reduce import (
+    REDUCE_OPS,
+    REGISTER_FOLDS_MAX,
+    check_geometry,
+    fold_storage,
+    reduce_cycles,
+    reduce_latency,
+)
+from .blocks import (
+    counter,
     int_shape,
+    output_register,
+    quiet_if_invalid,
+    range_shape,
+    shape_range,
+    wrap_incr,
 )
 
-__all__ = ["REGISTER_FOLDS_MAX", "WindowReduceCore", "reduce_cycles", "reduce_latency"]
-
-#: Up to this many channel folds the partial results live in registers; beyond, in a memory.
-#: At least 1: the memory path relies on two folds or more (read-after-write spacing).
-REGISTER_FOLDS_MAX = 16
-
-REDUCE_OPS = ("max", "sum")
-
-
-def _check_geometry(channels, window, lanes) -> tuple[int, int, int]:
-    """Validated ``(channels, window, lanes)``; ``lanes`` must divide ``channels``."""
-    channels = _check_count("Channels", channels)
-    window = _check_count("Window", window)
-    lanes = _check_lanes(lanes, channels)
-    return channels, window, lanes
-
-
-def _fold_storage(window: int, folds: int, registers_max: int) -> str:
-    """Where a reduction over ``window`` positions keeps the partial results of its ``folds``
-    folds: ``"none"`` for ``window == 1`` (nothing to keep), ``"registers"`` up to
-    ``registers_max`` folds, ``"memory"`` beyond."""
-    if window == 1:
-        return "none"
-    return "registers" if folds <= registers_max else "memory"
-
-
-def _partial_results(m: Module, storage: str, layout, folds: int, *, fold, next_fold, advance):
-    """The partial results of a reduction over window positions, one ``layout`` word per fold.
-
-    Parameters
-    ----------
-    m : Module
-    storage : str
-        As :func:`_fold_storage` gives it.
-    layout : data.ArrayLayout
-        One partial result, a lane per element.
-    folds : int
-    fold : Signal
-        The fold of the stage that updates a partial result: the one read and written.
-    next_fold : Value
-        The fold of the transfer one stage earlier: a memory is read there, one stage ahead.
-    advance : Value
-        The stage holding ``next_fold`` moves on; the memory read is enabled only then, so its
-        data hold while that stage stalls.
-
-    Returns
-    -------
-    prev : list of Value, or None
-        The stored partial result of fold ``fold``, per lane (None for ``"none"``).
-    store : function
-        ``store(result)`` adds the write of ``result`` as the partial result of fold ``fold``;
-        call it under the condition of the update.
-    """
-    lanes = layout.length
-    if storage == "memory":
-        m.submodules.acc_mem = acc_mem = Memory(shape=layout, depth=folds, init=[])
-        acc_rd = acc_mem.read_port()
-        acc_wr = acc_mem.write_port()
-        # Read one stage ahead. With folds >= 2 the write of a fold (one window position
-        # earlier) lands before that fold is read again.
-        m.d.comb += [acc_rd.addr.eq(next_fold), acc_rd.en.eq(advance)]
-
-        def store(result):
-            m.d.comb += [acc_wr.addr.eq(fold), acc_wr.data.eq(result), acc_wr.en.eq(1)]
-        return [acc_rd.data[j] for j in range(lanes)], store
-    if storage == "registers":
-        accs = [Signal(layout, name=f"acc_{f}") for f in range(folds)]
-
-        def store(result):
-            with m.Switch(fold):
-                for f in range(folds):
-                    with m.Case(f):
-                        m.d.sync += accs[f].eq(result)
-        if folds == 1:
-            return [accs[0][j] for j in range(lanes)], store
-        return [Array(acc[j] for acc in accs)[fold] for j in range(lanes)], store
-    return None, lambda result: None
-
-
-def reduce_cycles(channels: int, window: int, lanes: int = 1) -> int:
-    """Steady-state cycles per output pixel of a :class:`WindowReduceCore`.
-
-    ``window * (channels // lanes)``: the core takes one input transfer per cycle and its
-    outputs never hold up the next window, so a group costs exactly its input transfers (when
-    the output is not stalled).
-
-    Raises
-    ------
-    TypeError, ValueError
-        If a count is not a positive integer or ``lanes`` does not divide ``channels``.
-    """
-    channels, window, lanes = _check_geometry(channels, window, lanes)
-    return window * (channels // lanes)
-
-
-def reduce_latency(channels: int, window: int, lanes: int = 1) -> int:
-    """Cycles from the first input transfer of a group to its last output transfer.
-
-    ``window * (channels // lanes) + 1`` with the input at one transfer per cycle, the output
-    never stalled and the core idle before: the last input transfer comes
-    ``window * folds - 1`` cycles after the first, then the input register and the output
-    register take one cycle each.
-
-    Raises
-    ------
-    TypeError, ValueError
-        If a count is not a positive integer or ``lanes`` does not divide ``channels``.
-    """
-    return reduce_cycles(channels, window, lanes) + 1
+__all__ = ["WindowReduceCore", "partial_results"]
 
 
 class WindowReduceCore(wiring.Component):
@@ -186,10 +84,10 @@ class WindowReduceCore(wiring.Component):
     ``o_stream.ready`` combinationally).
     """
 
-    @_quiet_if_invalid
+    @quiet_if_invalid
     def __init__(self, shape, channels, window, lanes=1, op="max"):
         in_shape = int_shape(shape)
-        channels, window, lanes = _check_geometry(channels, window, lanes)
+        channels, window, lanes = check_geometry(channels, window, lanes)
         if not isinstance(op, str):
             raise TypeError(f"Op must be a string, not {op!r}")
         if op not in REDUCE_OPS:
@@ -200,8 +98,8 @@ class WindowReduceCore(wiring.Component):
         self._lanes = lanes
         self._op = op
         if op == "sum":
-            lo, hi = _shape_range(in_shape)
-            self._out_shape = _range_shape(window * lo, window * hi)
+            lo, hi = shape_range(in_shape)
+            self._out_shape = range_shape(window * lo, window * hi)
         else:
             self._out_shape = in_shape
         super().__init__({
@@ -243,7 +141,7 @@ class WindowReduceCore(wiring.Component):
     def storage(self) -> str:
         """Where the partial results live: ``"none"`` (``window == 1``), ``"registers"``
         (up to :data:`REGISTER_FOLDS_MAX` folds) or ``"memory"``."""
-        return _fold_storage(self._window, self.folds, REGISTER_FOLDS_MAX)
+        return fold_storage(self._window, self.folds, REGISTER_FOLDS_MAX)
 
     @property
     def storage_bits(self) -> int:
@@ -272,13 +170,13 @@ class WindowReduceCore(wiring.Component):
         i_stream, o_stream = self.i_stream, self.o_stream
 
         # -- Stage 0: position counters of the next input transfer.
-        cf = _counter(folds)
-        k = _counter(window)
+        cf = counter(folds)
+        k = counter(window)
 
         # -- Stage 1: the input register.
         s1_valid, s1_first, s1_last = Signal(), Signal(), Signal()
         s1_x = Signal(in_layout)
-        s1_cf = _counter(folds)
+        s1_cf = counter(folds)
         o_valid = Signal()
         # Stage 1 moves on unless it holds a last-position transfer and the output is full.
         s1_go = ~s1_last | ~o_valid | o_stream.ready
@@ -287,9 +185,9 @@ class WindowReduceCore(wiring.Component):
         m.d.comb += i_stream.ready.eq(advance)
         take = i_stream.valid & advance
         with m.If(take):
-            m.d.sync += cf.eq(_wrap_incr(cf, folds))
+            m.d.sync += cf.eq(wrap_incr(cf, folds))
             with m.If(cf == folds - 1):
-                m.d.sync += k.eq(_wrap_incr(k, window))
+                m.d.sync += k.eq(wrap_incr(k, window))
         with m.If(advance):
             m.d.sync += [
                 s1_valid.eq(i_stream.valid), s1_x.eq(i_stream.payload), s1_cf.eq(cf),
@@ -298,7 +196,7 @@ class WindowReduceCore(wiring.Component):
 
         # -- Partial results: `prev` is the stored value of fold s1_cf, `result` the new one.
         storage = self.storage
-        prev, store = _partial_results(m, storage, out_layout, folds, fold=s1_cf, next_fold=cf,
+        prev, store = partial_results(m, storage, out_layout, folds, fold=s1_cf, next_fold=cf,
                                        advance=advance)
         result = Signal(out_layout)
         for j in range(lanes):
@@ -315,7 +213,60 @@ class WindowReduceCore(wiring.Component):
             store(result)
 
         # -- Output register: the result of the last window position of each fold.
-        o_payload = _output_register(m, o_stream, o_valid, out_layout)
+        o_payload = output_register(m, o_stream, o_valid, out_layout)
         with m.If(s1_done & s1_last):
             m.d.sync += [o_valid.eq(1), o_payload.eq(result)]
         return m
+
+
+def partial_results(m: Module, storage: str, layout, folds: int, *, fold, next_fold, advance):
+    """The partial results of a reduction over window positions, one ``layout`` word per fold.
+
+    Parameters
+    ----------
+    m : Module
+    storage : str
+        As :func:`fold_storage` gives it.
+    layout : data.ArrayLayout
+        One partial result, a lane per element.
+    folds : int
+    fold : Signal
+        The fold of the stage that updates a partial result: the one read and written.
+    next_fold : Value
+        The fold of the transfer one stage earlier: a memory is read there, one stage ahead.
+    advance : Value
+        The stage holding ``next_fold`` moves on; the memory read is enabled only then, so its
+        data hold while that stage stalls.
+
+    Returns
+    -------
+    prev : list of Value, or None
+        The stored partial result of fold ``fold``, per lane (None for ``"none"``).
+    store : function
+        ``store(result)`` adds the write of ``result`` as the partial result of fold ``fold``;
+        call it under the condition of the update.
+    """
+    lanes = layout.length
+    if storage == "memory":
+        m.submodules.acc_mem = acc_mem = Memory(shape=layout, depth=folds, init=[])
+        acc_rd = acc_mem.read_port()
+        acc_wr = acc_mem.write_port()
+        # Read one stage ahead. With folds >= 2 the write of a fold (one window position
+        # earlier) lands before that fold is read again.
+        m.d.comb += [acc_rd.addr.eq(next_fold), acc_rd.en.eq(advance)]
+
+        def store(result):
+            m.d.comb += [acc_wr.addr.eq(fold), acc_wr.data.eq(result), acc_wr.en.eq(1)]
+        return [acc_rd.data[j] for j in range(lanes)], store
+    if storage == "registers":
+        accs = [Signal(layout, name=f"acc_{f}") for f in range(folds)]
+
+        def store(result):
+            with m.Switch(fold):
+                for f in range(folds):
+                    with m.Case(f):
+                        m.d.sync += accs[f].eq(result)
+        if folds == 1:
+            return [accs[0][j] for j in range(lanes)], store
+        return [Array(acc[j] for acc in accs)[fold] for j in range(lanes)], store
+    return None, lambda result: None

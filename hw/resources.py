@@ -1,7 +1,7 @@
 """Resource estimates (LUTs, flip-flops, DSPs, block RAMs) of the generated hardware, before
 any synthesis.
 
-Each :class:`~onnx2fpga.hw.graph.Stage` is elaborated into Amaranth's netlist (no Verilog, no
+Each :class:`~onnx2fpga.plan.graph.Stage` is elaborated into Amaranth's netlist (no Verilog, no
 yosys) and the netlist is read the way yosys 0.70 will treat it:
 
 - **Multipliers** (:func:`multiplier_dsps`): every ``*`` with its operand widths as yosys
@@ -37,195 +37,29 @@ width converters, broadcasts) to the layer that feeds it, and reports the board 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..plan.devices import (
+    MemoryMap,
+    check_family,
+    const_multiplier_bits,
+    logic_memory_cost,
+    memory_mapping,
+    multiplier_dsps,
+    operand_pieces,
+    varying_columns,
+)
 
 __all__ = [
-    "FAMILIES", "multiplier_dsps", "const_multiplier_bits", "MemoryMap", "memory_mapping",
     "netlist_features", "memory_path", "stage_resources", "dataflow_resources", "WRAPPER",
-    "WRAPPER_RX_FIFO", "wrapper_resources", "logic_memory_cost", "logic_cost",
-    "is_shift_register_buffer", "LUT_FEATURES",
-    "LUT_COEFFICIENTS",
+    "WRAPPER_RX_FIFO", "wrapper_resources", "LUT_FEATURES", "LUT_COEFFICIENTS",
 ]
-
-#: The device families the model knows.
-FAMILIES = ("ice40", "ecp5")
-
-
-def _check_family(family):
-    if family not in FAMILIES:
-        raise ValueError(f"family must be one of {FAMILIES}, not {family!r}")
-
-
-def _check_bits(name, value):
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise TypeError(f"{name} must be a non-negative integer, not {value!r}")
 
 
 # ---------------------------------------------------------------------------------------------
 # Multipliers
 
 
-def const_multiplier_bits(value: int) -> int:
-    """Operand width yosys keeps for a constant multiplier ``value``: 0 when the product is a
-    shift or nothing (``value`` is 0 or plus or minus a power of two), else the bits of the
-    constant (two's complement for a negative one)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"value must be an integer, not {value!r}")
-    a = abs(value)
-    if a == 0 or a & (a - 1) == 0:
-        return 0
-    return value.bit_length() if value > 0 else (~value).bit_length() + 1
-
-
-def _pieces(bits: int, size: int) -> list[int]:
-    return [min(size, bits - lo) for lo in range(0, bits, size)]
-
-
-def multiplier_dsps(a_bits: int, b_bits: int, family: str, *, ice40_dsp: bool = False) -> int:
-    """Hard multipliers yosys 0.70 uses for an ``a_bits`` x ``b_bits`` product.
-
-    Parameters
-    ----------
-    a_bits, b_bits : int
-        Operand widths after yosys' ``wreduce`` (0 for a constant that is a shift, see
-        :func:`const_multiplier_bits`).
-    family : str
-        ``"ice40"`` or ``"ecp5"``.
-    ice40_dsp : bool
-        The iCE40 build runs ``synth_ice40 -dsp`` (off in our builds; the SB_MAC16s a design
-        instantiates, MatVecCore's ``ice40_dsp``, are counted from the netlist).
-
-    Returns
-    -------
-    int
-        ECP5: the pairs of 18-bit pieces of both operands with at least 2 bits each.
-        iCE40: 0 without ``-dsp``; with it, the pairs of 16-bit pieces of at least 2 bits
-        whose product has at least 11 bits.
-    """
-    _check_bits("a_bits", a_bits)
-    _check_bits("b_bits", b_bits)
-    _check_family(family)
-    if family == "ice40":
-        if not ice40_dsp:
-            return 0
-        size, min_product = 16, 11
-    else:
-        size, min_product = 18, 0
-    return sum(1 for p in _pieces(a_bits, size) for q in _pieces(b_bits, size)
-               if p >= 2 and q >= 2 and p + q >= min_product)
-
-
 # ---------------------------------------------------------------------------------------------
 # Memories
-
-
-@dataclass(frozen=True)
-class _RamDef:
-    name: str
-    kind: str            # "block" or "distributed"
-    abits: int
-    dbits: tuple
-    cost: int
-    byte: int            # write-enable granularity (0: whole word)
-    rom: bool            # may hold a ROM
-    sync_read: bool      # native synchronous read (else emulated with a flip-flop)
-    async_read: bool
-    wr_widths: tuple     # indices into dbits the write port takes (None: all)
-
-
-_LIBRARY = {
-    "ice40": (
-        _RamDef("SB_RAM40_4K", "block", 11, (2, 4, 8, 16), 64, 0, True, True, False, (0, 1, 2)),
-        _RamDef("SB_RAM40_4K", "block", 11, (2, 4, 8, 16), 64, 1, True, True, False, None),
-    ),
-    "ecp5": (
-        _RamDef("DP16KD", "block", 14, (1, 2, 4, 9, 18), 128, 9, True, True, False, None),
-        _RamDef("DP16KD", "block", 14, (1, 2, 4, 9, 18, 36), 128, 9, True, True, False,
-                (3, 4, 5)),
-        _RamDef("TRELLIS_DPR16X4", "distributed", 4, (4,), 4, 0, False, False, True, None),
-    ),
-}
-
-#: memory_libmap's weights of the read multiplexer, the write-enable demultiplexer and an
-#: emulated feature.
-_FACTOR_MUX, _FACTOR_DEMUX, _FACTOR_EMU = 0.5, 0.5, 2
-#: What a RAM (a write port and a synchronous read port) costs memory_libmap beyond a ROM in
-#: an ECP5 block RAM, found from where yosys 0.70 switches between TRELLIS_DPR16X4 and DP16KD
-#: (64 words: 24 bits distributed, 25 block; 128 words: 10 and 11 bits distributed, 12 block;
-#: 32 words x 56 bits distributed): the block RAM wins from a distributed cost of 144
-#: (128 + 16). Without it kwsmlp_w3a3's last input buffer (24 x 64) counted one DP16KD too many.
-_BLOCK_RAM_EXTRA = {"ice40": 0, "ecp5": 16}
-
-
-@dataclass(frozen=True)
-class MemoryMap:
-    """Where yosys puts one memory.
-
-    Attributes
-    ----------
-    kind : str
-        ``"block"`` (block RAM), ``"distributed"`` (ECP5 LUT RAM) or ``"logic"`` (flip-flops
-        for a RAM, LUTs for a ROM).
-    cells : int
-        Primitive cells: block RAMs (``SB_RAM40_4K`` / ``DP16KD``), ``TRELLIS_DPR16X4``, or 0.
-    width, depth : int
-        The block's data width and depth in the chosen configuration (0 for logic).
-    """
-    kind: str
-    cells: int
-    width: int = 0
-    depth: int = 0
-
-
-def memory_mapping(width: int, depth: int, family: str, *, rom: bool,
-                   sync_read: bool = True) -> MemoryMap:
-    """The mapping yosys 0.70's ``memory_libmap`` chooses for a memory of ``depth`` words of
-    ``width`` bits with one read port (synchronous unless ``sync_read`` is false) and, unless
-    ``rom``, one write port writing whole words.
-
-    Examples: on iCE40 a 2048x8 ROM takes 4 ``SB_RAM40_4K``, a 128x8 ROM stays in LUTs
-    (1024 bits / 16 = 64 is not more than one block's cost of 64), a 16x8 RAM takes a block;
-    on ECP5 a 512x36 ROM takes one ``DP16KD`` (as ``PDPW16KD``), a 64x8 RAM 8
-    ``TRELLIS_DPR16X4``, a 64x24 RAM 24 of them and a 64x25 RAM one ``DP16KD``.
-    """
-    for name, v in (("width", width), ("depth", depth)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise TypeError(f"{name} must be a positive integer, not {v!r}")
-    _check_family(family)
-    bits = width * depth
-    logic_cost = int(bits / 16) if rom else bits
-    best, best_cost = MemoryMap("logic", 0), logic_cost
-    for rdef in _LIBRARY[family]:
-        if rom and not rdef.rom:
-            continue
-        if not sync_read and not rdef.async_read:
-            continue
-        emu = _FACTOR_EMU if (sync_read and not rdef.sync_read) else 0
-        wr = rdef.wr_widths if (not rom and rdef.wr_widths is not None) else \
-            tuple(range(len(rdef.dbits)))
-        byte_log2 = max((i for i, d in enumerate(rdef.dbits) if d <= rdef.byte), default=0) \
-            if rdef.byte else 0
-        for base in range(len(rdef.dbits)):
-            unit = min(base, max(wr)) if not rom else base
-            if unit != base:
-                break
-            if not rom and base < min(wr) and not (rdef.byte and base >= byte_log2):
-                continue
-            uw = rdef.dbits[unit]
-            eff = 1 if rom else (rdef.byte if 0 < rdef.byte <= uw else uw)
-            swz = -(-width // eff) * eff
-            addrs = 1 << (rdef.abits - base)
-            mult_a = -(-depth // addrs)
-            repl = -(-(mult_a * swz) // uw)
-            cost = rdef.cost * repl + _FACTOR_MUX * (mult_a - 1) * width + emu
-            if not rom and rdef.kind == "block":
-                cost += _BLOCK_RAM_EXTRA[family]
-            if not rom and mult_a != 1:
-                cost += _FACTOR_DEMUX * mult_a
-            if cost < best_cost:
-                best_cost = cost
-                best = MemoryMap(rdef.kind, repl, uw, addrs)
-    return best
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,8 +68,8 @@ def memory_mapping(width: int, depth: int, family: str, *, rom: bool,
 
 def _platform(family):
     """A platform object the cores elaborate for, as a board build does: the iCE40 one makes
-    :class:`~onnx2fpga.hw.cores.RequantCore` cut its products for LUTs, the ECP5 one puts
-    :class:`~onnx2fpga.hw.cores.MatVecCore`'s hard products in registered ``MULT18X18D``."""
+    :class:`~onnx2fpga.hw.requant.RequantCore` cut its products for LUTs, the ECP5 one puts
+    :class:`~onnx2fpga.hw.matvec.MatVecCore`'s hard products in registered ``MULT18X18D``."""
     if family == "ice40":
         from amaranth_boards.icebreaker import ICEBreakerPlatform
         return ICEBreakerPlatform()
@@ -267,17 +101,6 @@ LUT_FEATURES = ("add", "cmp", "mux", "assign", "logic", "soft_mul", "rom_bits", 
                 "mem_cells", "ff", "one")
 
 
-def varying_columns(words: list) -> int:
-    """The mask of the bit columns of a ROM of ``words`` (ints) that do not hold the same
-    value in every word: yosys' opt_mem drops the others, per memory (TFC_2W2A's first layer
-    at simd 784: 473 of 1568 weight bits are constant over its 64 words, 31 DP16KD instead of
-    44)."""
-    varying = 0
-    for w in words[1:]:
-        varying |= w ^ words[0]
-    return varying
-
-
 def memory_path(netlist, cell) -> str:
     """The name of memory ``cell`` of ``netlist`` relative to the netlist's top module:
     ``"w_mem"``, or ``"fifo.storage"`` inside a submodule (the names yosys sees under the
@@ -287,7 +110,7 @@ def memory_path(netlist, cell) -> str:
 
 def _unbanked(name: str) -> str:
     """The memory a bank ``{memory}_bank{n}`` is part of (see
-    :func:`onnx2fpga.hw.cores.logic_rom_banks`); ``name`` if it is no bank."""
+    :func:`onnx2fpga.hw.memory.logic_rom_banks`); ``name`` if it is no bank."""
     base, sep, n = name.rpartition("_bank")
     return base if sep and n.isdigit() else name
 
@@ -315,9 +138,9 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
     from amaranth.hdl import Fragment, _nir
     from amaranth.hdl._ir import build_netlist
 
-    from .cores import ECP5_DSP_BITS
+    from ..plan.devices import ECP5_DSP_BITS
 
-    _check_family(family)
+    check_family(family)
     frag = Fragment.get(elaboratable, _platform(family))
     netlist = build_netlist(frag, name="top")
     f = dict.fromkeys(LUT_FEATURES, 0)
@@ -363,8 +186,8 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
                 else:
                     # 1-bit pieces left over by mul2dsp stay in LUTs.
                     size = 18 if family == "ecp5" else 16
-                    f["soft_mul"] += sum(p * b for p in _pieces(a, size) if p < 2) + \
-                        sum(p * a for p in _pieces(b, size) if p < 2)
+                    f["soft_mul"] += sum(p * b for p in operand_pieces(a, size) if p < 2) + \
+                        sum(p * a for p in operand_pieces(b, size) if p < 2)
             elif op in ("+", "-") and len(cell.inputs) == 2:
                 f["add"] += w
             elif op == "-":
@@ -490,7 +313,7 @@ def wrapper_resources(in_tdata_width: int, in_beats: int, out_tdata_width: int,
     elements' bits only). ``logic`` may name ``"wrapper/buffer"`` and ``"wrapper/rx_fifo"``
     (the receive FIFO, a block RAM on iCE40): in soft logic. With ``memories``, also
     ``"block_memories"`` as :func:`stage_resources` lists them."""
-    _check_family(family)
+    check_family(family)
     width = in_tdata_width if in_payload_width is None else in_payload_width
     w = WRAPPER[family]
     extra = max(0, in_tdata_width - 8) + max(0, out_tdata_width - 8)
@@ -539,7 +362,7 @@ def _estimate(feats: dict, family: str) -> dict:
 
 def stage_resources(stage, family: str, *, ice40_dsp: bool = False, logic=frozenset(),
                     memories: bool = False) -> dict:
-    """Estimated resources of one :class:`~onnx2fpga.hw.graph.Stage` on ``family``.
+    """Estimated resources of one :class:`~onnx2fpga.plan.graph.Stage` on ``family``.
 
     The stage's core is built from its parameters (as :class:`~onnx2fpga.hw.top.Accelerator`
     does) and read by :func:`netlist_features`. ``logic``: the memories of the design in
@@ -554,13 +377,13 @@ def stage_resources(stage, family: str, *, ice40_dsp: bool = False, logic=frozen
         ``lut``, ``ff`` (estimates), ``dsp``, ``bram`` (what yosys 0.70 infers; block RAMs
         are ``SB_RAM40_4K`` on iCE40, ``DP16KD`` on ECP5).
     """
-    from .graph import Stage
-    from .top import _make_core
+    from ..plan.graph import Stage
+    from .top import make_core
 
     if not isinstance(stage, Stage):
         raise TypeError(f"stage must be a Stage, not {stage!r}")
-    _check_family(family)
-    core = _make_core(stage)
+    check_family(family)
+    core = make_core(stage)
     if core is None:                                    # a cast: wires
         return {"lut": 0, "ff": 0, "dsp": 0, "bram": 0, **({"block_memories": []}
                                                             if memories else {})}
@@ -580,39 +403,6 @@ def _add(a: dict, b: dict) -> dict:
     return {k: a[k] + b[k] for k in ("lut", "ff", "dsp", "bram")}
 
 
-def is_shift_register_buffer(name: str) -> bool:
-    """``name`` (``"stage/memory"``) is a MatVec input buffer, which soft logic holds as
-    shift registers (:class:`~onnx2fpga.hw.cores.MatVecCore`'s ``x_logic``), not as a
-    memory."""
-    stage, _, path = str(name).partition("/")
-    return stage.startswith("matvec_") and path == "x_mem"
-
-
-def logic_cost(name: str, width: int, depth: int, rom: bool) -> dict:
-    """Estimated ``lut`` and ``ff`` of the block memory ``name`` moved into soft logic:
-    :func:`logic_memory_cost`, or for a MatVec input buffer (two banks of ``depth // 2``
-    words in shift registers) a flip-flop per bit, the read register, and LUTs for the
-    bank fronts' multiplexers and the read multiplexer."""
-    if is_shift_register_buffer(name):
-        return {"lut": 3 * width + 2, "ff": width * depth + width}
-    return logic_memory_cost(width, depth, rom)
-
-
-def logic_memory_cost(width: int, depth: int, rom: bool) -> dict:
-    """Estimated ``lut`` and ``ff`` of a ``depth`` x ``width`` memory forced into soft logic
-    (:attr:`Dataflow.logic_memories <onnx2fpga.ir.Dataflow>`), from yosys 0.70
-    ``synth_ice40`` of single memories with ``logic_block`` set: a ROM is a tree of LUTs
-    over its address, ``0.131 * bits + width`` LUTs (2048x4, 4096x2 and 512x16 ROMs: 1,075
-    to 1,079 LUTs; 256x8: 314; 64x22: 201); a RAM a flip-flop per bit plus write decoding
-    and read multiplexers, ``0.89 * bits + depth`` LUTs (128x2: 376; 15x8: 115; 64x16: 952;
-    1568x2: 4,395; 784x8: 6,392), ``bits + width`` flip-flops. Used for both families (an
-    ECP5 keeps its memories in block or distributed RAM unless told otherwise)."""
-    bits = width * depth
-    if rom:
-        return {"lut": int(round(0.131 * bits + width)), "ff": int(width)}
-    return {"lut": int(round(0.89 * bits + depth)), "ff": int(bits + width)}
-
-
 def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
                        wrapper: bool = False, memories: bool = False) -> dict:
     """Estimated resources of the accelerator of ``dataflow`` on ``family``, the memories of
@@ -629,9 +419,9 @@ def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
         memory in block RAM, ``[(name, cells, width, depth, rom), ...]`` (the wrapper's too,
         with ``wrapper``; names as in ``logic_memories``).
     """
-    from .graph import plan_graph
+    from ..plan.graph import plan_graph
 
-    _check_family(family)
+    check_family(family)
     plan = plan_graph(dataflow)
     zero = {"lut": 0, "ff": 0, "dsp": 0, "bram": 0}
     logic = frozenset(getattr(dataflow, "logic_memories", ()) or ())

@@ -25,7 +25,7 @@ import numpy as np
 from amaranth import ClockDomain, Module, Shape
 from amaranth.sim import Simulator
 
-from ..ir import IntType
+from ..ir.types import IntType
 
 __all__ = [
     "IDLE_PHASES", "STALL_PHASES", "StreamProtocolError", "image_transfers", "random_images",

@@ -7,8 +7,8 @@ A :class:`~onnx2fpga.ir.ThresholdStage` maps an integer ``x`` of channel ``c`` t
 of integers has this form, so a requantization stage whose output takes few values (a 1 to
 4 bit activation) can be computed by a handful of comparators instead of a wide multiplier,
 rounding and clipping: :func:`requant_as_thresholds` finds the thresholds by an exact integer
-search against the golden model, and :mod:`onnx2fpga.hw.graph` uses them where
-:func:`onnx2fpga.hw.cost.threshold_is_cheaper` says they cost less.
+search against the golden model, and :mod:`onnx2fpga.plan.graph` uses them where
+:func:`onnx2fpga.plan.thresholds.threshold_is_cheaper` says they cost less.
 """
 
 from __future__ import annotations
@@ -22,165 +22,24 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..ir import RequantStage, ThresholdStage
-from ..sim import golden
-from . import cost
-from .cores import (
-    _check_count,
-    _quiet_if_invalid,
-    _range_shape,
-    _shape_range,
-    _sign_split,
-    _skid_output,
-    _tree_sum,
-    _wrap_incr,
+from ..ir.stages import ThresholdStage
+from ..plan import thresholds
+from ..plan.checks import check_count
+from .blocks import (
     int_shape,
+    quiet_if_invalid,
+    range_shape,
+    shape_range,
+    skid_output,
+    tree_sum,
+    wrap_incr,
 )
 
-__all__ = ["ThresholdCore", "requant_as_thresholds"]
+__all__ = ["ThresholdCore"]
 
 
 # ---------------------------------------------------------------------------------------------
 # Requantization -> thresholds
-
-
-def _as_channels(arr, channels: int) -> np.ndarray:
-    return np.broadcast_to(np.asarray(arr, np.int64).reshape(-1), (channels,)).copy()
-
-
-def _direction(stage: RequantStage, channels: int, in_lo: int, in_hi: int) -> np.ndarray:
-    """Per channel: +1 if the stage is non-decreasing over ``[in_lo, in_hi]``, -1 if
-    non-increasing, 0 if constant, 2 if neither.
-
-    The value before rounding, ``v = (x - in_zero_point) * m + off`` (or the negative side's
-    parameters where that is negative), is affine on at most two intervals of ``x`` (see
-    :func:`onnx2fpga.hw.cores._sign_split`); rounding, the zero point and clipping are
-    non-decreasing functions of ``v``. So the stage is monotonic on each interval, and the
-    sign of the difference of its values at the interval's ends is its direction there
-    (exact: no sampling); the two pieces then have to agree and join in order.
-    """
-    izp = int(stage.in_zero_point)
-    m = _as_channels(stage.multiplier, channels)
-    off = _as_channels(stage.offset, channels)
-
-    def f(c, x):
-        xs = np.zeros((1, channels), np.int64)
-        xs[0, c] = x
-        return int(golden.requant(xs, stage)[0, c])
-
-    out = np.zeros(channels, np.int64)
-    for c in range(channels):
-        if stage.neg_multiplier is None:
-            pieces = [(in_lo, in_hi)]
-        else:
-            # x * m + (off - izp * m) < 0 selects the negative side.
-            neg, pos = _sign_split(int(m[c]), int(off[c]) - izp * int(m[c]), in_lo, in_hi)
-            pieces = sorted(p for p in (neg, pos) if p is not None)
-        dirs, ends = [], []
-        for a, b in pieces:
-            fa, fb = f(c, a), f(c, b)
-            dirs.append(int(np.sign(fb - fa)))
-            ends.append((fa, fb))
-        d = 0
-        for k, dk in enumerate(dirs):
-            if k:       # the join between the pieces: the last value before, the first after
-                dj = int(np.sign(ends[k][0] - ends[k - 1][1]))
-                if dj:
-                    d = dj if d in (0, dj) else 2
-            if dk:
-                d = dk if d in (0, dk) else 2
-        out[c] = d
-    return out
-
-
-def requant_as_thresholds(stage: RequantStage, in_lo: int, in_hi: int,
-                          channels: int) -> ThresholdStage | None:
-    """The thresholds that compute ``stage`` exactly on every integer of ``[in_lo, in_hi]``.
-
-    The stage is monotonic per channel when it is non-decreasing (multiplier positive) or
-    non-increasing (multiplier negative) over the input range, a fused LeakyRelu's negative
-    side included (its slope must have the same sign and its values must join in order); all
-    channels must go the same way (a channel that is constant goes either way), because a
-    :class:`~onnx2fpga.ir.ThresholdStage` has one ``base`` and ``step``.
-
-    A non-decreasing stage gives ``base = min_c f_c(in_lo)``, ``step = 1`` and, for every
-    output level ``v`` above the base up to ``max_c f_c(in_hi)``, the threshold
-    ``min {x in [in_lo, in_hi] : f_c(x) >= v}`` (``in_hi + 1`` where no input reaches ``v``);
-    a non-increasing one ``base = max_c f_c(in_lo)``, ``step = -1`` and
-    ``min {x : f_c(x) <= v}``. Each threshold is found by a binary search over the integers
-    evaluating :func:`onnx2fpga.sim.golden.requant` itself, so rounding ties, clipping and
-    the LeakyRelu branch are exactly those of the golden model (no float division).
-
-    Parameters
-    ----------
-    stage : RequantStage
-        ``multiplier`` and ``offset`` (and the negative side's) with one entry or
-        ``channels`` (1-D, as :class:`~onnx2fpga.hw.cores.RequantCore` takes them).
-    in_lo, in_hi : int
-        The input range, ``in_lo <= in_hi``.
-    channels : int
-        Number of channels the parameters cycle through.
-
-    Returns
-    -------
-    ThresholdStage or None
-        ``thresholds`` of shape ``(channels, n)`` (``(1, n)`` when every channel has the same
-        ones), ``out_type`` that of ``stage``; None if the stage is not monotonic.
-
-    Raises
-    ------
-    TypeError
-        If ``stage`` is not a RequantStage or a bound or ``channels`` is not an integer.
-    ValueError
-        If ``in_lo > in_hi``, ``channels < 1`` or a parameter has neither 1 nor ``channels``
-        entries.
-    """
-    if not isinstance(stage, RequantStage):
-        raise TypeError(f"Stage must be a RequantStage, not {stage!r}")
-    for name, v in (("in_lo", in_lo), ("in_hi", in_hi)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
-            raise TypeError(f"{name} must be an integer, not {v!r}")
-    in_lo, in_hi = int(in_lo), int(in_hi)
-    if in_lo > in_hi:
-        raise ValueError(f"in_lo must not exceed in_hi, not [{in_lo}, {in_hi}]")
-    channels = _check_count("Channels", channels)
-    for name in ("multiplier", "offset", "neg_multiplier", "neg_offset"):
-        arr = getattr(stage, name)
-        if arr is not None and arr.size not in (1, channels):
-            raise ValueError(f"Stage {name} must have 1 or {channels} entries, not {arr.size}")
-
-    dirs = _direction(stage, channels, in_lo, in_hi)
-    if np.any(dirs == 2) or (np.any(dirs == 1) and np.any(dirs == -1)):
-        return None
-    up = not np.any(dirs == -1)
-
-    def f(x):                                    # x: (channels, k) -> f_c(x[c, i])
-        return golden.requant(x.T, stage).T
-
-    ends = f(np.array([[in_lo, in_hi]] * channels, np.int64))
-    if up:
-        base, top = int(ends[:, 0].min()), int(ends[:, 1].max())
-        levels = np.arange(base + 1, top + 1, dtype=np.int64)
-    else:
-        base, top = int(ends[:, 0].max()), int(ends[:, 1].min())
-        levels = np.arange(base - 1, top - 1, -1, dtype=np.int64)
-    n = len(levels)
-    # Binary search for the first x reaching each level: the answer lies in [a, b], where
-    # b = in_hi + 1 stands for "never".
-    a = np.full((channels, n), in_lo, np.int64)
-    b = np.full((channels, n), in_hi + 1, np.int64)
-    v = np.broadcast_to(levels, (channels, n))
-    while np.any(a < b):
-        mid = (a + b) // 2                       # floor: a <= mid < b <= in_hi + 1
-        fm = f(np.minimum(mid, in_hi))
-        reached = (fm >= v) if up else (fm <= v)
-        reached &= a < b
-        b = np.where(reached, mid, b)
-        a = np.where(~reached & (a < b), mid + 1, a)
-    thresholds = a
-    if channels > 1 and np.all(thresholds == thresholds[:1]):
-        thresholds = thresholds[:1]
-    return ThresholdStage(thresholds, base, 1 if up else -1, stage.out_type)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,19 +59,19 @@ class _ThresholdPlan:
         t = np.clip(np.asarray(stage.thresholds, np.int64), x_lo, x_hi + 1)
         t = np.broadcast_to(t, (channels, t.shape[1]))
         self.n = int(t.shape[1])
-        self.search = cost.threshold_search(self.n) if search == "auto" else search
+        self.search = thresholds.threshold_search(self.n) if search == "auto" else search
         self.period = channels // gcd(channels, lanes)
         self.rows = [[[int(v) for v in t[(p * lanes + j) % channels]]
                       for p in range(self.period)] for j in range(lanes)]
-        self.thr_shape = _range_shape(x_lo, x_hi + 1)
+        self.thr_shape = range_shape(x_lo, x_hi + 1)
         self.base, self.step = int(stage.base), int(stage.step)
         self.out_shape = int_shape(stage.out_type)
         self.out_lo, self.out_hi = stage.lo, stage.hi
         self.levels = max(1, self.n.bit_length())   # binary search: 2**levels - 1 >= n
         # Thresholds that differ between the channels of a lane come from a table (decided
         # as the cost model does: by rows and period, not by the values).
-        self.table = cost.threshold_table(stage, channels, lanes)
-        self.latency = cost.threshold_stage_latency(self.n, self.search, self.table)
+        self.table = thresholds.threshold_table(stage, channels, lanes)
+        self.latency = thresholds.threshold_stage_latency(self.n, self.search, self.table)
 
     def level_table(self, j: int, level: int) -> list[list[int]]:
         """Binary search, lane ``j``, level ``level``: ``table[t][p]`` is the threshold
@@ -236,7 +95,7 @@ class ThresholdCore(wiring.Component):
 
         y = base + step * #{i : x >= thresholds[c, i]}
 
-    Channels cycle as in :class:`~onnx2fpga.hw.cores.RequantCore`: lane ``j`` of transfer
+    Channels cycle as in :class:`~onnx2fpga.hw.requant.RequantCore`: lane ``j`` of transfer
     ``t`` is channel ``(t*lanes + j) % channels``; thresholds that vary over the channels of
     a lane live in a ROM per lane, read one cycle ahead; thresholds equal for all channels
     of a lane are constants. Thresholds below the input range are always passed and those
@@ -244,7 +103,7 @@ class ThresholdCore(wiring.Component):
     input plus one bit.
 
     A stage of ``n`` thresholds is computed one of two ways (``search``; ``"auto"`` takes
-    :func:`onnx2fpga.hw.cost.threshold_search`: parallel up to 15 thresholds, a 4-bit
+    :func:`onnx2fpga.plan.thresholds.threshold_search`: parallel up to 15 thresholds, a 4-bit
     output):
 
     - ``"parallel"``: ``n`` comparators per lane in one cycle (their results a thermometer
@@ -279,12 +138,12 @@ class ThresholdCore(wiring.Component):
         ``out_shape`` is the shape of ``stages[-1].out_type``.
 
     Timing: one transfer per cycle; latency ``1 + sum of the stages' latencies`` (an input
-    register first), :func:`onnx2fpga.hw.cost.threshold_latency`. An output that is not
+    register first), :func:`onnx2fpga.plan.thresholds.threshold_latency`. An output that is not
     taken moves to a skid register; the pipeline stalls as a whole while both hold one, and
     ``i_stream.ready`` is a function of registers only.
     """
 
-    @_quiet_if_invalid
+    @quiet_if_invalid
     def __init__(self, stages, channels, lanes, in_shape, search="auto"):
         if not isinstance(stages, (list, tuple)) or not stages:
             raise ValueError(f"Stages must be a non-empty list of ThresholdStage, "
@@ -292,8 +151,8 @@ class ThresholdCore(wiring.Component):
         for k, stage in enumerate(stages):
             if not isinstance(stage, ThresholdStage):
                 raise TypeError(f"Stage {k} must be a ThresholdStage, not {stage!r}")
-        channels = _check_count("Channels", channels)
-        lanes = _check_count("Lanes", lanes)
+        channels = check_count("Channels", channels)
+        lanes = check_count("Lanes", lanes)
         shape = int_shape(in_shape)
         if search not in ("auto", "parallel", "binary"):
             raise ValueError(f"Search must be 'auto', 'parallel' or 'binary', not {search!r}")
@@ -304,7 +163,7 @@ class ThresholdCore(wiring.Component):
                                  f"not {rows}")
         self._stages = list(stages)
         self._channels, self._lanes, self._in_shape = channels, lanes, shape
-        x_lo, x_hi = _shape_range(shape)
+        x_lo, x_hi = shape_range(shape)
         self._plans = []
         for stage in self._stages:
             plan = _ThresholdPlan(stage, channels, lanes, x_lo, x_hi, search)
@@ -353,12 +212,12 @@ class ThresholdCore(wiring.Component):
         period = self._plans[0].period            # the same for every stage
         t_shape = range(max(period, 2))
 
-        advance = Signal()                  # the pipeline shifts (see _skid_output)
+        advance = Signal()                  # the pipeline shifts (see skid_output)
         m.d.comb += i_stream.ready.eq(advance)
 
         t_in = Signal(t_shape)
         with m.If(i_stream.valid & advance):
-            m.d.sync += t_in.eq(_wrap_incr(t_in, period))
+            m.d.sync += t_in.eq(wrap_incr(t_in, period))
 
         # Data registers have no reset, only the valid flags and slots (see MatVecCore).
         x = Signal(data.ArrayLayout(self._in_shape, lanes), reset_less=True)
@@ -378,7 +237,7 @@ class ThresholdCore(wiring.Component):
                 x, valid, t_cur, t_next = self._binary(m, k, plan, x, valid, t_cur, t_next,
                                                        advance)
 
-        m.d.comb += advance.eq(_skid_output(m, o_stream, valid, x))
+        m.d.comb += advance.eq(skid_output(m, o_stream, valid, x))
         return m
 
     def _map(self, plan, count):
@@ -421,7 +280,7 @@ class ThresholdCore(wiring.Component):
             for j in range(lanes):
                 if n:
                     m.d.sync += bits[j].eq(Cat(x[j] >= thr[j][i] for i in range(n)))
-                count = _tree_sum([bits[j][i] for i in range(n)]) if n else C(0, 1)
+                count = tree_sum([bits[j][i] for i in range(n)]) if n else C(0, 1)
                 m.d.sync += y[j].eq(self._map(plan, count))
         return y, valid_b, t_b, t_a
 

@@ -6,18 +6,14 @@ from amaranth import Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..ir import Dataflow
-from .cores import (
-    MatVecCore,
-    RequantCore,
-    StreamFIFO,
-    WidthConverter,
-    _quiet_if_invalid,
-    int_shape,
-)
-from .cost import dataflow_cycles
-from .graph import plan_graph
+from ..ir.dataflow import Dataflow
+from ..plan.cost import dataflow_cycles
+from ..plan.graph import plan_graph
+from .blocks import int_shape, quiet_if_invalid
+from .matvec import MatVecCore
+from .plumbing import StreamFIFO, WidthConverter
 from .reduce import WindowReduceCore
+from .requant import RequantCore
 from .window import SlidingWindowCore
 
 __all__ = ["Accelerator"]
@@ -27,16 +23,16 @@ class Accelerator(wiring.Component):
     """A streaming accelerator for ``dataflow``: every layer as cores, connected as the
     dataflow graph says.
 
-    The cores and their connections are those of :func:`onnx2fpga.hw.graph.plan_graph`: a
-    :class:`~onnx2fpga.ir.DenseLayer` becomes a :class:`~onnx2fpga.hw.cores.MatVecCore`
+    The cores and their connections are those of :func:`onnx2fpga.plan.graph.plan_graph`: a
+    :class:`~onnx2fpga.ir.DenseLayer` becomes a :class:`~onnx2fpga.hw.matvec.MatVecCore`
     (multiplying, by weight sign or by XNOR and popcount) followed by a
-    :class:`~onnx2fpga.hw.cores.RequantCore` or a
+    :class:`~onnx2fpga.hw.requant.RequantCore` or a
     :class:`~onnx2fpga.hw.threshold.ThresholdCore`, whichever is cheaper; a convolution a
     :class:`~onnx2fpga.hw.window.SlidingWindowCore` feeding a matrix-vector or depthwise core;
     a pool a window and a :class:`~onnx2fpga.hw.reduce.WindowReduceCore`; joins and forks
-    their own cores. A :class:`~onnx2fpga.hw.cores.StreamFIFO` of depth
+    their own cores. A :class:`~onnx2fpga.hw.plumbing.StreamFIFO` of depth
     ``dataflow.fifo_depths[k]`` follows layer ``k`` (none for depth 0), and
-    :class:`~onnx2fpga.hw.cores.WidthConverter` stages join cores whose lane counts differ.
+    :class:`~onnx2fpga.hw.plumbing.WidthConverter` stages join cores whose lane counts differ.
 
     The ports are flat signals named the AXI4-Stream way, so that the emitted Verilog module
     drops into a vendor or LiteX design; the clock and reset are the ``sync`` domain's
@@ -70,17 +66,17 @@ class Accelerator(wiring.Component):
     Raises
     ------
     TypeError, ValueError
-        If the dataflow is malformed (see :func:`~onnx2fpga.hw.graph.plan_graph`) or a layer
+        If the dataflow is malformed (see :func:`~onnx2fpga.plan.graph.plan_graph`) or a layer
         cannot be built (see the cores).
     """
 
-    @_quiet_if_invalid
+    @quiet_if_invalid
     def __init__(self, dataflow: Dataflow):
         self._plan = plan_graph(dataflow)
         self._dataflow = dataflow
         cores = []
         for stage in self._plan.stages:
-            core = _make_core(stage)
+            core = make_core(stage)
             if core is not None:
                 # The accelerator owns its cores: only an unused accelerator deserves the
                 # UnusedElaboratable warning, not each of its parts.
@@ -104,17 +100,17 @@ class Accelerator(wiring.Component):
 
     @property
     def plan(self):
-        """The :class:`~onnx2fpga.hw.graph.Plan` the accelerator is built from."""
+        """The :class:`~onnx2fpga.plan.graph.Plan` the accelerator is built from."""
         return self._plan
 
     @property
     def chain(self) -> list:
-        """The :class:`~onnx2fpga.hw.graph.Stage` list the accelerator is built from."""
+        """The :class:`~onnx2fpga.plan.graph.Stage` list the accelerator is built from."""
         return list(self._plan.stages)
 
     @property
     def cycles(self) -> dict:
-        """:func:`onnx2fpga.hw.cost.dataflow_cycles` of the dataflow."""
+        """:func:`onnx2fpga.plan.cost.dataflow_cycles` of the dataflow."""
         return dataflow_cycles(self._dataflow)
 
     def elaborate(self, platform):
@@ -192,8 +188,8 @@ def _core_ports(core) -> tuple[list, list]:
     return ins, many("o_stream")
 
 
-def _make_core(stage):
-    """The Amaranth core of one :class:`~onnx2fpga.hw.graph.Stage` (None for a cast)."""
+def make_core(stage):
+    """The Amaranth core of one :class:`~onnx2fpga.plan.graph.Stage` (None for a cast)."""
     p = stage.params
     kind = stage.kind
     if kind == "matvec":

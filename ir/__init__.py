@@ -15,7 +15,7 @@ A tensor crosses a stream as a flat sequence of its elements in the tensor's *st
 ``order[p]`` is the logical (C-order) flat index of the element at stream position ``p``
 (``None``: C order itself). Images travel channels-last (pixel by pixel, the channels of a
 pixel together); vectors in C order; a reshape, flatten or transpose changes only which
-logical element a stream position holds (see :mod:`onnx2fpga.hw.graph`, which derives every
+logical element a stream position holds (see :mod:`onnx2fpga.plan.graph`, which derives every
 tensor's order). A stream with ``lanes`` elements per transfer carries stream positions
 ``k*lanes .. k*lanes+lanes-1`` in transfer ``k``; element ``j`` of a transfer sits at bits
 ``[j*bits, (j+1)*bits)`` of the payload (little-endian lane order).

@@ -82,13 +82,13 @@ class Dataflow:
     ``fifo_depths[k]`` is the depth of the FIFO after layer ``k`` (0: a direct connection).
     ``edge_fifos`` maps ``"tensor->layer"`` to the depth of a FIFO on that edge only, for a
     tensor read by several layers (a skip connection), in transfers of the tensor's stream.
-    ``folding_info`` records how the folding was chosen (see :func:`onnx2fpga.frontend.fold`).
+    ``folding_info`` records how the folding was chosen (see :func:`onnx2fpga.plan.fold`).
     ``logic_memories`` names memories a board build puts into soft logic instead of block
     RAM, ``"stage/memory"`` (a core's stage name, :func:`onnx2fpga.hw.resources.memory_path`)
     or ``"wrapper/buffer"``, ``"wrapper/rx_fifo"``: board folding fills it when the block
     RAMs run out; the values and cycles are the same either way. ``ice40_dsps``: the iCE40
     ``SB_MAC16`` cells the MatVecs' products may take on an iCE40 (to the layers in order
-    whose products fit what is left, see :class:`~onnx2fpga.hw.cores.MatVecCore`'s
+    whose products fit what is left, see :class:`~onnx2fpga.hw.matvec.MatVecCore`'s
     ``ice40_dsp``); 0 (the default) builds every product in LUTs. Folding for an iCE40 board
     sets it to the device's DSPs within the utilization.
     """

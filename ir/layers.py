@@ -20,7 +20,7 @@ __all__ = [
 
 #: How a layer's products are built (``multipliers`` of :class:`DenseLayer` and
 #: :class:`ConvLayer`): ``"dsp"``, a hard multiplier for every product wider than
-#: :data:`onnx2fpga.hw.cores.LUT_PRODUCT_MAX_BITS` bits where the device has them (the
+#: :data:`onnx2fpga.hw.arith.LUT_PRODUCT_MAX_BITS` bits where the device has them (the
 #: narrower ones in LUTs); ``"lut"``, every product in LUTs (sums of the input's multiples
 #: picked by the weights' digits), no hard multiplier. Same values and cycles either way.
 MULTIPLIERS = ("dsp", "lut")
@@ -96,7 +96,7 @@ class DenseLayer:
     -1 and +1, and ``in_type`` is signed, ``int2``). Set by the frontend; the golden model
     does not read it (the values say it), the hardware does: with weights of -1 and +1
     too, the matrix-vector unit computes by XNOR and popcount
-    (:func:`onnx2fpga.hw.graph.matvec_arithmetic`). An input outside {-1, +1} then gives
+    (:func:`onnx2fpga.plan.graph.matvec_arithmetic`). An input outside {-1, +1} then gives
     wrong results.
     """
     name: str

@@ -1,7 +1,8 @@
 """onnx2fpga: ONNX models to verified streaming FPGA accelerators on open toolchains."""
 
-__all__ = ["compile", "load", "connect"]
-__version__ = "0.1.0"
+from .version import __version__
+
+__all__ = ["compile", "load", "connect", "__version__"]
 
 
 def compile(model, output_dir=None, **options):  # noqa: A001 - the public verb is "compile"

@@ -24,10 +24,12 @@ import time
 
 import numpy as np
 
-from . import __version__
 from .errors import CalibrationError, DesignDirError, OptionError
-from .ir import DenseLayer, Design, load_design, product_mapping, save_design
+from .ir.dataflow import Design
+from .ir.layers import DenseLayer, product_mapping
+from .ir.serialize import load_design, save_design
 from .report import write_report
+from .version import __version__
 
 __all__ = ["compile", "load", "CompiledDesign", "progress"]
 
@@ -125,7 +127,6 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     import warnings
 
     from .frontend.finn import normalize_finn
-    from .frontend.fold import fold
     from .frontend.load import load_model
     from .frontend.lower import lower
     from .frontend.qdq import normalize_qdq
@@ -139,6 +140,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     )
     from .frontend.resolve import resolve_geometry
     from .hw.emit import emit_verilog
+    from .plan.fold import fold
     from .sim.model import run_design
 
     t0 = time.monotonic()
@@ -249,7 +251,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
 
 def _fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                   pinned=frozenset()) -> dict:
-    """Check the folding options; the keyword arguments of :func:`frontend.fold.fold`.
+    """Check the folding options; the keyword arguments of :func:`plan.fold.fold`.
     ``pinned``: the layers whose multipliers the user chose."""
     if (target_fps is None) != (clock_mhz is None):
         raise OptionError("target_fps and clock_mhz go together: the rate in inferences per "
@@ -302,7 +304,7 @@ def _cheapest_cover(items, need: int) -> list:
 
 
 def _device_check(target, utilization: float, pinned=frozenset()):
-    """``fits(dataflow)`` for :func:`frontend.fold.fold`: ``None`` if the estimated resources
+    """``fits(dataflow)`` for :func:`plan.fold.fold`: ``None`` if the estimated resources
     of the design plus the board wrapper fit ``target``'s device, otherwise what overflows.
 
     When the hard multipliers overflow, layers move their products into LUTs
@@ -311,7 +313,8 @@ def _device_check(target, utilization: float, pinned=frozenset()):
     the block RAMs overflow, memories move into soft logic (``dataflow.logic_memories``):
     the set that frees enough block RAMs for the fewest logic cells (:func:`_cheapest_cover`).
     The plan then fits if its LUTs and flip-flops do too."""
-    from .hw.resources import dataflow_resources, logic_cost
+    from .hw.resources import dataflow_resources
+    from .plan.devices import logic_cost
 
     lim = target.limits
     # Hard multipliers within `utilization` too: the jet tagger and the digits example with
@@ -420,7 +423,7 @@ def _layer_errors(design, samples, points: dict, envs: list) -> list[dict]:
 
 def _element_order(port) -> str:
     from .frontend.lower import _logical
-    from .hw.graph import hwc_order
+    from .plan.graph import hwc_order
 
     if port.order is None:
         return "C order (row-major) over shape, batch dimension bound to 1"
@@ -446,7 +449,7 @@ def _port_json(port) -> dict:
 
 
 def _stage_json(st) -> dict:
-    from .ir import ThresholdStage
+    from .ir.stages import ThresholdStage
 
     if isinstance(st, ThresholdStage):
         return {"thresholds": int(st.thresholds.shape[1]), "per_channel": st.per_element,
@@ -460,7 +463,7 @@ def _stage_json(st) -> dict:
 
 def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
     """One layer's manifest entry: what it computes, its folding and its figures."""
-    from .ir import AddLayer, ConcatLayer, ConvLayer, PoolLayer, ViewLayer
+    from .ir.layers import AddLayer, ConcatLayer, ConvLayer, PoolLayer, ViewLayer
 
     entry = {
         "name": ly.name, "kind": ly.kind, "onnx_nodes": list(ly.nodes),
@@ -514,7 +517,7 @@ def _streams_json(df, plan) -> dict:
     """Every tensor crossing a stream inside the accelerator: who writes it, its element
     order, lanes and element type (as the producer's net carries it)."""
     from .frontend.lower import _logical
-    from .hw.graph import hwc_order
+    from .plan.graph import hwc_order
 
     shapes = {df.input.name: _logical(df.input.shape)}
     producers = {df.input.name: "s_axis"}
@@ -537,8 +540,8 @@ def _streams_json(df, plan) -> dict:
 
 
 def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
-    from .hw import cost
-    from .hw.graph import plan_graph
+    from .plan import cost
+    from .plan.graph import plan_graph
 
     df = design.dataflow
     plan = plan_graph(df)
@@ -580,10 +583,10 @@ def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
 def _resources_json(df) -> dict:
     """:func:`~onnx2fpga.hw.resources.dataflow_resources` for iCE40 and ECP5 (estimates before
     synthesis: DSPs and block RAMs as yosys infers them, LUTs and FFs from a fitted model)."""
-    from .hw import resources
+    from .hw.resources import dataflow_resources
+    from .plan.devices import FAMILIES
 
-    return {fam: resources.dataflow_resources(df, fam, wrapper=True)
-            for fam in resources.FAMILIES}
+    return {fam: dataflow_resources(df, fam, wrapper=True) for fam in FAMILIES}
 
 
 class CompiledDesign:

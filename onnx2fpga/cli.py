@@ -19,7 +19,7 @@ __all__ = ["main"]
 def _folding(text):
     """``layer:simd:pe[:lanes][,...]``, ``layer:lanes=L`` (a layer without a matrix unit) or
     ``layer:multipliers=lut|dsp``; items naming the same layer add up."""
-    from .ir import MULTIPLIERS
+    from .ir.layers import MULTIPLIERS
     out = {}
     for item in text.split(","):
         try:
@@ -187,7 +187,7 @@ def _parser():
 
 
 def _version():
-    from . import __version__
+    from .version import __version__
     return __version__
 
 

@@ -24,7 +24,8 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge
 
-from ..ir import IntType, Port
+from ..ir.dataflow import Port
+from ..ir.types import IntType
 from .rtl import JOB_ENV, pack_beats, unpack_beats
 
 __all__ = ["run_axis"]

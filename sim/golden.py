@@ -13,23 +13,22 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from ..ir import (
+from ..ir.dataflow import Dataflow
+from ..ir.layers import (
     LAYER_TYPES,
     AddLayer,
     ConcatLayer,
     ConvLayer,
-    Dataflow,
     DenseLayer,
     PadLayer,
     PoolLayer,
     RequantLayer,
-    RequantStage,
     ResizeLayer,
-    ThresholdStage,
     ViewLayer,
     align_params,
     image_shape,
 )
+from ..ir.stages import RequantStage, ThresholdStage
 
 __all__ = [
     "round_shift", "requant", "requant_stages", "dense", "conv", "max_pool", "window_sum",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import Design
+from ..ir.dataflow import Design
 from . import golden, host
 
 __all__ = ["stack_inputs", "run_head", "run_tail", "run_design"]

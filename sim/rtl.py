@@ -60,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import Onnx2FpgaError
-from ..ir import Port
+from ..ir.dataflow import Port
 
 __all__ = [
     "RtlSimulationError", "RtlResult", "VerilatorEnv", "verilator_env", "pack_beats",

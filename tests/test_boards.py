@@ -34,7 +34,8 @@ from onnx2fpga.boards.targets import (
 )
 from onnx2fpga.boards.uart import uart_divisor
 from onnx2fpga.boards.wrapper import UartBridge
-from onnx2fpga.ir import IntType, Port
+from onnx2fpga.ir.dataflow import Port
+from onnx2fpga.ir.types import IntType
 
 ALL_BOARDS = ["icebreaker", "icesugar", "orangecrab-25f", "orangecrab-85f", "tangnano9k",
               "ulx3s-12f", "ulx3s-25f", "ulx3s-45f", "ulx3s-85f"]

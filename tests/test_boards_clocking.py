@@ -7,7 +7,8 @@ from onnx2fpga.boards.build import BuildError, build_bitstream
 from onnx2fpga.boards.clocking import TOLERANCE, ClockError, plan_pll
 from onnx2fpga.boards.loopback import ByteIncrement
 from onnx2fpga.cli import main
-from onnx2fpga.ir import IntType, Port
+from onnx2fpga.ir.dataflow import Port
+from onnx2fpga.ir.types import IntType
 
 # Settings printed by the vendors' and the open tools' calculators for these frequencies:
 # icepll -i 12 -o 48 and ecppll -i 25 -o 100 (the iCEBreaker and ULX3S oscillators).

@@ -27,7 +27,8 @@ from onnx2fpga.boards.protocol import (
 )
 from onnx2fpga.boards.targets import get_board
 from onnx2fpga.boards.wrapper import UartBridge
-from onnx2fpga.ir import IntType, Port
+from onnx2fpga.ir.dataflow import Port
+from onnx2fpga.ir.types import IntType
 
 DESIGN_ID = bytes.fromhex("0123456789abcdef")
 PAYLOAD = bytes([0, 255, 7, 8, 0x55, 0xA5])   # 3 beats of 16 bits; 0xA5 is a sync byte

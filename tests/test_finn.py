@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx2fpga
 from onnx2fpga.errors import UnsupportedError
-from onnx2fpga.ir import ThresholdStage
+from onnx2fpga.ir.stages import ThresholdStage
 
 
 def _model(rng, *, bipolar_in=True, out_bits=2, sizes=(12, 10, 6)):

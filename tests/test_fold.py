@@ -9,13 +9,13 @@ import pytest
 from models import float_mlp
 
 from onnx2fpga.errors import OptionError
-from onnx2fpga.frontend.fold import _fold_full, fold, layer_options
 from onnx2fpga.frontend.load import load_model
 from onnx2fpga.frontend.lower import lower
 from onnx2fpga.frontend.quantize import quantize_graph
-from onnx2fpga.hw.cost import stage_cycles
-from onnx2fpga.hw.graph import plan_graph
-from onnx2fpga.ir import DenseLayer
+from onnx2fpga.ir.layers import DenseLayer
+from onnx2fpga.plan.cost import stage_cycles
+from onnx2fpga.plan.fold import _fold_full, fold, layer_options
+from onnx2fpga.plan.graph import plan_graph
 
 
 def _dataflow(sizes):

@@ -10,12 +10,12 @@ from models import float_mlp, ort_qdq_mlp, save
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx2fpga.errors import CalibrationError, CheckError, LoadError, UnsupportedError
-from onnx2fpga.frontend.fold import fold
 from onnx2fpga.frontend.load import Onnx2FpgaWarning, load_model
 from onnx2fpga.frontend.lower import lower
 from onnx2fpga.frontend.qdq import normalize_qdq
 from onnx2fpga.frontend.quantize import quantize_graph
-from onnx2fpga.ir import DenseLayer
+from onnx2fpga.ir.layers import DenseLayer
+from onnx2fpga.plan.fold import fold
 from onnx2fpga.sim.model import run_design
 
 

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnx2fpga
 from onnx2fpga.errors import UnsupportedError
-from onnx2fpga.ir import ConvLayer
+from onnx2fpga.ir.layers import ConvLayer
 from onnx2fpga.sim import golden
 from onnx2fpga.sim.model import run_head
 

@@ -446,11 +446,11 @@ def run_frontend(path, *, lenient=False, seed=0):
     the QDQ model as is, lower and fold: the whole frontend of ``onnx2fpga.compile``.
     Returns the Design."""
     from onnx2fpga.api import _check_samples
-    from onnx2fpga.frontend.fold import fold
     from onnx2fpga.frontend.load import load_model
     from onnx2fpga.frontend.lower import lower
     from onnx2fpga.frontend.qdq import normalize_qdq
     from onnx2fpga.frontend.quantize import is_quantized, quantize_graph
+    from onnx2fpga.plan.fold import fold
 
     g = load_model(path, lenient=lenient)
     normalize_qdq(g)

@@ -27,16 +27,9 @@ from onnx2fpga.frontend.geometry import (
     pool_geometry,
     resize_nearest_maps,
 )
-from onnx2fpga.ir import (
-    ConcatLayer,
-    ConvLayer,
-    IntType,
-    PadLayer,
-    PoolLayer,
-    RequantStage,
-    ResizeLayer,
-    ViewLayer,
-)
+from onnx2fpga.ir.layers import ConcatLayer, ConvLayer, PadLayer, PoolLayer, ResizeLayer, ViewLayer
+from onnx2fpga.ir.stages import RequantStage
+from onnx2fpga.ir.types import IntType
 from onnx2fpga.sim import golden
 
 ort.set_default_logger_severity(3)

@@ -7,7 +7,8 @@ import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from onnx2fpga.ir import IntType, RequantStage
+from onnx2fpga.ir.stages import RequantStage
+from onnx2fpga.ir.types import IntType
 from onnx2fpga.sim import golden, host
 
 
@@ -121,7 +122,7 @@ def test_host_ops_match_reference(op, shapes, attrs, opset):
 
 def test_threshold_stage_counts_thresholds_per_channel():
     """FINN MultiThreshold semantics: base + step * (number of thresholds x reaches)."""
-    from onnx2fpga.ir import ThresholdStage
+    from onnx2fpga.ir.stages import ThresholdStage
     rng = np.random.default_rng(4)
     t = np.sort(rng.integers(-50, 50, size=(3, 3)), axis=1)
     st = ThresholdStage(t, base=-1, step=2, out_type=IntType(4, True))

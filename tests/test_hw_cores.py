@@ -7,16 +7,16 @@ import pytest
 from amaranth import Module, Shape, Signal, signed, unsigned
 from amaranth.hdl import Elaboratable, Fragment
 
-from onnx2fpga.hw import cores, cost
-from onnx2fpga.hw.cores import (
-    MatVecCore,
-    RequantCore,
-    StreamFIFO,
-    WidthConverter,
-    _sign_split,
-)
+from onnx2fpga.hw import arith, memory
+from onnx2fpga.hw.matvec import MatVecCore
+from onnx2fpga.hw.plumbing import StreamFIFO, WidthConverter
+from onnx2fpga.hw.requant import RequantCore
 from onnx2fpga.hw.testing import random_values, run_stream, run_timed, shape_range, to_transfers
-from onnx2fpga.ir import DenseLayer, IntType, RequantStage
+from onnx2fpga.ir.layers import DenseLayer
+from onnx2fpga.ir.stages import RequantStage
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan import cost
+from onnx2fpga.plan.thresholds import sign_split
 from onnx2fpga.sim import golden
 
 
@@ -162,7 +162,7 @@ def test_matvec_lut_multipliers_take_no_dsp_and_the_same_cycles(seed, case):
         timed.append((times["in"], times["out"]))
         dsps.append(netlist_features(MatVecCore(layer), "ecp5")["dsp"])
     assert timed[0] == timed[1]
-    wide = min(in_type.bits, wt.bits) > cores.LUT_PRODUCT_MAX_BITS
+    wide = min(in_type.bits, wt.bits) > arith.LUT_PRODUCT_MAX_BITS
     assert dsps == ([simd * pe, 0] if wide else [0, 0])
 
 
@@ -278,9 +278,9 @@ def test_matvec_leaves_out_products_of_inputs_no_output_uses(simd, pe, zero_colu
 def test_logic_rom_banks():
     # Banks of 64 words, none empty; one step up to 128 words.
     for depth in range(129, 70000, 37):
-        banks = cores.logic_rom_banks(depth)
+        banks = memory.logic_rom_banks(depth)
         assert (banks - 1) * 64 < depth <= banks * 64
-    assert [cores.logic_rom_banks(d) for d in (1, 2, 100, 128)] == [1, 1, 1, 1]
+    assert [memory.logic_rom_banks(d) for d in (1, 2, 100, 128)] == [1, 1, 1, 1]
 
 
 def test_matvec_errors():
@@ -580,7 +580,7 @@ def test_sign_split_brute_force():
                 neg, pos = xs[xs * m + off < 0], xs[xs * m + off >= 0]
                 expect = tuple((int(p.min()), int(p.max())) if p.size else None
                                for p in (neg, pos))
-                assert _sign_split(m, off, lo, hi) == expect, (m, off, lo, hi)
+                assert sign_split(m, off, lo, hi) == expect, (m, off, lo, hi)
 
 
 def test_requant_leaky_timing():
@@ -698,7 +698,7 @@ def test_lut_product_equals_the_product_for_every_operand_pair(sa, sb):
     Python's integer product, exhaustively, in both operand orders."""
     from amaranth.sim import Simulator
 
-    from onnx2fpga.hw.cores import lut_product
+    from onnx2fpga.hw.arith import lut_product
 
     a, b = Signal(sa), Signal(sb)
     p, q = Signal((a * b).shape()), Signal((a * b).shape())

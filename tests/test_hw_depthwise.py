@@ -10,11 +10,13 @@ from amaranth.back import verilog
 from amaranth.lib import wiring
 
 from onnx2fpga.hw import depthwise
-from onnx2fpga.hw.depthwise import DepthwiseCore, depthwise_cycles, depthwise_latency
-from onnx2fpga.hw.reduce import REGISTER_FOLDS_MAX
+from onnx2fpga.hw.depthwise import DepthwiseCore
 from onnx2fpga.hw.testing import run_stream, run_timed, shape_range, to_transfers
 from onnx2fpga.hw.window import SlidingWindowCore
-from onnx2fpga.ir import ConvLayer, IntType
+from onnx2fpga.ir.layers import ConvLayer
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan.depthwise import depthwise_cycles, depthwise_latency
+from onnx2fpga.plan.reduce import REGISTER_FOLDS_MAX
 from onnx2fpga.sim import golden
 
 

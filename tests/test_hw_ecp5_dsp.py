@@ -13,9 +13,12 @@ from amaranth import signed, unsigned
 from hard_products import check_against_plain
 
 from onnx2fpga.boards.targets import get_board
-from onnx2fpga.hw.cores import ecp5_registered_product
+from onnx2fpga.hw.arith import ecp5_registered_product
 from onnx2fpga.hw.emit import emit_verilog
-from onnx2fpga.ir import Dataflow, DenseLayer, IntType, Port, RequantStage
+from onnx2fpga.ir.dataflow import Dataflow, Port
+from onnx2fpga.ir.layers import DenseLayer
+from onnx2fpga.ir.stages import RequantStage
+from onnx2fpga.ir.types import IntType
 
 MODEL = Path(__file__).parent / "data" / "mult18x18d_model.v"
 

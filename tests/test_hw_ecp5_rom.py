@@ -10,10 +10,13 @@ import pytest
 from hard_products import check_against_plain
 
 from onnx2fpga.boards.targets import get_board
-from onnx2fpga.hw.cores import ROM_SLICE_BLOCKS, _rom_columns
 from onnx2fpga.hw.emit import emit_verilog
-from onnx2fpga.hw.resources import dataflow_resources, memory_mapping
-from onnx2fpga.ir import Dataflow, DenseLayer, IntType, Port
+from onnx2fpga.hw.memory import ROM_SLICE_BLOCKS, rom_columns
+from onnx2fpga.hw.resources import dataflow_resources
+from onnx2fpga.ir.dataflow import Dataflow, Port
+from onnx2fpga.ir.layers import DenseLayer
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan.devices import memory_mapping
 
 
 def _dataflow(seed=0):
@@ -44,23 +47,23 @@ def test_which_weight_roms_are_sliced():
     # 4 and one of 2.
     words = _words(rng, 768, 256)
     assert memory_mapping(768, 256, "ecp5", rom=True).cells == 22
-    cols = _rom_columns(ecp5, words, 768)
+    cols = rom_columns(ecp5, words, 768)
     assert cols == [(lo, lo + 144) for lo in range(0, 720, 144)] + [(720, 768)]
-    assert _rom_columns(ice40, words, 768) == [(0, 768)]
-    assert _rom_columns(None, words, 768) == [(0, 768)]
+    assert rom_columns(ice40, words, 768) == [(0, 768)]
+    assert rom_columns(None, words, 768) == [(0, 768)]
     # Within ROM_SLICE_BLOCKS block RAMs, or in logic: one ROM.
     assert memory_mapping(4 * 36, 256, "ecp5", rom=True).cells == ROM_SLICE_BLOCKS
-    assert _rom_columns(ecp5, _words(rng, 144, 256), 144) == [(0, 144)]
-    assert _rom_columns(ecp5, _words(rng, 768, 4), 768) == [(0, 768)]
+    assert rom_columns(ecp5, _words(rng, 144, 256), 144) == [(0, 144)]
+    assert rom_columns(ecp5, _words(rng, 768, 4), 768) == [(0, 768)]
     # 64 words: a slice of 144 bits takes 4 blocks, but the rest (48 bits, joined to the
     # slice before: 192) would go to LUTs, so the ROM stays whole.
     assert memory_mapping(192, 64, "ecp5", rom=True).kind == "logic"
-    assert _rom_columns(ecp5, _words(rng, 768, 64), 768) == [(0, 768)]
+    assert rom_columns(ecp5, _words(rng, 768, 64), 768) == [(0, 768)]
     # Slices count the columns that vary: TFC_2W2A's first layer, 1568 x 64 with a third of
     # its columns constant (31 DP16KD).
     constant = rng.choice(1568, 473, replace=False)
     words = _words(rng, 1568, 64, constant)
-    cols = _rom_columns(ecp5, words, 1568)
+    cols = rom_columns(ecp5, words, 1568)
     varying = [sum(1 for b in range(lo, hi) if b not in set(constant)) for lo, hi in cols]
     assert varying[:-1] == [144] * (len(cols) - 1) and sum(varying) == 1568 - 473
     assert cols[0][0] == 0 and cols[-1][1] == 1568
@@ -86,7 +89,7 @@ def test_a_slice_moved_into_soft_logic_frees_its_block_rams():
     the estimate then counts the other slice's block RAMs only, and the build script selects
     that slice's memory."""
     from onnx2fpga.boards.build import logic_memory_script
-    from onnx2fpga.hw.cores import MatVecCore
+    from onnx2fpga.hw.matvec import MatVecCore
     from onnx2fpga.hw.resources import netlist_features
 
     layer = _dataflow().layers[0]

@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 
 from onnx2fpga.hw.emit import emit_verilog
-from onnx2fpga.ir import Dataflow, DenseLayer, IntType, Port, RequantLayer, RequantStage
+from onnx2fpga.ir.dataflow import Dataflow, Port
+from onnx2fpga.ir.layers import DenseLayer, RequantLayer
+from onnx2fpga.ir.stages import RequantStage
+from onnx2fpga.ir.types import IntType
 
 
 def small_dataflow(seed=0):

@@ -5,20 +5,13 @@ import numpy as np
 import pytest
 from test_hw_top import pack, run_axi, unpack
 
-from onnx2fpga.hw import cost
-from onnx2fpga.hw.graph import hwc_order, isolate, plan_graph, stream_stages, tensor_orders
 from onnx2fpga.hw.top import Accelerator
-from onnx2fpga.ir import (
-    ConvLayer,
-    Dataflow,
-    DenseLayer,
-    IntType,
-    PadLayer,
-    PoolLayer,
-    Port,
-    RequantStage,
-    ViewLayer,
-)
+from onnx2fpga.ir.dataflow import Dataflow, Port
+from onnx2fpga.ir.layers import ConvLayer, DenseLayer, PadLayer, PoolLayer, ViewLayer
+from onnx2fpga.ir.stages import RequantStage
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan import cost
+from onnx2fpga.plan.graph import hwc_order, isolate, plan_graph, stream_stages, tensor_orders
 from onnx2fpga.sim import golden
 
 U4, I8 = IntType(4, False), IntType(8, True)
@@ -141,7 +134,7 @@ def grouped_dataflow(seed=3):
 def residual_dataflow(seed=4):
     """conv -> (conv -> conv) + skip -> add: the skip FIFO from the layers' needs must keep
     the join from deadlocking and the pipeline at the rate of its slowest layer."""
-    from onnx2fpga.ir import AddLayer
+    from onnx2fpga.ir.layers import AddLayer
     rng = np.random.default_rng(seed)
     probe = rng.integers(0, 16, size=(16, 2, 8, 7))
     layers, h = [], probe

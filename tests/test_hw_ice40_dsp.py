@@ -13,14 +13,13 @@ import pytest
 from hard_products import check_against_plain
 
 from onnx2fpga.boards.targets import get_board
-from onnx2fpga.hw.cores import (
-    ice40_matvec_dsps,
-    ice40_paired_product,
-    ice40_registered_product,
-)
 from onnx2fpga.hw.emit import emit_verilog
 from onnx2fpga.hw.resources import dataflow_resources
-from onnx2fpga.ir import Dataflow, DenseLayer, IntType, Port, RequantStage
+from onnx2fpga.ir.dataflow import Dataflow, Port
+from onnx2fpga.ir.layers import DenseLayer
+from onnx2fpga.ir.stages import RequantStage
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan.devices import ice40_matvec_dsps, ice40_paired_product, ice40_registered_product
 
 MODEL = Path(__file__).parent / "data" / "sb_mac16_model.v"
 

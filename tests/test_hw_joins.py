@@ -9,20 +9,7 @@ from amaranth.back import verilog
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from onnx2fpga.hw.joins import (
-    ADD_LATENCY,
-    BROADCAST_LATENCY,
-    CONCAT_LATENCY,
-    AddCore,
-    BroadcastCore,
-    ConcatCore,
-    add_cycles,
-    add_latency,
-    broadcast_cycles,
-    broadcast_latency,
-    concat_cycles,
-    concat_latency,
-)
+from onnx2fpga.hw.joins import AddCore, BroadcastCore, ConcatCore
 from onnx2fpga.hw.testing import (
     IDLE_PHASES,
     STALL_PHASES,
@@ -37,7 +24,19 @@ from onnx2fpga.hw.testing import (
     timed_sender,
     to_transfers,
 )
-from onnx2fpga.ir import ConcatLayer, IntType
+from onnx2fpga.ir.layers import ConcatLayer
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan.joins import (
+    ADD_LATENCY,
+    BROADCAST_LATENCY,
+    CONCAT_LATENCY,
+    add_cycles,
+    add_latency,
+    broadcast_cycles,
+    broadcast_latency,
+    concat_cycles,
+    concat_latency,
+)
 from onnx2fpga.sim import golden
 
 # Traffic: every port walks through all the phases of hw.testing (IDLE_PHASES, STALL_PHASES),

@@ -9,21 +9,14 @@ import pytest
 from test_hw_cores import matvec_depth, run_stream, run_timed, to_transfers
 from test_hw_top import pack, run_axi, unpack
 
-from onnx2fpga.hw import cost
-from onnx2fpga.hw.cores import MatVecCore
-from onnx2fpga.hw.graph import matvec_arithmetic, plan_graph, tensor_orders
+from onnx2fpga.hw.matvec import MatVecCore
 from onnx2fpga.hw.top import Accelerator
-from onnx2fpga.ir import (
-    ConvLayer,
-    Dataflow,
-    DenseLayer,
-    IntType,
-    PoolLayer,
-    Port,
-    RequantStage,
-    ThresholdStage,
-    ViewLayer,
-)
+from onnx2fpga.ir.dataflow import Dataflow, Port
+from onnx2fpga.ir.layers import ConvLayer, DenseLayer, PoolLayer, ViewLayer
+from onnx2fpga.ir.stages import RequantStage, ThresholdStage
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan import cost
+from onnx2fpga.plan.graph import matvec_arithmetic, plan_graph, tensor_orders
 from onnx2fpga.sim import golden
 
 I2, U2 = IntType(2, True), IntType(2, False)

@@ -9,14 +9,10 @@ from amaranth import Fragment, signed, unsigned
 from amaranth.back import verilog
 
 from onnx2fpga.hw import reduce
-from onnx2fpga.hw.reduce import (
-    REGISTER_FOLDS_MAX,
-    WindowReduceCore,
-    reduce_cycles,
-    reduce_latency,
-)
+from onnx2fpga.hw.reduce import WindowReduceCore
 from onnx2fpga.hw.testing import run_stream, run_timed, shape_range, to_transfers
-from onnx2fpga.ir import IntType
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan.reduce import REGISTER_FOLDS_MAX, reduce_cycles, reduce_latency
 
 
 def make_groups(rng, shape, groups, window, channels):

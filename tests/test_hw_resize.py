@@ -10,16 +10,12 @@ from amaranth.back import verilog
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
-from onnx2fpga.hw.resize import (
-    ReorderCore,
-    ResizeCore,
-    ResizeGeometry,
-    affine_loops,
-    resize_cycles,
-    resize_latency,
-)
+from onnx2fpga.hw.resize import ReorderCore, ResizeCore
 from onnx2fpga.hw.testing import image_transfers, random_images, run_stream, run_timed, shape_range
-from onnx2fpga.ir import IntType, Port, ViewLayer
+from onnx2fpga.ir.dataflow import Port
+from onnx2fpga.ir.layers import ViewLayer
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan.resize import ResizeGeometry, affine_loops, resize_cycles, resize_latency
 from onnx2fpga.sim import golden
 
 # ---------------------------------------------------------------------------------------------

@@ -13,19 +13,19 @@ import pytest
 from models import float_mlp
 
 from onnx2fpga import api
-from onnx2fpga.hw.cores import LUT_PRODUCT_MAX_BITS, MatVecCore
-from onnx2fpga.hw.graph import plan_graph
-from onnx2fpga.hw.resources import (
+from onnx2fpga.hw.matvec import MatVecCore
+from onnx2fpga.hw.resources import dataflow_resources, netlist_features, stage_resources
+from onnx2fpga.hw.top import make_core
+from onnx2fpga.ir.layers import DenseLayer
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan.devices import (
+    LUT_PRODUCT_MAX_BITS,
     const_multiplier_bits,
-    dataflow_resources,
     logic_memory_cost,
     memory_mapping,
     multiplier_dsps,
-    netlist_features,
-    stage_resources,
 )
-from onnx2fpga.hw.top import _make_core
-from onnx2fpga.ir import DenseLayer, IntType
+from onnx2fpga.plan.graph import plan_graph
 
 # ---------------------------------------------------------------------------------------------
 # Multipliers: MULT18X18D per product, measured (registered a * b, one product per design)
@@ -176,9 +176,9 @@ def test_requant_products_follow_the_platform():
     d = api.compile(float_mlp((16, 8, 4), softmax=False), calibration=np.random.default_rng(
         0).standard_normal((32, 16)).astype(np.float32))
     stage = next(s for s in plan_graph(d.design.dataflow).stages if s.kind == "requant")
-    from onnx2fpga.hw.top import _make_core
-    ecp5 = netlist_features(_make_core(stage), "ecp5")["multipliers"]
-    ice40 = netlist_features(_make_core(stage), "ice40")["multipliers"]
+    from onnx2fpga.hw.top import make_core
+    ecp5 = netlist_features(make_core(stage), "ecp5")["multipliers"]
+    ice40 = netlist_features(make_core(stage), "ice40")["multipliers"]
     assert ecp5 and ice40 == []
     assert all(a <= 16 and b <= 16 for a, b, _ in ecp5)
 
@@ -241,7 +241,7 @@ def test_logic_memories_leave_block_ram():
     from the estimate, its LUTs and flip-flops added; the names are those the build sets
     ``logic_block`` on."""
     from onnx2fpga.boards.build import logic_memory_script
-    from onnx2fpga.hw.resources import is_shift_register_buffer, logic_cost
+    from onnx2fpga.plan.devices import is_shift_register_buffer, logic_cost
 
     d = _small_design()
     df = d.design.dataflow
@@ -320,7 +320,7 @@ def test_banked_weight_rom_builds_in_soft_logic(tmp_path):
     assert w_mem and w_mem[0][3] == 1024
     df.logic_memories = ["matvec_0/w_mem"]
     stage = next(s for s in plan_graph(df).stages if s.name == "matvec_0")
-    names = netlist_features(_make_core(stage), "ice40", logic={"w_mem"})["memory_names"]
+    names = netlist_features(make_core(stage), "ice40", logic={"w_mem"})["memory_names"]
     assert [n for n in names if n.startswith("w_mem")] == [f"w_mem_bank{n}" for n in range(16)]
     est = dataflow_resources(df, "ice40", wrapper=True)["board"]
     assert est["bram"] == before["board"]["bram"] - w_mem[0][1]

@@ -8,10 +8,12 @@ import pytest
 from amaranth import Shape, signed, unsigned
 from test_hw_cores import random_ints, run_stream, run_timed, to_transfers
 
-from onnx2fpga.hw import cost
-from onnx2fpga.hw.graph import stage_cores, stream_stages
-from onnx2fpga.hw.threshold import ThresholdCore, requant_as_thresholds
-from onnx2fpga.ir import IntType, RequantStage, ThresholdStage
+from onnx2fpga.hw.threshold import ThresholdCore
+from onnx2fpga.ir.stages import RequantStage, ThresholdStage
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan import thresholds
+from onnx2fpga.plan.graph import stage_cores, stream_stages
+from onnx2fpga.plan.thresholds import requant_as_thresholds
 from onnx2fpga.sim import golden
 
 
@@ -101,7 +103,7 @@ def test_threshold_timing(case):
     # channels over 3 lanes), 2 when each lane has one channel (case 8: 3 over 3); binary:
     # one per level (6 for 40 thresholds, 8 for 255).
     by_hand = {1: 1 + 3, 4: 1 + 6, 5: 1 + 8, 8: 1 + 2 + 2}[CASES.index(case)]
-    assert dut.latency == cost.threshold_latency(stages, channels, lanes) == by_hand
+    assert dut.latency == thresholds.threshold_latency(stages, channels, lanes) == by_hand
     np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), by_hand)
     np.testing.assert_array_equal(np.diff(times["out"]), 1)
 
@@ -299,7 +301,7 @@ def test_stream_stages_thresholds():
     # Per-channel thresholds of a (2, 3, 2) image, streamed channels-last: the period is the
     # 2 channels; per-pixel thresholds need the whole image.
     st = ThresholdStage([[0, 5], [1, 7]], 0, 1, IntType(2, False))
-    from onnx2fpga.hw.graph import hwc_order
+    from onnx2fpga.plan.graph import hwc_order
     out, period = stream_stages([st], (2, 3, 2), hwc_order((2, 3, 2)))
     assert period == 2
     np.testing.assert_array_equal(out[0].thresholds, [[0, 5], [1, 7]])
@@ -321,8 +323,9 @@ def test_negative_multipliers_absorbed_into_the_weights(seed, conv, leaky, in_zp
     import copy
 
     from onnx2fpga.frontend.lower import absorb_multiplier_signs
-    from onnx2fpga.hw.graph import stage_cores
-    from onnx2fpga.ir import ConvLayer, DenseLayer, RequantStage
+    from onnx2fpga.ir.layers import ConvLayer, DenseLayer
+    from onnx2fpga.ir.stages import RequantStage
+    from onnx2fpga.plan.graph import stage_cores
 
     rng = np.random.default_rng(seed)
     wt, in_type, oc = IntType(2, True), IntType(4, False), 6

@@ -4,10 +4,13 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from onnx2fpga.hw import cost
-from onnx2fpga.hw.graph import plan_graph
 from onnx2fpga.hw.top import Accelerator
-from onnx2fpga.ir import Dataflow, DenseLayer, IntType, Port, RequantLayer, RequantStage
+from onnx2fpga.ir.dataflow import Dataflow, Port
+from onnx2fpga.ir.layers import DenseLayer, RequantLayer
+from onnx2fpga.ir.stages import RequantStage
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan import cost
+from onnx2fpga.plan.graph import plan_graph
 from onnx2fpga.sim import golden
 
 

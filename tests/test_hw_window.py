@@ -8,8 +8,9 @@ from amaranth.back import verilog
 from amaranth.hdl import Fragment
 
 from onnx2fpga.hw.testing import image_transfers, random_images, run_stream, run_timed
-from onnx2fpga.hw.window import SlidingWindowCore, WindowGeometry, window_cycles, window_latency
-from onnx2fpga.ir import IntType
+from onnx2fpga.hw.window import SlidingWindowCore
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan.window import WindowGeometry, window_cycles, window_latency
 
 # Cycles the output may take at most in each traffic phase (hw.testing's default is 100 000).
 TIMEOUT = 1_000_000

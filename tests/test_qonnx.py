@@ -17,7 +17,8 @@ from onnx2fpga.frontend.qdq import normalize_qdq
 from onnx2fpga.frontend.qonnx import normalize_qonnx
 from onnx2fpga.frontend.quantize import is_quantized
 from onnx2fpga.frontend.resolve import resolve_geometry
-from onnx2fpga.ir import IntType, ThresholdStage
+from onnx2fpga.ir.stages import ThresholdStage
+from onnx2fpga.ir.types import IntType
 from onnx2fpga.sim import host
 from onnx2fpga.sim.model import run_design
 

@@ -3,7 +3,7 @@
 :func:`plan_graph` checks a :class:`~onnx2fpga.ir.Dataflow` and lowers it into a flat,
 topologically ordered list of :class:`Stage` records, each one core reading and writing named
 *nets* (point-to-point streams). It is plain Python (no Amaranth): :mod:`onnx2fpga.hw.top`
-builds the hardware from it and :mod:`onnx2fpga.hw.cost` derives the cycle figures from the
+builds the hardware from it and :mod:`onnx2fpga.plan.cost` derives the cycle figures from the
 same list, so the two cannot disagree about the structure.
 
 Stream orders
@@ -48,25 +48,24 @@ from math import gcd
 
 import numpy as np
 
-from ..ir import (
+from ..ir.dataflow import Dataflow, Port
+from ..ir.layers import (
     LAYER_TYPES,
     AddLayer,
     ConcatLayer,
     ConvLayer,
-    Dataflow,
     DenseLayer,
-    IntType,
     PadLayer,
     PoolLayer,
-    Port,
     RequantLayer,
-    RequantStage,
     ResizeLayer,
-    ThresholdStage,
     ViewLayer,
     align_params,
     image_shape,
 )
+from ..ir.stages import RequantStage, ThresholdStage
+from ..ir.types import IntType
+from .devices import ice40_matvec_dsps
 
 __all__ = ["Stage", "plan_graph", "layer_stages", "requant_lanes", "tensor_orders",
            "hwc_order", "stream_stages", "stage_cores", "matvec_arithmetic", "Plan", "isolate"]
@@ -97,7 +96,7 @@ class Stage:
         Per kind: ``"matvec"``: ``layer`` (the DenseLayer the core computes, weights in
         stream order), ``arithmetic`` (:func:`matvec_arithmetic`), ``w_logic`` (its weight
         ROM ``w_mem`` is among ``dataflow.logic_memories``: read from banks in two steps,
-        see :class:`~onnx2fpga.hw.cores.MatVecCore`), ``x_logic`` (the same for its input
+        see :class:`~onnx2fpga.hw.matvec.MatVecCore`), ``x_logic`` (the same for its input
         buffer ``x_mem``), ``ice40_dsp`` (its products go to SB_MAC16s on an iCE40: the
         MatVecs in dataflow order whose products fit what is left of
         ``dataflow.ice40_dsps``). ``"requant"`` (only
@@ -241,7 +240,7 @@ def tensor_orders(dataflow: Dataflow) -> tuple[dict, dict]:
 
 def stream_stages(stages, shape, order) -> tuple[list, int]:
     """Requantization stages with logical per-channel parameters turned into the form
-    :class:`~onnx2fpga.hw.cores.RequantCore` and
+    :class:`~onnx2fpga.hw.requant.RequantCore` and
     :class:`~onnx2fpga.hw.threshold.ThresholdCore` take: 1-D parameters (thresholds: rows)
     over a period of ``channels`` stream positions (the shortest period of all parameters
     in stream order).
@@ -296,19 +295,18 @@ def stream_stages(stages, shape, order) -> tuple[list, int]:
 def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list]]:
     """Which core computes each stage of an elementwise stage list (in stream form, see
     :func:`stream_stages`): ``[(kind, stages), ...]``, consecutive stages of one kind in one
-    core, ``kind`` ``"requant"`` (:class:`~onnx2fpga.hw.cores.RequantCore`) or
+    core, ``kind`` ``"requant"`` (:class:`~onnx2fpga.hw.requant.RequantCore`) or
     ``"threshold"`` (:class:`~onnx2fpga.hw.threshold.ThresholdCore`).
 
     A ThresholdStage always goes to a threshold core. A RequantStage does where it is
     monotonic over its input range (the range of ``in_type`` for the first stage, of the
     previous stage's output after that), its output takes at most 256 levels, and its
     exact thresholds (:func:`~onnx2fpga.hw.threshold.requant_as_thresholds`) are estimated
-    to cost no more (:func:`onnx2fpga.hw.cost.threshold_is_cheaper`: in practice up to 15
+    to cost no more (:func:`onnx2fpga.plan.thresholds.threshold_is_cheaper`: in practice up to 15
     thresholds, a 4-bit output, against a multiplier of a few bits or more); the stage is
     then replaced by those thresholds, which compute the same integers.
     """
-    from .cost import threshold_is_cheaper
-    from .threshold import requant_as_thresholds
+    from .thresholds import requant_as_thresholds, threshold_is_cheaper
     lo, hi = in_type.lo, in_type.hi
     runs: list[tuple[str, list]] = []
     for stage in stages:
@@ -515,7 +513,7 @@ class _Builder:
 
 def matvec_arithmetic(layer: DenseLayer) -> str:
     """How the matrix-vector unit of ``layer`` multiplies
-    (:class:`~onnx2fpga.hw.cores.MatVecCore`): ``"xnor"`` (XNOR and popcount) when every
+    (:class:`~onnx2fpga.hw.matvec.MatVecCore`): ``"xnor"`` (XNOR and popcount) when every
     weight is -1 or +1 and ``layer.in_bipolar`` says every input is too (the input type
     signed, at least 2 bits); ``"sign"`` (adding or subtracting each input) when every
     weight is -1 or +1; ``"multiply"`` otherwise."""
@@ -532,14 +530,11 @@ def _matvec_stages(b: _Builder, dense: DenseLayer, net: str, k: int, layer,
                    out_shape, order) -> str:
     """``matvec``, then the requantization of ``layer.requant`` on ``requant_lanes`` lanes
     between converters, back to ``pe`` lanes."""
-    from .cores import ice40_matvec_dsps, int_shape
-
     name = f"matvec_{k}"
     arithmetic = matvec_arithmetic(dense)
     # iCE40 DSPs: to the MatVecs in dataflow order whose products all fit the ones left.
     ice40_dsp = False
-    dsps = ice40_matvec_dsps(dense.simd, dense.pe, int_shape(dense.in_type),
-                             int_shape(dense.weight_type))
+    dsps = ice40_matvec_dsps(dense.simd, dense.pe, dense.in_type, dense.weight_type)
     if dense.multipliers == "dsp" and arithmetic == "multiply" and 0 < dsps <= b.ice40_dsps:
         ice40_dsp = True
         b.ice40_dsps -= dsps
@@ -683,7 +678,7 @@ def _layer_body(b: _Builder, layer, ins: list[str], orders: list, k: int, out_ne
             parts.append(net)
         net = b.add("concat", f"concat_{k}", parts, layer.out_type, layer.lanes,
                     layer.out_size, layer=layer,
-                    params={"chunks": _concat_chunks(layer), "repeats": _concat_repeats(layer)})
+                    params={"chunks": concat_chunks(layer), "repeats": concat_repeats(layer)})
         return _finish(b, net, out_net)
     if isinstance(layer, ResizeLayer):
         net = b.lanes(ins[0], layer.lanes, f"convert_{k}")
@@ -711,7 +706,7 @@ def _stream_dims(shape) -> list[int]:
     return [h, w, c]
 
 
-def _concat_axis_position(layer: ConcatLayer) -> int:
+def concat_axis_position(layer: ConcatLayer) -> int:
     rank = len(layer.in_shapes[0])
     if rank == 1:
         return 0
@@ -719,21 +714,21 @@ def _concat_axis_position(layer: ConcatLayer) -> int:
     return {1: 0, 2: 1, 0: 2}[axis]          # logical (C, H, W) axis -> stream position
 
 
-def _concat_repeats(layer: ConcatLayer) -> int:
+def concat_repeats(layer: ConcatLayer) -> int:
     if len(layer.in_shapes[0]) == 1:
         return 1
-    q = _concat_axis_position(layer)
+    q = concat_axis_position(layer)
     return int(np.prod(_stream_dims(layer.in_shapes[0])[:q], dtype=np.int64))
 
 
-def _concat_chunks(layer: ConcatLayer) -> list[int]:
+def concat_chunks(layer: ConcatLayer) -> list[int]:
     """Transfers taken from each input in turn."""
     chunks = []
     for shape in layer.in_shapes:
         if len(shape) == 1:
             n = shape[0]
         else:
-            n = int(np.prod(_stream_dims(shape)[_concat_axis_position(layer):], dtype=np.int64))
+            n = int(np.prod(_stream_dims(shape)[concat_axis_position(layer):], dtype=np.int64))
         if n % layer.lanes:
             raise ValueError(f"Lanes of layer {layer.name!r} must divide the {n} elements "
                              f"each input contributes in turn, not {layer.lanes}")

@@ -9,7 +9,7 @@ target (fewest lanes, then the narrowest streams). Lane counts of neighbours nee
 each other: the planner joins them with width converters.
 
 FIFO depths: ``fifo_depth`` transfers after every layer; the branches of a fork that meet
-again in a join get the depth :func:`onnx2fpga.hw.cost.edge_fifo_depths` computes from the
+again in a join get the depth :func:`onnx2fpga.plan.cost.edge_fifo_depths` computes from the
 layers' cycle behaviour, so that the join can never deadlock.
 """
 
@@ -19,12 +19,12 @@ from functools import lru_cache
 from math import gcd
 
 from ..errors import OptionError
-from ..ir import (
+from ..ir.dataflow import Dataflow
+from ..ir.layers import (
     MULTIPLIERS,
     AddLayer,
     ConcatLayer,
     ConvLayer,
-    Dataflow,
     DenseLayer,
     PadLayer,
     PoolLayer,
@@ -44,7 +44,7 @@ def divisors(n: int) -> list[int]:
 
 @lru_cache(maxsize=4096)
 def _window_cycles(c, h, w, kernel, stride, dilation, pads, lanes) -> int:
-    from ..hw.window import WindowGeometry
+    from .window import WindowGeometry
     g = WindowGeometry.make(c, h, w, kernel, stride, dilation, pads, lanes)
     return max(g.cycles, g.in_beats, g.out_beats)
 
@@ -100,11 +100,11 @@ def layer_options(layer) -> list[tuple[int, int, dict]]:
         for lanes in divisors(c):
             opts.append((layer.out_size // lanes, lanes, {"lanes": lanes}))
     elif isinstance(layer, ConcatLayer):
-        from ..hw.graph import _concat_chunks
+        from .graph import concat_chunks
         for lanes in divisors(layer.out_size):
             layer.lanes, old = lanes, layer.lanes
             try:
-                _concat_chunks(layer)
+                concat_chunks(layer)
             except ValueError:
                 continue
             finally:
@@ -284,8 +284,8 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
 
 def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int) -> None:
     """Apply ``chosen`` and the overrides, then the ports and all FIFO depths."""
-    from ..hw.cost import edge_fifo_depths
-    from ..hw.graph import plan_graph
+    from .cost import edge_fifo_depths
+    from .graph import plan_graph
 
     _fold_with(dataflow, chosen, overrides)
     dataflow.logic_memories = []
@@ -296,7 +296,7 @@ def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int) -> 
 
 def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:
     """Apply ``chosen`` (then the overrides) and set the ports' lanes and orders."""
-    from ..hw.graph import plan_graph, tensor_orders
+    from .graph import plan_graph, tensor_orders
 
     for layer, params in zip(dataflow.layers, chosen):
         _apply(layer, params)
@@ -317,8 +317,8 @@ def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:
 
 
 def _design_cycles(dataflow: Dataflow) -> int:
-    from ..hw.cost import stage_cycles
-    from ..hw.graph import plan_graph
+    from .cost import stage_cycles
+    from .graph import plan_graph
     return max(stage_cycles(s) for s in plan_graph(dataflow, check_ports=False).stages)
 
 

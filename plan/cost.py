@@ -7,29 +7,29 @@ inference) is the steady-state initiation interval: the number of cycles between
 consecutive inferences when inputs come as fast as the cores take them and the output never
 stalls.
 
-Every figure is derived from the stage list of :func:`onnx2fpga.hw.graph.plan_graph`, the
+Every figure is derived from the stage list of :func:`onnx2fpga.plan.graph.plan_graph`, the
 same list the hardware is built from. Per core:
 
-- :class:`~onnx2fpga.hw.cores.MatVecCore`: ``folds = in_features // simd``,
+- :class:`~onnx2fpga.hw.matvec.MatVecCore`: ``folds = in_features // simd``,
   ``groups = out_features // pe``; ``folds * groups`` cycles per vector; one vector:
   latency ``folds + folds * groups + matvec_stages(simd)`` (computing starts the cycle after
   the last input transfer; one (group, fold) step per cycle; memory read, operand registers,
   multiply, the adder tree's stages and the accumulator add ``1 + matvec_stages(simd)``). A
   convolution feeds it one vector per output pixel.
-- :class:`~onnx2fpga.hw.cores.RequantCore` with ``n`` stages: one transfer per cycle; an
+- :class:`~onnx2fpga.hw.requant.RequantCore` with ``n`` stages: one transfer per cycle; an
   element leaves ``2 + 5 * n`` cycles after it enters.
 - :class:`~onnx2fpga.hw.threshold.ThresholdCore`: one transfer per cycle; an element leaves
   ``1 + sum`` of its stages' latencies after it enters: 2 for a stage of at most 15
   thresholds (parallel comparators), ``max(1, n.bit_length())`` for ``n`` thresholds
   searched in binary (:func:`threshold_stage_latency`).
-- :class:`~onnx2fpga.hw.cores.MatVecCore` computes with multipliers, by the sign of ±1
+- :class:`~onnx2fpga.hw.matvec.MatVecCore` computes with multipliers, by the sign of ±1
   weights or by XNOR and popcount (bipolar weights and inputs): the same pipeline and the
   same figures in all three cases.
-- :class:`~onnx2fpga.hw.cores.StreamFIFO`: 1 cycle through (depth up to 4), 2 (deeper).
-- :class:`~onnx2fpga.hw.cores.WidthConverter`: gathering ``k`` transfers: 1 cycle after the
+- :class:`~onnx2fpga.hw.plumbing.StreamFIFO`: 1 cycle through (depth up to 4), 2 (deeper).
+- :class:`~onnx2fpga.hw.plumbing.WidthConverter`: gathering ``k`` transfers: 1 cycle after the
   last; splitting into ``k``: the last piece ``k`` cycles after the input transfer.
 - :class:`~onnx2fpga.hw.window.SlidingWindowCore`: the exact row-level model of
-  :class:`~onnx2fpga.hw.window.WindowGeometry`.
+  :class:`~onnx2fpga.plan.window.WindowGeometry`.
 - :class:`~onnx2fpga.hw.reduce.WindowReduceCore`: one input transfer per cycle; a group's
   last output 2 cycles after its last input.
 
@@ -41,17 +41,14 @@ stage's drain time, and no stream carries more than one transfer per cycle.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ..ir import (
+from ..ir.dataflow import Dataflow
+from ..ir.layers import (
     AddLayer,
     ConcatLayer,
     ConvLayer,
-    Dataflow,
     DenseLayer,
-    IntType,
     PadLayer,
     PoolLayer,
     RequantLayer,
@@ -60,27 +57,25 @@ from ..ir import (
     image_shape,
 )
 from .graph import Plan, Stage, layer_stages, plan_graph
+from .thresholds import threshold_latency
 
 __all__ = [
     "ADDER_LEVELS_PER_STAGE", "matvec_tree_stages", "matvec_stages", "matvec_latency",
-    "requant_latency", "fifo_latency", "threshold_search",
-    "threshold_stage_latency", "threshold_table", "threshold_latency", "requant_luts",
-    "threshold_luts",
-    "threshold_is_cheaper", "THRESHOLD_PARALLEL_MAX", "stage_cycles", "layer_cycles",
-    "layer_latency", "dataflow_cycles", "plan_timing", "layer_need", "edge_fifo_depths",
+    "requant_latency", "fifo_latency", "stage_cycles", "layer_cycles", "layer_latency",
+    "dataflow_cycles", "plan_timing", "layer_need", "edge_fifo_depths",
 ]
 
 
 _PLUMBING = ("convert", "cast", "fifo")
 
 
-#: Adder levels between two registers of :class:`~onnx2fpga.hw.cores.MatVecCore`'s adder tree:
+#: Adder levels between two registers of :class:`~onnx2fpga.hw.matvec.MatVecCore`'s adder tree:
 #: two levels of 16..24-bit carry chains and their routing fit a 10 ns cycle on ECP5.
 ADDER_LEVELS_PER_STAGE = 2
 
 
 def matvec_tree_stages(simd: int) -> int:
-    """Register stages of the adder tree of a :class:`~onnx2fpga.hw.cores.MatVecCore` that
+    """Register stages of the adder tree of a :class:`~onnx2fpga.hw.matvec.MatVecCore` that
     sums ``simd`` products: ``ceil(log2(simd))`` adder levels, at most
     :data:`ADDER_LEVELS_PER_STAGE` per stage, at least one stage."""
     levels = (int(simd) - 1).bit_length()
@@ -88,65 +83,23 @@ def matvec_tree_stages(simd: int) -> int:
 
 
 def matvec_stages(simd: int) -> int:
-    """Pipeline registers of a :class:`~onnx2fpga.hw.cores.MatVecCore` between its memories
+    """Pipeline registers of a :class:`~onnx2fpga.hw.matvec.MatVecCore` between its memories
     and its accumulator: memory data, operand registers, products and the adder tree's
     :func:`matvec_tree_stages` (4 for ``simd <= 4``, 5 up to 16, 6 up to 64)."""
     return 3 + matvec_tree_stages(simd)
 
 
 def matvec_latency(folds: int, groups: int, simd: int) -> int:
-    """Latency of a :class:`~onnx2fpga.hw.cores.MatVecCore` with ``folds`` input transfers and
+    """Latency of a :class:`~onnx2fpga.hw.matvec.MatVecCore` with ``folds`` input transfers and
     ``groups`` output transfers per vector and ``simd`` products per output and step:
     ``folds + folds * groups + matvec_stages(simd)``."""
     return folds + folds * groups + matvec_stages(simd)
 
 
 def requant_latency(stages: int) -> int:
-    """Latency of a :class:`~onnx2fpga.hw.cores.RequantCore` of ``stages`` stages
+    """Latency of a :class:`~onnx2fpga.hw.requant.RequantCore` of ``stages`` stages
     (``2 + 5 * stages``; 0 for no stage, when no core is built)."""
     return 2 + 5 * stages if stages else 0
-
-
-#: The most thresholds per stage that :class:`~onnx2fpga.hw.threshold.ThresholdCore` compares
-#: in parallel (a 4-bit output); more are searched in binary.
-THRESHOLD_PARALLEL_MAX = 15
-
-
-def threshold_search(n: int) -> str:
-    """How a :class:`~onnx2fpga.hw.threshold.ThresholdCore` computes a stage of ``n``
-    thresholds: ``"parallel"`` (``n`` comparators per lane) up to
-    :data:`THRESHOLD_PARALLEL_MAX`, else ``"binary"`` (``n.bit_length()`` comparators, each
-    choosing among ``2**L`` thresholds: past 16 levels the comparator bank grows faster
-    than the search's multiplexers)."""
-    return "parallel" if n <= THRESHOLD_PARALLEL_MAX else "binary"
-
-
-def threshold_stage_latency(n: int, search: str | None = None, table: bool = False) -> int:
-    """Cycles one threshold stage of ``n`` thresholds adds: 2 in parallel (compare, then
-    count), plus 1 when the thresholds differ between channels (``table``: they come from a
-    ROM, block RAM on most devices, whose output is registered before the comparators: a
-    block RAM's clock-to-output delay plus a wide comparator missed 100 MHz on the ECP5);
-    ``max(1, n.bit_length())`` levels of a binary search."""
-    search = search or threshold_search(n)
-    if search == "parallel":
-        return 3 if table and n else 2
-    return max(1, int(n).bit_length())
-
-
-def threshold_table(stage, channels: int, lanes: int) -> bool:
-    """Whether a :class:`~onnx2fpga.hw.threshold.ThresholdCore` reads ``stage``'s
-    thresholds from a table: they differ between channels (more than one row) and a lane
-    sees more than one channel (``channels`` is not a divisor of ``lanes``)."""
-    return stage.thresholds.shape[0] > 1 and channels // math.gcd(channels, lanes) > 1
-
-
-def threshold_latency(stages, channels: int = 1, lanes: int = 1) -> int:
-    """Latency of a :class:`~onnx2fpga.hw.threshold.ThresholdCore` of ``stages``
-    (ThresholdStages, with the automatic choice of search) over ``channels`` in ``lanes``:
-    an input register plus every stage's :func:`threshold_stage_latency`."""
-    return 1 + sum(threshold_stage_latency(st.thresholds.shape[1],
-                                           table=threshold_table(st, channels, lanes))
-                   for st in stages)
 
 
 # Resource estimates (LUT4 per lane) that decide between requantization and thresholds.
@@ -158,67 +111,8 @@ def threshold_latency(stages, channels: int = 1, lanes: int = 1) -> int:
 # the requantization is cheaper than this (benchmarks/lowbit_resources.py measures both).
 
 
-def _bits(lo: int, hi: int) -> int:
-    return IntType.for_range(min(int(lo), 0), max(int(hi), 0)).bits
-
-
-def requant_luts(stage, in_bits: int, channels: int) -> float:
-    """Estimated LUT4 of one lane of one :class:`~onnx2fpga.ir.RequantStage` on
-    ``in_bits``-wide inputs, its parameters cycling through ``channels``: the multiplier
-    (none for a constant multiplier of 0 or 1), the offset and rounding adders, the clip
-    comparators and multiplexers, and the per-channel parameter table (see the comment
-    above)."""
-    luts, table = 0.0, 0
-    sides = [(stage.multiplier, stage.offset)]
-    if stage.neg_multiplier is not None:
-        sides.append((stage.neg_multiplier, stage.neg_offset))
-        luts += in_bits                                  # choosing a side
-    v_bits = in_bits
-    for mult, off in sides:
-        m_bits = _bits(mult.min(), mult.max())
-        if mult.size > 1:
-            luts += 3 * in_bits * m_bits
-        else:                                            # shift and add per set bit
-            ones = bin(abs(int(mult[0]))).count("1")
-            luts += max(ones - 1, 0) * (in_bits + m_bits)
-        v_bits = max(v_bits, in_bits + m_bits, _bits(off.min(), off.max()) + 1)
-        luts += v_bits                                   # + offset
-        for arr in (mult, off):
-            if arr.size > 1:
-                table += channels * _bits(arr.min(), arr.max())
-    r_bits = max(v_bits - int(stage.shift), stage.out_type.bits)
-    luts += v_bits + 4 * r_bits                          # rounding; clip compare and mux
-    return luts + table / 16
-
-
-def threshold_luts(n: int, in_bits: int, channels: int, per_channel: bool) -> float:
-    """Estimated LUT4 of one lane of a threshold stage of ``n`` thresholds on
-    ``in_bits``-wide inputs (comparators ``in_bits + 1`` wide, see
-    :class:`~onnx2fpga.hw.threshold.ThresholdCore`), the thresholds per channel
-    (``per_channel``, a table of ``channels`` rows) or constants."""
-    w = in_bits + 1
-    table = channels * n * w if per_channel else 0
-    if threshold_search(n) == "parallel":
-        return n * w + n + table / 16                    # comparators, count
-    levels = max(1, int(n).bit_length())
-    luts = levels * w
-    if not per_channel:                                  # constant multiplexers per level
-        luts += w * sum(-(-(1 << level) // 16) for level in range(1, levels))
-    return luts + table / 16
-
-
-def threshold_is_cheaper(stage, thresholds, in_bits: int, channels: int) -> bool:
-    """True if ``thresholds`` (the ThresholdStage computing ``stage`` exactly, from
-    :func:`onnx2fpga.hw.threshold.requant_as_thresholds`) is estimated to cost no more
-    LUT4 than the requantization ``stage`` (:func:`threshold_luts` against
-    :func:`requant_luts`)."""
-    t = thresholds.thresholds
-    return threshold_luts(t.shape[1], in_bits, channels, t.shape[0] > 1) <= \
-        requant_luts(stage, in_bits, channels)
-
-
 def fifo_latency(depth: int) -> int:
-    """Cycles from a write into a :class:`~onnx2fpga.hw.cores.StreamFIFO` of ``depth`` to the
+    """Cycles from a write into a :class:`~onnx2fpga.hw.plumbing.StreamFIFO` of ``depth`` to the
     earliest read (0 for depth 0, which is a plain connection)."""
     if depth <= 0:
         return 0
@@ -359,9 +253,9 @@ def layer_latency(layer) -> int:
     ``n = len(requant)``: ``folds + folds * groups + d`` (``d = matvec_stages(simd)``)
     without requantization; with it,
     plus ``2 + 5 * n``, plus, when the requantization core has ``d < pe`` lanes (see
-    :func:`onnx2fpga.hw.graph.requant_lanes`), ``pe // d`` (serializing) ``+ 1`` (gathering).
+    :func:`onnx2fpga.plan.graph.requant_lanes`), ``pe // d`` (serializing) ``+ 1`` (gathering).
     RequantLayer: ``channels // lanes - 1 + 2 + 5 * n``. Stages computed by a threshold core
-    (:func:`onnx2fpga.hw.graph.stage_cores`) count :func:`threshold_latency` instead of
+    (:func:`onnx2fpga.plan.graph.stage_cores`) count :func:`threshold_latency` instead of
     ``2 + 5 * n``.
     """
     first, last = 0, layer.in_size // layer.in_lanes - 1
@@ -389,7 +283,7 @@ def dataflow_cycles(dataflow: Dataflow, plan: Plan | None = None) -> dict:
     Raises
     ------
     TypeError, ValueError
-        As :func:`onnx2fpga.hw.graph.plan_graph`.
+        As :func:`onnx2fpga.plan.graph.plan_graph`.
     """
     plan = plan or plan_graph(dataflow)
     by_name = {s.name: s for s in plan.stages}
@@ -462,8 +356,8 @@ def layer_need(layer) -> list[np.ndarray]:
         per_row = len(layer.cols) * c
         return [np.repeat((layer.rows + 1) * w * c, per_row)]
     if isinstance(layer, ConcatLayer):
-        from .graph import _concat_chunks
-        sizes = [ch * layer.lanes for ch in _concat_chunks(layer)]
+        from .graph import concat_chunks
+        sizes = [ch * layer.lanes for ch in concat_chunks(layer)]
         total = sum(sizes)
         r, off = np.divmod(k, total)
         needs, start = [], 0

@@ -1,0 +1,180 @@
+"""Stream plumbing: a FIFO and a lane-count (width) converter, both value- and order-preserving.
+"""
+
+from __future__ import annotations
+
+from amaranth import (
+    Module,
+    Signal,
+)
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..plan import cost
+from ..plan.checks import check_count
+from .blocks import counter, int_shape, quiet_if_invalid, skid_output, wrap_incr
+
+__all__ = ["StreamFIFO", "WidthConverter"]
+
+
+
+class StreamFIFO(wiring.Component):
+    """A first-in first-out queue of ``lanes``-wide transfers.
+
+    Depth 1 is a single pipeline register (full throughput; ``i_stream.ready`` follows
+    ``o_stream.ready`` combinationally while it is full); depths 2..4 use
+    :class:`amaranth.lib.fifo.SyncFIFO` (storage in flip-flops, latency 1); deeper queues use
+    :class:`amaranth.lib.fifo.SyncFIFOBuffered` (storage in block RAM, latency 2).
+
+    Parameters
+    ----------
+    shape : IntType or Amaranth integer shape
+        Element shape.
+    lanes : int
+        Elements per transfer.
+    depth : int
+        Number of transfers the queue holds, at least 1.
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(shape, lanes)))``
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(shape, lanes)))``
+        One transfer per cycle on each side; ``latency`` cycles from a write to its read.
+    """
+
+    @quiet_if_invalid
+    def __init__(self, shape, lanes, depth):
+        self._shape = int_shape(shape)
+        self._lanes = check_count("Lanes", lanes)
+        self._depth = check_count("FIFO depth", depth)
+        layout = data.ArrayLayout(self._shape, self._lanes)
+        super().__init__({
+            "i_stream": In(stream.Signature(layout)),
+            "o_stream": Out(stream.Signature(layout)),
+        })
+
+    @property
+    def depth(self) -> int:
+        return self._depth
+
+    @property
+    def latency(self) -> int:
+        """Cycles from a write to the earliest read of that transfer."""
+        return cost.fifo_latency(self._depth)
+
+    def elaborate(self, platform):
+        m = Module()
+        i_stream, o_stream = self.i_stream, self.o_stream
+        if self._depth == 1:
+            full = Signal()
+            m.d.comb += [
+                i_stream.ready.eq(~full | o_stream.ready),
+                o_stream.valid.eq(full),
+            ]
+            with m.If(o_stream.ready):
+                m.d.sync += full.eq(0)
+            with m.If(i_stream.valid & i_stream.ready):
+                m.d.sync += [full.eq(1), o_stream.payload.eq(i_stream.payload)]
+            return m
+        width = self._shape.width * self._lanes
+        cls = fifo.SyncFIFO if self._depth <= 4 else fifo.SyncFIFOBuffered
+        m.submodules.fifo = q = cls(width=width, depth=self._depth)
+        m.d.comb += [
+            q.w_data.eq(i_stream.payload),
+            q.w_en.eq(i_stream.valid),
+            i_stream.ready.eq(q.w_rdy),
+            o_stream.payload.eq(q.r_data),
+            o_stream.valid.eq(q.r_rdy),
+            q.r_en.eq(o_stream.ready),
+        ]
+        return m
+
+
+
+class WidthConverter(wiring.Component):
+    """Regroup a stream of ``in_lanes``-wide transfers into ``out_lanes``-wide transfers.
+
+    One lane count must divide the other. Element order is kept: the elements of consecutive
+    input transfers are concatenated (lane 0 first) and cut into output transfers.
+
+    Parameters
+    ----------
+    shape : IntType or Amaranth integer shape
+        Element shape.
+    in_lanes, out_lanes : int
+        Elements per input and per output transfer.
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(shape, in_lanes)))``
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(shape, out_lanes)))``
+
+    Timing: equal lane counts are a wire. Gathering (``out_lanes = k * in_lanes``) outputs one
+    cycle after the ``k``-th input transfer and accepts an input every cycle. Splitting
+    (``in_lanes = k * out_lanes``) outputs the ``k`` pieces in the ``k`` cycles after the input
+    transfer and accepts the next input in the cycle its last piece leaves. In both cases an
+    output that is not taken moves to a skid register, so that ``o_stream.ready`` enables no
+    data register and ``i_stream.ready`` is a function of registers only.
+    """
+
+    @quiet_if_invalid
+    def __init__(self, shape, in_lanes, out_lanes):
+        self._shape = int_shape(shape)
+        self._in_lanes = check_count("Input lanes", in_lanes)
+        self._out_lanes = check_count("Output lanes", out_lanes)
+        if self._in_lanes % self._out_lanes and self._out_lanes % self._in_lanes:
+            raise ValueError(f"One lane count must divide the other, not in_lanes="
+                             f"{in_lanes} and out_lanes={out_lanes}")
+        super().__init__({
+            "i_stream": In(stream.Signature(data.ArrayLayout(self._shape, self._in_lanes))),
+            "o_stream": Out(stream.Signature(data.ArrayLayout(self._shape, self._out_lanes))),
+        })
+
+    @property
+    def in_lanes(self) -> int:
+        return self._in_lanes
+
+    @property
+    def out_lanes(self) -> int:
+        return self._out_lanes
+
+    def elaborate(self, platform):
+        m = Module()
+        i_stream, o_stream = self.i_stream, self.o_stream
+        n_in, n_out = self._in_lanes, self._out_lanes
+        bits = self._shape.width
+        if n_in == n_out:
+            wiring.connect(m, wiring.flipped(i_stream), wiring.flipped(o_stream))
+            return m
+        if n_out > n_in:                   # gather k inputs into one output
+            k = n_out // n_in
+            buf = Signal(n_out * bits)
+            count = counter(k)
+            o_valid = Signal()
+            free = skid_output(m, o_stream, o_valid, buf, free_copy=True)
+            m.d.comb += i_stream.ready.eq(free)
+            with m.If(o_valid & free):     # the word left: sent, or to the skid register
+                m.d.sync += o_valid.eq(0)
+            with m.If(i_stream.valid & i_stream.ready):
+                with m.Switch(count):
+                    for c in range(k):
+                        with m.Case(c):
+                            m.d.sync += buf.word_select(c, n_in * bits).eq(i_stream.payload)
+                m.d.sync += count.eq(wrap_incr(count, k))
+                with m.If(count == k - 1):
+                    m.d.sync += o_valid.eq(1)
+            return m
+        k = n_in // n_out                   # split one input into k outputs
+        word = Signal(n_in * bits)
+        count = counter(k)
+        full = Signal()
+        last = count == k - 1
+        free = skid_output(m, o_stream, full, word[:n_out * bits], free_copy=True)
+        m.d.comb += i_stream.ready.eq(~full | (free & last))
+        with m.If(full & free):            # a piece left: sent, or to the skid register
+            m.d.sync += [word.eq(word >> (n_out * bits)), count.eq(wrap_incr(count, k))]
+            with m.If(last):
+                m.d.sync += full.eq(0)
+        with m.If(i_stream.valid & i_stream.ready):
+            m.d.sync += [word.eq(i_stream.payload), full.eq(1)]
+        return m
