@@ -1,9 +1,13 @@
-"""Hardware generation: streaming cores in Amaranth, the accelerator top level, Verilog."""
+"""Hardware generation: streaming cores in Amaranth, the accelerator top level, Verilog.
 
-from ..plan.cost import dataflow_cycles, layer_cycles, layer_latency
-from ..plan.graph import Plan, Stage, layer_stages, plan_graph, requant_lanes
-from ..plan.thresholds import requant_as_thresholds
-from .blocks import int_shape
+One file per core (:mod:`.matvec`, :mod:`.requant`, :mod:`.threshold`, :mod:`.window`,
+:mod:`.reduce`, :mod:`.depthwise`, :mod:`.joins`, :mod:`.resize`, :mod:`.plumbing`) over a
+public library of building blocks (:mod:`.blocks`, :mod:`.arith`, :mod:`.memory`); the top
+level (:mod:`.top`), Verilog emission (:mod:`.emit`) and resource estimates read from the
+netlist (:mod:`.resources`). What the cores are and how fast they run is planned in
+:mod:`onnx2fpga.plan`.
+"""
+
 from .emit import emit_verilog
 from .matvec import MatVecCore
 from .plumbing import StreamFIFO, WidthConverter
@@ -12,8 +16,6 @@ from .threshold import ThresholdCore
 from .top import Accelerator
 
 __all__ = [
-    "Accelerator", "MatVecCore", "Plan", "RequantCore", "Stage", "StreamFIFO",
-    "WidthConverter", "dataflow_cycles", "emit_verilog", "int_shape", "layer_cycles",
-    "layer_latency", "layer_stages", "plan_graph", "requant_lanes", "ThresholdCore",
-    "requant_as_thresholds",
+    "Accelerator", "MatVecCore", "RequantCore", "StreamFIFO", "WidthConverter",
+    "ThresholdCore", "emit_verilog",
 ]

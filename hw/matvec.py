@@ -188,7 +188,7 @@ class MatVecCore(wiring.Component):
         if layer.weight.min() < wt.lo or layer.weight.max() > wt.hi:
             raise ValueError(f"Weights of layer {layer.name!r} must lie within {wt.name}, not "
                              f"[{int(layer.weight.min())}, {int(layer.weight.max())}]")
-        from ..plan.graph import matvec_arithmetic
+        from ..plan.builder import matvec_arithmetic
         if arithmetic is None:
             arithmetic = matvec_arithmetic(layer)
         if arithmetic not in ("multiply", "sign", "xnor"):

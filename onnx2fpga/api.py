@@ -26,7 +26,7 @@ import numpy as np
 
 from .errors import CalibrationError, DesignDirError, OptionError
 from .ir.dataflow import Design
-from .ir.layers import DenseLayer, product_mapping
+from .ir.layers import product_mapping
 from .ir.serialize import load_design, save_design
 from .report import write_report
 from .version import __version__
@@ -423,7 +423,7 @@ def _layer_errors(design, samples, points: dict, envs: list) -> list[dict]:
 
 def _element_order(port) -> str:
     from .frontend.lower import _logical
-    from .plan.graph import hwc_order
+    from .plan.builder import hwc_order
 
     if port.order is None:
         return "C order (row-major) over shape, batch dimension bound to 1"
@@ -448,22 +448,9 @@ def _port_json(port) -> dict:
     }
 
 
-def _stage_json(st) -> dict:
-    from .ir.stages import ThresholdStage
-
-    if isinstance(st, ThresholdStage):
-        return {"thresholds": int(st.thresholds.shape[1]), "per_channel": st.per_element,
-                "base": st.base, "step": st.step, "clip": [st.lo, st.hi]}
-    return {"shift": st.shift,
-            "multiplier_bits": int(max(int(np.abs(st.multiplier).max()), 1)).bit_length(),
-            "per_channel": bool(st.per_element), "zero_point": st.zero_point,
-            "clip": [st.lo, st.hi], "rounding": st.rounding,
-            "leaky": st.neg_multiplier is not None}
-
-
 def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
     """One layer's manifest entry: what it computes, its folding and its figures."""
-    from .ir.layers import AddLayer, ConcatLayer, ConvLayer, PoolLayer, ViewLayer
+    from .plan.layers import kind_of
 
     entry = {
         "name": ly.name, "kind": ly.kind, "onnx_nodes": list(ly.nodes),
@@ -476,40 +463,7 @@ def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
     }
     if "reorder_cycles" in figures:
         entry["reorder_cycles"] = figures["reorder_cycles"]
-    if isinstance(ly, ViewLayer):
-        entry["perm"] = list(ly.perm) if ly.perm is not None else None
-        return entry
-    entry.update({"in_lanes": ly.in_lanes, "out_lanes": ly.out_lanes})
-    stages = list(getattr(ly, "requant", []))
-    if isinstance(ly, ConcatLayer):
-        stages = [st for sts in ly.requant for st in sts]
-    entry["requant"] = [_stage_json(st) for st in stages]
-    if isinstance(ly, DenseLayer):
-        entry.update({"in_features": ly.in_features, "out_features": ly.out_features,
-                      "simd": ly.simd, "pe": ly.pe, "multipliers": ly.multipliers,
-                      "weight_type": ly.weight_type.name,
-                      "acc_type": ly.acc_type.name, "in_zero_point": ly.in_zero_point,
-                      "weight_memory_bits": int(ly.weight.size * ly.weight_type.bits),
-                      "macs": int(ly.weight.size)})
-    elif isinstance(ly, ConvLayer):
-        pixels = ly.out_hw[0] * ly.out_hw[1]
-        entry.update({"kernel": list(ly.kernel), "stride": list(ly.stride),
-                      "dilation": list(ly.dilation), "pads": list(ly.pads), "group": ly.group,
-                      "depthwise": ly.depthwise, "lanes": ly.lanes, "simd": ly.simd,
-                      "pe": ly.pe, "multipliers": ly.multipliers,
-                      "weight_type": ly.weight_type.name,
-                      "acc_type": ly.acc_type.name, "in_zero_point": ly.in_zero_point,
-                      "weight_memory_bits": int(ly.weight.size * ly.weight_type.bits),
-                      "macs": int(ly.weight.size * pixels)})
-    elif isinstance(ly, PoolLayer):
-        entry.update({"op": ly.op, "kernel": list(ly.kernel), "stride": list(ly.stride),
-                      "dilation": list(ly.dilation), "pads": list(ly.pads),
-                      "global": ly.is_global})
-    elif isinstance(ly, AddLayer):
-        entry.update({"in_zero_points": ly.in_zero_points,
-                      "multipliers": [int(m[0]) for m in ly.multipliers]})
-    elif isinstance(ly, ConcatLayer):
-        entry["axis"] = ly.axis
+    entry.update(kind_of(ly).manifest(ly))
     return entry
 
 
@@ -517,7 +471,7 @@ def _streams_json(df, plan) -> dict:
     """Every tensor crossing a stream inside the accelerator: who writes it, its element
     order, lanes and element type (as the producer's net carries it)."""
     from .frontend.lower import _logical
-    from .plan.graph import hwc_order
+    from .plan.builder import hwc_order
 
     shapes = {df.input.name: _logical(df.input.shape)}
     producers = {df.input.name: "s_axis"}

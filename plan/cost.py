@@ -44,19 +44,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.dataflow import Dataflow
-from ..ir.layers import (
-    AddLayer,
-    ConcatLayer,
-    ConvLayer,
-    DenseLayer,
-    PadLayer,
-    PoolLayer,
-    RequantLayer,
-    ResizeLayer,
-    ViewLayer,
-    image_shape,
-)
-from .graph import Plan, Stage, layer_stages, plan_graph
+from .builder import Plan, Stage
+from .graph import layer_stages, plan_graph
+from .layers import kind_of
 from .thresholds import threshold_latency
 
 __all__ = [
@@ -318,67 +308,11 @@ def dataflow_cycles(dataflow: Dataflow, plan: Plan | None = None) -> dict:
 # Skip-branch FIFOs: how far one branch of a fork can run ahead of the other
 
 
-def _window_need(layer, out_channels: int, kernel, stride, dilation, pads) -> np.ndarray:
-    """Input elements a windowed layer has taken (whole rows: the window core releases an
-    output row once the last input row it reads is complete) before output element ``k``
-    can leave, for every ``k`` of one inference in channels-last order."""
-    from .window import WindowGeometry
-    c, h, w = image_shape(layer.in_shape)
-    g = WindowGeometry.make(c, h, w, kernel, stride, dilation, pads, 1)
-    rows = np.array([max(g.row_span(oh)[1], 1) for oh in range(g.out_height)], np.int64)
-    per_row = g.out_width * out_channels
-    return np.repeat(rows * w * c, per_row)
-
-
 def layer_need(layer) -> list[np.ndarray]:
     """For each input of ``layer``: ``need[k]``, the input elements (in stream order) the
-    layer must have taken before its output element ``k`` (stream order) can leave."""
-    n_out = layer.out_size
-    k = np.arange(n_out, dtype=np.int64)
-    if isinstance(layer, (RequantLayer, ViewLayer)):
-        return [k + 1]
-    if isinstance(layer, AddLayer):
-        return [k + 1, k + 1]
-    if isinstance(layer, DenseLayer):
-        return [np.full(n_out, layer.in_size, np.int64)]
-    if isinstance(layer, ConvLayer):
-        return [_window_need(layer, layer.out_channels, layer.kernel, layer.stride,
-                             layer.dilation, layer.pads)]
-    if isinstance(layer, PoolLayer):
-        if layer.is_global:
-            return [np.full(n_out, layer.in_size, np.int64)]
-        return [_window_need(layer, layer.image[0], layer.kernel, layer.stride,
-                             layer.dilation, layer.pads)]
-    if isinstance(layer, PadLayer):
-        return [_window_need(layer, layer.image[0], (1, 1), (1, 1), (1, 1), layer.pads)]
-    if isinstance(layer, ResizeLayer):
-        c, _, w = image_shape(layer.in_shape)
-        per_row = len(layer.cols) * c
-        return [np.repeat((layer.rows + 1) * w * c, per_row)]
-    if isinstance(layer, ConcatLayer):
-        from .graph import concat_chunks
-        sizes = [ch * layer.lanes for ch in concat_chunks(layer)]
-        total = sum(sizes)
-        r, off = np.divmod(k, total)
-        needs, start = [], 0
-        for size in sizes:
-            needs.append(r * size + np.clip(off - start + 1, 0, size))
-            start += size
-        return needs
-    raise TypeError(f"Unknown layer type {type(layer).__name__}")  # pragma: no cover
-
-
-def _row_delay(layer) -> int:
-    """Input elements that arrive, at the pipeline's rate, while a windowed layer emits one
-    output row: ``stride`` input rows (0 for layers that do not work row by row)."""
-    if isinstance(layer, (ConvLayer, PoolLayer)) and not (
-            isinstance(layer, PoolLayer) and layer.is_global):
-        c, _, w = layer.image
-        return layer.stride[0] * w * c
-    if isinstance(layer, (PadLayer, ResizeLayer)):
-        c, _, w = image_shape(layer.in_shape)
-        return w * c
-    return 0
+    layer must have taken before its output element ``k`` (stream order) can leave (its
+    kind's :meth:`~onnx2fpga.plan.layers.base.LayerKind.need`)."""
+    return kind_of(layer).need(layer)
 
 
 def edge_fifo_depths(dataflow: Dataflow, plan: Plan | None = None, *,
@@ -432,7 +366,7 @@ def edge_fifo_depths(dataflow: Dataflow, plan: Plan | None = None, *,
                          for j, t in enumerate(layer.inputs) if t in table]
                 table[layer.output] = np.maximum.reduce(parts)
                 delay[layer.output] = max(delay[t] for t in known) + \
-                    _row_delay(layer) * sizes[fork] / layer.in_size
+                    kind_of(layer).row_delay(layer) * sizes[fork] / layer.in_size
             table.pop(fork)
             reach.append(table)
             delays.append(delay)

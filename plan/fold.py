@@ -15,106 +15,23 @@ layers' cycle behaviour, so that the join can never deadlock.
 
 from __future__ import annotations
 
-from functools import lru_cache
-from math import gcd
-
 from ..errors import OptionError
 from ..ir.dataflow import Dataflow
 from ..ir.layers import (
     MULTIPLIERS,
-    AddLayer,
-    ConcatLayer,
-    ConvLayer,
-    DenseLayer,
-    PadLayer,
-    PoolLayer,
-    RequantLayer,
-    ResizeLayer,
-    ViewLayer,
-    image_shape,
     product_mapping,
 )
+from .layers import kind_of
 
-__all__ = ["fold", "divisors", "layer_options"]
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-@lru_cache(maxsize=4096)
-def _window_cycles(c, h, w, kernel, stride, dilation, pads, lanes) -> int:
-    from .window import WindowGeometry
-    g = WindowGeometry.make(c, h, w, kernel, stride, dilation, pads, lanes)
-    return max(g.cycles, g.in_beats, g.out_beats)
-
-
-def _window(layer, lanes: int, kernel=None) -> int:
-    c, h, w = image_shape(layer.in_shape)
-    return _window_cycles(c, h, w, tuple(kernel or layer.kernel),
-                          tuple(getattr(layer, "stride", (1, 1))),
-                          tuple(getattr(layer, "dilation", (1, 1))), tuple(layer.pads), lanes)
+__all__ = ["fold", "layer_options"]
 
 
 def layer_options(layer) -> list[tuple[int, int, dict]]:
     """The foldings of ``layer``: ``(cycles, cost, params)``, where ``params`` are the
-    attributes to set (``simd``/``pe``/``lanes``) and ``cost`` counts multiply lanes."""
-    opts = []
-    if isinstance(layer, DenseLayer):
-        for simd in divisors(layer.in_features):
-            for pe in divisors(layer.out_features):
-                cyc = (layer.in_features // simd) * (layer.out_features // pe)
-                opts.append((cyc, simd * pe, {"simd": simd, "pe": pe}))
-    elif isinstance(layer, ConvLayer):
-        c = layer.image[0]
-        pixels = layer.out_hw[0] * layer.out_hw[1]
-        if layer.depthwise:
-            kh, kw = layer.kernel
-            for lanes in divisors(c):
-                cyc = max(_window(layer, lanes), pixels * kh * kw * c // lanes)
-                opts.append((cyc, lanes, {"lanes": lanes}))
-        else:
-            k = layer.matrix.shape[1]
-            for lanes in divisors(c):
-                win = _window(layer, lanes)
-                for simd in divisors(k):
-                    # The window's lanes regroup into simd through their common divisor.
-                    regroup = pixels * k // gcd(lanes, simd)
-                    for pe in divisors(layer.out_channels):
-                        cyc = max(win, regroup,
-                                  pixels * (k // simd) * (layer.out_channels // pe))
-                        opts.append((cyc, simd * pe, {"lanes": lanes, "simd": simd, "pe": pe}))
-    elif isinstance(layer, (PoolLayer, PadLayer, ResizeLayer)):
-        c = image_shape(layer.in_shape)[0]
-        for lanes in divisors(c):
-            if isinstance(layer, PoolLayer) and not layer.is_global:
-                cyc = _window(layer, lanes)
-            elif isinstance(layer, PadLayer):
-                cyc = _window(layer, lanes, kernel=(1, 1))
-            else:
-                cyc = max(layer.in_size, layer.out_size) // lanes
-            opts.append((cyc, 0, {"lanes": lanes}))
-    elif isinstance(layer, (RequantLayer, AddLayer)):
-        shape = layer.shape
-        c = shape[0] if len(shape) > 1 else layer.out_size
-        for lanes in divisors(c):
-            opts.append((layer.out_size // lanes, lanes, {"lanes": lanes}))
-    elif isinstance(layer, ConcatLayer):
-        from .graph import concat_chunks
-        for lanes in divisors(layer.out_size):
-            layer.lanes, old = lanes, layer.lanes
-            try:
-                concat_chunks(layer)
-            except ValueError:
-                continue
-            finally:
-                layer.lanes = old
-            opts.append((layer.out_size // lanes, 0, {"lanes": lanes}))
-    elif isinstance(layer, ViewLayer):
-        opts.append((0, 0, {}))
-    else:
-        raise TypeError(f"Unknown layer type {type(layer).__name__}")
-    # The cheapest first, then the narrowest streams (fewest lanes, then smallest simd).
+    attributes to set (``simd``/``pe``/``lanes``) and ``cost`` counts multiply lanes
+    (its kind's :meth:`~onnx2fpga.plan.layers.base.LayerKind.options`). The cheapest first,
+    then the narrowest streams (fewest lanes, then smallest simd)."""
+    opts = kind_of(layer).options(layer)
     return sorted(opts, key=lambda o: (o[1], o[0], sorted(o[2].items())))
 
 
@@ -310,7 +227,7 @@ def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:
     dataflow.input.order = orders[dataflow.input.name]
     dataflow.output.order = orders[dataflow.output.name]
     readers = dataflow.consumers(dataflow.input.name)
-    first = next((ly for ly in readers if not isinstance(ly, ViewLayer)), None)
+    first = next((ly for ly in readers if not kind_of(ly).is_view), None)
     dataflow.input.lanes = first.in_lanes if first is not None else 1
     plan = plan_graph(dataflow, check_ports=False)
     dataflow.output.lanes = plan.nets[plan.output_net][1]
@@ -335,18 +252,4 @@ def _override(layer, o: dict) -> None:
                               f"{MULTIPLIERS}, not {o['multipliers']!r}")
         layer.multipliers = o["multipliers"]
         o = {k: v for k, v in o.items() if k != "multipliers"}
-    if isinstance(layer, DenseLayer):
-        simd, pe = int(o.get("simd", layer.simd)), int(o.get("pe", layer.pe))
-        if layer.in_features % simd or layer.out_features % pe:
-            raise OptionError(f"Layer {layer.name!r}: simd={simd} must divide "
-                             f"{layer.in_features} and pe={pe} must divide "
-                             f"{layer.out_features}")
-        layer.simd, layer.pe = simd, pe
-        return
-    allowed = {p for _, _, params in layer_options(layer) for p in params.items()}
-    for key, value in o.items():
-        if (key, int(value)) not in allowed:
-            values = sorted({v for k, v in allowed if k == key})
-            raise OptionError(f"Layer {layer.name!r}: {key}={value} is not a valid folding "
-                             f"(possible: {values})")
-        setattr(layer, key, int(value))
+    kind_of(layer).set_folding(layer, o)

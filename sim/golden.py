@@ -270,44 +270,72 @@ def run_layer(layer, *xs) -> np.ndarray:
         t = layer.in_types[k] if hasattr(layer, "in_types") else layer.in_type
         _check_range(layer, x, t)
         ins.append(x.reshape((len(x),) + tuple(shape)))
-    x = ins[0]
-    out_shape = (len(x),) + tuple(layer.out_shape)
-    if isinstance(layer, DenseLayer):
-        return requant_stages(dense(x, layer.weight, layer.bias, layer.in_zero_point),
-                              layer.requant)
-    if isinstance(layer, RequantLayer):
-        return requant_stages(x, layer.requant)
-    if isinstance(layer, ConvLayer):
-        acc = conv(_images(x, layer.in_shape), layer.weight, layer.bias, layer.in_zero_point,
-                   stride=layer.stride, dilation=layer.dilation, pads=layer.pads,
-                   group=layer.group)
-        return requant_stages(acc.reshape(out_shape), layer.requant)
-    if isinstance(layer, PoolLayer):
-        geometry = dict(kernel=layer.kernel, stride=layer.stride, dilation=layer.dilation,
-                        pads=layer.pads)
-        img = _images(x, layer.in_shape)
-        if layer.op == "max":
-            y = max_pool(img, pad_value=layer.in_type.lo, **geometry)
-        else:
-            y = window_sum(img, zero_point=layer.in_zero_point, **geometry)
-        return requant_stages(y.reshape(out_shape), layer.requant)
-    if isinstance(layer, AddLayer):
-        return requant_stages(add(ins[0], ins[1], layer.in_zero_points, layer.multipliers),
-                              layer.requant)
-    if isinstance(layer, ConcatLayer):
-        parts = [requant_stages(v, st) for v, st in zip(ins, layer.requant)]
-        y = np.concatenate(parts, axis=layer.axis + 1)
-        _check_range(layer, y, layer.out_type)
-        return y
-    if isinstance(layer, ResizeLayer):
-        y = resize_nearest(_images(x, layer.in_shape), layer.rows, layer.cols)
-        return requant_stages(y.reshape(out_shape), layer.requant)
-    if isinstance(layer, PadLayer):
-        return pad(_images(x, layer.in_shape), layer.pads, layer.value).reshape(out_shape)
-    if isinstance(layer, ViewLayer):
-        y = x if layer.perm is None else x.transpose((0,) + tuple(a + 1 for a in layer.perm))
-        return y.reshape(out_shape)
+    for cls in type(layer).__mro__:
+        if cls in _LAYERS:
+            return _LAYERS[cls](layer, ins, (len(ins[0]),) + tuple(layer.out_shape))
     raise TypeError(f"Unknown layer type {type(layer).__name__}")  # pragma: no cover
+
+
+# The integer semantics of each layer kind: ``f(layer, inputs, out_shape)`` on inputs shaped
+# ``(batch, *in_shape)``, one function per kind, found through :data:`_LAYERS`.
+
+def _dense_layer(layer, ins, out_shape):
+    return requant_stages(dense(ins[0], layer.weight, layer.bias, layer.in_zero_point),
+                          layer.requant)
+
+
+def _requant_layer(layer, ins, out_shape):
+    return requant_stages(ins[0], layer.requant)
+
+
+def _conv_layer(layer, ins, out_shape):
+    acc = conv(_images(ins[0], layer.in_shape), layer.weight, layer.bias, layer.in_zero_point,
+               stride=layer.stride, dilation=layer.dilation, pads=layer.pads,
+               group=layer.group)
+    return requant_stages(acc.reshape(out_shape), layer.requant)
+
+
+def _pool_layer(layer, ins, out_shape):
+    geometry = dict(kernel=layer.kernel, stride=layer.stride, dilation=layer.dilation,
+                    pads=layer.pads)
+    img = _images(ins[0], layer.in_shape)
+    if layer.op == "max":
+        y = max_pool(img, pad_value=layer.in_type.lo, **geometry)
+    else:
+        y = window_sum(img, zero_point=layer.in_zero_point, **geometry)
+    return requant_stages(y.reshape(out_shape), layer.requant)
+
+
+def _add_layer(layer, ins, out_shape):
+    return requant_stages(add(ins[0], ins[1], layer.in_zero_points, layer.multipliers),
+                          layer.requant)
+
+
+def _concat_layer(layer, ins, out_shape):
+    parts = [requant_stages(v, st) for v, st in zip(ins, layer.requant)]
+    y = np.concatenate(parts, axis=layer.axis + 1)
+    _check_range(layer, y, layer.out_type)
+    return y
+
+
+def _resize_layer(layer, ins, out_shape):
+    y = resize_nearest(_images(ins[0], layer.in_shape), layer.rows, layer.cols)
+    return requant_stages(y.reshape(out_shape), layer.requant)
+
+
+def _pad_layer(layer, ins, out_shape):
+    return pad(_images(ins[0], layer.in_shape), layer.pads, layer.value).reshape(out_shape)
+
+
+def _view_layer(layer, ins, out_shape):
+    x = ins[0]
+    y = x if layer.perm is None else x.transpose((0,) + tuple(a + 1 for a in layer.perm))
+    return y.reshape(out_shape)
+
+
+_LAYERS = {DenseLayer: _dense_layer, RequantLayer: _requant_layer, ConvLayer: _conv_layer,
+           PoolLayer: _pool_layer, AddLayer: _add_layer, ConcatLayer: _concat_layer,
+           ResizeLayer: _resize_layer, PadLayer: _pad_layer, ViewLayer: _view_layer}
 
 
 def run_dataflow(dataflow: Dataflow, x, trace: dict | None = None) -> np.ndarray:

@@ -61,11 +61,16 @@ def modules(root: str) -> dict[str, str]:
     """Module name -> source path of every module of the package under ``root``."""
     out = {}
     for folder, package in PACKAGES.items():
-        path = os.path.join(root, folder)
-        for name in sorted(os.listdir(path)):
-            if name.endswith(".py"):
-                out[package if name == "__init__.py" else f"{package}.{name[:-3]}"] = \
-                    os.path.join(path, name)
+        top = os.path.join(root, folder)
+        for path, dirs, files in sorted(os.walk(top)):
+            dirs[:] = sorted(d for d in dirs if os.path.isfile(os.path.join(path, d,
+                                                                            "__init__.py")))
+            rel = os.path.relpath(path, top)
+            pkg = package if rel == "." else f"{package}.{rel.replace(os.sep, '.')}"
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    out[pkg if name == "__init__.py" else f"{pkg}.{name[:-3]}"] = \
+                        os.path.join(path, name)
     return out
 
 
@@ -184,7 +189,7 @@ def layering_violations(root: str) -> list[str]:
 
 def long_files(root: str) -> list[str]:
     out = []
-    for mod, path in modules(root).items():
+    for path in modules(root).values():
         with open(path) as f:
             n = sum(1 for _ in f)
         if n > MAX_LINES:

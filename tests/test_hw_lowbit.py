@@ -16,7 +16,8 @@ from onnx2fpga.ir.layers import ConvLayer, DenseLayer, PoolLayer, ViewLayer
 from onnx2fpga.ir.stages import RequantStage, ThresholdStage
 from onnx2fpga.ir.types import IntType
 from onnx2fpga.plan import cost
-from onnx2fpga.plan.graph import matvec_arithmetic, plan_graph, tensor_orders
+from onnx2fpga.plan.builder import matvec_arithmetic
+from onnx2fpga.plan.graph import plan_graph, tensor_orders
 from onnx2fpga.sim import golden
 
 I2, U2 = IntType(2, True), IntType(2, False)

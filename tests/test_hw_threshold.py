@@ -12,7 +12,7 @@ from onnx2fpga.hw.threshold import ThresholdCore
 from onnx2fpga.ir.stages import RequantStage, ThresholdStage
 from onnx2fpga.ir.types import IntType
 from onnx2fpga.plan import thresholds
-from onnx2fpga.plan.graph import stage_cores, stream_stages
+from onnx2fpga.plan.builder import stage_cores, stream_stages
 from onnx2fpga.plan.thresholds import requant_as_thresholds
 from onnx2fpga.sim import golden
 
@@ -301,7 +301,7 @@ def test_stream_stages_thresholds():
     # Per-channel thresholds of a (2, 3, 2) image, streamed channels-last: the period is the
     # 2 channels; per-pixel thresholds need the whole image.
     st = ThresholdStage([[0, 5], [1, 7]], 0, 1, IntType(2, False))
-    from onnx2fpga.plan.graph import hwc_order
+    from onnx2fpga.plan.builder import hwc_order
     out, period = stream_stages([st], (2, 3, 2), hwc_order((2, 3, 2)))
     assert period == 2
     np.testing.assert_array_equal(out[0].thresholds, [[0, 5], [1, 7]])
@@ -325,7 +325,7 @@ def test_negative_multipliers_absorbed_into_the_weights(seed, conv, leaky, in_zp
     from onnx2fpga.frontend.lower import absorb_multiplier_signs
     from onnx2fpga.ir.layers import ConvLayer, DenseLayer
     from onnx2fpga.ir.stages import RequantStage
-    from onnx2fpga.plan.graph import stage_cores
+    from onnx2fpga.plan.builder import stage_cores
 
     rng = np.random.default_rng(seed)
     wt, in_type, oc = IntType(2, True), IntType(4, False), 6

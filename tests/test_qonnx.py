@@ -28,7 +28,7 @@ DOMAINS = ["qonnx.custom_op.general", "onnx.brevitas", "finn.custom_op.general"]
 
 # -- model building ----------------------------------------------------------------------------
 
-class _Builder:
+class Builder:
     def __init__(self, domain=QDOM):
         self.nodes, self.inits, self.domain = [], [], domain
 
@@ -81,7 +81,7 @@ def qonnx_mlp(sizes=(12, 10, 8, 6), *, wbits=4, wsigned=True, narrow=0, per_chan
     random data so that the integers use their range."""
     rng = np.random.default_rng(seed)
     calib = rng.standard_normal((256, sizes[0])).astype(np.float32)
-    b = _Builder(domain)
+    b = Builder(domain)
     if bipolar:
         t = b.bipolar("x", "xq", 1.0)
         v = np.where(calib >= 0, 1.0, -1.0).astype(np.float32)
@@ -196,7 +196,7 @@ def test_quant_matches_qonnx_on_activations_and_constants(bits, signed, narrow, 
     rng = np.random.default_rng(bits * 7 + signed)
     scale = (rng.uniform(0.05, 0.4, (1, 5)) if per_channel else np.float32(0.125)) \
         .astype(np.float32)
-    b = _Builder()
+    b = Builder()
     b.quant("x", "qx", scale, zp, bits, signed=signed, narrow=narrow, rounding=rounding)
     w = b.const("w", _ties(scale, (3, 5), rng))
     b.quant(w, "qw", scale, zp, bits, signed=signed, narrow=narrow, rounding=rounding)
@@ -216,7 +216,7 @@ def test_quant_matches_qonnx_on_activations_and_constants(bits, signed, narrow, 
 def test_bipolar_quant_matches_qonnx(per_channel):
     rng = np.random.default_rng(5)
     scale = (rng.uniform(0.5, 2, (1, 4)) if per_channel else np.float32(0.75)).astype(np.float32)
-    b = _Builder("onnx.brevitas")
+    b = Builder("onnx.brevitas")
     b.bipolar("x", "qx", scale)
     w = b.const("w", rng.standard_normal((2, 4)))
     b.bipolar(w, "qw", scale)
@@ -288,7 +288,7 @@ def test_bipolar_mlp_lowers_to_thresholds_and_agrees_with_qonnx(tmp_path):
 
 def _trunc_model(version, rounding, *, after="AveragePool", declare=True):
     """x -> 8-bit Quant -> [2x2 average pool -> Mul 4 | MatMul | nothing] -> Trunc."""
-    b = _Builder()
+    b = Builder()
     s = np.float32(0.0625)
     t = b.quant("x", "xq", s, 0, 8, signed=1)
     if after == "AveragePool":
@@ -341,7 +341,7 @@ def qcdq_mlp(seed=0, wclip=(-7, 7), aclip=(0, 15)):
     """QuantizeLinear -> Clip -> DequantizeLinear around weights (per channel, int8 zero
     points) and activations, as QONNX's QuantToQCDQ writes them."""
     rng = np.random.default_rng(seed)
-    b = _Builder()
+    b = Builder()
     sizes = (10, 8, 6)
 
     def qcd(x, out, scale, zp, lo, hi, axis=None):
@@ -429,7 +429,7 @@ def test_is_quantized_sees_qonnx_quantizers_before_normalization():
 # -- refusals -----------------------------------------------------------------------------------
 
 def _one_quant(**kw):
-    b = _Builder()
+    b = Builder()
     args = dict(scale=np.float32(0.1), zp=0.0, bits=4)
     args.update({k: v for k, v in kw.items() if k in args})
     opts = {k: v for k, v in kw.items() if k not in args}
@@ -458,7 +458,7 @@ def test_quant_parameters_are_refused_by_name(kw, message):
 
 
 def test_non_constant_scale_is_refused_by_name():
-    b = _Builder()
+    b = Builder()
     b.node("Abs", ["x"], "s")
     b.nodes.append(helper.make_node("Quant", ["x", "s", b.const("z", 0.0), b.const("b", 4.0)],
                                     ["y"], name="q", domain=QDOM, signed=1, narrow=0))

@@ -77,7 +77,7 @@ def test_pack_unpack_round_trip(bits, is_signed, lanes):
 
 def test_pack_follows_the_port_stream_order():
     """An image port streams channels-last: the words carry x[c, h, w] pixel by pixel."""
-    from onnx2fpga.plan.graph import hwc_order
+    from onnx2fpga.plan.builder import hwc_order
     x = np.arange(2 * 2 * 3).reshape(1, 2, 2, 3)            # (N, C, H, W), values 0..11
     port = Port("img", (1, 2, 2, 3), IntType(8, False), 1.0, 0, lanes=2,
                 order=hwc_order((2, 2, 3)))

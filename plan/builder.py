@@ -1,0 +1,346 @@
+"""The pieces the core graph is built from: :class:`Stage` (one core), :class:`Plan` (the whole
+graph), :class:`Builder` (appends stages and invents net names, with the adapters every layer
+kind uses: lane converters, casts, requantization cores), stream orders, and the helpers the
+layer kinds share (:func:`add_matvec`, :func:`window_params`, :func:`finish_layer`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import gcd
+
+import numpy as np
+
+from ..ir.layers import (
+    DenseLayer,
+    align_params,
+    image_shape,
+)
+from ..ir.stages import RequantStage, ThresholdStage
+from ..ir.types import IntType
+from .devices import ice40_matvec_dsps
+
+__all__ = [
+    "Stage", "Plan", "Builder", "hwc_order", "stream_stages", "stage_cores", "requant_lanes",
+    "matvec_arithmetic", "add_matvec", "window_params", "finish_layer",
+]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One core of the accelerator.
+
+    Parameters
+    ----------
+    kind : str
+        ``"matvec"``, ``"requant"``, ``"threshold"``, ``"fifo"``, ``"convert"``, ``"cast"`` (a
+        value-preserving change of element type, wires only), ``"window"``, ``"reduce"``,
+        ``"depthwise"``, ``"add"``, ``"concat"``, ``"broadcast"``, ``"resize"`` or
+        ``"reorder"``.
+    name : str
+        A readable name, used for the submodule.
+    in_type, out_type : IntType
+        Element types of the (first) input and of the output.
+    in_lanes, out_lanes : int
+        Elements per transfer on either side.
+    size : int
+        Elements per inference on the output side.
+    layer : object
+        The dataflow layer a stage comes from (None for plumbing).
+    params : dict
+        Per kind: ``"matvec"``: ``layer`` (the DenseLayer the core computes, weights in
+        stream order), ``arithmetic`` (:func:`matvec_arithmetic`), ``w_logic`` (its weight
+        ROM ``w_mem`` is among ``dataflow.logic_memories``: read from banks in two steps,
+        see :class:`~onnx2fpga.hw.matvec.MatVecCore`), ``x_logic`` (the same for its input
+        buffer ``x_mem``), ``ice40_dsp`` (its products go to SB_MAC16s on an iCE40: the
+        MatVecs in dataflow order whose products fit what is left of
+        ``dataflow.ice40_dsps``). ``"requant"`` (only
+        RequantStages) and ``"threshold"`` (only ThresholdStages): ``stages``, ``channels``
+        (:func:`stage_cores`). ``"fifo"``: ``depth``.
+        ``"window"``: ``channels``, ``height``, ``width``, ``kernel``, ``stride``,
+        ``dilation``, ``pads``, ``pad_value``. ``"reduce"``: ``op``, ``channels``,
+        ``window``. ``"depthwise"``: ``channels``, ``window``, ``weight``, ``bias``.
+        ``"add"``: ``zero_points``, ``multipliers``. ``"concat"``: ``chunks``.
+        ``"broadcast"``: ``outputs``. ``"resize"``: ``channels``, ``height``, ``width``,
+        ``rows``, ``cols``. ``"reorder"``: ``order``.
+    inputs, outputs : tuple of str
+        The nets the stage reads and writes.
+    in_size : int
+        Elements per inference on the (first) input side.
+    """
+    kind: str
+    name: str
+    in_type: IntType
+    out_type: IntType
+    in_lanes: int
+    out_lanes: int
+    size: int
+    layer: object = None
+    params: dict = field(default_factory=dict)
+    inputs: tuple = ()
+    outputs: tuple = ()
+    in_size: int = 0
+
+    @property
+    def out_beats(self) -> int:
+        return self.size // self.out_lanes
+
+    @property
+    def in_beats(self) -> int:
+        return (self.in_size or self.size) // self.in_lanes
+
+
+@dataclass
+class Plan:
+    """The result of :func:`plan_graph`."""
+    stages: list[Stage]
+    orders: dict                  # tensor name -> stream order (None: C order)
+    input_net: str
+    output_net: str
+    layer_stages: dict            # layer name -> names of its stages
+    nets: dict = field(default_factory=dict)         # net -> (IntType, lanes, size)
+    tensor_nets: dict = field(default_factory=dict)  # tensor -> net its producer writes
+
+
+def hwc_order(shape) -> np.ndarray | None:
+    """Stream order of an image of logical ``shape`` ``(C, H, W)`` (or ``(C, W)``) travelling
+    channels-last; ``None`` (C order) for a vector or a single channel."""
+    shape = tuple(int(d) for d in shape)
+    if len(shape) < 2:
+        return None
+    c, h, w = image_shape(shape)
+    if c == 1 or h * w == 1:
+        return None
+    return np.arange(c * h * w).reshape(c, h, w).transpose(1, 2, 0).reshape(-1)
+
+
+def stream_stages(stages, shape, order) -> tuple[list, int]:
+    """Requantization stages with logical per-channel parameters turned into the form
+    :class:`~onnx2fpga.hw.requant.RequantCore` and
+    :class:`~onnx2fpga.hw.threshold.ThresholdCore` take: 1-D parameters (thresholds: rows)
+    over a period of ``channels`` stream positions (the shortest period of all parameters
+    in stream order).
+
+    Returns the stages (RequantStages and ThresholdStages as given) and ``channels``.
+    """
+    shape = tuple(int(d) for d in shape)
+    n = int(np.prod(shape, dtype=np.int64))
+
+    def columns(stage):
+        if isinstance(stage, ThresholdStage):
+            t = stage.thresholds
+            return [t[:, i] for i in range(t.shape[1])]
+        names = ["multiplier", "offset"]
+        if stage.neg_multiplier is not None:
+            names += ["neg_multiplier", "neg_offset"]
+        return [getattr(stage, name) for name in names]
+
+    rows = []
+    for stage in stages:
+        for param in columns(stage):
+            full = np.broadcast_to(align_params(param, len(shape)), shape).reshape(-1)
+            rows.append(full if order is None else full[order])
+    table = np.stack(rows) if rows else np.zeros((0, n), np.int64)
+    period = n
+    for p in sorted({d for d in range(1, n + 1) if n % d == 0}):
+        if np.array_equal(table, np.tile(table[:, :p], (1, n // p))):
+            period = p
+            break
+    out, r = [], 0
+    for stage in stages:
+        cols = []
+        for _ in columns(stage):
+            v = table[r, :period]
+            cols.append(v[:1] if np.all(v == v[0]) else v)
+            r += 1
+        if isinstance(stage, ThresholdStage):
+            t = np.stack([np.broadcast_to(c, (period,)) for c in cols], axis=1) if cols \
+                else np.zeros((1, 0), np.int64)
+            if len(t) > 1 and np.all(t == t[:1]):
+                t = t[:1]
+            out.append(ThresholdStage(t, stage.base, stage.step, stage.out_type))
+            continue
+        kw = dict(zip(["multiplier", "offset", "neg_multiplier", "neg_offset"], cols))
+        out.append(RequantStage(kw["multiplier"], kw["offset"], stage.shift, stage.zero_point,
+                                stage.lo, stage.hi, stage.out_type, stage.in_zero_point,
+                                stage.rounding, kw.get("neg_multiplier"),
+                                kw.get("neg_offset")))
+    return out, period
+
+
+def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list]]:
+    """Which core computes each stage of an elementwise stage list (in stream form, see
+    :func:`stream_stages`): ``[(kind, stages), ...]``, consecutive stages of one kind in one
+    core, ``kind`` ``"requant"`` (:class:`~onnx2fpga.hw.requant.RequantCore`) or
+    ``"threshold"`` (:class:`~onnx2fpga.hw.threshold.ThresholdCore`).
+
+    A ThresholdStage always goes to a threshold core. A RequantStage does where it is
+    monotonic over its input range (the range of ``in_type`` for the first stage, of the
+    previous stage's output after that), its output takes at most 256 levels, and its
+    exact thresholds (:func:`~onnx2fpga.hw.threshold.requant_as_thresholds`) are estimated
+    to cost no more (:func:`onnx2fpga.plan.thresholds.threshold_is_cheaper`: in practice up to 15
+    thresholds, a 4-bit output, against a multiplier of a few bits or more); the stage is
+    then replaced by those thresholds, which compute the same integers.
+    """
+    from .thresholds import requant_as_thresholds, threshold_is_cheaper
+    lo, hi = in_type.lo, in_type.hi
+    runs: list[tuple[str, list]] = []
+    for stage in stages:
+        kind = "threshold" if isinstance(stage, ThresholdStage) else "requant"
+        if kind == "requant" and stage.hi - stage.lo < 256:
+            th = requant_as_thresholds(stage, lo, hi, channels)
+            if th is not None and threshold_is_cheaper(stage, th, IntType.for_range(lo, hi).bits,
+                                                       channels):
+                kind, stage = "threshold", th
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(stage)
+        else:
+            runs.append((kind, [stage]))
+        lo, hi = stage.lo, stage.hi
+    return runs
+
+
+def _fits(inner: IntType, outer: IntType) -> bool:
+    return outer.lo <= inner.lo and inner.hi <= outer.hi
+
+
+def requant_lanes(layer: DenseLayer) -> int:
+    """Lanes of the requantization core of a DenseLayer: the fewest that keep up.
+
+    The matrix-vector core delivers ``pe`` accumulators once every ``folds`` cycles, so a
+    requantization core of ``d`` lanes (``d`` dividing ``pe``) keeps up when
+    ``pe // d <= folds``. Each lane costs a wide multiplier (accumulator width times
+    multiplier width), the largest single item of a small design: take the smallest such
+    ``d``.
+    """
+    folds = layer.in_features // layer.simd
+    return min(d for d in range(1, layer.pe + 1) if layer.pe % d == 0 and layer.pe // d <= folds)
+
+
+class Builder:
+    """Appends stages and invents net names."""
+
+    def __init__(self, logic_memories=(), ice40_dsps=0):
+        self.stages: list[Stage] = []
+        self.logic = frozenset(logic_memories)      # "stage/memory" in soft logic
+        self.ice40_dsps = int(ice40_dsps)           # SB_MAC16s not yet given to a MatVec
+        self.nets: dict[str, tuple[IntType, int, int]] = {}      # net -> type, lanes, size
+        self._count = 0
+
+    def net(self, hint: str, type_: IntType, lanes: int, size: int) -> str:
+        name = f"n{self._count}_{hint}"
+        self._count += 1
+        self.nets[name] = (type_, lanes, size)
+        return name
+
+    def add(self, kind, name, inputs, out_type, out_lanes, size, *, layer=None, params=None,
+            out_net=None, outputs=None) -> str | list[str]:
+        in_type, in_lanes, in_size = self.nets[inputs[0]]
+        if outputs is None:
+            if out_net is None:
+                out_net = self.net(name, out_type, out_lanes, size)
+            else:
+                self.nets[out_net] = (out_type, out_lanes, size)
+            outs = (out_net,)
+        else:
+            outs = tuple(outputs)
+        self.stages.append(Stage(kind, name, in_type, out_type, in_lanes, out_lanes, size,
+                                 layer, dict(params or {}), tuple(inputs), outs, in_size))
+        return out_net if outputs is None else list(outs)
+
+    # -- adapters: change lanes and types without changing values or order
+
+    def lanes(self, net: str, lanes: int, name: str) -> str:
+        t, have, size = self.nets[net]
+        if have == lanes:
+            return net
+        if have % lanes and lanes % have:
+            mid = gcd(have, lanes)
+            net = self.add("convert", f"{name}a", [net], t, mid, size)
+            have = mid
+        return self.add("convert", name, [net], t, lanes, size)
+
+    def cast(self, net: str, type_: IntType, name: str, what: str) -> str:
+        t, lanes, size = self.nets[net]
+        if t == type_:
+            return net
+        if not _fits(t, type_):
+            raise ValueError(f"{what}: {t.name} values do not all fit {type_.name}")
+        return self.add("cast", name, [net], type_, lanes, size)
+
+    def requant(self, net, stages, shape, order, name, layer, lanes=None) -> str:
+        t, have, size = self.nets[net]
+        if lanes is not None:
+            net = self.lanes(net, lanes, f"{name}_in")
+        st, channels = stream_stages(stages, shape, order)
+        t_now, lanes_now, _ = self.nets[net]
+        runs = stage_cores(st, t_now, channels)
+        for j, (kind, run) in enumerate(runs):
+            nm = name if len(runs) == 1 else f"{name}_{j}"
+            if kind == "threshold":
+                nm = nm.replace("requant", "threshold", 1)
+            net = self.add(kind, nm, [net], run[-1].out_type, lanes_now, size, layer=layer,
+                           params={"stages": run, "channels": channels})
+        return net
+
+
+def matvec_arithmetic(layer: DenseLayer) -> str:
+    """How the matrix-vector unit of ``layer`` multiplies
+    (:class:`~onnx2fpga.hw.matvec.MatVecCore`): ``"xnor"`` (XNOR and popcount) when every
+    weight is -1 or +1 and ``layer.in_bipolar`` says every input is too (the input type
+    signed, at least 2 bits); ``"sign"`` (adding or subtracting each input) when every
+    weight is -1 or +1; ``"multiply"`` otherwise."""
+    w = np.asarray(layer.weight)
+    if w.size and np.all(np.abs(w) == 1):
+        t = layer.in_type
+        if getattr(layer, "in_bipolar", False) and t.signed and t.bits >= 2:
+            return "xnor"
+        return "sign"
+    return "multiply"
+
+
+def add_matvec(b: Builder, dense: DenseLayer, net: str, k: int, layer,
+                   out_shape, order) -> str:
+    """``matvec``, then the requantization of ``layer.requant`` on ``requant_lanes`` lanes
+    between converters, back to ``pe`` lanes."""
+    name = f"matvec_{k}"
+    arithmetic = matvec_arithmetic(dense)
+    # iCE40 DSPs: to the MatVecs in dataflow order whose products all fit the ones left.
+    ice40_dsp = False
+    dsps = ice40_matvec_dsps(dense.simd, dense.pe, dense.in_type, dense.weight_type)
+    if dense.multipliers == "dsp" and arithmetic == "multiply" and 0 < dsps <= b.ice40_dsps:
+        ice40_dsp = True
+        b.ice40_dsps -= dsps
+    net = b.add("matvec", name, [net], dense.acc_type, dense.pe, dense.out_features
+                * (layer.out_size // dense.out_features), layer=layer,
+                params={"layer": dense, "arithmetic": arithmetic,
+                        "w_logic": f"{name}/w_mem" in b.logic,
+                        "x_logic": f"{name}/x_mem" in b.logic, "ice40_dsp": ice40_dsp})
+    if not layer.requant:
+        return net
+    d = requant_lanes(dense)
+    net = b.lanes(net, d, f"serialize_{k}")
+    net = b.requant(net, layer.requant, out_shape, order, f"requant_{k}", layer)
+    return b.lanes(net, dense.pe, f"deserialize_{k}")
+
+
+def window_params(layer, pad_value: int, *, kernel=None, stride=(1, 1),
+                   dilation=(1, 1)) -> dict:
+    c, h, w = image_shape(layer.in_shape)
+    return {"channels": c, "height": h, "width": w,
+            "kernel": tuple(kernel or layer.kernel),
+            "stride": tuple(getattr(layer, "stride", stride)),
+            "dilation": tuple(getattr(layer, "dilation", dilation)),
+            "pads": tuple(layer.pads), "pad_value": int(pad_value)}
+
+
+def finish_layer(b: Builder, net: str, out_net: str) -> str:
+    """Rename the last net of a layer to the layer's output net (a wire)."""
+    if net == out_net:
+        return net
+    # The producing stage is the last one appended: point it at out_net.
+    stage = b.stages[-1]
+    assert stage.outputs == (net,), "internal: the last stage must produce the layer's net"
+    b.stages[-1] = Stage(**{**stage.__dict__, "outputs": (out_net,)})
+    b.nets[out_net] = b.nets.pop(net)
+    return out_net
