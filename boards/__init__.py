@@ -15,8 +15,9 @@
   the design.
 """
 
-from .build import BuildError, build_bitstream, format_report
+from .build import BuildError, build_bitstream
 from .framed import FramedBridge
+from .pnr import format_report
 from .targets import BoardTarget, UnknownBoardError, get_board, list_boards
 from .wrapper import UartBridge
 

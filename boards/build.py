@@ -33,13 +33,26 @@ from ..errors import Onnx2FpgaError
 from .clocking import ClockedTop, UsbClockedTop, plan_pll
 from .framed import FramedBridge
 from .link import LINKS, USB_PID, USB_VID
+from .pnr import (
+    cell_counts,
+    clock_report,
+    clocks_met,
+    critical_paths,
+    device_resources,
+    format_report,
+    ice40_dsp_timing_gaps,
+    netlist_top,
+    usb_clocks,
+)
 from .protocol import design_id_from_sha256
-from .targets import BoardTarget, get_board
+from .targets import get_board
 from .uart import uart_divisor
 from .wrapper import UartBridge
 
-__all__ = ["BuildError", "build_bitstream", "tool_environment", "tool_env_var", "format_report",
-           "critical_path", "NEXTPNR_REPORT", "REPORT"]
+__all__ = [
+    "BuildError", "build_bitstream", "tool_environment", "tool_env_var", "NEXTPNR_REPORT",
+    "REPORT", "logic_memory_script",
+]
 
 #: nextpnr's JSON report, inside ``build_dir``.
 NEXTPNR_REPORT = "report_pnr.json"
@@ -298,8 +311,8 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
                 if proc.returncode == 0:
                     try:
                         with open(d / NEXTPNR_REPORT) as f:
-                            clocks, fmax = _clocks(json.load(f), clock_mhz)
-                        met = fmax is not None and fmax >= clock_mhz and _clocks_met(clocks)
+                            clocks, fmax = clock_report(json.load(f), clock_mhz)
+                        met = fmax is not None and fmax >= clock_mhz and clocks_met(clocks)
                     except (OSError, json.JSONDecodeError):
                         pass
                 done[seed] = {"seed": seed, "fmax_mhz": None if fmax is None else round(fmax, 2),
@@ -376,188 +389,6 @@ def _tool_versions(tools, env) -> dict:
         except importlib.metadata.PackageNotFoundError:
             versions[package] = {"version": None}
     return versions
-
-
-def _netlist_top(netlist_path: Path) -> dict:
-    """The top module of the synthesized (flattened) yosys netlist."""
-    with open(netlist_path) as f:
-        modules = json.load(f).get("modules", {})
-    # yosys writes attribute values as binary strings: "top": "00...01".
-    for module in modules.values():
-        if int(str(module.get("attributes", {}).get("top", "0")), 2):
-            return module
-    return modules.get(_NAME, {})
-
-
-def _cell_counts(top: dict) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for cell in top.get("cells", {}).values():
-        counts[cell["type"]] = counts.get(cell["type"], 0) + 1
-    return counts
-
-
-def _ice40_dsp_timing_gaps(top: dict) -> list[str]:
-    """SB_MAC16 cells whose paths nextpnr-ice40 does not time.
-
-    nextpnr 0.11 (``ice40/arch.cc``, ``getPortTimingClass``) treats every SB_MAC16 data port as
-    a register input or output clocked by the cell's CLK pin, whatever the ``*_REG`` and output
-    select parameters say. A DSP used combinationally therefore cuts the path in two at the DSP
-    (with CLK tied low, nextpnr even times it against a ``$PACKER_GND_NET`` "clock"), and the
-    Fmax it reports ignores the logic between the surrounding flip-flops. Only a DSP whose used
-    inputs and used outputs are registered inside it is timed correctly at its boundary.
-    """
-    cells = top.get("cells", {})
-    readers = set()  # bits read by some cell or leaving the module
-    for cell in cells.values():
-        directions = cell.get("port_directions", {})
-        for port, bits in cell.get("connections", {}).items():
-            if directions.get(port) == "input":
-                readers.update(b for b in bits if isinstance(b, int))
-    for port in top.get("ports", {}).values():
-        if port.get("direction") == "output":
-            readers.update(b for b in port.get("bits", []) if isinstance(b, int))
-
-    gaps = []
-    for name, cell in sorted(cells.items()):
-        if cell["type"] != "SB_MAC16":
-            continue
-        params, conns = cell.get("parameters", {}), cell.get("connections", {})
-
-        def param(key, params=params):
-            return int(str(params.get(key, "0")), 2)
-
-        def driven(port, conns=conns):
-            return any(isinstance(b, int) for b in conns.get(port, []))
-
-        reasons = []
-        if not driven("CLK"):
-            reasons.append("no clock")
-        for port in ("A", "B", "C", "D"):
-            if driven(port) and not param(f"{port}_REG"):
-                reasons.append(f"{port} not registered")
-        out = conns.get("O", [])
-        for half, bits, prefix in (("bottom", out[:16], "BOT"), ("top", out[16:], "TOP")):
-            if not any(b in readers for b in bits if isinstance(b, int)):
-                continue
-            select = param(f"{prefix}OUTPUT_SELECT")
-            registered = (select == 1 or (select == 2 and param(f"{prefix}_8x8_MULT_REG"))
-                          or (select == 3 and param("PIPELINE_16x16_MULT_REG2")))
-            if not registered:
-                reasons.append(f"{half} output not registered")
-        if reasons:
-            gaps.append(f"{name}: {', '.join(reasons)}")
-    return gaps
-
-
-def _used(util, cell):
-    return int(util.get(cell, {}).get("used", 0))
-
-
-def _resources(target: BoardTarget, util: dict, cells: dict[str, int]) -> tuple[dict, dict]:
-    """Map nextpnr cell types (and netlist cells where nextpnr cannot say) to resources."""
-    limits = target.limits
-    notes = {}
-    if target.family == "ice40":
-        # nextpnr packs a LUT4 and a flip-flop into one ICESTORM_LC and reports only LCs; the
-        # LUT and FF counts come from the synthesized netlist (SB_LUT4, SB_DFF*). nextpnr may
-        # add pass-through LUTs for carry chains, so `logic_cells` can exceed both.
-        lut = cells.get("SB_LUT4", 0)
-        ff = sum(n for t, n in cells.items() if t.startswith("SB_DFF"))
-        notes["lut"] = "SB_LUT4 cells in the synthesized netlist"
-        notes["ff"] = "SB_DFF* cells in the synthesized netlist"
-        notes["logic_cells"] = "nextpnr ICESTORM_LC (one LUT4 + one FF + carry each)"
-        resources = {
-            "lut": lut, "ff": ff,
-            "dsp": _used(util, "ICESTORM_DSP"),
-            "bram": _used(util, "ICESTORM_RAM"),
-            "spram": _used(util, "ICESTORM_SPRAM"),
-            "logic_cells": _used(util, "ICESTORM_LC"),
-        }
-        available = {**limits.as_dict(), "logic_cells": limits.lut}
-    elif target.family == "gowin":
-        # nextpnr-himbaechel (gowin) reports LUT4 and DFF cells directly. A multiplier block
-        # is counted in 18x18 units: two MULT9X9 share one, a MULT36X36 takes four.
-        notes["lut"] = "nextpnr LUT4 (wide functions also use MUX2_LUT5..8, not counted)"
-        notes["ff"] = "nextpnr DFF"
-        notes["dsp"] = ("MULT18X18 + MULTALU18X18 + 2 x MULTADDALU18X18 + MULT9X9 / 2 "
-                        "+ 4 x MULT36X36")
-        dsp = (_used(util, "MULT18X18") + _used(util, "MULTALU18X18")
-               + 2 * _used(util, "MULTADDALU18X18") + (_used(util, "MULT9X9") + 1) // 2
-               + 4 * _used(util, "MULT36X36"))
-        resources = {"lut": _used(util, "LUT4"), "ff": _used(util, "DFF"), "dsp": dsp,
-                     "bram": _used(util, "BSRAM"), "spram": 0}
-        available = limits.as_dict()
-    else:
-        if "TRELLIS_COMB" in util:
-            lut, ff = _used(util, "TRELLIS_COMB"), _used(util, "TRELLIS_FF")
-            notes["lut"] = ("nextpnr TRELLIS_COMB (LUT4s, including those in carry chains and "
-                           "distributed RAM)")
-            notes["ff"] = "nextpnr TRELLIS_FF"
-        else:  # older nextpnr: TRELLIS_SLICE holds two LUT4s and two FFs
-            slices = _used(util, "TRELLIS_SLICE")
-            lut = ff = 2 * slices
-            notes["lut"] = notes["ff"] = "2 x nextpnr TRELLIS_SLICE (upper bound)"
-        resources = {
-            "lut": lut, "ff": ff,
-            "dsp": _used(util, "MULT18X18D"),
-            "bram": _used(util, "DP16KD"),
-            "spram": 0,
-        }
-        available = limits.as_dict()
-    return ({k: {"used": v, "available": available[k]} for k, v in resources.items()}, notes)
-
-
-def _clocks_met(clocks: dict) -> bool:
-    """Every clock nextpnr timed (but its constant nets) reaches its constraint."""
-    return all(c["achieved_mhz"] >= c["constraint_mhz"] * (1 - 1e-6)
-               for name, c in clocks.items() if not name.startswith("$PACKER_"))
-
-
-def _usb_clocks(clocks: dict) -> dict:
-    """The USB clock nets (``usb_io`` at 48 MHz, ``usb`` at 12 MHz) by domain."""
-    out = {}
-    for name, c in clocks.items():
-        lower = name.lower()
-        if "usb_io" in lower:
-            out["usb_io"] = {"net": name, **c}
-        elif "usb" in lower and "por" not in lower:
-            out["usb"] = {"net": name, **c}
-    return out
-
-
-def _clocks(pnr: dict, clock_mhz: float):
-    """All clocks nextpnr timed, and the Fmax of the main one.
-
-    The main clock is every net constrained at ``clock_mhz`` (Amaranth constrains the board
-    clock; nextpnr-ice40 also times unconstrained clocks at a default 12 MHz) except nextpnr's
-    constant nets (``$PACKER_GND_NET``, seen on the clock pins of combinational DSPs). If
-    several nets qualify, the slowest one counts, so a failure is never hidden.
-    """
-    clocks = {name: {"achieved_mhz": float(v["achieved"]), "constraint_mhz": float(v["constraint"])}
-              for name, v in pnr.get("fmax", {}).items()}
-    real = {name: c for name, c in clocks.items() if not name.startswith("$PACKER_")}
-    # The USB link's clocks (one of them at 48 MHz, like the OrangeCrab's oscillator) are
-    # reported apart (`usb`), never as the design's clock.
-    usb_nets = {c["net"] for c in _usb_clocks(real).values()}
-    real = {name: c for name, c in real.items() if name not in usb_nets}
-    main = [c for c in real.values()
-            if abs(c["constraint_mhz"] - clock_mhz) <= 1e-4 * clock_mhz]
-    candidates = main or list(real.values())
-    if not candidates:
-        return clocks, None
-    return clocks, min(c["achieved_mhz"] for c in candidates)
-
-
-def _critical_paths(pnr: dict) -> list[dict]:
-    paths = []
-    for path in pnr.get("critical_paths", []):
-        steps = path.get("path", [])
-        delay = sum(float(s.get("delay", 0.0)) for s in steps)
-        paths.append({"from": path.get("from"), "to": path.get("to"),
-                      "delay_ns": round(delay, 3),
-                      "start": steps[0].get("from", {}).get("cell") if steps else None,
-                      "end": steps[-1].get("to", {}).get("cell") if steps else None})
-    return paths
 
 
 def logic_memory_script(names) -> str:
@@ -822,12 +653,12 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                          stage="place and route") from None
 
     util = pnr.get("utilization", {})
-    netlist_top = _netlist_top(build_dir / (f"{_NAME}.syn.json" if target.family == "gowin"
-                                            else f"{_NAME}.json"))
-    resources, resource_notes = _resources(target, util, _cell_counts(netlist_top))
-    clocks, fmax = _clocks(pnr, clock_mhz)
+    top_module = netlist_top(build_dir / (f"{_NAME}.syn.json" if target.family == "gowin"
+                                           else f"{_NAME}.json"), _NAME)
+    resources, resource_notes = device_resources(target, util, cell_counts(top_module))
+    clocks, fmax = clock_report(pnr, clock_mhz)
     timing_warnings = []
-    gaps = _ice40_dsp_timing_gaps(netlist_top) if target.family == "ice40" else []
+    gaps = ice40_dsp_timing_gaps(top_module) if target.family == "ice40" else []
     if target.family == "ice40":
         if gaps:
             timing_warnings.append(
@@ -848,12 +679,12 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         "fmax_mhz": None if fmax is None else round(fmax, 2),
         # Met only if nextpnr timed every path and the slowest meets the board clock.
         "timing_met": (fmax is not None and fmax >= clock_mhz and timing_complete
-                       and _clocks_met(clocks)),
+                       and clocks_met(clocks)),
         "timing_complete": timing_complete,
         "timing_warnings": timing_warnings,
         "unregistered_dsps": gaps,
         "clocks": clocks,
-        "critical_paths": _critical_paths(pnr),
+        "critical_paths": critical_paths(pnr),
         "resources": resources,
         "resource_notes": resource_notes,
         "nextpnr_utilization": util,
@@ -872,7 +703,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                  {"link": "usb", "resource": list(target.usb), "baud": None, "divisor": None,
                   "note": f"no UART: {target.usb_note}; the baud rate a host sets is ignored"}),
         "usb": ({"vid_pid": f"{USB_VID:04x}:{USB_PID:04x}", "class": "CDC-ACM",
-                 "speed": "full (12 Mbit/s)", "clocks": _usb_clocks(clocks)}
+                 "speed": "full (12 Mbit/s)", "clocks": usb_clocks(clocks)}
                 if link == "usb" else None),
         "host_link": "framed" if design_id is not None else "raw",
         "design_id": design_id.hex() if design_id is not None else None,
@@ -893,48 +724,4 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     _progress(progress, format_report(report).replace("\n", "\n[onnx2fpga]   "))
     return report
 
-
-def format_report(report: dict) -> str:
-    """A few lines for a terminal: timing verdict first, then resources, then the critical
-    path (:func:`critical_path`: where the cells limiting Fmax are)."""
-    fmax = report["fmax_mhz"]
-    if report["timing_met"]:
-        verdict = "timing met"
-    elif report.get("timing_complete", True):
-        verdict = "TIMING NOT MET"
-    else:
-        verdict = "TIMING NOT VERIFIED"
-    lines = [f"{report['board']} ({report['device']}): {verdict}: Fmax "
-             f"{'n/a' if fmax is None else f'{fmax:.1f}'} MHz for a {report['clock_mhz']:g} MHz "
-             f"clock (seed {report['seed']}), {report['wall_seconds']:.1f} s, "
-             f"bitstream {report['bitstream']}"]
-    parts = []
-    for name, r in report["resources"].items():
-        share = f" ({100 * r['used'] / r['available']:.0f}%)" if r["available"] else ""
-        parts.append(f"{name} {r['used']}/{r['available']}{share}")
-    lines.append(", ".join(parts))
-    usb = report.get("usb")
-    if usb:
-        lines.append("USB CDC-ACM link " + usb["vid_pid"] + ": " + ", ".join(
-            f"{domain} Fmax {c['achieved_mhz']:.1f} MHz for {c['constraint_mhz']:g} MHz"
-            for domain, c in sorted(usb["clocks"].items())))
-    if report.get("seed_sweep"):
-        lines.append("seeds: " + ", ".join(
-            f"{r['seed']}: " + ("failed" if r["fmax_mhz"] is None else f"{r['fmax_mhz']:.1f} MHz")
-            for r in sorted(report["seed_sweep"], key=lambda r: r["seed"]))
-            + f" (seed {report['seed']} kept)")
-    path = critical_path(report)
-    if path is not None:
-        lines.append(f"critical path: {path['start']} -> {path['end']} "
-                     f"({path['delay_ns']:.2f} ns)")
-    lines.extend(f"warning: {w}" for w in report.get("timing_warnings", []))
-    return "\n".join(lines)
-
-
-def critical_path(report: dict) -> dict | None:
-    """The slowest register-to-register path of ``report["critical_paths"]`` (paths from or
-    to ``<async>`` ports are left out: they are I/O, not the design's clock), or None."""
-    paths = [p for p in report.get("critical_paths") or []
-             if "<async>" not in (p.get("from"), p.get("to")) and p.get("start")]
-    return max(paths, key=lambda p: p["delay_ns"]) if paths else None
 

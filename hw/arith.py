@@ -97,7 +97,7 @@ def sb_mac16_instance(m: Module, name: str, ce, signed_a: bool, signed_b: bool,
     clock ``sync``, enable ``ce``: returns its A and B inputs (16 bits each, for the caller
     to drive) and its output O (32 bits, the product or products). nextpnr-ice40 times an
     SB_MAC16's ports as register ports whatever its parameters say, so only a DSP registered
-    at both ends has a true Fmax (see :func:`onnx2fpga.boards.build._ice40_dsp_timing_gaps`);
+    at both ends has a true Fmax (see :func:`onnx2fpga.boards.pnr.ice40_dsp_timing_gaps`);
     yosys infers them without registers, which is why inference stays off."""
     a16 = Signal(ICE40_DSP_BITS, name=f"{name}_a")
     b16 = Signal(ICE40_DSP_BITS, name=f"{name}_b")

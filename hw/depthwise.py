@@ -99,6 +99,13 @@ class DepthwiseCore(wiring.Component):
     waits in stage 2 (``i_stream.ready`` then follows ``o_stream.ready`` combinationally).
     """
 
+    @classmethod
+    def from_stage(cls, stage) -> DepthwiseCore:
+        """The core of a ``"depthwise"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        p = stage.params
+        return cls(stage.in_type, p["channels"], p["window"], p["weight"], p["bias"],
+                   stage.in_lanes, multipliers=p.get("multipliers", "dsp"))
+
     @quiet_if_invalid
     def __init__(self, in_shape, channels, window, weight, bias, lanes=1, *,
                  multipliers="dsp"):

@@ -82,6 +82,11 @@ class BroadcastCore(wiring.Component):
     follows the outputs' ``ready`` combinationally while copies are pending.
     """
 
+    @classmethod
+    def from_stage(cls, stage) -> BroadcastCore:
+        """The core of a ``"broadcast"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        return cls(stage.out_type, stage.out_lanes, stage.params["outputs"])
+
     @quiet_if_invalid
     def __init__(self, shape, lanes, outputs):
         self._shape = int_shape(shape)
@@ -178,6 +183,13 @@ class AddCore(wiring.Component):
     sum that is not taken (the inputs' ``ready`` then follows ``o_stream.ready``
     combinationally).
     """
+
+    @classmethod
+    def from_stage(cls, stage) -> AddCore:
+        """The core of an ``"add"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        p = stage.params
+        return cls(stage.in_type, p["b_type"], stage.in_lanes, p["zero_points"],
+                   p["multipliers"])
 
     @quiet_if_invalid
     def __init__(self, a_shape, b_shape, lanes, zero_points=(0, 0), multipliers=(1, 1)):
@@ -322,6 +334,11 @@ class ConcatCore(wiring.Component):
     whole output (the others wait); ``ready`` of the input in turn follows ``o_stream.ready``
     combinationally while the output register is full.
     """
+
+    @classmethod
+    def from_stage(cls, stage) -> ConcatCore:
+        """The core of a ``"concat"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        return cls(stage.out_type, stage.out_lanes, stage.params["chunks"])
 
     @quiet_if_invalid
     def __init__(self, shape, lanes, chunks):

@@ -24,7 +24,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..ir.layers import DenseLayer
-from ..plan import cost
+from ..plan import matvec as timing
 from ..plan.checks import check_count
 from ..plan.devices import ice40_paired_product, ice40_registered_product
 from .arith import (
@@ -128,7 +128,7 @@ class MatVecCore(wiring.Component):
     ``folds * groups`` cycles (``layer.cycles``) when the output is not stalled. Computing
     starts once a whole vector is buffered; the last output transfer of a vector comes
     ``folds * groups + 1 + d`` cycles after its last input transfer, where
-    ``d = cost.matvec_stages(simd)`` counts the pipeline registers (memory data, operand
+    ``d = timing.matvec_stages(simd)`` counts the pipeline registers (memory data, operand
     registers, products, and one adder-tree stage per two adder levels: 4 for
     ``simd <= 4``, 5 up to 16, 6 up to 64), so ``latency = folds + folds * groups + d``
     cycles from the first input transfer to the last output transfer when the input arrives
@@ -164,6 +164,13 @@ class MatVecCore(wiring.Component):
       ``- in_features`` is folded into the bias). An input other than -1 or +1 gives a
       wrong result.
     """
+
+    @classmethod
+    def from_stage(cls, stage) -> MatVecCore:
+        """The core of a ``"matvec"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        p = stage.params
+        return cls(p["layer"], arithmetic=p.get("arithmetic"), w_logic=p.get("w_logic", False),
+                   x_logic=p.get("x_logic", False), ice40_dsp=p.get("ice40_dsp", False))
 
     @quiet_if_invalid
     def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False, x_logic=False,
@@ -235,7 +242,7 @@ class MatVecCore(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from the first input transfer to the last output transfer of one vector."""
-        return cost.matvec_latency(self.folds, self.groups, self._layer.simd)
+        return timing.matvec_latency(self.folds, self.groups, self._layer.simd)
 
     @property
     def w_banks(self) -> int:
@@ -415,8 +422,8 @@ class MatVecCore(wiring.Component):
         # about 5.8 ns clock-to-out on ECP5, more than a multiplier leaves of a 10 ns cycle),
         # S3 products (a multiplier between registers, which yosys or the DSP can retime),
         # then the adder tree in `tree_stages` register stages of at most
-        # `cost.ADDER_LEVELS_PER_STAGE` levels each; its last register feeds the accumulator.
-        tree_stages = cost.matvec_tree_stages(simd)
+        # `timing.ADDER_LEVELS_PER_STAGE` levels each; its last register feeds the accumulator.
+        tree_stages = timing.matvec_tree_stages(simd)
         n_stages = 3 + tree_stages
         s_valid = [Signal(name=f"s{n + 1}_valid") for n in range(n_stages)]
         s_first = [Signal(name=f"s{n + 1}_first") for n in range(n_stages)]
@@ -551,7 +558,7 @@ class MatVecCore(wiring.Component):
         # odd): the route out of a DSP block is long (7.3 ns of the jet tagger's 10.8 ns
         # critical path, DSP output -> two adder levels). The same stages and cycles.
         levels = (simd - 1).bit_length()
-        per_stage = [cost.ADDER_LEVELS_PER_STAGE] * (tree_stages - 1)
+        per_stage = [timing.ADDER_LEVELS_PER_STAGE] * (tree_stages - 1)
         per_stage.append(max(0, levels - sum(per_stage)))
         if dsp:
             # One level behind the DSPs, the last stage the rest: a packed DSP of the jet
@@ -594,7 +601,7 @@ class MatVecCore(wiring.Component):
             # the products' (from the operand register, so one stage shorter), registered
             # with the bias, less off times it, in front of the accumulator.
             xsum = registered_tree(m, [x_word[s] for s in range(simd)],
-                                    [cost.ADDER_LEVELS_PER_STAGE] * tree_stages, advance,
+                                    [timing.ADDER_LEVELS_PER_STAGE] * tree_stages, advance,
                                     lambda n, i: f"xsum{n}_{i}")
             corr = xsum[0] << (w_off.bit_length() - 1)
             bias_c = [Signal(acc_shape, name=f"bias_c_{p}", reset_less=True) for p in range(pe)]

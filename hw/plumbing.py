@@ -10,7 +10,7 @@ from amaranth import (
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..plan import cost
+from ..plan import plumbing as timing
 from ..plan.checks import check_count
 from .blocks import counter, int_shape, quiet_if_invalid, skid_output, wrap_incr
 
@@ -42,6 +42,11 @@ class StreamFIFO(wiring.Component):
         One transfer per cycle on each side; ``latency`` cycles from a write to its read.
     """
 
+    @classmethod
+    def from_stage(cls, stage) -> StreamFIFO:
+        """The core of a ``"fifo"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        return cls(stage.out_type, stage.out_lanes, stage.params["depth"])
+
     @quiet_if_invalid
     def __init__(self, shape, lanes, depth):
         self._shape = int_shape(shape)
@@ -60,7 +65,7 @@ class StreamFIFO(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from a write to the earliest read of that transfer."""
-        return cost.fifo_latency(self._depth)
+        return timing.fifo_latency(self._depth)
 
     def elaborate(self, platform):
         m = Module()
@@ -116,6 +121,11 @@ class WidthConverter(wiring.Component):
     output that is not taken moves to a skid register, so that ``o_stream.ready`` enables no
     data register and ``i_stream.ready`` is a function of registers only.
     """
+
+    @classmethod
+    def from_stage(cls, stage) -> WidthConverter:
+        """The core of a ``"convert"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        return cls(stage.out_type, stage.in_lanes, stage.out_lanes)
 
     @quiet_if_invalid
     def __init__(self, shape, in_lanes, out_lanes):

@@ -84,6 +84,12 @@ class WindowReduceCore(wiring.Component):
     ``o_stream.ready`` combinationally).
     """
 
+    @classmethod
+    def from_stage(cls, stage) -> WindowReduceCore:
+        """The core of a ``"reduce"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        p = stage.params
+        return cls(stage.in_type, p["channels"], p["window"], stage.in_lanes, p["op"])
+
     @quiet_if_invalid
     def __init__(self, shape, channels, window, lanes=1, op="max"):
         in_shape = int_shape(shape)

@@ -19,7 +19,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..ir.stages import RequantStage
-from ..plan import cost
+from ..plan import requant as timing
 from ..plan.checks import check_count
 from ..plan.thresholds import affine_range, sign_split
 from .arith import (
@@ -182,6 +182,12 @@ class RequantCore(wiring.Component):
     both hold one, and ``i_stream.ready`` is a function of registers only.
     """
 
+    @classmethod
+    def from_stage(cls, stage) -> RequantCore:
+        """The core of a ``"requant"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        return cls(stage.params["stages"], stage.params["channels"], stage.in_lanes,
+                   stage.in_type)
+
     @quiet_if_invalid
     def __init__(self, stages, channels, lanes, in_shape):
         if not isinstance(stages, (list, tuple)) or not stages:
@@ -241,7 +247,7 @@ class RequantCore(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from an input transfer to the output transfer of the same elements."""
-        return cost.requant_latency(len(self._stages))
+        return timing.requant_latency(len(self._stages))
 
     def elaborate(self, platform):
         m = Module()

@@ -108,6 +108,13 @@ class ResizeCore(wiring.Component):
     enable and the counters follow ``o_stream.ready`` combinationally.
     """
 
+    @classmethod
+    def from_stage(cls, stage) -> ResizeCore:
+        """The core of a ``"resize"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        p = stage.params
+        return cls(stage.in_type, p["channels"], p["height"], p["width"], p["rows"], p["cols"],
+                   stage.in_lanes)
+
     @quiet_if_invalid
     def __init__(self, shape, channels, height, width, rows, cols, lanes=1, *,
                  buffer_rows=None):
@@ -369,6 +376,11 @@ class ReorderCore(wiring.Component):
     after its issue). ``i_stream.ready`` and ``o_stream.valid`` depend only on registers; the
     memory read enable and the counters follow ``o_stream.ready`` combinationally.
     """
+
+    @classmethod
+    def from_stage(cls, stage) -> ReorderCore:
+        """The core of a ``"reorder"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        return cls(stage.in_type, stage.params["order"], stage.in_lanes)
 
     @quiet_if_invalid
     def __init__(self, shape, order, lanes=1):

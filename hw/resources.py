@@ -377,7 +377,7 @@ def stage_resources(stage, family: str, *, ice40_dsp: bool = False, logic=frozen
         ``lut``, ``ff`` (estimates), ``dsp``, ``bram`` (what yosys 0.70 infers; block RAMs
         are ``SB_RAM40_4K`` on iCE40, ``DP16KD`` on ECP5).
     """
-    from ..plan.builder import Stage
+    from ..plan.stage import Stage
     from .top import make_core
 
     if not isinstance(stage, Stage):

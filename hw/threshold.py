@@ -143,6 +143,12 @@ class ThresholdCore(wiring.Component):
     ``i_stream.ready`` is a function of registers only.
     """
 
+    @classmethod
+    def from_stage(cls, stage) -> ThresholdCore:
+        """The core of a ``"threshold"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        return cls(stage.params["stages"], stage.params["channels"], stage.in_lanes,
+                   stage.in_type)
+
     @quiet_if_invalid
     def __init__(self, stages, channels, lanes, in_shape, search="auto"):
         if not isinstance(stages, (list, tuple)) or not stages:

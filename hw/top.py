@@ -10,13 +10,17 @@ from ..ir.dataflow import Dataflow
 from ..plan.cost import dataflow_cycles
 from ..plan.graph import plan_graph
 from .blocks import int_shape, quiet_if_invalid
+from .depthwise import DepthwiseCore
+from .joins import AddCore, BroadcastCore, ConcatCore
 from .matvec import MatVecCore
 from .plumbing import StreamFIFO, WidthConverter
 from .reduce import WindowReduceCore
 from .requant import RequantCore
+from .resize import ReorderCore, ResizeCore
+from .threshold import ThresholdCore
 from .window import SlidingWindowCore
 
-__all__ = ["Accelerator"]
+__all__ = ["Accelerator", "CORES", "make_core"]
 
 
 class Accelerator(wiring.Component):
@@ -188,53 +192,23 @@ def _core_ports(core) -> tuple[list, list]:
     return ins, many("o_stream")
 
 
+#: Stage kind -> the core class that builds it (``from_stage``); a cast is wires, no core.
+CORES = {
+    "matvec": MatVecCore, "requant": RequantCore, "threshold": ThresholdCore,
+    "fifo": StreamFIFO, "convert": WidthConverter, "window": SlidingWindowCore,
+    "reduce": WindowReduceCore, "depthwise": DepthwiseCore, "add": AddCore,
+    "concat": ConcatCore, "broadcast": BroadcastCore, "resize": ResizeCore,
+    "reorder": ReorderCore,
+}
+
+
 def make_core(stage):
-    """The Amaranth core of one :class:`~onnx2fpga.plan.graph.Stage` (None for a cast)."""
-    p = stage.params
-    kind = stage.kind
-    if kind == "matvec":
-        return MatVecCore(p["layer"], arithmetic=p.get("arithmetic"),
-                          w_logic=p.get("w_logic", False),
-                          x_logic=p.get("x_logic", False),
-                          ice40_dsp=p.get("ice40_dsp", False))
-    if kind == "requant":
-        return RequantCore(p["stages"], p["channels"], stage.in_lanes, stage.in_type)
-    if kind == "threshold":
-        from .threshold import ThresholdCore
-        return ThresholdCore(p["stages"], p["channels"], stage.in_lanes, stage.in_type)
-    if kind == "fifo":
-        return StreamFIFO(stage.out_type, stage.out_lanes, p["depth"])
-    if kind == "convert":
-        return WidthConverter(stage.out_type, stage.in_lanes, stage.out_lanes)
-    if kind == "cast":
+    """The Amaranth core of one :class:`~onnx2fpga.plan.stage.Stage` (None for a cast): the
+    ``from_stage`` of its kind's class in :data:`CORES`."""
+    if stage.kind == "cast":
         return None
-    if kind == "window":
-        return SlidingWindowCore(stage.in_type, p["channels"], p["height"], p["width"],
-                                 p["kernel"], p["stride"], p["dilation"], p["pads"],
-                                 stage.in_lanes, p["pad_value"])
-    if kind == "reduce":
-        return WindowReduceCore(stage.in_type, p["channels"], p["window"], stage.in_lanes,
-                                p["op"])
-    if kind == "depthwise":
-        from .depthwise import DepthwiseCore
-        return DepthwiseCore(stage.in_type, p["channels"], p["window"], p["weight"],
-                             p["bias"], stage.in_lanes,
-                             multipliers=p.get("multipliers", "dsp"))
-    if kind == "add":
-        from .joins import AddCore
-        return AddCore(stage.in_type, stage.params["b_type"], stage.in_lanes,
-                       p["zero_points"], p["multipliers"])
-    if kind == "concat":
-        from .joins import ConcatCore
-        return ConcatCore(stage.out_type, stage.out_lanes, p["chunks"])
-    if kind == "broadcast":
-        from .joins import BroadcastCore
-        return BroadcastCore(stage.out_type, stage.out_lanes, p["outputs"])
-    if kind == "resize":
-        from .resize import ResizeCore
-        return ResizeCore(stage.in_type, p["channels"], p["height"], p["width"], p["rows"],
-                          p["cols"], stage.in_lanes)
-    if kind == "reorder":
-        from .resize import ReorderCore
-        return ReorderCore(stage.in_type, p["order"], stage.in_lanes)
-    raise ValueError(f"Unknown stage kind {kind!r}")  # pragma: no cover
+    try:
+        core = CORES[stage.kind]
+    except KeyError:
+        raise ValueError(f"Unknown stage kind {stage.kind!r}") from None
+    return core.from_stage(stage)

@@ -117,6 +117,14 @@ class SlidingWindowCore(wiring.Component):
     ``o_stream.ready`` combinationally.
     """
 
+    @classmethod
+    def from_stage(cls, stage) -> SlidingWindowCore:
+        """The core of a ``"window"`` :class:`~onnx2fpga.plan.stage.Stage` (a convolution's or
+        pool's window, or a pad)."""
+        p = stage.params
+        return cls(stage.in_type, p["channels"], p["height"], p["width"], p["kernel"],
+                   p["stride"], p["dilation"], p["pads"], stage.in_lanes, p["pad_value"])
+
     @quiet_if_invalid
     def __init__(self, shape, channels, height, width, kernel, stride=(1, 1), dilation=(1, 1),
                  pads=(0, 0, 0, 0), lanes=1, pad_value=0, *, buffer_rows=None):

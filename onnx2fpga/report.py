@@ -155,7 +155,7 @@ def _folding(ly: dict) -> str:
 
 def _critical_path(report: dict):
     """The slowest register-to-register path (paths from or to ``<async>`` ports are I/O);
-    the same rule as :func:`onnx2fpga.boards.build.critical_path`, without its imports."""
+    the same rule as :func:`onnx2fpga.boards.pnr.critical_path`, without its imports."""
     paths = [p for p in report.get("critical_paths") or []
              if "<async>" not in (p.get("from"), p.get("to")) and p.get("start")]
     return max(paths, key=lambda p: p["delay_ns"]) if paths else None

@@ -19,75 +19,12 @@ from ..ir.layers import (
 from ..ir.stages import RequantStage, ThresholdStage
 from ..ir.types import IntType
 from .devices import ice40_matvec_dsps
+from .stage import Stage
 
 __all__ = [
-    "Stage", "Plan", "Builder", "hwc_order", "stream_stages", "stage_cores", "requant_lanes",
+    "Plan", "Builder", "hwc_order", "stream_stages", "stage_cores", "requant_lanes",
     "matvec_arithmetic", "add_matvec", "window_params", "finish_layer",
 ]
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One core of the accelerator.
-
-    Parameters
-    ----------
-    kind : str
-        ``"matvec"``, ``"requant"``, ``"threshold"``, ``"fifo"``, ``"convert"``, ``"cast"`` (a
-        value-preserving change of element type, wires only), ``"window"``, ``"reduce"``,
-        ``"depthwise"``, ``"add"``, ``"concat"``, ``"broadcast"``, ``"resize"`` or
-        ``"reorder"``.
-    name : str
-        A readable name, used for the submodule.
-    in_type, out_type : IntType
-        Element types of the (first) input and of the output.
-    in_lanes, out_lanes : int
-        Elements per transfer on either side.
-    size : int
-        Elements per inference on the output side.
-    layer : object
-        The dataflow layer a stage comes from (None for plumbing).
-    params : dict
-        Per kind: ``"matvec"``: ``layer`` (the DenseLayer the core computes, weights in
-        stream order), ``arithmetic`` (:func:`matvec_arithmetic`), ``w_logic`` (its weight
-        ROM ``w_mem`` is among ``dataflow.logic_memories``: read from banks in two steps,
-        see :class:`~onnx2fpga.hw.matvec.MatVecCore`), ``x_logic`` (the same for its input
-        buffer ``x_mem``), ``ice40_dsp`` (its products go to SB_MAC16s on an iCE40: the
-        MatVecs in dataflow order whose products fit what is left of
-        ``dataflow.ice40_dsps``). ``"requant"`` (only
-        RequantStages) and ``"threshold"`` (only ThresholdStages): ``stages``, ``channels``
-        (:func:`stage_cores`). ``"fifo"``: ``depth``.
-        ``"window"``: ``channels``, ``height``, ``width``, ``kernel``, ``stride``,
-        ``dilation``, ``pads``, ``pad_value``. ``"reduce"``: ``op``, ``channels``,
-        ``window``. ``"depthwise"``: ``channels``, ``window``, ``weight``, ``bias``.
-        ``"add"``: ``zero_points``, ``multipliers``. ``"concat"``: ``chunks``.
-        ``"broadcast"``: ``outputs``. ``"resize"``: ``channels``, ``height``, ``width``,
-        ``rows``, ``cols``. ``"reorder"``: ``order``.
-    inputs, outputs : tuple of str
-        The nets the stage reads and writes.
-    in_size : int
-        Elements per inference on the (first) input side.
-    """
-    kind: str
-    name: str
-    in_type: IntType
-    out_type: IntType
-    in_lanes: int
-    out_lanes: int
-    size: int
-    layer: object = None
-    params: dict = field(default_factory=dict)
-    inputs: tuple = ()
-    outputs: tuple = ()
-    in_size: int = 0
-
-    @property
-    def out_beats(self) -> int:
-        return self.size // self.out_lanes
-
-    @property
-    def in_beats(self) -> int:
-        return (self.in_size or self.size) // self.in_lanes
 
 
 @dataclass

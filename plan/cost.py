@@ -44,170 +44,33 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.dataflow import Dataflow
-from .builder import Plan, Stage
+from .builder import Plan
+from .cores import core_kind
 from .graph import layer_stages, plan_graph
 from .layers import kind_of
-from .thresholds import threshold_latency
+from .stage import Stage
 
 __all__ = [
-    "ADDER_LEVELS_PER_STAGE", "matvec_tree_stages", "matvec_stages", "matvec_latency",
-    "requant_latency", "fifo_latency", "stage_cycles", "layer_cycles", "layer_latency",
-    "dataflow_cycles", "plan_timing", "layer_need", "edge_fifo_depths",
+    "stage_cycles", "stage_timing", "layer_cycles", "layer_latency", "dataflow_cycles",
+    "plan_timing", "layer_need", "edge_fifo_depths",
 ]
-
-
-_PLUMBING = ("convert", "cast", "fifo")
-
-
-#: Adder levels between two registers of :class:`~onnx2fpga.hw.matvec.MatVecCore`'s adder tree:
-#: two levels of 16..24-bit carry chains and their routing fit a 10 ns cycle on ECP5.
-ADDER_LEVELS_PER_STAGE = 2
-
-
-def matvec_tree_stages(simd: int) -> int:
-    """Register stages of the adder tree of a :class:`~onnx2fpga.hw.matvec.MatVecCore` that
-    sums ``simd`` products: ``ceil(log2(simd))`` adder levels, at most
-    :data:`ADDER_LEVELS_PER_STAGE` per stage, at least one stage."""
-    levels = (int(simd) - 1).bit_length()
-    return max(1, -(-levels // ADDER_LEVELS_PER_STAGE))
-
-
-def matvec_stages(simd: int) -> int:
-    """Pipeline registers of a :class:`~onnx2fpga.hw.matvec.MatVecCore` between its memories
-    and its accumulator: memory data, operand registers, products and the adder tree's
-    :func:`matvec_tree_stages` (4 for ``simd <= 4``, 5 up to 16, 6 up to 64)."""
-    return 3 + matvec_tree_stages(simd)
-
-
-def matvec_latency(folds: int, groups: int, simd: int) -> int:
-    """Latency of a :class:`~onnx2fpga.hw.matvec.MatVecCore` with ``folds`` input transfers and
-    ``groups`` output transfers per vector and ``simd`` products per output and step:
-    ``folds + folds * groups + matvec_stages(simd)``."""
-    return folds + folds * groups + matvec_stages(simd)
-
-
-def requant_latency(stages: int) -> int:
-    """Latency of a :class:`~onnx2fpga.hw.requant.RequantCore` of ``stages`` stages
-    (``2 + 5 * stages``; 0 for no stage, when no core is built)."""
-    return 2 + 5 * stages if stages else 0
-
-
-# Resource estimates (LUT4 per lane) that decide between requantization and thresholds.
-# A LUT-built multiplier costs about 3 LUT4 per partial-product bit (DESIGN.md: 206 LUT4 for
-# 8x8, 60 for 4x4 on iCE40); a constant multiplier one adder per set bit after the first; a
-# comparator or an adder one LUT4 per bit (with the carry chain); a 2:1 multiplexer one per
-# bit; a bit of a per-channel table 1/16 of a LUT4 (a LUT4 holds 16 bits; yosys 0.70 leaves
-# these small ROMs in LUTs). DSP blocks are not counted: on a device with spare multipliers
-# the requantization is cheaper than this (benchmarks/lowbit_resources.py measures both).
-
-
-def fifo_latency(depth: int) -> int:
-    """Cycles from a write into a :class:`~onnx2fpga.hw.plumbing.StreamFIFO` of ``depth`` to the
-    earliest read (0 for depth 0, which is a plain connection)."""
-    if depth <= 0:
-        return 0
-    return 1 if depth <= 4 else 2
-
-
-def _geometry(stage: Stage):
-    from .window import WindowGeometry
-    p = stage.params
-    return WindowGeometry.make(p["channels"], p["height"], p["width"], p["kernel"],
-                               p["stride"], p["dilation"], p["pads"], stage.in_lanes)
-
-
-def _matvec_figures(stage: Stage) -> tuple[int, int, int]:
-    """``(folds, groups, vectors)`` of a matvec stage."""
-    layer = stage.params["layer"]
-    folds = layer.in_features // layer.simd
-    groups = layer.out_features // layer.pe
-    return folds, groups, stage.size // layer.out_features
 
 
 def stage_cycles(stage: Stage) -> int:
     """Steady-state cycles per inference of one core (at least its input and output
-    transfers)."""
-    beats = max(stage.in_beats, stage.out_beats)
-    if stage.kind == "matvec":
-        folds, groups, vectors = _matvec_figures(stage)
-        return max(beats, vectors * folds * groups)
-    if stage.kind == "window":
-        return max(beats, _geometry(stage).cycles)
-    if stage.kind == "resize":
-        from .resize import resize_cycles
-        p = stage.params
-        return resize_cycles(p["channels"], p["height"], p["width"], p["rows"], p["cols"],
-                             stage.in_lanes)
-    if stage.kind == "reorder":
-        return stage.out_beats
-    return beats
+    transfers): its kind's :meth:`~onnx2fpga.plan.stage.CoreKind.cycles`."""
+    return core_kind(stage).cycles(stage)
 
 
-def _stage_timing(stage: Stage, first: int, last: int) -> tuple[int, int]:
+def stage_timing(stage: Stage, first: int, last: int) -> tuple[int, int]:
     """Cycles of the first and last output transfer of ``stage`` given those of its
-    (latest) input."""
-    kind = stage.kind
-    if kind == "matvec":
-        folds, groups, vectors = _matvec_figures(stage)
-        d = matvec_stages(stage.params["layer"].simd)
-        if vectors == 1:
-            first_out = last + folds + 1 + d
-        else:
-            first_out = first + 2 * folds + d
-        last_out = last + folds * groups + 1 + d
-    elif kind == "requant":
-        d = requant_latency(len(stage.params["stages"]))
-        first_out, last_out = first + d, last + d
-    elif kind == "threshold":
-        d = threshold_latency(stage.params["stages"], stage.params["channels"],
-                              stage.in_lanes)
-        first_out, last_out = first + d, last + d
-    elif kind == "fifo":
-        d = fifo_latency(stage.params["depth"])
-        first_out, last_out = first + d, last + d
-    elif kind == "convert":
-        if stage.out_lanes > stage.in_lanes:
-            k = stage.out_lanes // stage.in_lanes
-            first_out, last_out = first + k, last + 1
-        elif stage.out_lanes < stage.in_lanes:
-            k = stage.in_lanes // stage.out_lanes
-            first_out, last_out = first + 1, last + k
-        else:
-            first_out, last_out = first, last
-    elif kind == "window":
-        g = _geometry(stage)
-        rows0 = g.row_span(0)[1]
-        first_out = first + rows0 * g.width * g.folds + 1
-        # After the last input row, only the output rows that read it remain.
-        last_rows = sum(1 for oh in range(g.out_height) if g.row_span(oh)[1] == g.height)
-        last_out = last + max(last_rows, 1) * g.row_beats + 1
-    elif kind in ("reduce", "depthwise"):
-        window, folds = stage.params["window"], stage.params["channels"] // stage.in_lanes
-        extra = 0 if kind == "reduce" else 1
-        first_out = first + (window - 1) * folds + 2 + extra
-        last_out = last + 2 + extra
-    elif kind in ("broadcast", "concat"):
-        first_out, last_out = first + 1, last + 1
-    elif kind == "add":
-        from .joins import ADD_LATENCY
-        first_out, last_out = first + ADD_LATENCY, last + ADD_LATENCY
-    elif kind == "resize":
-        from .resize import resize_latency
-        p = stage.params
-        row = p["width"] * p["channels"] // stage.in_lanes
-        first_out = first + (int(p["rows"][0]) + 1) * row + 1
-        latency = resize_latency(p["channels"], p["height"], p["width"], p["rows"], p["cols"],
-                                 stage.in_lanes)
-        last_out = last + latency - (stage.in_beats - 1)
-    elif kind == "reorder":
-        first_out = last + 2
-        last_out = first_out
-    else:                                   # "cast": wires
-        first_out, last_out = first, last
+    (latest) input: its kind's model, then the rules every core follows."""
+    kind = core_kind(stage)
+    first_out, last_out = kind.timing(stage, first, last)
     # A stream carries at most one transfer per cycle, and no core finishes an inference
     # faster than its cycles per inference from its first input.
-    if kind not in ("cast", "convert", "fifo", "reorder"):
-        last_out = max(last_out, first + stage_cycles(stage))
+    if kind.paced:
+        last_out = max(last_out, first + kind.cycles(stage))
     return first_out, max(last_out, first_out + stage.out_beats - 1)
 
 
@@ -216,12 +79,8 @@ def plan_timing(plan: Plan, in_beats: int) -> dict:
     arrives at one transfer per cycle from cycle 0."""
     timing = {plan.input_net: (0, in_beats - 1)}
     for stage in plan.stages:
-        ins = [timing[n] for n in stage.inputs]
-        first = max(t[0] for t in ins)
-        last = max(t[1] for t in ins)
-        if stage.kind == "concat":
-            first = ins[0][0]
-        out = _stage_timing(stage, first, last)
+        first, last = core_kind(stage).inputs_timing(stage, [timing[n] for n in stage.inputs])
+        out = stage_timing(stage, first, last)
         for n in stage.outputs:
             timing[n] = out
     return timing
@@ -231,7 +90,7 @@ def layer_cycles(layer) -> int:
     """Steady-state cycles per inference of ``layer``'s cores on their own: the slowest core
     (``(in_features // simd) * (out_features // pe)`` for a DenseLayer, whose
     requantization runs alongside; ``channels // lanes`` for a RequantLayer)."""
-    stages = [s for s in layer_stages(layer) if s.kind not in _PLUMBING]
+    stages = [s for s in layer_stages(layer) if not core_kind(s).plumbing]
     return max([stage_cycles(s) for s in stages] + [layer.in_size // layer.in_lanes])
 
 
@@ -250,7 +109,7 @@ def layer_latency(layer) -> int:
     """
     first, last = 0, layer.in_size // layer.in_lanes - 1
     for stage in layer_stages(layer):
-        first, last = _stage_timing(stage, first, last)
+        first, last = stage_timing(stage, first, last)
     return last
 
 
@@ -283,7 +142,8 @@ def dataflow_cycles(dataflow: Dataflow, plan: Plan | None = None) -> dict:
         # Lane converters, casts and FIFOs on a layer's edges move data at the rate of its
         # neighbours; the layer's own cores set its figure.
         cyc = max([stage_cycles(by_name[n]) for n in names
-                   if by_name[n].kind not in _PLUMBING + ("reorder",)], default=0)
+                   if not core_kind(by_name[n]).plumbing
+                   and by_name[n].kind != "reorder"], default=0)
         edge = max([stage_cycles(by_name[n]) for n in names
                     if by_name[n].kind == "reorder"], default=0)
         entry = {"name": layer.name, "cycles": int(cyc),

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .reduce import check_geometry
+from .reduce import ReduceTiming, check_geometry
 
-__all__ = ["depthwise_cycles", "depthwise_latency"]
+__all__ = ["depthwise_cycles", "depthwise_latency", "DepthwiseTiming"]
 
 
 def depthwise_cycles(channels: int, window: int, lanes: int = 1) -> int:
@@ -53,3 +53,10 @@ def int_array(name: str, value, shape: tuple) -> np.ndarray:
     if arr.dtype == np.uint64 and arr.size and arr.max() >= 1 << 63:
         raise ValueError(f"{name} must fit 64-bit signed integers, not {arr.max()}")
     return arr.astype(np.int64)
+
+
+class DepthwiseTiming(ReduceTiming):
+    """A :class:`~onnx2fpga.hw.depthwise.DepthwiseCore`: a window reduction with one more
+    register (the products)."""
+    kinds = ("depthwise",)
+    extra = 1

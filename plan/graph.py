@@ -43,8 +43,9 @@ from ..ir.layers import (
     LAYER_TYPES,
 )
 from ..ir.types import IntType
-from .builder import Builder, Plan, Stage
+from .builder import Builder, Plan
 from .layers import kind_of
+from .stage import Stage
 
 __all__ = ["plan_graph", "layer_stages", "tensor_orders", "isolate"]
 

@@ -5,10 +5,12 @@ conventions of :mod:`onnx2fpga.plan.cost`.
 from __future__ import annotations
 
 from .checks import check_count
+from .stage import CoreKind, Stage
 
 __all__ = [
     "BROADCAST_LATENCY", "ADD_LATENCY", "CONCAT_LATENCY", "broadcast_cycles",
     "broadcast_latency", "add_cycles", "add_latency", "concat_cycles", "concat_latency",
+    "ForkTiming", "AddTiming",
 ]
 
 
@@ -107,3 +109,24 @@ def concat_latency(chunks, rounds: int = 1) -> int:
         As :func:`concat_cycles`.
     """
     return concat_cycles(chunks, rounds) - 1 + CONCAT_LATENCY
+
+
+class ForkTiming(CoreKind):
+    """A broadcast or a concat: one register through."""
+    kinds = ("broadcast", "concat")
+
+    def inputs_timing(self, stage: Stage, ins: list) -> tuple[int, int]:
+        first, last = super().inputs_timing(stage, ins)
+        # A concat starts with its first input's first chunk.
+        return (ins[0][0] if stage.kind == "concat" else first), last
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        return first + 1, last + 1
+
+
+class AddTiming(CoreKind):
+    """An add: :data:`ADD_LATENCY` cycles through."""
+    kinds = ("add",)
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        return first + ADD_LATENCY, last + ADD_LATENCY

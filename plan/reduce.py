@@ -6,8 +6,9 @@ partial results, and its cycles and latency in the conventions of :mod:`onnx2fpg
 from __future__ import annotations
 
 from .checks import check_count, check_lanes
+from .stage import CoreKind, Stage
 
-__all__ = ["REGISTER_FOLDS_MAX", "REDUCE_OPS", "reduce_cycles", "reduce_latency"]
+__all__ = ["REGISTER_FOLDS_MAX", "REDUCE_OPS", "reduce_cycles", "reduce_latency", "ReduceTiming"]
 
 
 #: Up to this many channel folds the partial results live in registers; beyond, in a memory.
@@ -65,3 +66,14 @@ def reduce_latency(channels: int, window: int, lanes: int = 1) -> int:
         If a count is not a positive integer or ``lanes`` does not divide ``channels``.
     """
     return reduce_cycles(channels, window, lanes) + 1
+
+
+class ReduceTiming(CoreKind):
+    """A :class:`~onnx2fpga.hw.reduce.WindowReduceCore`: one input transfer per cycle; a
+    group's last output 2 cycles after its last input."""
+    kinds = ("reduce",)
+    extra = 0
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        window, folds = stage.params["window"], stage.params["channels"] // stage.in_lanes
+        return (first + (window - 1) * folds + 2 + self.extra, last + 2 + self.extra)

@@ -10,8 +10,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .checks import check_count, check_lanes
+from .stage import CoreKind, Stage
 
-__all__ = ["ResizeGeometry", "resize_cycles", "resize_latency", "affine_loops"]
+__all__ = [
+    "ResizeGeometry", "resize_cycles", "resize_latency", "affine_loops", "ResizeTiming",
+    "ReorderTiming",
+]
 
 
 def int_sequence(name: str, value) -> np.ndarray:
@@ -301,3 +305,36 @@ def affine_loops(perm) -> list[tuple[int, int]] | None:
         n = len(a)
         if n == 1:
             return loops
+
+
+class ResizeTiming(CoreKind):
+    """A :class:`~onnx2fpga.hw.resize.ResizeCore`: :func:`resize_cycles` and
+    :func:`resize_latency`."""
+    kinds = ("resize",)
+
+    def cycles(self, stage: Stage) -> int:
+        p = stage.params
+        return resize_cycles(p["channels"], p["height"], p["width"], p["rows"], p["cols"],
+                             stage.in_lanes)
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        p = stage.params
+        row = p["width"] * p["channels"] // stage.in_lanes
+        first_out = first + (int(p["rows"][0]) + 1) * row + 1
+        latency = resize_latency(p["channels"], p["height"], p["width"], p["rows"], p["cols"],
+                                 stage.in_lanes)
+        return first_out, last + latency - (stage.in_beats - 1)
+
+
+class ReorderTiming(CoreKind):
+    """A :class:`~onnx2fpga.hw.resize.ReorderCore`: the whole tensor buffered, then read out
+    in the new order."""
+    kinds = ("reorder",)
+    paced = False
+
+    def cycles(self, stage: Stage) -> int:
+        return stage.out_beats
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        first_out = last + 2
+        return first_out, first_out

@@ -13,11 +13,12 @@ from ..ir.stages import RequantStage, ThresholdStage
 from ..ir.types import IntType
 from ..sim import golden
 from .checks import check_count
+from .stage import CoreKind, Stage
 
 __all__ = [
     "requant_as_thresholds", "affine_range", "sign_split", "THRESHOLD_PARALLEL_MAX",
     "threshold_search", "threshold_stage_latency", "threshold_table", "threshold_latency",
-    "requant_luts", "threshold_luts", "threshold_is_cheaper",
+    "requant_luts", "threshold_luts", "threshold_is_cheaper", "ThresholdTiming",
 ]
 
 
@@ -225,6 +226,15 @@ def _bits(lo: int, hi: int) -> int:
     return IntType.for_range(min(int(lo), 0), max(int(hi), 0)).bits
 
 
+# Resource estimates (LUT4 per lane) that decide between requantization and thresholds.
+# A LUT-built multiplier costs about 3 LUT4 per partial-product bit (DESIGN.md: 206 LUT4 for
+# 8x8, 60 for 4x4 on iCE40); a constant multiplier one adder per set bit after the first; a
+# comparator or an adder one LUT4 per bit (with the carry chain); a 2:1 multiplexer one per
+# bit; a bit of a per-channel table 1/16 of a LUT4 (a LUT4 holds 16 bits; yosys 0.70 leaves
+# these small ROMs in LUTs). DSP blocks are not counted: on a device with spare multipliers
+# the requantization is cheaper than this (benchmarks/lowbit_resources.py measures both).
+
+
 def requant_luts(stage, in_bits: int, channels: int) -> float:
     """Estimated LUT4 of one lane of one :class:`~onnx2fpga.ir.RequantStage` on
     ``in_bits``-wide inputs, its parameters cycling through ``channels``: the multiplier
@@ -278,3 +288,14 @@ def threshold_is_cheaper(stage, thresholds, in_bits: int, channels: int) -> bool
     t = thresholds.thresholds
     return threshold_luts(t.shape[1], in_bits, channels, t.shape[0] > 1) <= \
         requant_luts(stage, in_bits, channels)
+
+
+class ThresholdTiming(CoreKind):
+    """A :class:`~onnx2fpga.hw.threshold.ThresholdCore`: one transfer per cycle,
+    :func:`threshold_latency` cycles through."""
+    kinds = ("threshold",)
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        d = threshold_latency(stage.params["stages"], stage.params["channels"],
+                              stage.in_lanes)
+        return first + d, last + d

@@ -11,8 +11,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .checks import check_count, check_lanes
+from .stage import CoreKind, Stage
 
-__all__ = ["WindowGeometry", "window_cycles", "window_latency"]
+__all__ = ["WindowGeometry", "window_cycles", "window_latency", "WindowTiming"]
 
 
 def _check_pair(name: str, value, minimum: int) -> tuple[int, int]:
@@ -321,3 +322,28 @@ def window_latency(channels, height, width, kernel, stride=(1, 1), dilation=(1, 
     """
     return WindowGeometry.make(channels, height, width, kernel, stride, dilation, pads, lanes,
                                buffer_rows).latency
+
+
+def _geometry(stage: Stage):
+    from .window import WindowGeometry
+    p = stage.params
+    return WindowGeometry.make(p["channels"], p["height"], p["width"], p["kernel"],
+                               p["stride"], p["dilation"], p["pads"], stage.in_lanes)
+
+
+class WindowTiming(CoreKind):
+    """A :class:`~onnx2fpga.hw.window.SlidingWindowCore`: the row-level schedule of
+    :class:`WindowGeometry`; the first window once its rows are in, the last one the output
+    rows that read the last input row after it."""
+    kinds = ("window",)
+
+    def cycles(self, stage: Stage) -> int:
+        return max(stage.in_beats, stage.out_beats, _geometry(stage).cycles)
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        g = _geometry(stage)
+        rows0 = g.row_span(0)[1]
+        first_out = first + rows0 * g.width * g.folds + 1
+        # After the last input row, only the output rows that read it remain.
+        last_rows = sum(1 for oh in range(g.out_height) if g.row_span(oh)[1] == g.height)
+        return first_out, last + max(last_rows, 1) * g.row_beats + 1

@@ -18,14 +18,16 @@ from amaranth.sim import Simulator
 from onnx2fpga.boards.build import (
     REPORT,
     BuildError,
-    _clocks,
-    _ice40_dsp_timing_gaps,
     build_bitstream,
-    critical_path,
-    format_report,
     tool_environment,
 )
 from onnx2fpga.boards.loopback import ByteIncrement
+from onnx2fpga.boards.pnr import (
+    clock_report,
+    critical_path,
+    format_report,
+    ice40_dsp_timing_gaps,
+)
 from onnx2fpga.boards.targets import (
     BoardTarget,
     UnknownBoardError,
@@ -370,9 +372,9 @@ def test_main_clock_fmax():
     pnr = {"fmax": {"accelerator.clk": {"achieved": 40.5, "constraint": 12.00004768371582},
                     "$PACKER_GND_NET_$glb_clk": {"achieved": 9.0, "constraint": 12.0},
                     "other": {"achieved": 10.0, "constraint": 5.0}}}
-    clocks, fmax = _clocks(pnr, 12.0)
+    clocks, fmax = clock_report(pnr, 12.0)
     assert fmax == 40.5 and set(clocks) == set(pnr["fmax"])
-    assert _clocks({}, 12.0) == ({}, None)
+    assert clock_report({}, 12.0) == ({}, None)
 
 
 def _mac16(clk, a_reg, b_reg, select, pipeline2):
@@ -397,17 +399,17 @@ def _netlist_with(mac, used_outputs):
 def test_ice40_combinational_dsp_is_flagged():
     # Inferred multipliers come out like this: no clock, every register bypassed.
     top = _netlist_with(_mac16(False, 0, 0, "11", 0), list(range(40, 72)))
-    assert _ice40_dsp_timing_gaps(top) == [
+    assert ice40_dsp_timing_gaps(top) == [
         "mac: no clock, A not registered, B not registered, bottom output not registered, "
         "top output not registered"]
     # Only the outputs something reads count.
     top = _netlist_with(_mac16(True, 1, 1, "11", 0), list(range(40, 56)))
-    assert _ice40_dsp_timing_gaps(top) == ["mac: bottom output not registered"]
+    assert ice40_dsp_timing_gaps(top) == ["mac: bottom output not registered"]
 
 
 def test_ice40_registered_dsp_is_timed():
     top = _netlist_with(_mac16(True, 1, 1, "11", 1), list(range(40, 72)))
-    assert _ice40_dsp_timing_gaps(top) == []
+    assert ice40_dsp_timing_gaps(top) == []
 
 
 def test_format_report_verdicts():

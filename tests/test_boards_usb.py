@@ -525,7 +525,7 @@ def test_orangecrab_builds_with_link(link, tmp_path):
 
 
 def test_usb_clocks_are_reported_apart_and_must_meet_timing():
-    from onnx2fpga.boards.build import _clocks, _clocks_met, _usb_clocks
+    from onnx2fpga.boards.pnr import clock_report, clocks_met, usb_clocks
     # The shape nextpnr 0.11 reported for the OrangeCrab build with the USB link.
     usb_net = ("$glbnet$design.usb_device.acm.usb.USBControlEndpoint.StandardRequestHandler."
                "get_descriptor.usb_clk")
@@ -533,11 +533,11 @@ def test_usb_clocks_are_reported_apart_and_must_meet_timing():
                     usb_net: {"achieved": 99.8, "constraint": 12.0002},
                     "$glbnet$design.usb_device.acm.usb_io_clk": {"achieved": 40.0,
                                                                 "constraint": 48.0007}}}
-    clocks, fmax = _clocks(pnr, 48.0)
+    clocks, fmax = clock_report(pnr, 48.0)
     # usb_io also runs at 48 MHz, but it is not the design's clock: its miss shows apart.
     assert fmax == 127.4
-    assert {k: v["net"] for k, v in _usb_clocks(clocks).items()} == {
+    assert {k: v["net"] for k, v in usb_clocks(clocks).items()} == {
         "usb": usb_net, "usb_io": "$glbnet$design.usb_device.acm.usb_io_clk"}
-    assert _clocks_met(clocks) is False
+    assert clocks_met(clocks) is False
     pnr["fmax"]["$glbnet$design.usb_device.acm.usb_io_clk"]["achieved"] = 198.8
-    assert _clocks_met(_clocks(pnr, 48.0)[0]) is True
+    assert clocks_met(clock_report(pnr, 48.0)[0]) is True

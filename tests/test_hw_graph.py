@@ -11,9 +11,9 @@ from onnx2fpga.ir.layers import ConvLayer, DenseLayer, PadLayer, PoolLayer, View
 from onnx2fpga.ir.stages import RequantStage
 from onnx2fpga.ir.types import IntType
 from onnx2fpga.plan import cost
-from onnx2fpga.plan.layers import KINDS
 from onnx2fpga.plan.builder import hwc_order, stream_stages
 from onnx2fpga.plan.graph import isolate, plan_graph, tensor_orders
+from onnx2fpga.plan.layers import KINDS
 from onnx2fpga.sim import golden
 
 U4, I8 = IntType(4, False), IntType(8, True)

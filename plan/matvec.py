@@ -1,0 +1,68 @@
+"""Cycle model of the matrix-vector core (:class:`~onnx2fpga.hw.matvec.MatVecCore`): its
+pipeline depth, latency and cycles per inference, in the conventions of
+:mod:`onnx2fpga.plan.cost`.
+"""
+
+from __future__ import annotations
+
+from .stage import CoreKind, Stage
+
+__all__ = [
+    "ADDER_LEVELS_PER_STAGE", "matvec_tree_stages", "matvec_stages", "matvec_latency",
+    "MatVecTiming",
+]
+
+
+#: Adder levels between two registers of :class:`~onnx2fpga.hw.matvec.MatVecCore`'s adder tree:
+#: two levels of 16..24-bit carry chains and their routing fit a 10 ns cycle on ECP5.
+ADDER_LEVELS_PER_STAGE = 2
+
+
+def matvec_tree_stages(simd: int) -> int:
+    """Register stages of the adder tree of a :class:`~onnx2fpga.hw.matvec.MatVecCore` that
+    sums ``simd`` products: ``ceil(log2(simd))`` adder levels, at most
+    :data:`ADDER_LEVELS_PER_STAGE` per stage, at least one stage."""
+    levels = (int(simd) - 1).bit_length()
+    return max(1, -(-levels // ADDER_LEVELS_PER_STAGE))
+
+
+def matvec_stages(simd: int) -> int:
+    """Pipeline registers of a :class:`~onnx2fpga.hw.matvec.MatVecCore` between its memories
+    and its accumulator: memory data, operand registers, products and the adder tree's
+    :func:`matvec_tree_stages` (4 for ``simd <= 4``, 5 up to 16, 6 up to 64)."""
+    return 3 + matvec_tree_stages(simd)
+
+
+def matvec_latency(folds: int, groups: int, simd: int) -> int:
+    """Latency of a :class:`~onnx2fpga.hw.matvec.MatVecCore` with ``folds`` input transfers and
+    ``groups`` output transfers per vector and ``simd`` products per output and step:
+    ``folds + folds * groups + matvec_stages(simd)``."""
+    return folds + folds * groups + matvec_stages(simd)
+
+
+def _matvec_figures(stage: Stage) -> tuple[int, int, int]:
+    """``(folds, groups, vectors)`` of a matvec stage."""
+    layer = stage.params["layer"]
+    folds = layer.in_features // layer.simd
+    groups = layer.out_features // layer.pe
+    return folds, groups, stage.size // layer.out_features
+
+
+class MatVecTiming(CoreKind):
+    """``folds * groups`` cycles per vector; the first output ``folds + 1 + d`` cycles after
+    the last input of a lone vector (``d = matvec_stages(simd)``), or ``2 * folds + d`` after
+    the first input when vectors follow each other (a convolution's pixels)."""
+    kinds = ("matvec",)
+
+    def cycles(self, stage: Stage) -> int:
+        folds, groups, vectors = _matvec_figures(stage)
+        return max(stage.in_beats, stage.out_beats, vectors * folds * groups)
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        folds, groups, vectors = _matvec_figures(stage)
+        d = matvec_stages(stage.params["layer"].simd)
+        if vectors == 1:
+            first_out = last + folds + 1 + d
+        else:
+            first_out = first + 2 * folds + d
+        return first_out, last + folds * groups + 1 + d

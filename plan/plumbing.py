@@ -1,0 +1,56 @@
+"""Cycle models of the stream plumbing (:mod:`onnx2fpga.hw.plumbing`: FIFOs and width
+converters) and of casts (wires), in the conventions of :mod:`onnx2fpga.plan.cost`.
+"""
+
+from __future__ import annotations
+
+from .stage import CoreKind, Stage
+
+__all__ = ["fifo_latency", "FifoTiming", "ConvertTiming", "CastTiming"]
+
+
+def fifo_latency(depth: int) -> int:
+    """Cycles from a write into a :class:`~onnx2fpga.hw.plumbing.StreamFIFO` of ``depth`` to the
+    earliest read (0 for depth 0, which is a plain connection)."""
+    if depth <= 0:
+        return 0
+    return 1 if depth <= 4 else 2
+
+
+class FifoTiming(CoreKind):
+    """A :class:`~onnx2fpga.hw.plumbing.StreamFIFO`: :func:`fifo_latency` cycles through."""
+    kinds = ("fifo",)
+    paced = False
+    plumbing = True
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        d = fifo_latency(stage.params["depth"])
+        return first + d, last + d
+
+
+class ConvertTiming(CoreKind):
+    """A :class:`~onnx2fpga.hw.plumbing.WidthConverter`: gathering ``k`` transfers, the output
+    1 cycle after the last; splitting into ``k``, the last piece ``k`` cycles after the
+    input transfer."""
+    kinds = ("convert",)
+    paced = False
+    plumbing = True
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        if stage.out_lanes > stage.in_lanes:
+            k = stage.out_lanes // stage.in_lanes
+            return first + k, last + 1
+        if stage.out_lanes < stage.in_lanes:
+            k = stage.in_lanes // stage.out_lanes
+            return first + 1, last + k
+        return first, last
+
+
+class CastTiming(CoreKind):
+    """A value-preserving change of element type: wires."""
+    kinds = ("cast",)
+    paced = False
+    plumbing = True
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        return first, last

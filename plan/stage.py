@@ -1,0 +1,108 @@
+"""A stage of the core graph (one core) and the base class of the cores' cycle models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.types import IntType
+
+__all__ = ["Stage", "CoreKind"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One core of the accelerator.
+
+    Parameters
+    ----------
+    kind : str
+        ``"matvec"``, ``"requant"``, ``"threshold"``, ``"fifo"``, ``"convert"``, ``"cast"`` (a
+        value-preserving change of element type, wires only), ``"window"``, ``"reduce"``,
+        ``"depthwise"``, ``"add"``, ``"concat"``, ``"broadcast"``, ``"resize"`` or
+        ``"reorder"``.
+    name : str
+        A readable name, used for the submodule.
+    in_type, out_type : IntType
+        Element types of the (first) input and of the output.
+    in_lanes, out_lanes : int
+        Elements per transfer on either side.
+    size : int
+        Elements per inference on the output side.
+    layer : object
+        The dataflow layer a stage comes from (None for plumbing).
+    params : dict
+        Per kind: ``"matvec"``: ``layer`` (the DenseLayer the core computes, weights in
+        stream order), ``arithmetic`` (:func:`matvec_arithmetic`), ``w_logic`` (its weight
+        ROM ``w_mem`` is among ``dataflow.logic_memories``: read from banks in two steps,
+        see :class:`~onnx2fpga.hw.matvec.MatVecCore`), ``x_logic`` (the same for its input
+        buffer ``x_mem``), ``ice40_dsp`` (its products go to SB_MAC16s on an iCE40: the
+        MatVecs in dataflow order whose products fit what is left of
+        ``dataflow.ice40_dsps``). ``"requant"`` (only
+        RequantStages) and ``"threshold"`` (only ThresholdStages): ``stages``, ``channels``
+        (:func:`stage_cores`). ``"fifo"``: ``depth``.
+        ``"window"``: ``channels``, ``height``, ``width``, ``kernel``, ``stride``,
+        ``dilation``, ``pads``, ``pad_value``. ``"reduce"``: ``op``, ``channels``,
+        ``window``. ``"depthwise"``: ``channels``, ``window``, ``weight``, ``bias``.
+        ``"add"``: ``zero_points``, ``multipliers``. ``"concat"``: ``chunks``.
+        ``"broadcast"``: ``outputs``. ``"resize"``: ``channels``, ``height``, ``width``,
+        ``rows``, ``cols``. ``"reorder"``: ``order``.
+    inputs, outputs : tuple of str
+        The nets the stage reads and writes.
+    in_size : int
+        Elements per inference on the (first) input side.
+    """
+    kind: str
+    name: str
+    in_type: IntType
+    out_type: IntType
+    in_lanes: int
+    out_lanes: int
+    size: int
+    layer: object = None
+    params: dict = field(default_factory=dict)
+    inputs: tuple = ()
+    outputs: tuple = ()
+    in_size: int = 0
+
+    @property
+    def out_beats(self) -> int:
+        return self.size // self.out_lanes
+
+    @property
+    def in_beats(self) -> int:
+        return (self.in_size or self.size) // self.in_lanes
+
+
+class CoreKind:
+    """The cycle model of one kind of core (a :class:`Stage`'s ``kind``), in the conventions
+    of :mod:`onnx2fpga.plan.cost`; each lives beside the core's other figures
+    (:mod:`onnx2fpga.plan.matvec`, :mod:`.window`, ...) and
+    :data:`onnx2fpga.plan.cores.CORE_KINDS` lists them.
+
+    Attributes
+    ----------
+    kinds : tuple of str
+        The stage kinds it models.
+    paced : bool
+        No inference finishes faster than :meth:`cycles` from its first input (False for
+        wires, FIFOs, width converters and reorder buffers, whose output follows their input).
+    plumbing : bool
+        A lane converter, cast or FIFO: not a layer's own work when its cycles are reported.
+    """
+    kinds: tuple = ()
+    paced = True
+    plumbing = False
+
+    def cycles(self, stage: Stage) -> int:
+        """Steady-state cycles per inference (at least the input and output transfers)."""
+        return max(stage.in_beats, stage.out_beats)
+
+    def inputs_timing(self, stage: Stage, ins: list) -> tuple[int, int]:
+        """The first and last input transfer that matter, from ``(first, last)`` of every
+        input: the latest of each by default."""
+        return max(t[0] for t in ins), max(t[1] for t in ins)
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        """Cycles of the first and last output transfer given those of the (latest) input,
+        before the pacing :func:`onnx2fpga.plan.cost.stage_timing` applies."""
+        raise NotImplementedError
