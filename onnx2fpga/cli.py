@@ -44,6 +44,8 @@ def _folding(text):
 
 
 def _parser():
+    from .steps import STEPS
+
     p = argparse.ArgumentParser(prog="onnx2fpga", description=(
         "Compile ONNX models into streaming FPGA accelerators, simulate them bit-exactly and "
         "build bitstreams with open toolchains."))
@@ -91,6 +93,10 @@ def _parser():
                    "transfer into a convolution's window; NAME:lanes=L for pools and "
                    "elementwise layers; NAME:multipliers=lut|dsp: a layer's products in "
                    "LUTs or in hard multipliers)")
+    c.add_argument("--stop-after", default="emit", metavar="STEP", choices=STEPS,
+                   help="stop after this step of the compile and write what it produced "
+                   "(load, quantize: graph.json; lower, fold, evaluate: design.json + "
+                   "design.npz; emit, the default: the whole design)")
 
     s = sub.add_parser("simulate", help="run a compiled design on inputs",
                        description="Run the design in DIR on the inputs in X.npy (stacked along "
@@ -199,7 +205,10 @@ def _compile(args):
                  max_lanes=args.max_lanes, folding=args.folding,
                  multiplier_bits=args.multiplier_bits, board=args.board,
                  target_fps=args.target_fps, clock_mhz=args.clock,
-                 utilization=args.utilization, verbose=True)
+                 utilization=args.utilization, verbose=True, stop_after=args.stop_after)
+    if args.stop_after != "emit":
+        print(f"stopped after {args.stop_after}; wrote {os.path.abspath(args.output)}")
+        return 0
     m = d.manifest
     print(f"wrote {d.directory}: {len(m['layers'])} hardware layers, "
           f"{m['cycles_per_inference']} cycles per inference, latency {m['latency_cycles']} "

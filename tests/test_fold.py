@@ -207,13 +207,13 @@ def test_cheapest_cover_is_the_exhaustive_minimum():
     at least what is missing at the least logic cost, as an exhaustive search finds it."""
     import random
 
-    from onnx2fpga.api import _cheapest_cover
+    from onnx2fpga.steps import cheapest_cover
     rng = random.Random(0)
     for _ in range(200):
         items = [(f"m{i}", rng.randint(1, 6), rng.randint(1, 50))
                  for i in range(rng.randint(1, 7))]
         need = rng.randint(1, 15)
-        got = _cheapest_cover(items, need)
+        got = cheapest_cover(items, need)
         size = {n: (s, c) for n, s, c in items}
         covers = [sum(c for _, _, c in combo) for r in range(len(items) + 1)
                   for combo in itertools.combinations(items, r)
@@ -223,4 +223,4 @@ def test_cheapest_cover_is_the_exhaustive_minimum():
             continue
         assert sum(size[n][0] for n in got) >= need
         assert sum(size[n][1] for n in got) == min(covers)
-    assert _cheapest_cover([("a", 2, 5)], 0) == []
+    assert cheapest_cover([("a", 2, 5)], 0) == []

@@ -445,12 +445,12 @@ def run_frontend(path, *, lenient=False, seed=0):
     """Load, quantize (float models, with calibration drawn for the input's shape) or take
     the QDQ model as is, lower and fold: the whole frontend of ``onnx2fpga.compile``.
     Returns the Design."""
-    from onnx2fpga.api import _check_samples
     from onnx2fpga.frontend.load import load_model
     from onnx2fpga.frontend.lower import lower
     from onnx2fpga.frontend.qdq import normalize_qdq
     from onnx2fpga.frontend.quantize import is_quantized, quantize_graph
     from onnx2fpga.plan.fold import fold
+    from onnx2fpga.steps import check_samples
 
     g = load_model(path, lenient=lenient)
     normalize_qdq(g)
@@ -460,7 +460,7 @@ def run_frontend(path, *, lenient=False, seed=0):
         rng = np.random.default_rng(seed)
         x = rng.standard_normal((4,) + tuple(shape)) if 0 < n <= 4096 else \
             rng.standard_normal((4, 8))
-        samples = _check_samples(g, x.astype(np.float32), "Calibration data")
+        samples = check_samples(g, x.astype(np.float32), "Calibration data")
         quantize_graph(g, samples)
     design = lower(g, multiplier_bits=16)
     fold(design.dataflow)

@@ -1,0 +1,143 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from .ir.dataflow import Design
+from .version import __version__
+
+# IMPORTS-END
+
+__all__ = ["make_manifest"]
+
+
+def _folding_json(df, bottleneck) -> dict:
+    """How the folding was chosen and what stopped it from going faster (each layer's
+    parallelism is in its own entry)."""
+    info = {k: v for k, v in sorted(df.folding_info.items()) if v is not None}
+    return {**info, "bottleneck": bottleneck}
+
+
+def _element_order(port) -> str:
+    from .frontend.lower import _logical
+    from .plan.builder import hwc_order
+
+    if port.order is None:
+        return "C order (row-major) over shape, batch dimension bound to 1"
+    shape = _logical(port.shape)
+    hwc = hwc_order(shape)
+    if hwc is not None and np.array_equal(port.order, hwc):
+        dims = "H, W, C" if len(shape) == 3 else "W, C"
+        return (f"channels-last: row-major over ({dims}) of the NCHW tensor, batch dimension "
+                f"bound to 1 (stream position p holds C-order element order[p])")
+    return "permuted: stream position p holds C-order element order[p] (see design.npz)"
+
+
+def _port_json(port) -> dict:
+    return {
+        "tensor": port.name, "shape": list(port.shape),
+        "element_order": _element_order(port),
+        "type": port.type.name, "bits": port.type.bits, "signed": port.type.signed,
+        "scale": port.scale, "zero_point": port.zero_point,
+        "lanes": port.lanes, "tdata_width": port.tdata_width, "beats": port.beats,
+        "packing": "element j of a beat at tdata bits [j*bits, (j+1)*bits), little-endian",
+        "tlast": "high on the last beat of each tensor",
+    }
+
+
+def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
+    """One layer's manifest entry: what it computes, its folding and its figures."""
+    from .plan.layers import kind_of
+
+    entry = {
+        "name": ly.name, "kind": ly.kind, "onnx_nodes": list(ly.nodes),
+        "inputs": list(ly.inputs), "output": ly.output,
+        "in_shapes": [list(s) for s in ly.in_shapes], "out_shape": list(ly.out_shape),
+        "in_size": ly.in_size, "out_size": ly.out_size,
+        "in_type": ly.in_type.name, "out_type": ly.out_type.name,
+        "cycles": figures["cycles"], "latency_cycles": figures["latency"],
+        "bottleneck": figures["bottleneck"], "fifo_depth_after": fifo_after,
+    }
+    if "reorder_cycles" in figures:
+        entry["reorder_cycles"] = figures["reorder_cycles"]
+    entry.update(kind_of(ly).manifest(ly))
+    return entry
+
+
+def _streams_json(df, plan) -> dict:
+    """Every tensor crossing a stream inside the accelerator: who writes it, its element
+    order, lanes and element type (as the producer's net carries it)."""
+    from .frontend.lower import _logical
+    from .plan.builder import hwc_order
+
+    shapes = {df.input.name: _logical(df.input.shape)}
+    producers = {df.input.name: "s_axis"}
+    for ly in df.layers:
+        shapes[ly.output] = tuple(ly.out_shape)
+        producers[ly.output] = ly.name
+    out = {}
+    for tensor, net in plan.tensor_nets.items():
+        type_, lanes, size = plan.nets[net]
+        order = plan.orders.get(tensor)
+        if order is None:
+            label = "C order"
+        elif np.array_equal(order, hwc_order(shapes[tensor])):
+            label = "channels-last"
+        else:
+            label = "permuted"
+        out[tensor] = {"producer": producers[tensor], "order": label, "lanes": int(lanes),
+                       "type": type_.name, "size": int(size)}
+    return out
+
+
+def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
+    from .plan import cost
+    from .plan.graph import plan_graph
+
+    df = design.dataflow
+    plan = plan_graph(df)
+    figures = cost.dataflow_cycles(df, plan)
+    per_layer = {f["name"]: f for f in figures["layers"]}
+    layers = [_layer_json(ly, per_layer[ly.name], df.fifo_depths[k])
+              for k, ly in enumerate(df.layers)]
+    resources = _resources_json(df)
+    for k, entry in enumerate(layers):
+        entry["resources"] = {fam: {key: v for key, v in r["layers"][k].items() if key != "name"}
+                              for fam, r in resources.items()}
+    hw_nodes = [n for ly in df.layers for n in ly.nodes]
+    bottleneck = [f["name"] for f in figures["layers"] if f["bottleneck"]]
+    return {
+        "format": "onnx2fpga-manifest", "version": 1, "onnx2fpga_version": __version__,
+        "top": {"module": "top", "file": "top.v", "clock": "clk", "reset": "rst (synchronous, "
+                "active high)", "verilog_sha256": hashlib.sha256(verilog.encode()).hexdigest()},
+        "model": {k: v for k, v in design.metadata.items()},
+        "inputs": design.inputs, "outputs": design.outputs,
+        "ports": {"s_axis": _port_json(df.input), "m_axis": _port_json(df.output)},
+        "partition": {
+            "host_head": [n.name or n.outputs[0] for n in design.head],
+            "hardware": hw_nodes,
+            "host_tail": [n.name or n.outputs[0] for n in design.tail],
+        },
+        "layers": layers,
+        "edge_fifos": dict(sorted(df.edge_fifos.items())),
+        "streams": _streams_json(df, plan),
+        "bottleneck": bottleneck,
+        "folding": _folding_json(df, bottleneck),
+        "cycles_per_inference": figures["cycles_per_inference"],
+        "latency_cycles": figures["latency_cycles"],
+        "quantization": quant_info,
+        "resources": {fam: {key: r[key] for key in ("total", "edges", "wrapper", "board")}
+                      for fam, r in resources.items()},
+    }
+
+
+def _resources_json(df) -> dict:
+    """:func:`~onnx2fpga.hw.resources.dataflow_resources` for iCE40 and ECP5 (estimates before
+    synthesis: DSPs and block RAMs as yosys infers them, LUTs and FFs from a fitted model)."""
+    from .hw.resources import dataflow_resources
+    from .plan.devices import FAMILIES
+
+    return {fam: dataflow_resources(df, fam, wrapper=True) for fam in FAMILIES}

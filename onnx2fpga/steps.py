@@ -1,0 +1,474 @@
+"""A compile as named steps, each from one inspectable artifact to the next.
+
+========== ============================================================ ====================
+step       what it does                                                 what it leaves
+========== ============================================================ ====================
+load       load and check the ONNX model, normalize its quantized      ``graph``: the
+           forms (QOperator, FINN, QDQ, QONNX), fold constants,         frontend graph
+           resolve geometry
+quantize   quantize a float model from calibration data (or the float  ``graph`` quantized,
+           inputs of a quantized one)                                   ``quant_info``
+lower      lower the quantized graph into integer layers, host head     ``design``
+           and tail
+fold       choose each layer's parallelism (for a board, a rate or a   ``design`` folded
+           lane budget), the ports' lanes and the FIFO depths
+evaluate   a float model's quantization error on the calibration data  ``quant_info``
+emit       generate the Verilog and the manifest                        ``verilog``,
+                                                                        ``manifest``
+========== ============================================================ ====================
+
+:func:`onnx2fpga.compile` runs them all; with ``stop_after=STEP`` (``--stop-after STEP``)
+it stops after that step and writes what the step produced (:func:`write_artifacts`):
+``graph.json`` after ``load`` and ``quantize``, ``design.json`` + ``design.npz`` after
+``lower``, ``fold`` and ``evaluate`` (and ``quantization.json``), the whole design directory
+after ``emit``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import CalibrationError, OptionError
+from .ir.dataflow import Design
+from .ir.layers import product_mapping
+from .ir.serialize import save_design
+from .manifest import make_manifest
+from .report import write_report
+
+__all__ = [
+    "STEPS", "Compilation", "run_steps", "write_artifacts", "graph_json", "check_samples",
+    "fold_options", "device_check", "cheapest_cover", "logic_cells",
+]
+
+#: The steps of a compile, in order.
+STEPS = ("load", "quantize", "lower", "fold", "evaluate", "emit")
+
+
+def check_samples(graph, x, what: str) -> np.ndarray:
+    name = graph.inputs[0]
+    info = graph.tensors[name]
+    shape = tuple(info.shape)
+    x = np.asarray(x)
+    want = f"({', '.join(['batch'] + [str(d) for d in shape])}) {info.dtype}"
+    if not np.issubdtype(x.dtype, np.floating):
+        raise CalibrationError(f"{what} must be {want}, not {tuple(x.shape)} {x.dtype.name}")
+    if x.ndim == len(shape) + 1 and x.shape[1:] == shape:
+        pass
+    elif shape and shape[0] == 1 and x.ndim == len(shape) and x.shape[1:] == shape[1:]:
+        x = x.reshape((x.shape[0],) + shape)
+    else:
+        raise CalibrationError(f"{what} must be {want}, not {tuple(x.shape)} {x.dtype.name}")
+    if len(x) == 0:
+        raise CalibrationError(f"{what} is empty")
+    if not np.all(np.isfinite(x)):
+        raise CalibrationError(f"{what} contains NaN or infinite values")
+    return x.astype(np.dtype(info.dtype))
+
+
+def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
+                  pinned=frozenset()) -> dict:
+    """Check the folding options; the keyword arguments of :func:`plan.fold.fold`.
+    ``pinned``: the layers whose multipliers the user chose."""
+    if (target_fps is None) != (clock_mhz is None):
+        raise OptionError("target_fps and clock_mhz go together: the rate in inferences per "
+                          "second and the clock in MHz it is reached at")
+    for name, v in (("target_fps", target_fps), ("clock_mhz", clock_mhz)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                              or not v > 0):
+            raise OptionError(f"{name} must be a positive number, not {v!r}")
+    if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) \
+            or not 0 < utilization <= 1:
+        raise OptionError(f"utilization must be a number in (0, 1], not {utilization!r}")
+    opts = {"max_lanes": max_lanes if max_lanes is not None or board or target_fps else 8}
+    if target_fps is not None:
+        cycles = int(clock_mhz * 1e6 // target_fps)
+        if cycles < 1:
+            raise OptionError(f"target_fps {target_fps} at {clock_mhz} MHz leaves less than "
+                              f"one cycle per inference")
+        opts["target_cycles"] = cycles
+    if board is not None:
+        from .boards.targets import get_board
+        target = get_board(board)       # UnknownBoardError names the boards there are
+        opts["fits"] = device_check(target, utilization, pinned)
+    return opts
+
+
+def logic_cells(res: dict) -> int:
+    """Logic cells of an estimate: LUTs plus half the flip-flops (an iCE40 logic cell holds
+    one of each; flip-flops that do not pack with their LUT take cells of their own)."""
+    return res["lut"] + res["ff"] // 2
+
+
+def cheapest_cover(items, need: int) -> list:
+    """Names of the ``(name, size, cost)`` items whose sizes add up to at least ``need`` at
+    the least total cost (0/1 knapsack by dynamic programming over ``need``; ties: fewer
+    items, then names in order). All of them if even that is not enough."""
+    if need <= 0:
+        return []
+    items = sorted(items)
+    if sum(size for _, size, _ in items) < need:
+        return [name for name, _, _ in items]
+    inf = float("inf")
+    best = [(0, 0, ())] + [(inf, 0, ())] * need     # (cost, count, names) to free >= e
+    for name, size, cost in items:
+        for e in range(need, 0, -1):
+            c, k, names = best[max(0, e - size)]
+            cand = (c + cost, k + 1, names + (name,))
+            if cand[:2] < best[e][:2]:
+                best[e] = cand
+    return list(best[need][2])
+
+
+def device_check(target, utilization: float, pinned=frozenset()):
+    """``fits(dataflow)`` for :func:`plan.fold.fold`: ``None`` if the estimated resources
+    of the design plus the board wrapper fit ``target``'s device, otherwise what overflows.
+
+    When the hard multipliers overflow, layers move their products into LUTs
+    (``multipliers = "lut"``), those with the most multipliers first (the fewest layers
+    change), until the multipliers fit; layers in ``pinned`` keep the user's choice. When
+    the block RAMs overflow, memories move into soft logic (``dataflow.logic_memories``):
+    the set that frees enough block RAMs for the fewest logic cells (:func:`cheapest_cover`).
+    The plan then fits if its LUTs and flip-flops do too."""
+    from .hw.resources import dataflow_resources
+    from .plan.devices import logic_cost
+
+    lim = target.limits
+    # Hard multipliers within `utilization` too: the jet tagger and the digits example with
+    # 154 of the ECP5 85F's 156 MULT18X18D closed timing at only 49 and 57 MHz (paths through
+    # DSPs placed far apart), against 90 to 130 MHz for designs using a third of them.
+    caps = {"lut": int(lim.lut * utilization), "ff": int(lim.ff * utilization),
+            "dsp": int(lim.dsp * utilization), "bram": lim.bram}
+    if target.family == "ice40":
+        caps["logic cells"] = int(lim.lut * utilization)
+
+    def overflow(res):
+        total = dict(res["board"])
+        if target.family == "ice40":
+            # The device limit is on logic cells. Measured on the digits example: 4,183
+            # cells = 3,324 LUTs + 0.48 x 1,808 flip-flops.
+            total["logic cells"] = logic_cells(total)
+        return [f"{k} {total[k]} > {cap}" for k, cap in caps.items() if total.get(k, 0) > cap]
+
+    def fits(df):
+        res = dataflow_resources(df, target.family, wrapper=True, memories=True)
+        over = overflow(res)
+        if over and res["board"]["dsp"] > caps["dsp"]:
+            by_name = {ly.name: ly for ly in df.layers}
+            movable = sorted((lr for lr in res["layers"] if lr["dsp"] > 0
+                              and lr["name"] not in pinned
+                              and product_mapping(by_name[lr["name"]]) == "dsp"),
+                             key=lambda lr: (-lr["dsp"], lr["name"]))
+            excess = res["board"]["dsp"] - caps["dsp"]
+            for lr in movable:
+                if excess <= 0:
+                    break
+                by_name[lr["name"]].multipliers = "lut"
+                excess -= lr["dsp"]
+            if movable:
+                res = dataflow_resources(df, target.family, wrapper=True, memories=True)
+                over = overflow(res)
+        if over and res["board"]["bram"] > caps["bram"]:
+            # Block RAMs run out: the memories to move into soft logic are the set that
+            # frees enough block RAMs for the fewest logic cells (a knapsack over the
+            # block RAMs still missing).
+            moved = cheapest_cover(
+                [(mem[0], mem[1], logic_cells(logic_cost(*mem[:1], *mem[2:])))
+                 for mem in res["block_memories"]],
+                res["board"]["bram"] - caps["bram"])
+            df.logic_memories = sorted(df.logic_memories + moved)
+            over = overflow(dataflow_resources(df, target.family, wrapper=True))
+        return "; ".join(over) or None
+    return fits
+
+
+def _layer_float_points(dataflow, graph, float_graph) -> dict:
+    """Layer name -> ``(float tensor, scale, zero point)``: where a layer's integer output
+    stands for a tensor of the float model. Our quantizer names the ``QuantizeLinear`` of
+    tensor ``t`` ``t__quant`` and lowering records it among the layer's nodes; a layer whose
+    output no quantizer writes (a view: wires only) has no entry."""
+    quant = {n.name: n for n in graph.nodes if n.op == "QuantizeLinear"}
+    points = {}
+    for layer in dataflow.layers:
+        for name in layer.nodes:
+            q = quant.get(name)
+            if q is None or q.outputs[0] != layer.output or name != f"{q.inputs[0]}__quant":
+                continue
+            if q.inputs[0] not in float_graph.tensors:
+                continue
+            points[layer.name] = (q.inputs[0], np.asarray(q.attrs["scale"], np.float64),
+                                  np.asarray(q.attrs["zero_point"], np.int64))
+            break
+    return points
+
+
+def _layer_errors(design, samples, points: dict, envs: list) -> list[dict]:
+    """Per layer with a float counterpart: the max and mean absolute error of its dequantized
+    golden-model output against the float model's tensor, over the calibration samples."""
+    from .sim import golden
+    from .sim.model import run_head, stack_inputs
+
+    xs, _ = stack_inputs(design, samples)
+    trace: dict = {}
+    golden.run_dataflow(design.dataflow, run_head(design, xs), trace)
+    out = []
+    for layer in design.dataflow.layers:
+        if layer.name not in points:
+            continue
+        tensor, scale, zp = points[layer.name]
+        q = trace[layer.name].astype(np.int64)
+        if scale.size > 1:             # per channel: along axis 0 of the logical tensor
+            shape = (1, -1) + (1,) * (q.ndim - 2)
+            scale, zp = scale.reshape(shape), zp.reshape(shape)
+        real = (q - zp).astype(np.float64) * scale
+        ref = np.stack([np.asarray(env[tensor], np.float64) for env in envs])
+        err = np.abs(real.reshape(len(q), -1) - ref.reshape(len(ref), -1))
+        out.append({"name": layer.name, "tensor": tensor,
+                    "scale": [float(v) for v in scale.reshape(-1)] if scale.size > 1
+                    else float(scale), "zero_point": [int(v) for v in zp.reshape(-1)]
+                    if zp.size > 1 else int(zp), "max_abs_error": float(err.max()),
+                    "mean_abs_error": float(err.mean())})
+    return out
+
+
+
+@dataclass
+class Compilation:
+    """What a compile has produced so far (each step fills its part) and the options it runs
+    with (those of :func:`onnx2fpga.compile`).
+
+    Attributes
+    ----------
+    graph : frontend graph
+        After ``load``; quantized after ``quantize``.
+    float_graph : frontend graph or None
+        A float model's graph before quantization (for ``evaluate``).
+    samples : array or None
+        The checked calibration samples.
+    quant_info : dict
+        How the model was quantized (the manifest's ``quantization``).
+    design : onnx2fpga.ir.Design
+        After ``lower``; folded after ``fold``.
+    verilog, manifest : str, dict
+        After ``emit``.
+    done : list of str
+        The steps run so far.
+    """
+    model: object
+    options: dict
+    graph: object = None
+    float_graph: object = None
+    samples: object = None
+    quant_info: dict = field(default_factory=lambda: {"source": "qdq"})
+    design: Design | None = None
+    verilog: str | None = None
+    manifest: dict | None = None
+    done: list = field(default_factory=list)
+
+
+def _load(c: Compilation, say) -> None:
+    from .frontend.finn import normalize_finn
+    from .frontend.load import load_model
+    from .frontend.qdq import normalize_qdq
+    from .frontend.qonnx import normalize_qonnx
+    from .frontend.qop import normalize_qoperators
+    from .frontend.quantize import fold_constants
+    from .frontend.resolve import resolve_geometry
+
+    say("loading and checking the model")
+    graph = load_model(c.model, lenient=c.options["lenient"])
+    normalize_qoperators(graph)
+    normalize_finn(graph)       # FINN MultiThreshold activations: quantizers by thresholds
+    normalize_qdq(graph)
+    normalize_qonnx(graph)      # QONNX quantizers and QCDQ Clips into the same QDQ form
+    fold_constants(graph)       # computed constants (a Pow of two initializers, ...)
+    resolve_geometry(graph)
+    c.graph = graph
+
+
+def _quantize(c: Compilation, say) -> None:
+    from .frontend.quantize import is_quantized, quantize_float_inputs, quantize_graph
+
+    o, graph = c.options, c.graph
+    calibration, activation_bits = o["calibration"], o["activation_bits"]
+    if isinstance(calibration, (str, os.PathLike)):
+        try:
+            calibration = np.load(calibration, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise CalibrationError(f"{calibration}: cannot read calibration data: "
+                                   f"{e}") from None
+    if is_quantized(graph):
+        if calibration is not None:
+            samples = check_samples(graph, calibration, "Calibration data")
+            quantized_inputs = quantize_float_inputs(graph, samples,
+                                                     activation_bits=activation_bits)
+            if quantized_inputs:
+                say(f"quantized the float inputs of {', '.join(quantized_inputs)} at "
+                    f"{activation_bits} bits from {len(samples)} calibration samples")
+                c.quant_info["float_inputs_quantized"] = {
+                    "tensors": quantized_inputs, "activation_bits": activation_bits,
+                    "calibration_samples": int(len(samples))}
+            else:
+                # stacklevel: this step, run_steps, compile, the caller of compile.
+                warnings.warn("the model is already quantized; calibration data is not used",
+                              stacklevel=4)
+    else:
+        if calibration is None:
+            raise CalibrationError(
+                f"Graph {graph.name!r} is a float model: pass calibration data "
+                f"(--calibration X.npy, a batch of real inputs) to quantize it")
+        samples = check_samples(graph, calibration, "Calibration data")
+        say(f"calibrating on {len(samples)} samples")
+        c.samples = samples
+        c.float_graph = copy.deepcopy(graph)
+        quantize_graph(graph, samples, weight_bits=o["weight_bits"],
+                       activation_bits=activation_bits, per_channel=o["per_channel"])
+        c.quant_info = {"source": "calibration", **graph.metadata["quantization"]}
+    multiplier_bits = o["multiplier_bits"]
+    if multiplier_bits is None:
+        multiplier_bits = 24 if c.quant_info["source"] == "qdq" else 16
+    c.quant_info["multiplier_bits"] = multiplier_bits
+
+
+def _lower(c: Compilation, say) -> None:
+    from .frontend.lower import lower
+
+    say("lowering to integer layers")
+    c.design = lower(c.graph, multiplier_bits=c.quant_info["multiplier_bits"])
+
+
+def _fold(c: Compilation, say) -> None:
+    from .plan.fold import fold
+
+    o = c.options
+    board, utilization = o["board"], o["utilization"]
+    if board is not None:
+        from .boards.targets import get_board
+        target = get_board(board)
+        if target.family == "ice40":
+            # MatVec products may take the device's SB_MAC16s (registered at both ends),
+            # within the utilization as every other resource.
+            c.design.dataflow.ice40_dsps = int(target.limits.dsp * utilization)
+    say("choosing the folding" + (f" for {board}" if board else ""))
+    fold(c.design.dataflow, overrides=o["folding"], **o["fold_options"])
+    c.design.dataflow.folding_info.update(
+        {"board": board, "target_fps": o["target_fps"], "clock_mhz": o["clock_mhz"],
+         "utilization": utilization if board else None})
+
+
+def _evaluate(c: Compilation, say) -> None:
+    if c.float_graph is None:
+        return
+    from .sim import host
+    from .sim.model import run_design
+
+    design, graph, float_graph, samples = c.design, c.graph, c.float_graph, c.samples
+    points = _layer_float_points(design.dataflow, graph, float_graph)
+    keep = {float_graph.outputs[0]} | {p[0] for p in points.values()}
+    envs = []                      # only the tensors compared, not every intermediate
+    for s in samples:
+        env = host.run_nodes(float_graph.nodes, {float_graph.inputs[0]: s},
+                             float_graph.constants)
+        envs.append({t: env[t] for t in keep})
+    ref = np.stack([env[float_graph.outputs[0]] for env in envs])
+    quant_info = c.quant_info
+    quant_info["layers"] = _layer_errors(design, samples, points, envs)
+    del envs
+    got = run_design(design, samples, stacked=True)
+    err = np.abs(got.astype(np.float64) - ref.astype(np.float64))
+    quant_info["calibration_max_abs_error"] = float(err.max())
+    quant_info["calibration_mean_abs_error"] = float(err.mean())
+    if ref.ndim >= 2 and ref.shape[-1] > 1:
+        agree = np.argmax(got.reshape(len(got), -1), 1) == np.argmax(
+            ref.reshape(len(ref), -1), 1)
+        quant_info["calibration_argmax_agreement"] = float(agree.mean())
+
+
+def _emit(c: Compilation, say) -> None:
+    from .hw.emit import emit_verilog
+
+    say("generating Verilog")
+    c.verilog = emit_verilog(c.design.dataflow, name="top")
+    c.manifest = make_manifest(c.design, c.verilog, c.quant_info)
+
+
+_RUN = {"load": _load, "quantize": _quantize, "lower": _lower, "fold": _fold,
+        "evaluate": _evaluate, "emit": _emit}
+
+
+def run_steps(c: Compilation, until: str = "emit", say=lambda msg: None) -> Compilation:
+    """Run the steps of :data:`STEPS` that ``c`` has not run yet, up to and including
+    ``until``."""
+    if until not in STEPS:
+        raise OptionError(f"stop_after must be one of {', '.join(STEPS)}, not {until!r}")
+    for step in STEPS[:STEPS.index(until) + 1]:
+        if step not in c.done:
+            _RUN[step](c, say)
+            c.done.append(step)
+    return c
+
+
+def graph_json(graph) -> dict:
+    """A readable summary of a frontend graph: inputs, outputs, tensors (dtype, shape),
+    constants (dtype, shape; small ones' values) and nodes (op, domain, version, inputs,
+    outputs, attributes; arrays as dtype and shape unless small)."""
+    def value(v):
+        if isinstance(v, np.ndarray):
+            if v.size <= 16:
+                return {"dtype": v.dtype.name, "shape": list(v.shape), "values": v.tolist()}
+            return {"dtype": v.dtype.name, "shape": list(v.shape)}
+        if isinstance(v, (list, tuple)):
+            return [value(x) for x in v]
+        if isinstance(v, dict):
+            return {str(k): value(x) for k, x in v.items()}
+        if isinstance(v, (np.integer, np.floating, np.bool_)):
+            return v.item()
+        if isinstance(v, bytes):
+            return v.decode("utf-8", "replace")
+        if v is None or isinstance(v, (int, float, str, bool)):
+            return v
+        return repr(v)
+
+    return {
+        "name": graph.name, "inputs": list(graph.inputs), "outputs": list(graph.outputs),
+        "opsets": dict(graph.opsets),
+        "tensors": {t: {"dtype": i.dtype, "shape": value(list(i.shape))}
+                    for t, i in graph.tensors.items()},
+        "constants": {t: value(v) for t, v in graph.constants.items()},
+        "nodes": [{"name": n.name, "op": n.op, "domain": n.domain, "version": n.version,
+                   "inputs": list(n.inputs), "outputs": list(n.outputs),
+                   "attrs": value(n.attrs)} for n in graph.nodes],
+        "metadata": value(graph.metadata),
+    }
+
+
+def write_artifacts(c: Compilation, out: str) -> list[str]:
+    """Write what the last step of ``c`` produced into directory ``out`` (see the module
+    docstring); the names of the files written."""
+    def dump(name, doc):
+        with open(os.path.join(out, name), "w") as f:
+            json.dump(doc, f, indent=2, sort_keys=True)
+            f.write("\n")
+        return name
+
+    last = c.done[-1]
+    if last in ("load", "quantize"):
+        written = [dump("graph.json", graph_json(c.graph))]
+        if last == "quantize":
+            written.append(dump("quantization.json", c.quant_info))
+        return written
+    if last in ("lower", "fold", "evaluate"):
+        save_design(c.design, os.path.join(out, "design.json"),
+                    os.path.join(out, "design.npz"))
+        return ["design.json", "design.npz", dump("quantization.json", c.quant_info)]
+    with open(os.path.join(out, "top.v"), "w") as f:
+        f.write(c.verilog)
+    dump("manifest.json", c.manifest)
+    save_design(c.design, os.path.join(out, "design.json"), os.path.join(out, "design.npz"))
+    write_report(out)
+    return ["top.v", "manifest.json", "design.json", "design.npz", "report.html", "report.md"]
