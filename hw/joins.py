@@ -12,13 +12,10 @@ Cores with several streams on one side have an *array member* (``o_stream`` of t
 ``wiring.connect(m, core.o_stream[k], other.i_stream)``. In the Verilog the ports are named
 ``o_stream__0__valid``, ``o_stream__0__payload``, ...
 
-The cycle figures follow the conventions of :mod:`onnx2fpga.plan.cost`: a *latency* runs from the
-first input transfer to the last output transfer of one tensor on an idle core fed at one
-transfer per cycle (every input valid in every cycle) with no output ever stalled; *cycles* is
-the steady-state number of cycles per tensor with tensors following each other back to back.
-Every core here has a registered output and moves one transfer per cycle per port; a transfer
-leaves :data:`BROADCAST_LATENCY`, :data:`ADD_LATENCY` or :data:`CONCAT_LATENCY` cycles after
-the input transfer it comes from.
+Their cycle figures are those of :mod:`onnx2fpga.plan.joins`, in the conventions of
+:mod:`onnx2fpga.plan.cost`. Every core here has a registered output and moves one transfer
+per cycle per port; a transfer leaves ``BROADCAST_LATENCY``, ``ADD_LATENCY`` or
+``CONCAT_LATENCY`` cycles after the input transfer it comes from.
 """
 
 from __future__ import annotations

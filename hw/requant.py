@@ -314,7 +314,7 @@ class RequantCore(wiring.Component):
                 with m.If(advance):
                     m.d.sync += p_word.eq(rd.data)
 
-            def lane_params(word):
+            def lane_params(word, plan=plan):
                 """Per lane, each parameter: a field of `word` or the constant."""
                 return [{name: (getattr(word[j], name) if plan.varies[name] else table[j][0])
                          for name, table in plan.tables.items()} for j in range(lanes)]

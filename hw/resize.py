@@ -4,10 +4,8 @@
 with ``mode="nearest"``, the maps resolved at compile time); :class:`ReorderCore` buffers a
 whole tensor and emits it in another stream order (a Transpose the next layer cannot absorb).
 
-The cycle figures here follow the conventions of :mod:`onnx2fpga.plan.cost`: a *latency* runs
-from the first input transfer to the last output transfer of one inference on an idle core fed
-at one transfer per cycle with the output never stalled; *cycles* is the steady-state number of
-cycles per inference with inferences following each other back to back at full rate.
+Its cycle figures are those of :mod:`onnx2fpga.plan.resize`, in the conventions of
+:mod:`onnx2fpga.plan.cost`.
 """
 
 from __future__ import annotations

@@ -5,10 +5,8 @@ image streamed channels-last and emits, for every output pixel, the window of in
 ONNX Conv / MaxPool / AveragePool operator reads there (padding positions carry a constant
 ``pad_value``), ready for a matrix-vector unit or a :class:`~onnx2fpga.hw.reduce.WindowReduceCore`.
 
-The cycle figures here follow the conventions of :mod:`onnx2fpga.plan.cost`: a *latency* runs
-from the first input transfer to the last output transfer of one inference on an idle core fed
-at one transfer per cycle with the output never stalled; *cycles* is the steady-state number of
-cycles per inference with inferences following each other back to back at full rate.
+Its cycle figures are those of :mod:`onnx2fpga.plan.window`, in the conventions of
+:mod:`onnx2fpga.plan.cost`.
 """
 
 from __future__ import annotations
