@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["TensorInfo", "Node", "Graph"]
+__all__ = ["TensorInfo", "Node", "Graph", "logical_shape"]
 
 
 @dataclass
@@ -66,3 +66,14 @@ class Graph:
                 if i:
                     out.setdefault(i, []).append(n)
         return out
+
+
+def logical_shape(shape) -> tuple:
+    """The logical shape of a tensor: ``shape`` without its batch dimension (bound to 1).
+
+    A shape of rank 2 or more whose first dimension is 1 loses it; any other shape is
+    returned as it is, as a tuple of ints. The hardware part's layers and ports see tensors
+    this way.
+    """
+    shape = tuple(int(d) for d in shape)
+    return shape[1:] if len(shape) >= 2 and shape[0] == 1 else shape

@@ -1,11 +1,12 @@
 """Our own post-training quantization of float models, from calibration data.
 
 The float graph is split into the same *groups* the lowering maps onto hardware layers
-(:mod:`onnx2fpga.frontend.lower`): a core (MatMul / Gemm / Conv with a constant weight, a
-pool, a resize, a pad, an add of two activations, a concatenation), or nothing, followed by
-its epilogue (constant bias / scale / BatchNormalization, then Relu / Clip / LeakyRelu); a
-constant-zero Pad in front of a convolution joins the convolution's group; views pass
-through. The float graph is run on the calibration batch by the numpy host interpreter; the
+(:class:`~onnx2fpga.frontend.groups.Group`, found by
+:func:`~onnx2fpga.frontend.groups.float_groups`): a core (MatMul / Gemm / Conv with a constant
+weight, a pool, a resize, a pad, an add of two activations, a concatenation), or nothing,
+followed by its epilogue (constant bias / scale / BatchNormalization, then Relu / Clip /
+LeakyRelu); a constant-zero Pad in front of a convolution joins the convolution's group; views
+pass through. The float graph is run on the calibration batch by the numpy host interpreter; the
 ranges seen at every group's input and output set asymmetric activation quantizers of
 ``activation_bits`` bits (min-max, zero included). Max pools, resizes and pads keep their
 input's quantizer (their outputs lie in their input's range), so they never requantize.
@@ -21,11 +22,11 @@ import numpy as np
 from ..errors import CalibrationError, UnsupportedError
 from ..ir import IntType
 from ..sim import host
+from .groups import VIEW_OPS, Group, float_groups
 from .ir import Graph, Node, TensorInfo
 from .load import QONNX_DOMAINS, QONNX_OPS
-from .lower import EPILOGUE_OPS, VIEW_OPS
 
-__all__ = ["quantize_graph", "is_quantized", "calibrate", "float_groups", "fold_constants",
+__all__ = ["quantize_graph", "is_quantized", "calibrate", "fold_constants",
            "quantize_float_inputs"]
 
 _SAME_RANGE = ("MaxPool", "GlobalMaxPool", "Resize", "Upsample", "Pad")
@@ -60,101 +61,6 @@ def fold_constants(graph: Graph) -> Graph:
         keep.append(n)
     graph.nodes = keep
     return graph
-
-
-class _Group:
-    def __init__(self, core: Node | None, first: Node):
-        self.core = core
-        self.nodes = [first]
-        self.pad = None              # a Pad merged in front of a Conv
-
-    @property
-    def output(self) -> str:
-        return self.nodes[-1].outputs[0]
-
-    def inputs(self, graph: Graph) -> list[str]:
-        """The activation tensors the group reads."""
-        first = self.pad or self.nodes[0]
-        if self.core is not None and self.core.op in ("Add", "Concat"):
-            return [i for i in self.core.inputs if i and i not in graph.constants]
-        return [first.inputs[0]]
-
-
-def _is_const(graph: Graph, t: str) -> bool:
-    return not t or t in graph.constants
-
-
-def _is_core(graph: Graph, n: Node) -> bool:
-    if n.domain not in ("", "ai.onnx"):
-        return False
-    if n.op in ("MatMul", "Gemm", "Conv"):
-        return len(n.inputs) > 1 and n.inputs[1] in graph.constants and \
-            not (n.op == "Gemm" and n.attrs.get("transA", 0)) and \
-            not (n.op != "Conv" and graph.constants[n.inputs[1]].ndim != 2) and \
-            all(_is_const(graph, i) for i in n.inputs[2:])
-    if n.op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
-                "Upsample", "Pad"):
-        return all(_is_const(graph, i) for i in n.inputs[1:]) and \
-            len([o for o in n.outputs if o]) == 1
-    if n.op == "Add":
-        return not any(_is_const(graph, i) for i in n.inputs)
-    if n.op == "Concat":
-        return not any(_is_const(graph, i) for i in n.inputs)
-    return False
-
-
-def _is_epilogue(graph: Graph, n: Node) -> bool:
-    if n.domain not in ("", "ai.onnx") or n.op not in EPILOGUE_OPS:
-        return False
-    acts = [i for i in n.inputs if i and not _is_const(graph, i)]
-    return len(acts) == 1 and (n.op not in ("Div",) or n.inputs[0] == acts[0])
-
-
-def float_groups(graph: Graph) -> list[_Group]:
-    """The groups of a float graph, in topological order (see the module docstring)."""
-    cons = graph.consumers()
-
-    def sole(t):
-        c = cons.get(t, [])
-        return c[0] if len(c) == 1 and t not in graph.outputs else None
-
-    prod = graph.producers()
-    groups, taken = [], set()
-    for n in graph.nodes:
-        if id(n) in taken:
-            continue
-        if _is_core(graph, n):
-            if n.op == "Pad":
-                nxt = sole(n.outputs[0])
-                if nxt is not None and nxt.op == "Conv" and _is_core(graph, nxt) and \
-                        nxt.inputs[0] == n.outputs[0]:
-                    continue          # merged into the convolution's group
-            grp = _Group(n, n)
-            prev = prod.get(n.inputs[0]) if n.op == "Conv" else None
-            if prev is not None and prev.op == "Pad" and sole(prev.outputs[0]) is n and \
-                    _is_core(graph, prev):
-                grp.pad = prev
-                taken.add(id(prev))
-        elif _is_epilogue(graph, n):
-            grp = _Group(None, n)
-        else:
-            continue
-        taken.add(id(n))
-        activated = n.op in ("Relu", "Clip", "LeakyRelu")
-        t = n.outputs[0]
-        while True:
-            m = sole(t)
-            if m is None or not _is_epilogue(graph, m):
-                break
-            is_act = m.op in ("Relu", "Clip", "LeakyRelu")
-            if activated and not is_act:
-                break
-            activated = activated or is_act
-            grp.nodes.append(m)
-            taken.add(id(m))
-            t = m.outputs[0]
-        groups.append(grp)
-    return groups
 
 
 def calibrate(graph: Graph, samples: np.ndarray, tensors) -> dict[str, tuple[float, float]]:
@@ -240,7 +146,7 @@ def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bi
     # Max pools, resizes and pads keep their input's quantizer.
     share = {}
     for grp in hw:
-        if grp.core is not None and grp.core.op in _SAME_RANGE and len(grp.nodes) == 1:
+        if grp.core is not None and grp.core.op in _SAME_RANGE and not grp.after:
             src = source[id(grp)]
             share[grp.output] = share.get(src, src)
     params = {}
@@ -287,7 +193,7 @@ def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bi
     return graph
 
 
-def _quantize_weights(graph: Graph, grp: _Group, k: int, wq: IntType, s_in: float,
+def _quantize_weights(graph: Graph, grp: Group, k: int, wq: IntType, s_in: float,
                       per_channel: bool) -> list[Node]:
     """DequantizeLinear of the quantized weight (and bias) of a MatMul / Gemm / Conv."""
     core = grp.core
@@ -322,8 +228,8 @@ def _quantize_weights(graph: Graph, grp: _Group, k: int, wq: IntType, s_in: floa
     if core.op in ("Gemm", "Conv") and len(core.inputs) > 2 and core.inputs[2]:
         beta = float(core.attrs.get("beta", 1.0)) if core.op == "Gemm" else 1.0
         new += _quantize_bias(graph, core, 2, acc_scale / beta, k)
-    elif core.op == "MatMul" and len(grp.nodes) > 1 and grp.nodes[1].op == "Add":
-        bias = grp.nodes[1]
+    elif core.op == "MatMul" and grp.after and grp.after[0].op == "Add":
+        bias = grp.after[0]
         pos = 1 if bias.inputs[1] in graph.constants else 0
         val = np.asarray(graph.constants[bias.inputs[pos]])
         if val.size in (1, acc_scale.size) or val.ndim <= 1:

@@ -22,12 +22,12 @@ def _folding_json(df, bottleneck) -> dict:
 
 
 def _element_order(port) -> str:
-    from .frontend.lower import _logical
+    from .frontend.ir import logical_shape
     from .plan.builder import hwc_order
 
     if port.order is None:
         return "C order (row-major) over shape, batch dimension bound to 1"
-    shape = _logical(port.shape)
+    shape = logical_shape(port.shape)
     hwc = hwc_order(shape)
     if hwc is not None and np.array_equal(port.order, hwc):
         dims = "H, W, C" if len(shape) == 3 else "W, C"
@@ -70,10 +70,10 @@ def _layer_json(ly, figures: dict, fifo_after: int) -> dict:
 def _streams_json(df, plan) -> dict:
     """Every tensor crossing a stream inside the accelerator: who writes it, its element
     order, lanes and element type (as the producer's net carries it)."""
-    from .frontend.lower import _logical
+    from .frontend.ir import logical_shape
     from .plan.builder import hwc_order
 
-    shapes = {df.input.name: _logical(df.input.shape)}
+    shapes = {df.input.name: logical_shape(df.input.shape)}
     producers = {df.input.name: "s_axis"}
     for ly in df.layers:
         shapes[ly.output] = tuple(ly.out_shape)

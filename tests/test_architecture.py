@@ -213,8 +213,6 @@ def test_packages_import_only_the_layers_below_them():
     assert layering_violations(ROOT) == []
 
 
-@pytest.mark.xfail(reason="frontend/lower.py, frontend/load.py, plan/graph.py and "
-                          "boards/build.py are still being split (issue 19)", strict=False)
 def test_no_source_file_over_the_limit():
     assert long_files(ROOT) == []
 

@@ -1,0 +1,413 @@
+"""The group: a core operator and its epilogue, the unit that becomes one hardware layer.
+
+Both the quantizer (:mod:`onnx2fpga.frontend.quantize`, which places an activation quantizer
+after every group of a float model) and the lowering (:mod:`onnx2fpga.frontend.lower`, which
+turns every group of a QDQ model into one integer layer) split a graph into groups; this
+module is the one definition of what a group is (:class:`Group`) and holds the two passes
+that find them:
+
+* :func:`float_groups` in a float graph;
+* :func:`find_groups` in a QDQ graph, where a group ends at the ``QuantizeLinear`` of an
+  activation and starts at the ``DequantizeLinear`` nodes of earlier quantized activations.
+
+A group is ``[views] core [epilogue] [views]``: the core is MatMul / Gemm / Conv with a
+constant weight, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Resize / Upsample,
+Pad, Add of two activations, Concat, or nothing (an elementwise group); the epilogue is any of
+constant Add / Sub / Mul / Div and BatchNormalization, then Relu / Clip / LeakyRelu; a
+constant Pad in front of a convolution joins the convolution's group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from ..sim import golden
+from .ir import Graph, Node
+
+__all__ = ["Group", "QdqGraph", "float_groups", "find_groups", "onnx_domain", "VIEW_OPS",
+           "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "HW_OPS", "QDQ"]
+
+VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose")
+EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip",
+                "LeakyRelu")
+#: The epilogue operators that end it: after one of them, only another may follow.
+ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu")
+CORE_OPS = ("MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
+            "GlobalMaxPool", "Resize", "Upsample", "Pad", "Add", "Concat")
+#: Every operator a group of the hardware part may hold (besides QuantizeLinear and
+#: DequantizeLinear).
+HW_OPS = tuple(sorted(set(VIEW_OPS + EPILOGUE_OPS + CORE_OPS)))
+QDQ = ("QuantizeLinear", "DequantizeLinear")
+
+
+def onnx_domain(n: Node) -> bool:
+    """``n`` is an operator of the default (ai.onnx) domain."""
+    return n.domain in ("", "ai.onnx")
+
+
+@dataclass
+class Group:
+    """A core operator and its epilogue: the nodes that become one hardware layer.
+
+    The same class describes a group of a float graph (:func:`float_groups`) and of a QDQ
+    graph (:func:`find_groups`); they differ in what is around the core:
+
+    * in a float graph, views are not part of any group (they pass through), ``quant`` is
+      None, ``dqs`` and ``post`` are empty, and ``pre`` is ``[[pad]]`` for a Pad merged in
+      front of a convolution, else empty;
+    * in a QDQ graph, ``quant`` is the QuantizeLinear that ends the group (None only for
+      the accumulator of a model's last layer, see
+      :func:`onnx2fpga.frontend.partition.extend_accumulator_tail`), and per core input
+      ``pre`` holds the views (and a Pad in front of a convolution) after that input's
+      DequantizeLinear, which ``dqs`` holds. ``after`` may also hold views that only add or
+      drop unit axes after the channel axis (see :meth:`QdqGraph.channel_view`).
+
+    Attributes
+    ----------
+    core : Node or None
+        The core operator; None for an elementwise group (only an epilogue).
+    after : list of Node
+        The epilogue, in order.
+    quant : Node or None
+        The QuantizeLinear that ends the group (QDQ graphs).
+    post : list of Node
+        Views after the epilogue (QDQ graphs).
+    pre : list of list of Node
+        Per core input, the views or Pad in front of the core, in order.
+    dqs : list of Node
+        Per core input, its DequantizeLinear (QDQ graphs).
+    """
+    core: Node | None = None
+    after: list = field(default_factory=list)
+    quant: Node | None = None
+    post: list = field(default_factory=list)
+    pre: list = field(default_factory=list)
+    dqs: list = field(default_factory=list)
+
+    @property
+    def nodes(self) -> list:
+        """Every node of the group, in order (without the DequantizeLinear nodes)."""
+        out = [n for chain in self.pre for n in chain]
+        out += ([self.core] if self.core is not None else []) + self.after + self.post
+        return out + ([self.quant] if self.quant is not None else [])
+
+    @property
+    def pad(self) -> Node | None:
+        """The Pad merged in front of the core (a convolution): the last Pad in front of
+        its one input, or None."""
+        if len(self.pre) != 1:
+            return None
+        pads = [n for n in self.pre[0] if n.op == "Pad"]
+        return pads[-1] if pads else None
+
+    @property
+    def output(self) -> str:
+        """The tensor the group computes."""
+        last = self.quant or (self.post or self.after or [self.core])[-1]
+        return last.outputs[0]
+
+    def inputs(self, graph: Graph) -> list[str]:
+        """The activation tensors a group of a float graph reads: the non-constant inputs
+        of an Add or Concat core, else the first input of the first node (the Pad, the core
+        or the first epilogue node)."""
+        if self.core is not None and self.core.op in ("Add", "Concat"):
+            return [i for i in self.core.inputs if i and i not in graph.constants]
+        first = self.pad or (self.core if self.core is not None else self.after[0])
+        return [first.inputs[0]]
+
+
+# -- float graphs ---------------------------------------------------------------------------
+
+def _is_const(graph: Graph, t: str) -> bool:
+    return not t or t in graph.constants
+
+
+def _is_float_core(graph: Graph, n: Node) -> bool:
+    if n.domain not in ("", "ai.onnx"):
+        return False
+    if n.op in ("MatMul", "Gemm", "Conv"):
+        return len(n.inputs) > 1 and n.inputs[1] in graph.constants and \
+            not (n.op == "Gemm" and n.attrs.get("transA", 0)) and \
+            not (n.op != "Conv" and graph.constants[n.inputs[1]].ndim != 2) and \
+            all(_is_const(graph, i) for i in n.inputs[2:])
+    if n.op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
+                "Upsample", "Pad"):
+        return all(_is_const(graph, i) for i in n.inputs[1:]) and \
+            len([o for o in n.outputs if o]) == 1
+    if n.op == "Add":
+        return not any(_is_const(graph, i) for i in n.inputs)
+    if n.op == "Concat":
+        return not any(_is_const(graph, i) for i in n.inputs)
+    return False
+
+
+def _is_float_epilogue(graph: Graph, n: Node) -> bool:
+    if n.domain not in ("", "ai.onnx") or n.op not in EPILOGUE_OPS:
+        return False
+    acts = [i for i in n.inputs if i and not _is_const(graph, i)]
+    return len(acts) == 1 and (n.op not in ("Div",) or n.inputs[0] == acts[0])
+
+
+def float_groups(graph: Graph) -> list[Group]:
+    """The groups of a float graph, in topological order.
+
+    Parameters
+    ----------
+    graph : Graph
+        A float graph whose constants are folded.
+
+    Returns
+    -------
+    list of Group
+        Each core (with a constant weight where it has one) starts a group, and so does an
+        epilogue node that follows no core; the epilogue takes the nodes each read only by
+        the one before, and stops at the first non-activation after an activation. A Pad
+        read only by a convolution joins the convolution's group.
+    """
+    cons = graph.consumers()
+
+    def sole(t):
+        c = cons.get(t, [])
+        return c[0] if len(c) == 1 and t not in graph.outputs else None
+
+    prod = graph.producers()
+    groups, taken = [], set()
+    for n in graph.nodes:
+        if id(n) in taken:
+            continue
+        if _is_float_core(graph, n):
+            if n.op == "Pad":
+                nxt = sole(n.outputs[0])
+                if nxt is not None and nxt.op == "Conv" and _is_float_core(graph, nxt) and \
+                        nxt.inputs[0] == n.outputs[0]:
+                    continue          # merged into the convolution's group
+            grp = Group(core=n)
+            prev = prod.get(n.inputs[0]) if n.op == "Conv" else None
+            if prev is not None and prev.op == "Pad" and sole(prev.outputs[0]) is n and \
+                    _is_float_core(graph, prev):
+                grp.pre = [[prev]]
+                taken.add(id(prev))
+        elif _is_float_epilogue(graph, n):
+            grp = Group(after=[n])
+        else:
+            continue
+        taken.add(id(n))
+        activated = n.op in ACTIVATION_OPS
+        t = n.outputs[0]
+        while True:
+            m = sole(t)
+            if m is None or not _is_float_epilogue(graph, m):
+                break
+            is_act = m.op in ACTIVATION_OPS
+            if activated and not is_act:
+                break
+            activated = activated or is_act
+            grp.after.append(m)
+            taken.add(id(m))
+            t = m.outputs[0]
+        groups.append(grp)
+    return groups
+
+
+# -- QDQ graphs -----------------------------------------------------------------------------
+
+class QdqGraph:
+    """A QDQ graph with its producer and consumer maps, which the lowering's passes query.
+
+    The maps are taken once, from the graph as given: nodes a later pass adds
+    (:func:`onnx2fpga.frontend.partition.extend_accumulator_tail`) are not in them.
+    """
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.prod = graph.producers()
+        self.cons = graph.consumers()
+
+    def shape(self, t) -> tuple:
+        """The static shape of tensor ``t``; UnsupportedError if it is not known."""
+        info = self.graph.tensors.get(t)
+        if info is None or info.shape is None or any(not isinstance(d, int)
+                                                     for d in info.shape):
+            raise UnsupportedError([f"Tensor {t!r}: shape unknown after inference"])
+        return tuple(int(d) for d in info.shape)
+
+    def is_const(self, t) -> bool:
+        """``t`` is absent, a constant or DequantizeLinear of one."""
+        return not t or t in self.graph.constants or self.dq_constant(t) is not None
+
+    def dq_constant(self, name):
+        """``(int array, scale, zero_point, axis, qtype, node)`` if ``name`` is
+        DequantizeLinear of a constant, else None."""
+        n = self.prod.get(name)
+        if n is None or n.op != "DequantizeLinear" or not onnx_domain(n) or \
+                n.inputs[0] not in self.graph.constants:
+            return None
+        a = n.attrs
+        return (np.asarray(self.graph.constants[n.inputs[0]]).astype(np.int64), a["scale"],
+                a["zero_point"], a["axis"], a["qtype"], n)
+
+    def float_constant(self, name):
+        """A constant's float value (a plain initializer or DequantizeLinear of one) and the
+        DequantizeLinear node (or None); ``(None, None)`` if ``name`` is no constant."""
+        if not name:
+            return None, None
+        if name in self.graph.constants:
+            return np.asarray(self.graph.constants[name], dtype=np.float64), None
+        dq = self.dq_constant(name)
+        if dq is not None:
+            q, s, z, axis, _, node = dq
+            axis = axis if axis >= 0 else axis + max(q.ndim, 1)
+            return golden.dequantize_linear(q, s, z, axis if q.ndim > 1 else 0).astype(
+                np.float64), node
+        return None, None
+
+    def internal(self, t: str, group_nodes) -> bool:
+        """``t`` is read only by ``group_nodes`` and is no graph output."""
+        ids = {id(n) for n in group_nodes}
+        return t not in self.graph.outputs and \
+            all(id(c) in ids for c in self.cons.get(t, []))
+
+    def activation_input(self, n: Node):
+        """The one non-constant input of an epilogue node, or None."""
+        acts = [i for i in n.inputs if i and not self.is_const(i)]
+        return acts[0] if len(acts) == 1 else None
+
+    def channel_view(self, n: Node) -> bool:
+        """A view inside an epilogue that only adds or drops unit axes after the channel
+        axis (FINN's Unsqueeze -> BatchNormalization -> Squeeze), so per-channel constants
+        keep their meaning."""
+        try:
+            a, b = self.shape(n.inputs[0]), self.shape(n.outputs[0])
+        except UnsupportedError:
+            return False
+        if n.op == "Transpose" or len(a) < 2 or len(b) < 2 or a[:2] != b[:2]:
+            return False
+        return [d for d in a[2:] if d != 1] == [d for d in b[2:] if d != 1]
+
+    def pre_chain(self, t: str, pad_ok: bool, quantized):
+        """Views (and a Pad in front of a convolution) back from tensor ``t`` to the
+        DequantizeLinear of a tensor in ``quantized``: ``(chain, dq)`` or None."""
+        chain = []
+        m = self.prod.get(t)
+        while m is not None and onnx_domain(m) and (
+                m.op in VIEW_OPS or (m.op == "Pad" and pad_ok)) and \
+                self.activation_input(m) == m.inputs[0]:
+            chain.insert(0, m)
+            t = m.inputs[0]
+            m = self.prod.get(t)
+        if m is None or m.op != "DequantizeLinear" or not onnx_domain(m) or \
+                m.inputs[0] not in quantized:
+            return None
+        return chain, m
+
+    def match(self, q: Node, quantized) -> Group | None:
+        """The group ending at QuantizeLinear ``q`` whose inputs are DequantizeLinear of
+        tensors in ``quantized``, or None if there is none."""
+        grp = Group(quant=q)
+        t = q.inputs[0]
+        n = self.prod.get(t)
+        members = [q]
+        while n is not None and onnx_domain(n) and n.op in VIEW_OPS and \
+                self.activation_input(n) == n.inputs[0]:
+            grp.post.insert(0, n)
+            members.append(n)
+            t = n.inputs[0]
+            n = self.prod.get(t)
+        while n is not None and onnx_domain(n) and self.activation_input(n) is not None \
+                and (n.op in EPILOGUE_OPS or (n.op in VIEW_OPS and self.channel_view(n))):
+            grp.after.insert(0, n)
+            members.append(n)
+            t = self.activation_input(n)
+            n = self.prod.get(t)
+        if n is None or not onnx_domain(n):
+            return None
+        if n.op == "DequantizeLinear":
+            ins = [t]
+        elif n.op in CORE_OPS:
+            grp.core = n
+            members.append(n)
+            if n.op in ("Add", "Concat"):
+                ins = [i for i in n.inputs if i]
+            else:
+                ins = [n.inputs[0]]
+        else:
+            return None
+        for t in ins:
+            found = self.pre_chain(t, grp.core is not None and grp.core.op == "Conv",
+                                   quantized)
+            if found is None:
+                return None
+            chain, m = found
+            members.extend(chain)
+            grp.pre.append(chain)
+            grp.dqs.append(m)
+        for node in members:
+            if node is not q and not all(self.internal(o, members) for o in node.outputs):
+                return None
+        return grp
+
+    def integer_op(self, n: Node, quantized) -> bool:
+        """``n`` is a view or a max pool straight on a tensor in ``quantized`` (no
+        DequantizeLinear in front): it keeps the tensor's quantization."""
+        if not onnx_domain(n) or not n.inputs or n.inputs[0] not in quantized:
+            return False
+        if any(i and not self.is_const(i) for i in n.inputs[1:]):
+            return False
+        if n.op in VIEW_OPS:
+            return True
+        return n.op in ("MaxPool", "GlobalMaxPool") and "_geometry" in n.attrs and \
+            len([o for o in n.outputs if o]) == 1
+
+    def ancestors(self, node: Node) -> list[Node]:
+        """``node`` and every node it depends on, in graph order."""
+        need, stack = set(), [node]
+        while stack:
+            n = stack.pop()
+            if id(n) in need:
+                continue
+            need.add(id(n))
+            stack.extend(self.prod[i] for i in n.inputs if i in self.prod)
+        return [n for n in self.graph.nodes if id(n) in need]
+
+
+def find_groups(qg: QdqGraph, entry: Node, head: list[Node]) -> list[Group | Node]:
+    """The groups of a QDQ graph, and the integer operators between them, in graph order.
+
+    Parameters
+    ----------
+    qg : QdqGraph
+        The graph.
+    entry : Node
+        The QuantizeLinear of the first quantized activation
+        (:func:`onnx2fpga.frontend.partition.find_entry`).
+    head : list of Node
+        The host's nodes before it, which are skipped.
+
+    Returns
+    -------
+    list of Group or Node
+        A :class:`Group` for every activation QuantizeLinear whose group reads quantized
+        tensors only (the entry's, or those of groups and integer operators before it); a
+        :class:`Node` for a view or max pool straight on a quantized tensor
+        (:meth:`QdqGraph.integer_op`). Nodes of no group are left out: they run on the host
+        or are reported by the partition.
+    """
+    quantized = {entry.outputs[0]}
+    skip = {id(n) for n in head}
+    found = []
+    for n in qg.graph.nodes:
+        if id(n) in skip:
+            continue
+        if n.op == "QuantizeLinear" and onnx_domain(n) and \
+                n.inputs[0] not in qg.graph.constants:
+            grp = qg.match(n, quantized)
+            if grp is not None:
+                found.append(grp)
+                quantized.add(n.outputs[0])
+        elif n.op not in QDQ and qg.integer_op(n, quantized):
+            found.append(n)
+            quantized.add(n.outputs[0])
+    return found

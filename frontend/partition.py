@@ -1,0 +1,248 @@
+"""Where the hardware part of a QDQ graph starts and ends: host head | hardware | host tail.
+
+* :func:`find_entry`: the first quantized activation, which the **head** (host) computes from
+  the model input, ending with its ``QuantizeLinear``;
+* :func:`extend_accumulator_tail`: a last MatMul / Gemm / Conv without a quantizer after it
+  runs in hardware up to its integer accumulator;
+* :func:`partition`: the hardware part's one output, and the **tail** (host): everything after
+  it (a float Softmax, scaling...); layers whose results do not reach the output are dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import UnsupportedError
+from ..ir import ViewLayer
+from ..sim import host
+from .epilogue import Epilogue, QuantInfo
+from .groups import HW_OPS, QDQ, Group, QdqGraph, onnx_domain
+from .ir import Node, TensorInfo
+from .layers import HardwarePart, add_views, conv_layer, dense_layer
+
+__all__ = ["Partition", "find_entry", "extend_accumulator_tail", "partition"]
+
+
+@dataclass
+class Partition:
+    """The host's share of a graph: the nodes before the hardware part (``head``) and after
+    it (``tail``), in graph order, and the ONNX tensor the hardware part outputs."""
+    head: list
+    tail: list
+    output: str
+
+
+def find_entry(qg: QdqGraph) -> Node:
+    """The QuantizeLinear of the hardware part's input: the first one of a non-constant
+    tensor, or one standing for a graph input that is already quantized (see
+    :func:`_integer_entry`).
+
+    Raises
+    ------
+    UnsupportedError
+        Not exactly one graph input and output; no quantized activation; a per-axis
+        quantized input.
+    """
+    g = qg.graph
+    if len(g.inputs) != 1 or len(g.outputs) != 1:
+        raise UnsupportedError([f"Graph {g.name!r}: {len(g.inputs)} inputs and "
+                                f"{len(g.outputs)} outputs; exactly one of each is "
+                                f"supported"])
+    entry = _integer_entry(qg)
+    if entry is None:
+        entry = next((n for n in g.nodes if n.op == "QuantizeLinear" and onnx_domain(n)
+                      and n.inputs[0] not in g.constants), None)
+    if entry is None:
+        raise UnsupportedError([f"Graph {g.name!r}: no quantized activation found; "
+                                f"quantize the model or pass calibration data"])
+    if np.asarray(entry.attrs["scale"]).size != 1:
+        raise UnsupportedError([f"{entry.describe()}: per-axis activation quantization "
+                                f"is not supported"])
+    return entry
+
+
+def _integer_entry(qg: QdqGraph) -> Node | None:
+    """The graph input, if it is already quantized: an integer tensor read only by
+    DequantizeLinear nodes with the same per-tensor parameters (the input of a QLinear
+    operator, say). Returned as a QuantizeLinear node outside the graph that stands for
+    the quantization done before the model; None otherwise."""
+    name = qg.graph.inputs[0]
+    info = qg.graph.tensors.get(name)
+    readers = qg.cons.get(name, [])
+    if info is None or not info.dtype.startswith(("int", "uint")) or not readers or \
+            any(r.op != "DequantizeLinear" or not onnx_domain(r) for r in readers):
+        return None
+    first = readers[0].attrs
+    params = [(np.asarray(r.attrs["scale"]).tolist(), np.asarray(r.attrs["zero_point"])
+               .tolist(), r.attrs["qtype"]) for r in readers]
+    if np.asarray(first["scale"]).size != 1 or any(p != params[0] for p in params):
+        return None
+    return Node("QuantizeLinear", [], [name], dict(first), name, "", 13, 13)
+
+
+def extend_accumulator_tail(hw: HardwarePart, head: list) -> None:
+    """A MatMul / Gemm / Conv with a quantized weight on a quantized activation but no
+    quantizer after it (a model's last layer: TFC's, a classifier's logits) runs in
+    hardware up to its exact integer accumulator; the host dequantizes that per output
+    channel (``acc * s_in * s_w[c]``, a DequantizeLinear) and adds a float bias, then
+    runs what follows. Taken only when it is the one such node, reading the hardware
+    part's last result.
+
+    In place: the layer joins ``hw``, and the graph gets the host's DequantizeLinear (and
+    bias Add) after the node. Nothing changes if there is no such node or its layer cannot
+    be built (it stays on the host, in float).
+    """
+    qg = hw.graph
+    g = qg.graph
+    used = {id(n) for n in head} | hw.used
+    found = []
+    for n in g.nodes:
+        if id(n) in used or not onnx_domain(n) or n.op not in ("MatMul", "Gemm", "Conv") \
+                or qg.dq_constant(n.inputs[1]) is None:
+            continue
+        pre = qg.pre_chain(n.inputs[0], n.op == "Conv", hw.qinfo)
+        if pre is not None and all(qg.internal(o, [n] + pre[0]) for m in pre[0]
+                                   for o in m.outputs):
+            found.append((n, *pre))
+    if len(found) != 1:
+        return
+    n, chain, dq = found[0]
+    readers = [ly for ly in hw.layers for t in ly.inputs
+               if t == hw.name(dq.inputs[0])]
+    if readers:
+        return                              # its input also feeds hardware layers
+    grp = Group(quant=None, core=n, pre=[chain], dqs=[dq])
+    qi = hw.qinfo[dq.inputs[0]]
+    names = [dq.name or dq.outputs[0]]
+    try:
+        src = add_views(hw, chain, hw.name(dq.inputs[0]), qi, names)
+        acc_t = f"{n.outputs[0]}__acc"
+        hw.accumulator = None
+        layer = dense_layer(hw, grp, src, qi, Epilogue(), acc_t) if n.op != "Conv" else \
+            conv_layer(hw, grp, src, qi, Epilogue(), acc_t)
+    except UnsupportedError:
+        return                              # it stays on the host, in float
+    acc_scale, bias_real = hw.accumulator
+    layer.nodes = names + [n.name or n.outputs[0]]
+    hw.layers.append(layer)
+    shape = qg.shape(n.outputs[0])
+    acc_type = layer.acc_type
+    g.tensors[acc_t] = TensorInfo(acc_type.name, shape)
+    hw.qinfo[acc_t] = QuantInfo(acc_type, 1.0, 0)
+    out = n.outputs[0]
+    has_bias = bool(np.any(bias_real))
+    deq_out = f"{out}__unbiased" if has_bias else out
+    attrs = {"scale": np.asarray(acc_scale, np.float32).reshape(-1),
+             "zero_point": np.zeros(len(acc_scale), np.int64), "qtype": acc_type,
+             "axis": 1}
+    new = [Node("DequantizeLinear", [acc_t], [deq_out], attrs,
+                f"{n.name or out}__dequantize_accumulator", "", 13, 13)]
+    if has_bias:
+        bias = np.asarray(bias_real, np.float32).reshape(
+            (-1,) + (1,) * (len(shape) - 2))
+        g.constants[f"{out}__bias"] = bias
+        new.append(Node("Add", [deq_out, f"{out}__bias"], [out], {},
+                        f"{n.name or out}__bias", "", 14, 14))
+    k = g.nodes.index(n)
+    g.nodes[k + 1:k + 1] = new
+    hw.used.update(id(m) for m in [n] + chain)
+
+
+def partition(hw: HardwarePart, entry: Node, head: list) -> Partition:
+    """Split off the host's tail and find the hardware part's one output.
+
+    DequantizeLinear nodes (of activations, weights, biases) read only by hardware layers
+    join the hardware part; every other node after the head is the tail's. Layers whose
+    results do not reach the output are dropped from ``hw`` (in place).
+
+    Raises
+    ------
+    UnsupportedError
+        No layer that computes; a tail node the host cannot run; the tail reading more than
+        one tensor of the hardware part, or one from inside it; a layer whose result leaves
+        the hardware part other than through the output.
+    """
+    g = hw.graph.graph
+    if not [ly for ly in hw.layers if not isinstance(ly, ViewLayer)]:
+        raise UnsupportedError(_unsupported_report(g, entry.outputs[0]))
+    used = {id(n) for n in head} | hw.used
+    for n in g.nodes:
+        if n.op == "DequantizeLinear" and onnx_domain(n) and \
+                (n.inputs[0] in hw.qinfo or n.inputs[0] in g.constants) and \
+                id(n) not in used and n.outputs[0] not in g.outputs and \
+                all(id(c) in used for c in hw.graph.cons.get(n.outputs[0], [])):
+            used.add(id(n))
+            hw.used.add(id(n))
+    tail = [n for n in g.nodes if id(n) not in used]
+    hw_out = _check_tail(hw, tail)
+    _prune(hw, hw.name(hw_out))
+    return Partition(head, tail, hw_out)
+
+
+def _check_tail(hw: HardwarePart, tail) -> str:
+    """The one integer tensor the tail reads from the hardware part."""
+    g = hw.graph.graph
+    problems = []
+    for n in tail:
+        if not host.supported(n.op, n.domain):
+            problems.append(f"{n.describe()}: not supported on the host and not part of a "
+                            f"quantized segment the hardware can run (hardware ops: "
+                            f"{', '.join(HW_OPS)} between DequantizeLinear and "
+                            f"QuantizeLinear)")
+    produced = {o for n in tail for o in n.outputs}
+    reads = []
+    for n in tail:
+        for i in n.inputs:
+            if i and i not in produced and i not in g.constants and i not in reads:
+                reads.append(i)
+    for t in g.outputs:
+        if t not in produced and t not in reads:
+            reads.append(t)
+    hw_reads = [t for t in reads if t in hw.qinfo]
+    other = [t for t in reads if t not in hw.qinfo]
+    for t in other:
+        problems.append(f"Tensor {t!r}: the host part after the accelerator reads it from "
+                        f"inside the hardware part; only one stream leaves the "
+                        f"accelerator")
+    if len(hw_reads) > 1:
+        problems.append(f"Tensors {', '.join(map(repr, hw_reads))}: the host part reads "
+                        f"{len(hw_reads)} results of the hardware part; only one stream "
+                        f"leaves the accelerator")
+    if problems:
+        raise UnsupportedError(problems)
+    if not hw_reads:
+        raise UnsupportedError([f"Graph {g.name!r}: the hardware part's result is "
+                                f"not used"])
+    return hw_reads[0]
+
+
+def _prune(hw: HardwarePart, out: str) -> None:
+    """Drop layers whose results never reach the output (refuse if any computes)."""
+    need, keep = {out}, []
+    for layer in reversed(hw.layers):
+        if layer.output in need:
+            keep.append(layer)
+            need.update(layer.inputs)
+    dead = [ly for ly in hw.layers if ly not in keep and not isinstance(ly, ViewLayer)]
+    if dead:
+        raise UnsupportedError([f"Layer {ly.name!r} (nodes {', '.join(ly.nodes)}): its "
+                                f"result leaves the hardware part other than through its "
+                                f"one output; only one stream leaves the accelerator"
+                                for ly in dead])
+    hw.layers = list(reversed(keep))
+
+
+def _unsupported_report(g, cur) -> list[str]:
+    problems = []
+    for n in g.nodes:
+        if n.op in QDQ or host.supported(n.op, n.domain) and n.op in HW_OPS:
+            continue
+        problems.append(f"{n.describe()}: not supported in hardware (supported: "
+                        f"{', '.join(HW_OPS)} between DequantizeLinear and QuantizeLinear)")
+    if not problems:
+        problems.append(f"Graph {g.name!r}: no layer after tensor {cur!r} maps to "
+                        f"hardware (expected DequantizeLinear -> MatMul/Gemm/Conv with a "
+                        f"quantized constant weight, a pool, an add... -> QuantizeLinear)")
+    return problems
