@@ -4,7 +4,7 @@ exceptions.
     python benchmarks/fuzz.py [--count 10000] [--seed 0] [--timeout 10] [--jobs 4]
                               [--out fuzz-findings/] [--memory-mb 4096]
 
-Each mutant (``tests/test_fuzz.py``: structural mutations of valid seed models and byte-level
+Each mutant (``tests/api/test_fuzz.py``: structural mutations of valid seed models and byte-level
 damage) runs through the whole frontend of ``onnx2fpga.compile`` (load and check, QDQ
 normalization, calibration for float models, lowering, folding) in a worker process with a
 memory limit. The parent kills a worker that takes longer than ``--timeout`` seconds on one
@@ -27,7 +27,7 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, ".."))           # the repository: tests.helpers
 
 
 def _worker(conn, root, memory_mb, lenient_every):
@@ -36,7 +36,7 @@ def _worker(conn, root, memory_mb, lenient_every):
     if memory_mb:
         limit = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    from test_fuzz import classify, make_folder, mutate, seed_models
+    from tests.api.test_fuzz import classify, make_folder, mutate, seed_models
 
     folder = make_folder(root)
     seeds = seed_models()
@@ -89,7 +89,7 @@ def main(argv=None):
                                      "outcome")
     args = ap.parse_args(argv)
     if args.replay:
-        from test_fuzz import classify
+        from tests.api.test_fuzz import classify
         print(classify(args.replay))
         return 0
     ctx = mp.get_context("fork")

@@ -19,15 +19,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-
-from models import ort_qdq_mlp  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from onnx2fpga.errors import Onnx2FpgaError  # noqa: E402
 from onnx2fpga.frontend.load import load_model  # noqa: E402
 from onnx2fpga.frontend.lower import lower  # noqa: E402
 from onnx2fpga.frontend.qdq import normalize_qdq  # noqa: E402
 from onnx2fpga.sim.model import run_design  # noqa: E402
+from tests.helpers.models import ort_qdq_mlp  # noqa: E402
 
 CONFIGS = [(k, o, a, pc) for k in ("gemm", "matmul") for o in (13, 21)
            for a in ("int8", "uint8") for pc in (False, True)]

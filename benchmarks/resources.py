@@ -68,7 +68,7 @@ def designs():
                                     "dense1": {"multipliers": "lut"},
                                     "dense2": {"multipliers": "lut"}}}),
         # Small 4-bit MLP with threshold activations and 8-bit requantization multipliers (the
-        # design tests/test_hw_resources.py builds).
+        # design tests/hw/test_resources.py builds).
         "mlp_4bit_small": (float_mlp((16, 8, 4), softmax=False),
                            np.random.default_rng(0).standard_normal((32, 16)).astype(np.float32),
                            {"weight_bits": 4, "activation_bits": 4, "multiplier_bits": 8}),

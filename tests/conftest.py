@@ -1,9 +1,6 @@
 import os
-import sys
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
 
 
 @pytest.fixture(scope="session", autouse=True)

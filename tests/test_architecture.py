@@ -25,7 +25,9 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests.helpers import paths
+
+ROOT = str(paths.ROOT)
 
 #: Folder of each subpackage of ``onnx2fpga`` (pyproject.toml's package-dir mapping).
 PACKAGES = {"onnx2fpga": "onnx2fpga", "ir": "onnx2fpga.ir", "plan": "onnx2fpga.plan",

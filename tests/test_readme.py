@@ -1,13 +1,14 @@
 """The README's promises: its pytest example runs as written."""
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
-from models import float_mlp, save
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from tests.helpers import paths
+from tests.helpers.models import float_mlp, save
+
+README = paths.README
 
 
 @pytest.mark.rtl

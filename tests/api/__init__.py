@@ -1,0 +1,1 @@
+"""Tests of onnx2fpga's root package: API, CLI, compile steps, report, runtime."""

@@ -1,0 +1,372 @@
+"""The design report: report.html (graph, cycle bars, builds) and report.md, and the per-layer
+quantization error the compiler puts in the manifest."""
+
+import json
+import os
+import re
+import shutil
+from html.parser import HTMLParser
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import onnx2fpga
+from onnx2fpga.cli import main
+from onnx2fpga.errors import DesignDirError
+from onnx2fpga.report import graph_layout, write_report
+from onnx2fpga.sim import golden
+from onnx2fpga.sim.model import run_head, stack_inputs
+from tests.helpers import paths
+from tests.helpers.models import float_mlp, ort_qdq_mlp, save
+
+EXAMPLE = str(paths.EXAMPLES / "cnn_digits")
+_VOID = {"meta", "br", "hr", "img", "input", "link"}
+
+
+class _Doc(HTMLParser):
+    """Every element with its attributes and text; checks that tags nest."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.elements, self.errors = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        el = {"tag": tag, "attrs": dict(attrs), "text": ""}
+        self.elements.append(el)
+        if tag not in _VOID:
+            self.stack.append(el)
+
+    def handle_startendtag(self, tag, attrs):
+        self.elements.append({"tag": tag, "attrs": dict(attrs), "text": ""})
+
+    def handle_endtag(self, tag):
+        if not self.stack or self.stack[-1]["tag"] != tag:
+            self.errors.append(f"</{tag}> closes {self.stack[-1]['tag'] if self.stack else None}")
+            return
+        self.stack.pop()
+
+    def handle_data(self, data):
+        for el in self.stack:
+            el["text"] += data
+
+    def find(self, tag, cls=None):
+        return [e for e in self.elements if e["tag"] == tag and
+                (cls is None or cls in e["attrs"].get("class", "").split())]
+
+
+def _parse(path) -> _Doc:
+    doc = _Doc()
+    with open(path, encoding="utf-8") as f:
+        doc.feed(f.read())
+    doc.close()
+    assert doc.errors == [] and [e["tag"] for e in doc.stack] == []
+    return doc
+
+
+def _md_tables(text: str) -> list:
+    """Every markdown table as a list of rows (header first), cells unescaped."""
+    tables, cur = [], None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip().replace("\\|", "|")
+                     for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if set(line) <= {"|", "-"}:
+                continue
+            if cur is None:
+                cur = []
+                tables.append(cur)
+            cur.append(cells)
+        else:
+            cur = None
+    return tables
+
+
+def _table(tables, first_header: str) -> list[dict]:
+    for t in tables:
+        if t[0][0] == first_header:
+            return [dict(zip(t[0], row)) for row in t[1:]]
+    raise KeyError(first_header)
+
+
+@pytest.fixture(scope="module")
+def cnn(tmp_path_factory):
+    """The residual CNN example (a skip FIFO, pools, a view) compiled with its calibration."""
+    out = tmp_path_factory.mktemp("cnn") / "d"
+    onnx2fpga.compile(os.path.join(EXAMPLE, "model.onnx"), out,
+                      calibration=os.path.join(EXAMPLE, "calibration.npy"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def mlp(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mlp")
+    path = save(float_mlp((12, 8, 4), seed=3), tmp / "mlp.onnx")
+    cal = np.random.default_rng(5).standard_normal((40, 1, 12)).astype(np.float32)
+    d = onnx2fpga.compile(path, tmp / "d", calibration=cal)
+    return path, cal, d
+
+
+def test_html_parses_and_shows_every_layer(cnn):
+    m = json.loads((cnn / "manifest.json").read_text())
+    doc = _parse(cnn / "report.html")
+    assert doc.find("script") == [] and "http" not in (cnn / "report.html").read_text() \
+        .replace('xmlns="http://www.w3.org/2000/svg"', "")
+    nodes = {e["attrs"]["data-id"]: e for e in doc.find("g", "node")}
+    for ly in m["layers"]:
+        assert ly["name"] in nodes, ly["name"]
+        assert f"{ly['cycles']} cycles" in nodes[ly["name"]]["text"]
+    # Host head and tail boxes, the ports, and the skip FIFO with its depth.
+    assert "x__quant" in nodes["host_head"]["text"] and "host" in \
+        nodes["host_head"]["attrs"]["class"]
+    assert "logits__dequant" in nodes["host_tail"]["text"]
+    assert {"s_axis", "m_axis"} <= set(nodes)
+    (edge, depth), = m["edge_fifos"].items()
+    skips = doc.find("path", "skip")
+    labels = [e["text"] for e in doc.find("text", "elabel")]
+    assert len(skips) == 1 and f"FIFO {depth}" in " ".join(labels)
+    assert any(t.startswith("r1__q · channels-last · 1 lane") for t in labels)
+    assert any(t.startswith("m1__q · channels-last · 8 lanes") for t in labels)
+
+
+def test_bottleneck_marked_on_the_slowest_layer(cnn):
+    m = json.loads((cnn / "manifest.json").read_text())
+    slowest = max(m["layers"], key=lambda ly: ly["cycles"])["name"]
+    doc = _parse(cnn / "report.html")
+    assert [e["attrs"]["data-layer"] for e in doc.find("rect", "bottleneck")] == [slowest]
+    assert [e["attrs"]["data-id"] for e in doc.find("g", "bottleneck")] == [slowest]
+    rows = doc.find("tr", "bottleneck")
+    assert len(rows) == 1 and rows[0]["text"].startswith(slowest)
+    md = _table(_md_tables((cnn / "report.md").read_text()), "layer")
+    assert [r["layer"] for r in md if r["bottleneck"] == "◀ bottleneck"] == [slowest]
+
+
+def test_bar_widths_proportional_to_cycles(cnn):
+    m = json.loads((cnn / "manifest.json").read_text())
+    bars = _parse(cnn / "report.html").find("rect", "bar")
+    assert [b["attrs"]["data-layer"] for b in bars] == [ly["name"] for ly in m["layers"]]
+    widths = np.array([float(b["attrs"]["width"]) for b in bars])
+    cycles = np.array([ly["cycles"] for ly in m["layers"]], dtype=float)
+    assert cycles.min() == 0 and cycles.max() > 0          # a view: no bar at all
+    np.testing.assert_allclose(widths, cycles * widths.max() / cycles.max(), atol=1e-3)
+    assert widths.max() >= 100
+
+
+def test_report_is_byte_identical(cnn, tmp_path):
+    first = {n: (cnn / n).read_bytes() for n in ("report.html", "report.md")}
+    write_report(cnn)
+    assert {n: (cnn / n).read_bytes() for n in first} == first
+    again = tmp_path / "again"
+    onnx2fpga.compile(os.path.join(EXAMPLE, "model.onnx"), again,
+                      calibration=os.path.join(EXAMPLE, "calibration.npy"))
+    assert {n: (again / n).read_bytes() for n in first} == first
+
+
+def test_markdown_holds_the_manifest_numbers(cnn):
+    m = json.loads((cnn / "manifest.json").read_text())
+    tables = _md_tables((cnn / "report.md").read_text())
+    summary = {r["figure"]: r["value"] for r in _table(tables, "figure")}
+    assert summary["cycles per inference"] == str(m["cycles_per_inference"])
+    assert summary["latency (cycles)"] == str(m["latency_cycles"])
+    layers = _table(tables, "layer")
+    assert [(r["layer"], r["kind"], r["cycles"], r["latency"], r["FIFO after"])
+            for r in layers] == [(ly["name"], ly["kind"], str(ly["cycles"]),
+                                  str(ly["latency_cycles"]), str(ly["fifo_depth_after"]))
+                                 for ly in m["layers"]]
+    ports = {r["port"]: r for r in _table(tables, "port")}
+    for name in ("s_axis", "m_axis"):
+        p = m["ports"][name]
+        assert float(ports[name]["scale"]) == pytest.approx(p["scale"], rel=1e-5)
+        assert (ports[name]["zero point"], ports[name]["lanes"], ports[name]["type"]) == \
+            (str(p["zero_point"]), str(p["lanes"]), p["type"])
+    quant = next(t for t in tables if t[0][1] == "float tensor")
+    errs = {row[0]: float(row[4]) for row in quant[1:]}
+    assert errs == {q["name"]: pytest.approx(q["max_abs_error"], rel=1e-3)
+                    for q in m["quantization"]["layers"]}
+    streams = {r["tensor"]: r for r in _table(tables, "tensor")}
+    assert streams["m1__q"]["order"] == "channels-last" and streams["m1__q"]["lanes"] == "8"
+    part = {r["part"]: r["operators"] for r in _table(tables, "part")}
+    assert part["host head"] == "x__quant" and part["host tail"] == "logits__dequant"
+
+
+def _fake_build(board, family, *, fmax, clock, lut_used, paths):
+    return {"board": board, "device": "DEV-" + board, "family": family, "clock_mhz": clock,
+            "fmax_mhz": fmax, "timing_met": fmax >= clock, "timing_complete": True,
+            "timing_warnings": [], "critical_paths": paths, "seed": 7,
+            "resources": {"lut": {"used": lut_used, "available": 5280},
+                          "ff": {"used": 500, "available": 5280},
+                          "dsp": {"used": 0, "available": 8},
+                          "bram": {"used": 4, "available": 30}}}
+
+
+def test_builds_and_resource_estimates(cnn, tmp_path):
+    d = tmp_path / "d"
+    shutil.copytree(cnn, d)
+    m = json.loads((d / "manifest.json").read_text())
+    for k, ly in enumerate(m["layers"]):     # another engineer's estimates, made up here
+        ly["resources"] = {"ice40": {"lut": 100 * (k + 1), "ff": 10, "dsp": 0, "bram": 1}}
+    (d / "manifest.json").write_text(json.dumps(m))
+    paths = [{"from": "<async>", "to": "posedge clk", "delay_ns": 30.0, "start": "io_a",
+              "end": "io_b"},
+             {"from": "posedge clk", "to": "posedge clk", "delay_ns": 21.5, "start": "reg_a",
+              "end": "reg_b"},
+             {"from": "posedge clk", "to": "posedge clk", "delay_ns": 9.0, "start": "reg_c",
+              "end": "reg_d"}]
+    for board, fmax in (("icebreaker", 46.5), ("slowboard", 10.0)):
+        (d / "build" / board).mkdir(parents=True)
+        (d / "build" / board / "report.json").write_text(json.dumps(
+            _fake_build(board, "ice40", fmax=fmax, clock=12.0, lut_used=4000, paths=paths)))
+    write_report(d)
+    est_lut = sum(100 * (k + 1) for k in range(len(m["layers"])))
+    want_err = f"{100 * (est_lut - 4000) / 4000:+.1f} %"
+    est_ff = 10 * len(m["layers"])
+    tables = _md_tables((d / "report.md").read_text())
+    per_layer = next(t for t in tables if t[0][:2] == ["layer", "ice40 LUT"])
+    assert [row[1] for row in per_layer[1:]] == [str(100 * (k + 1)) for k in
+                                                 range(len(m["layers"]))] + [str(est_lut)]
+    builds = [t for t in tables if t[0][0] == "resource"]
+    assert len(builds) == 2
+    for t in builds:
+        rows = {r[0]: r for r in t[1:]}
+        assert rows["LUT"][1:] == [str(est_lut), "4000", "5280", "75.8 %", want_err]
+        assert rows["FF"][5] == f"{100 * (est_ff - 500) / 500:+.1f} %"
+    facts = [{r[0]: r[1] for r in t[1:]} for t in tables if t[0] == ["figure", "value"]][1:]
+    assert [f["timing"] for f in facts] == ["met", "NOT MET"]
+    assert [f["Fmax"] for f in facts] == ["46.50 MHz", "10.00 MHz"]
+    assert facts[0]["critical path"] == "reg_a → reg_b (21.50 ns)"
+    doc = _parse(d / "report.html")
+    assert [e["text"] for e in doc.find("td", "ok")] == ["met"]
+    assert [e["text"] for e in doc.find("td", "bad")] == ["NOT MET"]
+    text = (d / "report.html").read_text()
+    assert want_err in text and "reg_a → reg_b (21.50 ns)" in text
+    summary = {r["figure"]: r["value"] for r in _table(tables, "figure")}
+    rate = 12e6 / m["cycles_per_inference"]
+    assert summary["icebreaker at 12 MHz"].startswith(f"{rate:.1f} inferences/s")
+
+
+def test_without_estimates_or_builds(cnn, tmp_path):
+    """A manifest from before the resource model (no estimates) and no builds."""
+    d = tmp_path / "old"
+    shutil.copytree(cnn, d)
+    m = json.loads((d / "manifest.json").read_text())
+    m.pop("resources", None)
+    for ly in m["layers"]:
+        ly.pop("resources", None)
+    (d / "manifest.json").write_text(json.dumps(m))
+    write_report(d)
+    text = (d / "report.md").read_text()
+    assert "No per-layer resource estimates in the manifest." in text
+    assert "No builds yet." in text
+    assert not any(t[0][0] == "resource" for t in _md_tables(text))
+    fresh = (cnn / "report.md").read_text()
+    assert "No per-layer resource estimates in the manifest." not in fresh
+
+
+def test_quantization_error_per_layer_against_onnxruntime(mlp):
+    path, cal, d = mlp
+    q = d.manifest["quantization"]["layers"]
+    assert [e["name"] for e in q] == [ly.name for ly in d.design.dataflow.layers]
+    assert [e["tensor"] for e in q] == ["r0", "h1"]
+    # onnxruntime's float tensors at the same points.
+    model = onnx.load(path)
+    del model.graph.output[:]
+    model.graph.output.extend([onnx.helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT,
+                                                                  None) for t in ("r0", "h1")])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = [np.concatenate(v) for v in zip(*(sess.run(None, {"x": s}) for s in cal))]
+    # The golden model's integers, dequantized here with the scales and zero points of the
+    # ports and layers that carry them: the first layer's output feeds the second layer
+    # (its zero point), the second's is the output port.
+    trace = {}
+    golden.run_dataflow(d.design.dataflow, run_head(d.design, stack_inputs(d.design, cal)[0]),
+                        trace)
+    first, second = d.design.dataflow.layers
+    port = d.design.dataflow.output
+    assert (q[0]["zero_point"], q[1]["zero_point"], q[1]["scale"]) == \
+        (second.in_zero_point, port.zero_point, pytest.approx(port.scale, rel=1e-7))
+    for entry, r in zip(q, ref):
+        y = (trace[entry["name"]].astype(np.float64) - entry["zero_point"]) * entry["scale"]
+        err = np.abs(y - r.astype(np.float64))
+        assert entry["max_abs_error"] == pytest.approx(err.max(), rel=1e-5, abs=1e-6)
+        assert entry["mean_abs_error"] == pytest.approx(err.mean(), rel=1e-5, abs=1e-6)
+        assert 0 < entry["max_abs_error"] < 4 * entry["scale"]    # a few LSB, not garbage
+    # The first layer's scale: its integers times the scale are within an LSB of the float
+    # tensor on average only with the right scale (a wrong one is off by a factor).
+    y0 = (trace[q[0]["name"]].astype(np.float64) - q[0]["zero_point"]) * q[0]["scale"]
+    assert np.abs(y0 - ref[0]).mean() < q[0]["scale"] / 2
+
+
+def test_no_layer_errors_for_models_quantized_elsewhere(tmp_path):
+    path, cal = ort_qdq_mlp(tmp_path, sizes=(8, 6, 4))
+    d = onnx2fpga.compile(path, tmp_path / "d")
+    assert "layers" not in d.manifest["quantization"]
+    text = (tmp_path / "d" / "report.md").read_text()
+    assert "Quantization error" not in text and "dense" in text
+
+
+def test_layout_rows_are_topological_depths():
+    nodes = [(n, "layer", [n]) for n in ("a", "b", "c", "d", "e")]
+    edges = [("a", "b", "", None), ("b", "c", "", None), ("a", "d", "", None),
+             ("c", "e", "", None), ("d", "e", "", None)]
+    pos = graph_layout(nodes, edges)
+    assert {k: v[0] for k, v in pos.items()} == {"a": 0, "b": 1, "d": 1, "c": 2, "e": 3}
+    assert pos["b"][2] == pos["d"][2] == 2 and {pos["b"][1], pos["d"][1]} == {0, 1}
+
+
+def test_build_refreshes_the_report(mlp, tmp_path, monkeypatch):
+    import onnx2fpga.boards.build as build
+
+    _, _, design = mlp
+    d = onnx2fpga.load(shutil.copytree(design.directory, tmp_path / "d"))
+    assert "No builds yet." in (tmp_path / "d" / "report.md").read_text()
+
+    def fake(factory, i, o, board, build_dir, **kw):
+        os.makedirs(build_dir)
+        r = _fake_build(board, "ice40", fmax=33.3, clock=12.0, lut_used=999, paths=[])
+        with open(os.path.join(build_dir, "report.json"), "w") as f:
+            json.dump(r, f)
+        return r
+    monkeypatch.setattr(build, "build_bitstream", fake)
+    d.build("icebreaker")
+    text = (tmp_path / "d" / "report.md").read_text()
+    assert "### Build for icebreaker" in text and "| Fmax | 33.30 MHz |" in text
+
+
+def test_cli_report(cnn, tmp_path, capsys):
+    d = tmp_path / "d"
+    shutil.copytree(cnn, d)
+    (d / "report.html").unlink()
+    (d / "report.md").unlink()
+    assert main(["report", str(d)]) == 0
+    out, _ = capsys.readouterr()
+    assert out == f"wrote {d / 'report.html'} and {d / 'report.md'}\n"
+    assert (d / "report.html").read_bytes() == (cnn / "report.html").read_bytes()
+    assert main(["report", str(tmp_path / "nothing")]) == 2
+    _, err = capsys.readouterr()
+    assert err == (f"error: {tmp_path / 'nothing'}: not a design directory (missing "
+                   f"manifest.json); create one with 'onnx2fpga compile'\n")
+
+
+def test_write_report_checks_its_argument(tmp_path):
+    with pytest.raises(TypeError, match=r"^directory must be a path, not 3$"):
+        write_report(3)
+    with pytest.raises(DesignDirError, match=rf"^{re.escape(str(tmp_path))}: not a design "
+                       r"directory \(missing manifest\.json\); create one with "
+                       r"'onnx2fpga compile'$"):
+        write_report(tmp_path)
+
+
+def test_summary_names_lut_products_and_soft_memories(cnn):
+    # What board folding moved off the hard blocks is in the summary.
+    from onnx2fpga.report import _summary_rows
+    m = json.loads((cnn / "manifest.json").read_text())
+    m["folding"].update({"board": "icebreaker", "limited_by": "logic cells 10 > 9",
+                         "max_lanes": None,
+                         "lut_multipliers": ["conv0"],
+                         "logic_memories": ["matvec_1/w_mem", "wrapper/rx_fifo"]})
+    rows = dict(_summary_rows(m, {}))
+    assert rows["products in LUTs (no hard multipliers)"] == "conv0"
+    assert rows["memories in soft logic (block RAM ran out)"] == \
+        "matvec_1/w_mem, wrapper/rx_fifo"
+    assert rows["folding"] == "fits icebreaker; limited by logic cells 10 > 9"

@@ -1,0 +1,1 @@
+"""Tests of onnx2fpga's frontend package."""

@@ -1,0 +1,163 @@
+"""Convolutional networks through the frontend, judged against onnxruntime.
+
+- Models quantized by onnxruntime (QDQ, per-channel weights): every hardware layer's integers
+  are compared with onnxruntime's own quantized tensors.
+- Float models with our calibration at 16 bits: the quantization error is tiny, so the
+  comparison with the float model checks the operator semantics (padding, strides,
+  dilation, groups, pooling counts, resize maps, stream orders of views).
+- Float models at int8: the prediction survives.
+- Options the hardware does not support are reported by node, operator and option.
+"""
+
+import logging
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx2fpga
+from onnx2fpga.errors import UnsupportedError
+from onnx2fpga.ir.layers import ConvLayer
+from onnx2fpga.sim import golden
+from onnx2fpga.sim.model import run_head
+from tests.helpers.models import CNN_KINDS, float_cnn, ort_qdq_cnn
+
+KINDS = list(CNN_KINDS)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    logging.disable(logging.WARNING)           # onnxruntime's quantizer advice
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+    logging.disable(logging.NOTSET)
+
+
+def _inputs(kind, n, seed):
+    return np.random.default_rng(seed).standard_normal((n, 1) + CNN_KINDS[kind]).astype(
+        np.float32)
+
+
+def _ort_quantized_tensors(path, x):
+    """onnxruntime's own value of every QuantizeLinear output of the model, per sample."""
+    m = onnx.shape_inference.infer_shapes(onnx.load(path))
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in m.graph.value_info}
+    names = []
+    for n in m.graph.node:
+        if n.op_type == "QuantizeLinear" and n.output[0] in types:
+            names.append(n.output[0])
+            m.graph.output.append(helper.make_tensor_value_info(n.output[0],
+                                                                types[n.output[0]], None))
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = [dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": s})))
+            for s in x]
+    return {t: np.stack([o[t] for o in outs]).reshape(len(x), -1).astype(np.int64)
+            for t in names}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("activation, opset", [("int8", 13), ("uint8", 21)])
+def test_ort_qdq_cnn_layers_match_onnxruntime(tmp_path, kind, activation, opset):
+    path, _ = ort_qdq_cnn(tmp_path, kind=kind, activation=activation, opset=opset)
+    d = onnx2fpga.compile(path)
+    df = d.design.dataflow
+    x = _inputs(kind, 60, 1)
+    ref = _ort_quantized_tensors(path, x)
+    # Each layer on onnxruntime's own input integers, against onnxruntime's output integers.
+    env = {t: v for t, v in ref.items()}
+    env.setdefault(df.input.name, run_head(d.design, x))
+    compared = 0
+    for layer in df.layers:
+        got = golden.run_layer(layer, *(env[t] for t in layer.inputs)).reshape(len(x), -1)
+        if layer.output not in ref:
+            env[layer.output] = got
+            continue
+        diff = np.abs(got - ref[layer.output])
+        # Exact, except where onnxruntime's float32 kernels (average pool, add) round a
+        # value next to a tie the other way: then one step.
+        assert diff.max() <= 1, layer.name
+        assert np.mean(diff == 0) >= 0.95, layer.name
+        if layer.kind in ("conv", "dense", "concat", "pad"):
+            np.testing.assert_array_equal(got, ref[layer.output], err_msg=layer.name)
+        compared += 1
+    assert compared >= 2
+    # Per-channel weights give per-channel requantization.
+    for layer in df.layers:
+        if isinstance(layer, ConvLayer) and layer.out_channels > 1 and not layer.depthwise:
+            assert layer.requant[0].multiplier.size == layer.out_channels
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_float_cnn_semantics_at_16_bits(kind):
+    """16-bit weights and activations: the golden model tracks the float model within a
+    fraction of a percent of its output range (on the calibration inputs themselves, so that
+    no value saturates: the point is the operators, not the calibration)."""
+    model = float_cnn(kind)
+    x = _inputs(kind, 40, 2)
+    d = onnx2fpga.compile(model, calibration=x, weight_bits=16, activation_bits=16,
+                          multiplier_bits=24)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = sess.run(None, {"x": x[:, 0]})[0]
+    got = d.simulate(x, engine="golden")[:, 0]
+    span = float(np.ptp(ref))
+    assert np.abs(got - ref).max() < 2e-3 * span
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_float_cnn_int8_keeps_the_prediction(kind):
+    model = float_cnn(kind)
+    d = onnx2fpga.compile(model, calibration=_inputs(kind, 200, 4))
+    x = _inputs(kind, 200, 5)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = sess.run(None, {"x": x[:, 0]})[0]
+    got = d.simulate(x, engine="golden")[:, 0]
+    assert np.mean(np.argmax(got, 1) == np.argmax(ref, 1)) >= 0.9
+
+
+def test_batchnorm_and_leaky_relu_fold_into_the_convolution():
+    d = onnx2fpga.compile(float_cnn("bn"), calibration=_inputs("bn", 50, 6))
+    kinds = [ly.kind for ly in d.design.dataflow.layers]
+    assert kinds.count("requant") == 0 and kinds[0] == "conv"
+    conv = d.design.dataflow.layers[0]
+    assert conv.requant[0].neg_multiplier is not None            # LeakyRelu
+    names = {n.name: n.op_type for n in float_cnn("bn").graph.node}
+    assert {"BatchNormalization", "LeakyRelu"} <= {names.get(n) for n in conv.nodes}
+
+
+def _conv_model(kernel, mode=None):
+    w = numpy_helper.from_array(np.ones((3, 2, kernel, kernel), np.float32), "w")
+    nodes, inits, src = [], [w], "x"
+    if mode is not None:
+        inits.append(numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "sc"))
+        nodes.append(helper.make_node("Resize", ["x", "", "sc"], ["r"], name="rs", mode=mode))
+        src = "r"
+    nodes.append(helper.make_node("Conv", [src, "w"], ["y"], name="c",
+                                  kernel_shape=[kernel, kernel]))
+    size = 12 * (2 if mode else 1) - kernel + 1
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2, 12, 12))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                         (1, 3, size, size))], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("kernel, mode, message", [
+    (9, None, r"^Node 'c' \(Conv, opset 13\): kernel 9x9 is unsupported; kernels up to 8x8$"),
+    (3, "cubic", r"^Node 'rs' \(Resize, opset 13\): mode='cubic' is unsupported; only "
+                 r"'nearest'$"),
+])
+def test_unsupported_options_are_named_before_hardware_work(tmp_path, kernel, mode, message):
+    cal = np.random.default_rng(0).standard_normal((4, 1, 2, 12, 12)).astype(np.float32)
+    with pytest.raises(UnsupportedError, match=message):
+        onnx2fpga.compile(_conv_model(kernel, mode), tmp_path / "d", calibration=cal)
+    assert not (tmp_path / "d").exists()
+
+
+def test_kernel_8_is_supported():
+    cal = np.random.default_rng(0).standard_normal((4, 1, 2, 12, 12)).astype(np.float32)
+    d = onnx2fpga.compile(_conv_model(8), calibration=cal)
+    assert d.design.dataflow.layers[0].kernel == (8, 8)

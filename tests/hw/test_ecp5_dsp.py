@@ -1,0 +1,95 @@
+"""ECP5 hard products: MatVecCore and RequantCore elaborated for an ECP5 put every hard
+product (a requantization's partial products that take one DSP each) in a MULT18X18D with its
+input and output registers. The emitted Verilog (with a behavioural model
+of the DSP from Lattice's documentation, tests/data/mult18x18d_model.v) runs in Verilator
+under stalls and must equal the golden model, with the cycle figures of the platform-free
+design."""
+
+
+import numpy as np
+import pytest
+from amaranth import signed, unsigned
+
+from onnx2fpga.boards.targets import get_board
+from onnx2fpga.hw.arith import ecp5_registered_product
+from onnx2fpga.hw.emit import emit_verilog
+from onnx2fpga.ir.dataflow import Dataflow, Port
+from onnx2fpga.ir.layers import DenseLayer
+from onnx2fpga.ir.stages import RequantStage
+from onnx2fpga.ir.types import IntType
+from tests.helpers.hard_products import check_against_plain
+from tests.helpers.paths import DATA
+
+MODEL = DATA / "mult18x18d_model.v"
+
+
+def _dataflow(seed=0):
+    """uint8 x int8 (DSPs, simd 8, pe 2: a two-stage adder tree), int8 x int3 (LUTs), int16 x
+    int6 (DSPs, simd 2, pe 2; 22-bit products, so the DSP's signedness matters) whose
+    accumulators are the output, so that output stalls reach its DSPs.
+
+    Requantization: fc1's 19-bit accumulators are cut into a 16-bit and a signed 3-bit piece,
+    each times a 7-bit per-channel multiplier from a table, on both sides of a LeakyRelu (4
+    DSPs); the lut layer's has a table multiplier, then a second stage whose constant
+    multiplier 70001 is a 16-bit piece (a DSP fed from the first stage's clip) and a 1
+    (a shift)."""
+    rng = np.random.default_rng(seed)
+    u8, i8, i16 = IntType(8, False), IntType(8, True), IntType(16, True)
+    fc1 = DenseLayer("fc1", u8, 3, rng.integers(-128, 128, size=(6, 16)), i8,
+                     rng.integers(-999, 999, size=6),
+                     [RequantStage(rng.integers(40, 120, size=6), [-900], 15, 0, -128, 127,
+                                   i8, neg_multiplier=rng.integers(5, 30, size=6),
+                                   neg_offset=[-100])], simd=8, pe=2)
+    lut = DenseLayer("lut", i8, 0, rng.integers(-4, 4, size=(6, 6)), IntType(3, True),
+                     rng.integers(-9, 9, size=6),
+                     [RequantStage(rng.integers(40, 120, size=6), [0], 4, 0, -32768, 32767,
+                                   i16),
+                      RequantStage([70001], [5000], 17, 0, -32768, 32767, i16)],
+                     simd=2, pe=1)
+    fc2 = DenseLayer("fc2", i16, 0, rng.integers(-32, 32, size=(4, 6)), IntType(6, True),
+                     rng.integers(-99, 99, size=4), [], simd=2, pe=2)
+    return Dataflow([fc1, lut, fc2], Port("x", (16,), u8, 1.0, 3, lanes=8),
+                    Port("y", (4,), fc2.acc_type, 1.0, 0, lanes=2), fifo_depths=[2, 2, 2])
+
+
+def test_which_products_go_to_registered_dsps():
+    ecp5 = get_board("ulx3s-85f").platform()
+    ice40 = get_board("icebreaker").platform()
+    assert ecp5_registered_product(ecp5, unsigned(8), signed(8))
+    assert ecp5_registered_product(ecp5, signed(18), unsigned(18))
+    assert not ecp5_registered_product(ecp5, signed(19), signed(8))      # yosys splits it
+    assert not ecp5_registered_product(ecp5, signed(16), signed(4))      # LUT product
+    assert not ecp5_registered_product(ice40, signed(8), signed(8))
+    assert not ecp5_registered_product(None, signed(8), signed(8))
+
+
+@pytest.mark.rtl
+def test_registered_dsps_equal_golden_with_the_same_cycles(tmp_path):
+    df = _dataflow()
+    ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    plain_v = emit_verilog(df)
+    # fc1: 8 x 2 products, fc2: 2 x 2; the 3-bit weights stay in LUTs. Requantization:
+    # 4 + 1 + 1 (see _dataflow).
+    assert ecp5_v.count("MULT18X18D ") == 26 and "MULT18X18D" not in plain_v
+    assert emit_verilog(df, platform=get_board("ulx3s-85f").platform()) == ecp5_v
+    check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
+
+
+@pytest.mark.rtl
+def test_requantization_of_four_partial_products_equals_golden(tmp_path):
+    """A 24-bit multiplier on 19-bit accumulators: four partial products (DSPs) per lane,
+    whose sum the ECP5 build splits over two stages (one adder level behind the DSPs);
+    values and cycles as in the platform-free design."""
+    rng = np.random.default_rng(5)
+    u8, i8 = IntType(8, False), IntType(8, True)
+    fc = DenseLayer("fc", u8, 3, rng.integers(-128, 128, size=(6, 16)), i8,
+                    rng.integers(-999, 999, size=6),
+                    [RequantStage(rng.integers(2 ** 22, 2 ** 23, size=6), [-9000], 30, 0,
+                                  -128, 127, i8)], simd=8, pe=2)
+    df = Dataflow([fc], Port("x", (16,), u8, 1.0, 3, lanes=8),
+                  Port("fc", (6,), i8, 1.0, 0, lanes=2), fifo_depths=[2])
+    ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    # 16 products, and 4 partial products in the requantization's one lane.
+    assert ecp5_v.count("MULT18X18D ") == 16 + 4
+    assert "m0_prod0_1" in ecp5_v and "m0_prod0_1" not in emit_verilog(df)
+    check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())

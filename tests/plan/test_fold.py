@@ -1,0 +1,226 @@
+"""Automatic folding: the chosen plan is the fastest that fits, or the cheapest that meets a
+target, checked against an exhaustive search over every combination of layer foldings."""
+
+import functools
+import itertools
+
+import numpy as np
+import pytest
+
+from onnx2fpga.errors import OptionError
+from onnx2fpga.frontend.load import load_model
+from onnx2fpga.frontend.lower import lower
+from onnx2fpga.frontend.quantize import quantize_graph
+from onnx2fpga.ir.layers import DenseLayer
+from onnx2fpga.plan.cost import stage_cycles
+from onnx2fpga.plan.fold import _fold_full, fold, layer_options
+from onnx2fpga.plan.graph import plan_graph
+from tests.helpers.models import float_mlp
+
+
+def _dataflow(sizes):
+    g = load_model(float_mlp(sizes, softmax=False, seed=1))
+    x = np.random.default_rng(0).standard_normal((20, 1, sizes[0])).astype(np.float32)
+    quantize_graph(g, x)
+    return lower(g, multiplier_bits=16).dataflow
+
+
+def _cycles(df):
+    return max(stage_cycles(s) for s in plan_graph(df, check_ports=False).stages)
+
+
+def _dense_lanes(df):
+    return sum(ly.simd * ly.pe for ly in df.layers if isinstance(ly, DenseLayer))
+
+
+def _lanes(df):
+    return sum(cost for ly in df.layers for _, cost, params in layer_options(ly)
+               if all(getattr(ly, k) == v for k, v in params.items()))
+
+
+@functools.cache
+def _plans(sizes):
+    return _every_plan(_dataflow(sizes))
+
+
+def _every_plan(df):
+    """(design cycles, lanes, dense lanes, activation lanes) of every combination of layer
+    foldings; activation lanes are the dense layers' pe."""
+    options = [layer_options(ly) for ly in df.layers]
+    out = []
+    for combo in itertools.product(*options):
+        _fold_full(df, [c[2] for c in combo], None, 2)
+        out.append((_cycles(df), sum(c[1] for c in combo), _dense_lanes(df),
+                    sum(c[2].get("pe", 0) for c in combo)))
+    return out
+
+
+SIZES = [(4, 6, 2), (6, 4, 3)]
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("budget", [1, 5, 9, 14, 40])
+def test_fastest_plan_within_a_lane_budget(sizes, budget):
+    df = _dataflow(sizes)
+    plans = _plans(sizes)
+    fold(df, max_lanes=budget)
+    if all(lanes > budget for _, lanes, _, _ in plans):
+        assert df.folding_info["limited_by"] == ("nothing fits: every layer at its cheapest "
+                                                 "folding")
+        assert _lanes(df) == min(lanes for _, lanes, _, _ in plans)
+        return
+    best = min(c for c, lanes, _, _ in plans if lanes <= budget)
+    assert _lanes(df) <= budget
+    assert _cycles(df) == best
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("dsp", [2, 4, 7, 12])
+def test_fastest_plan_that_fits_a_resource_check(sizes, dsp):
+    df = _dataflow(sizes)
+    plans = _plans(sizes)
+    best = min(c for c, _, dense, _ in plans if dense <= dsp)
+
+    def fits(d):
+        used = _dense_lanes(d)
+        return None if used <= dsp else f"dsp {used} > {dsp}"
+
+    fold(df, max_lanes=None, fits=fits)
+    assert _dense_lanes(df) <= dsp
+    assert _cycles(df) == best
+    limited = df.folding_info["limited_by"]
+    if best > min(c for c, _, _, _ in plans):
+        assert limited.startswith("dsp ") and limited.endswith(f" > {dsp}")
+    else:
+        assert limited == "every layer at its fastest folding"
+
+
+@pytest.mark.parametrize("sizes", SIZES)
+@pytest.mark.parametrize("target", [1, 3, 5, 8, 13, 24])
+def test_cheapest_plan_that_meets_a_target(sizes, target):
+    df = _dataflow(sizes)
+    plans = _plans(sizes)
+    # Without a lane budget, the cheapest counts an activation lane per pe as well.
+    meets = [lanes + pe for c, lanes, _, pe in plans if c <= target]
+    if not meets:
+        with pytest.raises(OptionError, match=r"^No folding reaches \d+ cycles per inference"):
+            fold(df, max_lanes=None, target_cycles=target)
+        return
+    fold(df, max_lanes=None, target_cycles=target)
+    assert _cycles(df) <= target
+    pe = sum(ly.pe for ly in df.layers if isinstance(ly, DenseLayer))
+    assert _lanes(df) + pe == min(meets)
+
+
+def test_a_target_the_budget_cannot_reach_is_refused():
+    df = _dataflow((6, 4, 3))
+    with pytest.raises(OptionError, match=r"^No folding reaches 2 cycles per inference: "
+                                          r"multiply lanes \d+ > max_lanes 3$"):
+        fold(df, max_lanes=3, target_cycles=2)
+    with pytest.raises(OptionError, match=r"^target_cycles must be a positive integer, "
+                                          r"not 0$"):
+        fold(df, target_cycles=0)
+
+
+@pytest.mark.parametrize("board,family", [("icebreaker", "ice40"), ("ulx3s-85f", "ecp5")])
+def test_board_folding_fits_the_estimate_and_less_room_is_never_faster(board, family):
+    """compile(board=...) keeps the estimated board resources (with the wrapper) within the
+    device; with less room (lower utilization) the design can only get slower."""
+    import onnx2fpga
+    from onnx2fpga.boards.targets import get_board
+
+    model = float_mlp((16, 12, 6), softmax=False, seed=2)
+    cal = np.random.default_rng(1).standard_normal((32, 1, 16)).astype(np.float32)
+    lim = get_board(board).limits
+    cycles = []
+    for util in (0.8, 0.3, 0.05):
+        d = onnx2fpga.compile(model, calibration=cal, board=board, utilization=util)
+        f, est = d.manifest["folding"], d.manifest["resources"][family]["board"]
+        assert (f["board"], f["utilization"]) == (board, util)
+        if f["limited_by"].startswith("nothing fits"):
+            cycles.append(d.manifest["cycles_per_inference"])
+            continue
+        assert est["lut"] <= lim.lut * util and est["ff"] <= lim.ff * util
+        assert est["dsp"] <= lim.dsp * util and est["bram"] <= lim.bram
+        cycles.append(d.manifest["cycles_per_inference"])
+    assert cycles == sorted(cycles)
+    assert cycles[0] < cycles[-1]
+
+
+def test_board_folding_moves_products_into_luts_when_the_dsps_run_out():
+    """At a target whose products outnumber the MULT18X18D board folding may use (80 % of
+    the ECP5 85F's 156), it builds the products of the layers with the most multipliers in
+    LUTs (the estimate then fits); a layer the user pins to hard multipliers stays, and the
+    target is refused when the pinned ones alone overflow."""
+    import onnx2fpga
+    from onnx2fpga.boards.targets import get_board
+
+    model = float_mlp((40, 40, 4), softmax=False, seed=3)
+    cal = np.random.default_rng(4).standard_normal((32, 1, 40)).astype(np.float32)
+    kw = {"calibration": cal, "board": "ulx3s-85f", "target_fps": 100e6 / 8, "clock_mhz": 100,
+          "weight_bits": 6}
+    dsp_cap = int(get_board("ulx3s-85f").limits.dsp * 0.8)     # the default utilization
+    d = onnx2fpga.compile(model, **kw)
+    m = d.manifest
+    assert m["cycles_per_inference"] <= 8
+    dense = [ly for ly in m["layers"] if ly["kind"] == "dense"]
+    # Each product is one MULT18X18D as hard multipliers (8 x 6 bits): more than the device
+    # has at this rate.
+    assert sum(ly["simd"] * ly["pe"] for ly in dense) > dsp_cap
+    lut = [ly["name"] for ly in dense if ly["multipliers"] == "lut"]
+    assert lut and m["folding"]["lut_multipliers"] == lut
+    assert m["resources"]["ecp5"]["board"]["dsp"] <= dsp_cap
+    for ly in dense:
+        # The requantization keeps its few multipliers either way.
+        uses = ly["resources"]["ecp5"]["dsp"] >= ly["simd"] * ly["pe"]
+        assert uses == (ly["name"] not in lut)
+    # The layer with the most multipliers moved. Pinned to hard multipliers, it stays there,
+    # and moving the other one is not enough: the target is refused, naming the DSPs.
+    big = max(dense, key=lambda ly: ly["simd"] * ly["pe"])["name"]
+    assert lut == [big]
+    with pytest.raises(OptionError, match=r"^No folding reaches 8 cycles per inference: "
+                                          r"dsp \d+ > 124$"):
+        onnx2fpga.compile(model, folding={big: {"multipliers": "dsp"}}, **kw)
+
+
+def test_lut_multipliers_override_is_bit_exact_in_rtl():
+    """A layer whose products the user puts into LUTs: the emitted Verilog (no hard
+    multiplier for it) computes what the golden model does, under stalls."""
+    import onnx2fpga
+
+    model = float_mlp((12, 8, 4), softmax=False, seed=5)
+    rng = np.random.default_rng(6)
+    cal = rng.standard_normal((32, 1, 12)).astype(np.float32)
+    d = onnx2fpga.compile(model, calibration=cal, folding={"dense0": {"multipliers": "lut"}})
+    assert [ly.get("multipliers") for ly in d.manifest["layers"]
+            if ly["kind"] == "dense"] == ["lut", "dsp"]
+    x = rng.standard_normal((6, 1, 12)).astype(np.float32)
+    np.testing.assert_array_equal(d.simulate(x, engine="rtl", seed=2),
+                                  d.simulate(x, engine="golden"))
+    with pytest.raises(OptionError, match=r"^Layer 'dense0': multipliers must be one of "
+                                          r"\('dsp', 'lut'\), not 'soft'$"):
+        onnx2fpga.compile(model, calibration=cal, folding={"dense0": {"multipliers": "soft"}})
+
+
+def test_cheapest_cover_is_the_exhaustive_minimum():
+    """The memories board folding moves into soft logic: the set whose block RAMs add up to
+    at least what is missing at the least logic cost, as an exhaustive search finds it."""
+    import random
+
+    from onnx2fpga.steps import cheapest_cover
+    rng = random.Random(0)
+    for _ in range(200):
+        items = [(f"m{i}", rng.randint(1, 6), rng.randint(1, 50))
+                 for i in range(rng.randint(1, 7))]
+        need = rng.randint(1, 15)
+        got = cheapest_cover(items, need)
+        size = {n: (s, c) for n, s, c in items}
+        covers = [sum(c for _, _, c in combo) for r in range(len(items) + 1)
+                  for combo in itertools.combinations(items, r)
+                  if sum(s for _, s, _ in combo) >= need]
+        if not covers:
+            assert got == sorted(n for n, _, _ in items)
+            continue
+        assert sum(size[n][0] for n in got) >= need
+        assert sum(size[n][1] for n in got) == min(covers)
+    assert cheapest_cover([("a", 2, 5)], 0) == []
