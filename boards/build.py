@@ -30,6 +30,7 @@ from amaranth.build.plat import Platform
 from amaranth.hdl import Elaboratable
 
 from ..errors import Onnx2FpgaError
+from ..plan.devices import is_shift_register_buffer
 from .clocking import ClockedTop, UsbClockedTop, plan_pll
 from .framed import FramedBridge
 from .link import LINKS, USB_PID, USB_VID
@@ -403,7 +404,6 @@ def logic_memory_script(names) -> str:
     link: a USB link has no receive FIFO). A MatVec's input buffer ``matvec_k/x_mem`` in soft
     logic is shift registers, no memory: nothing to select.
     """
-    from ..plan.devices import is_shift_register_buffer
 
     lines = []
     for name in names:

@@ -52,6 +52,7 @@ from ..ir import IntType
 from ..sim import golden, host
 from .ir import Graph, Node, TensorInfo
 from .load import QONNX_DOMAINS, QONNX_OPS
+from .quantize import fold_constants
 
 __all__ = ["normalize_qonnx", "fold_qcdq", "fold_constant_views", "ROUNDING_MODES",
            "MAX_BITS"]
@@ -497,5 +498,4 @@ def _fold_static_shapes(graph: Graph) -> None:
         folded = True
     graph.nodes = keep
     if folded:
-        from .quantize import fold_constants
         fold_constants(graph)

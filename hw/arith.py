@@ -19,7 +19,13 @@ from amaranth import (
     Signal,
 )
 
-from ..plan.devices import ECP5_DSP_BITS, ICE40_DSP_BITS, LUT_PRODUCT_MAX_BITS
+from ..plan.devices import (
+    ECP5_DSP_BITS,
+    ICE40_DSP_BITS,
+    LUT_PRODUCT_MAX_BITS,
+    const_multiplier_bits,
+    multiplier_dsps,
+)
 from .blocks import tree_levels
 
 __all__ = [
@@ -214,7 +220,6 @@ def one_dsp(px, pm) -> bool:
     """Whether yosys gives the product ``px * pm`` (``pm`` an int for a constant, ``None``
     for no product) exactly one ECP5 multiplier: then a :func:`mult18x18d` takes its place
     with the same count (see :func:`onnx2fpga.plan.devices.multiplier_dsps`)."""
-    from ..plan.devices import const_multiplier_bits, multiplier_dsps
     if pm is None:
         return False
     b_bits = const_multiplier_bits(pm) if isinstance(pm, int) else len(pm)

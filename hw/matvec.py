@@ -25,6 +25,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..ir.layers import DenseLayer
 from ..plan import matvec as timing
+from ..plan.builder import matvec_arithmetic
 from ..plan.checks import check_count
 from ..plan.devices import ice40_paired_product, ice40_registered_product
 from .arith import (
@@ -195,7 +196,6 @@ class MatVecCore(wiring.Component):
         if layer.weight.min() < wt.lo or layer.weight.max() > wt.hi:
             raise ValueError(f"Weights of layer {layer.name!r} must lie within {wt.name}, not "
                              f"[{int(layer.weight.min())}, {int(layer.weight.max())}]")
-        from ..plan.builder import matvec_arithmetic
         if arithmetic is None:
             arithmetic = matvec_arithmetic(layer)
         if arithmetic not in ("multiply", "sign", "xnor"):

@@ -15,6 +15,7 @@ from amaranth import (
 )
 from amaranth.lib.memory import Memory
 
+from ..plan.devices import memory_mapping, varying_columns
 from .arith import is_ecp5
 from .blocks import counter, wrap_incr
 
@@ -116,7 +117,6 @@ def rom_columns(platform, words: list, width: int) -> list:
     whole = [(0, width)]
     if not is_ecp5(platform) or not words:
         return whole
-    from ..plan.devices import memory_mapping, varying_columns
     varying = varying_columns(words)
     depth = len(words)
     mm = memory_mapping(max(1, varying.bit_count()), depth, "ecp5", rom=True)

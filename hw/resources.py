@@ -38,6 +38,7 @@ width converters, broadcasts) to the layer that feeds it, and reports the board 
 from __future__ import annotations
 
 from ..plan.devices import (
+    ECP5_DSP_BITS,
     MemoryMap,
     check_family,
     const_multiplier_bits,
@@ -47,6 +48,9 @@ from ..plan.devices import (
     operand_pieces,
     varying_columns,
 )
+from ..plan.graph import plan_graph
+from ..plan.stage import Stage
+from .top import make_core
 
 __all__ = [
     "netlist_features", "memory_path", "stage_resources", "dataflow_resources", "WRAPPER",
@@ -138,7 +142,6 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
     from amaranth.hdl import Fragment, _nir
     from amaranth.hdl._ir import build_netlist
 
-    from ..plan.devices import ECP5_DSP_BITS
 
     check_family(family)
     frag = Fragment.get(elaboratable, _platform(family))
@@ -377,8 +380,6 @@ def stage_resources(stage, family: str, *, ice40_dsp: bool = False, logic=frozen
         ``lut``, ``ff`` (estimates), ``dsp``, ``bram`` (what yosys 0.70 infers; block RAMs
         are ``SB_RAM40_4K`` on iCE40, ``DP16KD`` on ECP5).
     """
-    from ..plan.stage import Stage
-    from .top import make_core
 
     if not isinstance(stage, Stage):
         raise TypeError(f"stage must be a Stage, not {stage!r}")
@@ -419,7 +420,6 @@ def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
         memory in block RAM, ``[(name, cells, width, depth, rom), ...]`` (the wrapper's too,
         with ``wrapper``; names as in ``logic_memories``).
     """
-    from ..plan.graph import plan_graph
 
     check_family(family)
     plan = plan_graph(dataflow)

@@ -20,6 +20,7 @@ from ..ir.stages import RequantStage, ThresholdStage
 from ..ir.types import IntType
 from .devices import ice40_matvec_dsps
 from .stage import Stage
+from .thresholds import requant_as_thresholds, threshold_is_cheaper
 
 __all__ = [
     "Plan", "Builder", "hwc_order", "stream_stages", "stage_cores", "requant_lanes",
@@ -119,7 +120,6 @@ def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list
     thresholds, a 4-bit output, against a multiplier of a few bits or more); the stage is
     then replaced by those thresholds, which compute the same integers.
     """
-    from .thresholds import requant_as_thresholds, threshold_is_cheaper
     lo, hi = in_type.lo, in_type.hi
     runs: list[tuple[str, list]] = []
     for stage in stages:

@@ -21,6 +21,8 @@ from ..ir.layers import (
     MULTIPLIERS,
     product_mapping,
 )
+from .cost import edge_fifo_depths, stage_cycles
+from .graph import plan_graph, tensor_orders
 from .layers import kind_of
 
 __all__ = ["fold", "layer_options"]
@@ -201,8 +203,6 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
 
 def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int) -> None:
     """Apply ``chosen`` and the overrides, then the ports and all FIFO depths."""
-    from .cost import edge_fifo_depths
-    from .graph import plan_graph
 
     _fold_with(dataflow, chosen, overrides)
     dataflow.logic_memories = []
@@ -213,7 +213,6 @@ def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int) -> 
 
 def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:
     """Apply ``chosen`` (then the overrides) and set the ports' lanes and orders."""
-    from .graph import plan_graph, tensor_orders
 
     for layer, params in zip(dataflow.layers, chosen):
         _apply(layer, params)
@@ -234,8 +233,6 @@ def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:
 
 
 def _design_cycles(dataflow: Dataflow) -> int:
-    from .cost import stage_cycles
-    from .graph import plan_graph
     return max(stage_cycles(s) for s in plan_graph(dataflow, check_ports=False).stages)
 
 

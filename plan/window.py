@@ -325,7 +325,6 @@ def window_latency(channels, height, width, kernel, stride=(1, 1), dilation=(1, 
 
 
 def _geometry(stage: Stage):
-    from .window import WindowGeometry
     p = stage.params
     return WindowGeometry.make(p["channels"], p["height"], p["width"], p["kernel"],
                                p["stride"], p["dilation"], p["pads"], stage.in_lanes)

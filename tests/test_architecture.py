@@ -5,6 +5,8 @@ Every ``import`` counts, those inside functions too (a nested import hides a cyc
 remove it). The rules:
 
 - no import cycle between modules;
+- below the root package, no project module imported inside a function (but the heavy
+  :data:`HEAVY`): a nested import dodges a cycle rather than removing it;
 - no private name (``_x``, dunders aside) imported from another module;
 - each package imports only the packages below it (:data:`ALLOWED`); the IR imports nothing
   else of the project; planning never imports Amaranth; the frontend never the hardware
@@ -76,16 +78,22 @@ def modules(root: str) -> dict[str, str]:
     return out
 
 
-def imports(root: str) -> list[tuple[str, str, str | None, int]]:
+def imports(root: str, *, nested: bool = False) -> list[tuple[str, str, str | None, int]]:
     """Every import of the package: ``(module, imported module, name or None, line)``; a
-    ``from X import name`` of a submodule counts as an import of that submodule."""
+    ``from X import name`` of a submodule counts as an import of that submodule. With
+    ``nested``, only the imports inside a function."""
     mods = modules(root)
     out = []
     for mod, path in mods.items():
         package = mod if path.endswith("__init__.py") else mod.rsplit(".", 1)[0]
         with open(path) as f:
             tree = ast.parse(f.read(), path)
+        inner = {id(n) for fn in ast.walk(tree)
+                 if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for n in ast.walk(fn)}
         for node in ast.walk(tree):
+            if nested and id(node) not in inner:
+                continue
             if isinstance(node, ast.Import):
                 out += [(mod, a.name, None, node.lineno) for a in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -189,6 +197,21 @@ def layering_violations(root: str) -> list[str]:
     return bad
 
 
+#: Project modules that may be imported inside a function below the root package: they load a
+#: heavy optional stack (cocotb and Verilator) that most callers never need.
+HEAVY = {"onnx2fpga.sim.rtl"}
+
+
+def nested_imports(root: str) -> list[str]:
+    """Imports of project modules placed inside functions below the root package (the API
+    and CLI keep ``import onnx2fpga`` light by importing lazily; anywhere else a nested
+    import is there to dodge a cycle), :data:`HEAVY` aside."""
+    return [f"{mod}:{line} imports {target} inside a function"
+            for mod, target, _, line in imports(root, nested=True)
+            if target.startswith("onnx2fpga.") and _package_of(mod) in ALLOWED
+            and target not in HEAVY]
+
+
 def long_files(root: str) -> list[str]:
     out = []
     for path in modules(root).values():
@@ -213,6 +236,10 @@ def test_no_private_name_imported_from_another_module():
 
 def test_packages_import_only_the_layers_below_them():
     assert layering_violations(ROOT) == []
+
+
+def test_no_nested_import_below_the_api():
+    assert nested_imports(ROOT) == []
 
 
 def test_no_source_file_over_the_limit():
@@ -263,6 +290,15 @@ def test_a_layering_violation_is_found(tree):
         ["onnx2fpga.frontend.qdq", "onnx2fpga.plan.cost", "onnx2fpga.sim.golden"]
     assert any("never imports amaranth" in f for f in found)
     assert any("golden model takes only numpy" in f for f in found)
+
+
+def test_a_nested_import_is_found(tree):
+    assert nested_imports(str(tree)) == []
+    _append(tree / "plan" / "fold.py", "\n\ndef _late():\n    from .cost import stage_cycles\n"
+                                       "    return stage_cycles\n")
+    found = nested_imports(str(tree))
+    assert [f.split(":")[0] for f in found] == ["onnx2fpga.plan.fold"]
+    assert found[0].endswith("imports onnx2fpga.plan.cost inside a function")
 
 
 def test_a_long_file_is_found(tree):
