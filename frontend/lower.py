@@ -18,8 +18,8 @@ The graph is partitioned into three parts:
    the head is everything it depends on;
 2. :func:`~onnx2fpga.frontend.groups.find_groups`: graph -> the groups and integer operators,
    in order;
-3. :func:`~onnx2fpga.frontend.layers.build_layers`: groups -> the integer layers
-   (:class:`~onnx2fpga.frontend.layers.HardwarePart`); each group's epilogue and quantizer
+3. :func:`~onnx2fpga.frontend.build.build_layers`: groups -> the integer layers
+   (:class:`~onnx2fpga.frontend.build.HardwarePart`); each group's epilogue and quantizer
    become the layer's requantization (:mod:`onnx2fpga.frontend.epilogue`);
 4. :func:`~onnx2fpga.frontend.partition.extend_accumulator_tail`: a last layer without a
    quantizer joins the hardware up to its accumulator;
@@ -49,10 +49,10 @@ from ..ir import (
     RequantStage,
     ViewLayer,
 )
+from .build import HardwarePart, build_layers
 from .epilogue import RequantOptions
 from .groups import QdqGraph, find_groups
 from .ir import Graph, Node
-from .layers import HardwarePart, build_layers
 from .partition import Partition, extend_accumulator_tail, find_entry, partition
 
 __all__ = ["lower", "assemble_design", "fuse_requants", "absorb_multiplier_signs"]

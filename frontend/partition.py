@@ -17,10 +17,10 @@ import numpy as np
 from ..errors import UnsupportedError
 from ..ir import ViewLayer
 from ..sim import host
+from .build import HardwarePart, add_views, conv_layer, dense_layer
 from .epilogue import Epilogue, QuantInfo
 from .groups import HW_OPS, QDQ, Group, QdqGraph, onnx_domain
 from .ir import Node, TensorInfo
-from .layers import HardwarePart, add_views, conv_layer, dense_layer
 
 __all__ = ["Partition", "find_entry", "extend_accumulator_tail", "partition"]
 

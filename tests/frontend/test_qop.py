@@ -213,7 +213,7 @@ def test_ort_qoperator_cnn_every_layer_equals_onnxruntime(tmp_path, monkeypatch)
     """With the add core's multipliers as wide as the others (24 bits), every hardware
     layer's integers equal onnxruntime's QLinear outputs: the QOperator form was converted
     without changing its meaning."""
-    import onnx2fpga.frontend.layers as layers
+    import onnx2fpga.frontend.build as build
 
     path, x = _qoperator_cnn(tmp_path)
     ops = {(n.domain, n.op_type) for n in onnx.load(path).graph.node}
@@ -222,7 +222,7 @@ def test_ort_qoperator_cnn_every_layer_equals_onnxruntime(tmp_path, monkeypatch)
             ("com.microsoft", "QLinearLeakyRelu"), ("com.microsoft", "QLinearAveragePool"),
             ("com.microsoft", "QLinearConcat"), ("com.microsoft", "QLinearGlobalAveragePool"),
             ("com.microsoft", "QGemm")} <= ops
-    monkeypatch.setattr(layers, "ADD_MULTIPLIER_BITS", 24)
+    monkeypatch.setattr(build, "ADD_MULTIPLIER_BITS", 24)
     d = onnx2fpga.compile(path)
     layers = [ly for ly in d.design.dataflow.layers if type(ly).__name__ != "ViewLayer"]
     assert [type(ly).__name__ for ly in layers] == [
@@ -237,7 +237,7 @@ def test_ort_qoperator_cnn_every_layer_equals_onnxruntime(tmp_path, monkeypatch)
 
 
 def test_ort_qoperator_cnn_default_design_against_onnxruntime(tmp_path):
-    """The default add core keeps 12-bit multipliers (frontend/layers.py, cheaper logic):
+    """The default add core keeps 12-bit multipliers (frontend/build.py, cheaper logic):
     its outputs may differ from onnxruntime's float QLinearAdd by one step, and the pools and
     the Gemm after it can carry that to two steps at the model output."""
     path, x = _qoperator_cnn(tmp_path)
