@@ -60,15 +60,17 @@ def test_emit_is_deterministic():
 
 def test_emit_is_deterministic_across_processes():
     # Another interpreter with another string hash seed: nothing may depend on set order.
-    script = ("import hashlib, sys; sys.path.insert(0, sys.argv[1]); "
+    script = ("import hashlib; "
               "from tests.hw.test_emit import small_dataflow; "
               "from onnx2fpga.hw.emit import emit_verilog; "
               "print(hashlib.sha256(emit_verilog(small_dataflow()).encode()).hexdigest())")
     digests = set()
     for seed in ("1", "2"):
-        res = subprocess.run([sys.executable, "-c", script, str(paths.ROOT)],
-                             capture_output=True, text=True, check=True,
-                             env=dict(os.environ, PYTHONHASHSEED=seed))
+        path = os.pathsep.join([str(paths.ROOT)] + [p for p in [os.environ.get("PYTHONPATH")]
+                                                      if p])
+        res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             check=True, cwd=paths.ROOT,
+                             env=dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=path))
         digests.add(res.stdout.strip())
     assert digests == {hashlib.sha256(emit_verilog(small_dataflow()).encode()).hexdigest()}
 
