@@ -29,6 +29,7 @@ from pathlib import Path
 from amaranth.build.plat import Platform
 from amaranth.hdl import Elaboratable
 
+from ..designdir import atomic_write
 from ..errors import Onnx2FpgaError
 from ..plan.devices import is_shift_register_buffer
 from .clocking import ClockedTop, UsbClockedTop, plan_pll
@@ -718,9 +719,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         "tools": _tool_versions(tools, env),
     }
     report["wall_seconds"] = round(time.monotonic() - start, 2)
-    with open(build_dir / REPORT, "w") as f:
-        json.dump(report, f, indent=1)
-        f.write("\n")
+    atomic_write(build_dir / REPORT, json.dumps(report, indent=1) + "\n")
     _progress(progress, format_report(report).replace("\n", "\n[onnx2fpga]   "))
     return report
 

@@ -43,7 +43,8 @@ def flash_plan(directory, board) -> list[str]:
     ------
     FlashError
         No build for ``board``, a report for another board, a bitstream of another design or
-        one without the host link, or a missing bitstream file.
+        one without the host link, a missing bitstream file, or a bitstream named outside the
+        build folder (a path, ``..``, a link out of it).
     UnknownBoardError
         ``board`` is not a registered board.
     """
@@ -76,7 +77,16 @@ def flash_plan(directory, board) -> list[str]:
     if have != want:
         raise FlashError(f"{report_path}: the bitstream holds design {have}, but {directory} "
                          f"now holds {want}; {hint}")
+    if (not isinstance(bitstream, str) or not bitstream or bitstream != os.path.basename(bitstream)
+            or bitstream in (".", "..") or bitstream.startswith("-") or "/" in bitstream
+            or "\\" in bitstream):
+        raise FlashError(f"{report_path}: bitstream {bitstream!r} is not a file name inside "
+                         f"{build_dir}; {hint}")
     path = os.path.join(build_dir, bitstream)
+    real = os.path.realpath(path)
+    if os.path.dirname(real) != os.path.realpath(build_dir):
+        raise FlashError(f"{report_path}: bitstream {bitstream!r} leads outside {build_dir} "
+                         f"(to {real}); {hint}")
     if not os.path.isfile(path):
         raise FlashError(f"{path}: bitstream missing; {hint}")
     return target.flash_command(path)

@@ -16,7 +16,6 @@ from .types import IntType
 __all__ = ["save_design", "load_design"]
 
 
-
 def _encode(obj, arrays: dict, path: str):
     if isinstance(obj, np.ndarray):
         key = f"a{len(arrays)}"
@@ -75,8 +74,18 @@ def save_design(design: Design, json_path, npz_path) -> None:
 
 
 def load_design(json_path, npz_path) -> Design:
+    """The design written by :func:`save_design`.
+
+    Raises
+    ------
+    ValueError
+        The files do not hold a design.
+    """
     with open(json_path) as f:
         doc = json.load(f)
     with np.load(npz_path, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
-    return _decode(doc, arrays)
+    design = _decode(doc, arrays)
+    if not isinstance(design, Design) or not isinstance(design.dataflow, Dataflow):
+        raise ValueError(f"{json_path} does not hold a design")
+    return design

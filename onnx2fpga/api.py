@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
 
 import numpy as np
 
+from .designdir import FolderLock, check_target, publish, verify
 from .errors import DesignDirError, OptionError
 from .ir.dataflow import Design
 from .ir.serialize import load_design
@@ -38,14 +38,7 @@ def progress(msg: str) -> None:
     print(f"[onnx2fpga] {msg}", file=sys.stderr, flush=True)
 
 
-def _prepare_dir(output_dir, force: bool) -> str:
-    out = os.path.abspath(os.fspath(output_dir))
-    if os.path.exists(out):
-        if not os.path.isdir(out):
-            raise DesignDirError(f"{out}: exists and is not a directory")
-        if os.listdir(out) and not force:
-            raise DesignDirError(f"{out}: directory is not empty (use --force to overwrite)")
-    return out
+_say = progress      # for the methods whose ``progress`` argument hides this function
 
 
 def compile(model, output_dir=None, *, calibration=None, lenient: bool = False,  # noqa: A001
@@ -62,7 +55,10 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     model : path or onnx.ModelProto
     output_dir : path, optional
         Where to write the design; a new temporary directory if omitted. An existing
-        non-empty directory is refused unless ``force``.
+        non-empty directory is refused unless ``force``, and even then unless it is a design
+        directory holding only what onnx2fpga writes
+        (:func:`onnx2fpga.designdir.check_target`). The design is written beside it and
+        renamed into place when complete (:func:`onnx2fpga.designdir.publish`).
     calibration : array or path to .npy, optional
         A batch of real inputs (stacked along axis 0) for post-training quantization of a
         float model. Ignored, with a warning, for models that are already quantized.
@@ -111,7 +107,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     fold_opts = fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                              pinned={name for name, o in (folding or {}).items()
                                      if isinstance(o, dict) and "multipliers" in o})
-    out = _prepare_dir(output_dir, force) if output_dir is not None else None
+    keep = [p for p in (model, calibration) if isinstance(p, (str, os.PathLike))]
+    out = check_target(output_dir, force, keep) if output_dir is not None else None
     say = progress if verbose else (lambda msg: None)
     c = Compilation(model, {
         "lenient": lenient, "calibration": calibration, "weight_bits": weight_bits,
@@ -122,13 +119,11 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     run_steps(c, stop_after, say)
     if out is None:
         out = tempfile.mkdtemp(prefix="onnx2fpga-")
-    elif os.path.isdir(out) and os.listdir(out):
-        for name in os.listdir(out):  # --force: replace what was there
-            path = os.path.join(out, name)
-            shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
-                else os.remove(path)
-    os.makedirs(out, exist_ok=True)
-    written = write_artifacts(c, out)
+        written = write_artifacts(c, out)
+    else:
+        written = []
+        publish(out, lambda folder: written.extend(write_artifacts(c, folder)), force=force,
+                keep=keep, say=say)
     say(f"wrote {out} in {time.monotonic() - t0:.1f} s")
     if stop_after != "emit":
         say(f"stopped after {stop_after}: {', '.join(written)}")
@@ -175,6 +170,11 @@ class CompiledDesign:
         from .sim.rtl import simulate_rtl
 
         def rtl_engine(dataflow, x_int):
+            with FolderLock(self.directory, shared=True):
+                verify(self.directory, self.manifest)   # top.v as loaded, and safe to run
+                return rtl_run(dataflow, x_int)
+
+        def rtl_run(dataflow, x_int):
             res = simulate_rtl(self.verilog_path, dataflow.input, dataflow.output, x_int,
                                toplevel="top",
                                build_dir=os.path.join(self.directory, "sim_build"),
@@ -204,35 +204,58 @@ class CompiledDesign:
         nextpnr's placement seed, or a list of seeds to place and route with, keeping the best
         run (see :func:`onnx2fpga.boards.build.build_bitstream`)."""
         from .boards.build import build_bitstream
+        from .boards.targets import get_board
         from .hw.top import Accelerator
 
+        target = get_board(board)         # an unknown name fails here, before any path use
         df = self.design.dataflow
-        report = build_bitstream(lambda: Accelerator(df), df.input, df.output, board,
-                                 os.path.join(self.directory, "build", board), seed=seed,
-                                 progress=progress,
-                                 cycles_per_inference=self.manifest["cycles_per_inference"],
-                                 latency_cycles=self.manifest["latency_cycles"],
-                                 design_id=self.manifest["top"]["verilog_sha256"],
-                                 clock_mhz=clock_mhz, baud=baud, link=link,
-                                 logic_memories=df.logic_memories)
-        write_report(self.directory)      # now with this build's measured figures
+        board_dir = os.path.join(self.directory, "build", target.name)
+        say = _say if progress else None
+        with FolderLock(self.directory, shared=True, say=say):
+            verify(self.directory, self.manifest)
+            try:
+                os.makedirs(board_dir, exist_ok=True)
+            except OSError as e:
+                raise DesignDirError(f"{board_dir}: cannot create ({e.strerror})") from None
+            # one build per board folder at a time: a report never pairs with another run's
+            # bitstream
+            with FolderLock(board_dir, say=say):
+                report = build_bitstream(
+                    lambda: Accelerator(df), df.input, df.output, target.name, board_dir,
+                    seed=seed, progress=progress,
+                    cycles_per_inference=self.manifest["cycles_per_inference"],
+                    latency_cycles=self.manifest["latency_cycles"],
+                    design_id=self.manifest["top"]["verilog_sha256"], clock_mhz=clock_mhz,
+                    baud=baud, link=link, logic_memories=df.logic_memories)
+            write_report(self.directory)      # now with this build's measured figures
         return report
 
 
 def load(directory) -> CompiledDesign:
-    """Open a design directory written by :func:`compile`."""
+    """Open a design directory written by :func:`compile`.
+
+    Every file is checked against the manifest's hashes and ``top.v`` against what the
+    emitter writes (:func:`onnx2fpga.designdir.verify`) before anything runs it.
+    """
     d = os.fspath(directory)
-    missing = [f for f in _FILES if not os.path.isfile(os.path.join(d, f))]
     if not os.path.isdir(d):
         raise DesignDirError(f"{d}: no such design directory")
+    missing = [f for f in _FILES if not os.path.isfile(os.path.join(d, f))]
     if missing:
         raise DesignDirError(f"{d}: not a design directory (missing {', '.join(missing)}); "
                              f"create one with 'onnx2fpga compile'")
-    try:
-        with open(os.path.join(d, "manifest.json")) as f:
-            manifest = json.load(f)
-        design = load_design(os.path.join(d, "design.json"), os.path.join(d, "design.npz"))
-    except (OSError, ValueError, KeyError) as e:
-        raise DesignDirError(f"{d}: design files are damaged ({e})") from None
+    with FolderLock(d, shared=True):
+        try:
+            with open(os.path.join(d, "manifest.json"), encoding="utf-8") as f:
+                manifest = json.load(f)
+        except (OSError, ValueError) as e:
+            raise DesignDirError(f"{d}: manifest.json is damaged ({e})") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != "onnx2fpga-manifest":
+            raise DesignDirError(f"{d}: manifest.json is not an onnx2fpga manifest")
+        verify(d, manifest)
+        try:
+            design = load_design(os.path.join(d, "design.json"), os.path.join(d, "design.npz"))
+        except Exception as e:  # noqa: BLE001 - any damage is one line, whatever numpy raises
+            raise DesignDirError(f"{d}: design files are damaged ({type(e).__name__}: {e})") \
+                from None
     return CompiledDesign(d, design, manifest)
-

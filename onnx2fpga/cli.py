@@ -11,7 +11,10 @@ import argparse
 import json
 import os
 import sys
+import threading
 import warnings
+
+from .errors import Onnx2FpgaError
 
 __all__ = ["main"]
 
@@ -242,13 +245,14 @@ def _compile(args):
 
 def _read_inputs(args):
     """``args.inputs`` as an array, after refusing to overwrite an existing ``args.outputs``
-    without ``--force`` (checked first, so nothing runs before the refusal)."""
+    without ``--force`` or to write into a folder that cannot take it (checked first, so
+    nothing runs before the refusal)."""
     import numpy as np
 
+    from .designdir import output_path
     from .errors import Onnx2FpgaError
 
-    if os.path.exists(args.outputs) and not args.force:
-        raise Onnx2FpgaError(f"{args.outputs}: exists (use --force to overwrite)")
+    args.outputs = output_path(args.outputs, args.force)     # Y -> Y.npy, as np.save names it
     try:
         return np.load(args.inputs, allow_pickle=False)
     except (OSError, ValueError) as e:
@@ -259,6 +263,7 @@ def _simulate(args):
     import numpy as np
 
     from .api import load
+    from .designdir import save_array
     from .errors import Onnx2FpgaError
     from .sim.model import run_design
 
@@ -280,7 +285,7 @@ def _simulate(args):
             exact = int(np.sum(np.all((g == y).reshape(len(y), -1), axis=1)))
             result["golden_match"] = f"{exact}/{len(y)}"
             status = 0 if exact == len(y) else 1
-    np.save(args.outputs, y)
+    save_array(args.outputs, y)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -342,8 +347,7 @@ def _boards(args):
 def _run(args):
     import time
 
-    import numpy as np
-
+    from .designdir import save_array
     from .errors import Onnx2FpgaError
     from .runtime import connect
 
@@ -364,7 +368,7 @@ def _run(args):
         except ValueError as e:
             raise Onnx2FpgaError(str(e)) from None
         seconds = time.monotonic() - start
-    np.save(args.outputs, y)
+    save_array(args.outputs, y)
     stats = board.link.stats
     result = {"board": "simulated" if args.sim else args.port, "inferences": int(len(x)),
               "output_shape": list(y.shape), "output_dtype": y.dtype.name,
@@ -413,23 +417,57 @@ def _conformance(args):
     return 0 if all(r.passed or r.result == "unsupported" for r in results) else 1
 
 
+_SIGNALS = []
+
+
+def _on_signal(signum, frame):
+    """Ctrl-C and SIGTERM: unwind as KeyboardInterrupt, so that temporary folders go away."""
+    from .designdir import INTERRUPTED
+    INTERRUPTED.set()
+    _SIGNALS.append(signum)
+    raise KeyboardInterrupt
+
+
+def _unraisable(hook):
+    """``sys.unraisablehook`` that stays quiet about a Ctrl-C swallowed in a ``__del__``
+    (:data:`onnx2fpga.designdir.INTERRUPTED` still says it came)."""
+    def quiet(u):
+        if not isinstance(u.exc_value, KeyboardInterrupt):
+            hook(u)
+    return quiet
+
+
 def main(argv=None) -> int:
-    from .errors import Onnx2FpgaError
-    args = _parser().parse_args(argv)
+    import signal
+
+    _SIGNALS.clear()
+    old_hook, old_handlers = sys.unraisablehook, {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old_handlers[sig] = signal.signal(sig, _on_signal)
+        sys.unraisablehook = _unraisable(old_hook)
 
     def show(message, category, filename, lineno, file=None, line=None):
         print(f"warning: {message}", file=sys.stderr)
     warnings.showwarning = show
     try:
+        from .designdir import INTERRUPTED
+        INTERRUPTED.clear()
+        args = _parser().parse_args(argv)
         return {"compile": _compile, "simulate": _simulate, "build": _build,
                 "boards": _boards, "report": _report, "run": _run, "flash": _flash,
                 "conformance": _conformance}[args.command](args)
+    except KeyboardInterrupt:
+        terminated = signal.SIGTERM in _SIGNALS
+        print(f"error: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
     except Onnx2FpgaError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    finally:
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+        sys.unraisablehook = old_hook
 
 
 if __name__ == "__main__":

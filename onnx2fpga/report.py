@@ -23,6 +23,7 @@ import html
 import json
 import os
 
+from .designdir import atomic_write
 from .errors import DesignDirError
 
 __all__ = ["write_report", "render_html", "render_markdown", "graph_layout"]
@@ -91,10 +92,8 @@ def write_report(directory) -> str:
     directory = os.fspath(directory)
     manifest, builds = _read_inputs(directory)
     out = os.path.join(directory, "report.html")
-    with open(out, "w", encoding="utf-8", newline="\n") as f:
-        f.write(render_html(manifest, builds))
-    with open(os.path.join(directory, "report.md"), "w", encoding="utf-8", newline="\n") as f:
-        f.write(render_markdown(manifest, builds))
+    atomic_write(out, render_html(manifest, builds))     # concurrent builds each rewrite them
+    atomic_write(os.path.join(directory, "report.md"), render_markdown(manifest, builds))
     return out
 
 

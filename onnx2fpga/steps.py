@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .designdir import check_interrupted, file_hashes
 from .errors import CalibrationError, OptionError
 from .ir.dataflow import Design
 from .ir.layers import product_mapping
@@ -408,6 +409,7 @@ def run_steps(c: Compilation, until: str = "emit", say=lambda msg: None) -> Comp
         raise OptionError(f"stop_after must be one of {', '.join(STEPS)}, not {until!r}")
     for step in STEPS[:STEPS.index(until) + 1]:
         if step not in c.done:
+            check_interrupted()
             _RUN[step](c, say)
             c.done.append(step)
     return c
@@ -466,9 +468,10 @@ def write_artifacts(c: Compilation, out: str) -> list[str]:
         save_design(c.design, os.path.join(out, "design.json"),
                     os.path.join(out, "design.npz"))
         return ["design.json", "design.npz", dump("quantization.json", c.quant_info)]
-    with open(os.path.join(out, "top.v"), "w") as f:
+    with open(os.path.join(out, "top.v"), "w", encoding="utf-8", newline="\n") as f:
         f.write(c.verilog)
-    dump("manifest.json", c.manifest)
     save_design(c.design, os.path.join(out, "design.json"), os.path.join(out, "design.npz"))
+    c.manifest["files"] = file_hashes(out)      # load() checks the folder against these
+    dump("manifest.json", c.manifest)
     write_report(out)
     return ["top.v", "manifest.json", "design.json", "design.npz", "report.html", "report.md"]

@@ -66,10 +66,13 @@ def test_non_empty_directory_needs_force(tmp_path, capsys, float_model):
     (out / "precious.txt").write_text("mine")
     code, _, err = _run(capsys, "compile", path, "-o", out, "--calibration", cal_path)
     assert code == 2
-    assert err == f"error: {out}: directory is not empty (use --force to overwrite)\n"
+    assert err == (f"error: {out}: folder is not empty (use --force to replace a design "
+                   f"folder)\n")
     assert (out / "precious.txt").read_text() == "mine"
-    code, _, _ = _run(capsys, "compile", path, "-o", out, "--calibration", cal_path, "--force")
-    assert code == 0 and not (out / "precious.txt").exists()
+    code, _, err = _run(capsys, "compile", path, "-o", out, "--calibration", cal_path, "--force")
+    assert code == 2 and "'precious.txt'" in err and "nothing was deleted" in err
+    assert os.listdir(out) == ["precious.txt"]
+    assert (out / "precious.txt").read_text() == "mine"
 
 
 def test_float_model_without_calibration(tmp_path, capsys, float_model):

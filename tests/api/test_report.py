@@ -322,7 +322,7 @@ def test_build_refreshes_the_report(mlp, tmp_path, monkeypatch):
     assert "No builds yet." in (tmp_path / "d" / "report.md").read_text()
 
     def fake(factory, i, o, board, build_dir, **kw):
-        os.makedirs(build_dir)
+        os.makedirs(build_dir, exist_ok=True)   # the lock made it
         r = _fake_build(board, "ice40", fmax=33.3, clock=12.0, lut_used=999, paths=[])
         with open(os.path.join(build_dir, "report.json"), "w") as f:
             json.dump(r, f)

@@ -118,3 +118,24 @@ def test_failing_programmer_shows_its_message(board, message, tmp_path, capfd, m
     # The programmer got exactly the arguments of the dry run.
     assert (tmp_path / "argv.txt").read_text().split()[1:] == [
         a.format(bit=bitstream) for a in COMMANDS[board][1:]]
+
+
+@pytest.mark.parametrize("name", ["../../../outside.bin", "/etc/passwd", "..", "-h",
+                                  "sub/top.bin", "link.bin"])
+def test_takes_the_bitstream_only_from_inside_the_build_folder(name, tmp_path, capfd):
+    """A report.json naming a path, ``..``, an option or a link out of the build folder is
+    refused (before: ``flash`` handed an absolute or ``..`` path to the programmer)."""
+    d, bitstream = _design(tmp_path, "icebreaker")
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"\x00" * 64)
+    (d / "build" / "icebreaker" / "sub").mkdir()
+    (d / "build" / "icebreaker" / "sub" / "top.bin").write_bytes(b"\x00")
+    (d / "build" / "icebreaker" / "link.bin").symlink_to(outside)
+    (d / "build" / "icebreaker" / "-h").write_bytes(b"\x00")
+    report = d / "build" / "icebreaker" / "report.json"
+    doc = json.loads(report.read_text())
+    doc["bitstream"] = name
+    report.write_text(json.dumps(doc))
+    code, out, err = _run(capfd, "flash", d, "--board", "icebreaker", "--dry-run")
+    assert code == 2 and out == "" and err.count("\n") == 1, (out, err)
+    assert err.startswith(f"error: {report}: bitstream {name!r} ")
