@@ -10,6 +10,11 @@ the last activity (longer than the wrapper's byte timeout and the accelerator's 
 stops until the host writes again, so a frame the host writes in one call is never split by
 the board's byte timeout, and a half frame is timed out deterministically.
 
+The simulator connects to a TCP port on 127.0.0.1 that this process listens on and proves
+who it is by sending a random token first, which it reads from its private run folder (mode
+0700); any other connection is closed unheard, so another local process cannot answer in the
+board's place.
+
 Faults: ``faults={"to_board": {index: xor_mask}, "to_host": {...}}`` flips bits of the
 ``index``-th byte (counted from 0 over the whole session) in that direction, and
 ``flip_probability`` with ``seed`` flips one random bit of each byte with that probability.
@@ -18,8 +23,10 @@ Faults: ``faults={"to_board": {index: xor_mask}, "to_host": {...}}`` flips bits 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import re
+import secrets
 import select
 import shutil
 import socket
@@ -48,6 +55,10 @@ SIM_TIMEOUT_BYTES = 48
 _TEST_MODULE = "onnx2fpga.boards._cocotb_board"
 _JOB_ENV = "ONNX2FPGA_SIMBOARD_JOB"
 _ACCEL_MODULE = "onnx2fpga_accelerator"
+#: Length of the token the simulator sends first on its connection (hex digits).
+TOKEN_BYTES = 32
+#: Connections waiting to send their token; beyond that the oldest is dropped.
+_MAX_PENDING = 64
 
 
 class SimBoardError(Onnx2FpgaError, RuntimeError):
@@ -185,12 +196,15 @@ class SimBoard:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._stack.callback(listener.close)
         listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
+        listener.listen(8)
         grace = (SIM_TIMEOUT_BYTES * 10 * SIM_DIVISOR * 2
                  + 4 * int(self.manifest.get("latency_cycles", 0)) + 2000)
+        # The simulator proves it is ours by sending this token first; the run folder, and
+        # so job.json, is readable by this user only (mkdtemp makes it 0700).
+        token = secrets.token_hex(TOKEN_BYTES // 2).encode()
         (job / "job.json").write_text(json.dumps({
-            "port": listener.getsockname()[1], "divisor": SIM_DIVISOR,
-            "grace_cycles": grace, "faults": self.faults,
+            "port": listener.getsockname()[1], "token": token.decode(),
+            "divisor": SIM_DIVISOR, "grace_cycles": grace, "faults": self.faults,
             "flip_probability": self.flip_probability, "seed": self.seed}, indent=1) + "\n")
 
         from cocotb_tools.runner import get_runner
@@ -209,24 +223,50 @@ class SimBoard:
 
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
-        self._sock = self._accept(listener)
+        self._sock = self._accept(listener, token)
         listener.close()
 
-    def _accept(self, listener):
-        listener.settimeout(0.2)
+    def _accept(self, listener, token):
+        """The connection that sends ``token`` first. Connections from anyone else (another
+        local process may connect to the port before the simulator does) are closed unheard:
+        they never see a byte of the host's requests."""
+        listener.setblocking(False)
+        pending = {}                            # connection -> bytes of its token so far
         deadline = time.monotonic() + 120
-        while True:
-            try:
-                sock, _ = listener.accept()
-            except TimeoutError:
+        try:
+            while True:
                 if not self._thread.is_alive() or time.monotonic() > deadline:
                     self._keep_run = True
                     raise SimBoardError(f"The simulated board did not start; last lines "
-                                        f"of {self._job / 'sim.log'}:\n{self._log_tail()}") \
-                        from None
-                continue
-            sock.setblocking(False)
-            return sock
+                                        f"of {self._job / 'sim.log'}:\n{self._log_tail()}")
+                ready, _, _ = select.select([listener, *pending], [], [], 0.2)
+                for conn in ready:
+                    if conn is listener:
+                        with contextlib.suppress(BlockingIOError, InterruptedError):
+                            new, _ = listener.accept()
+                            new.setblocking(False)
+                            pending[new] = b""
+                            if len(pending) > _MAX_PENDING:     # drop the oldest
+                                old = next(iter(pending))
+                                del pending[old]
+                                old.close()
+                        continue
+                    try:
+                        data = conn.recv(len(token) - len(pending[conn]))
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError:
+                        data = b""
+                    pending[conn] += data
+                    if data and len(pending[conn]) < len(token):
+                        continue
+                    got = pending.pop(conn)
+                    if hmac.compare_digest(got, token):
+                        return conn
+                    conn.close()
+        finally:
+            for conn in pending:
+                conn.close()
 
     def _log_tail(self, lines=15):
         path = self._job / "sim.log"

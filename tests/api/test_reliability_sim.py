@@ -1,18 +1,24 @@
-"""Simulations that run at the same time or in hostile places: two ``simulate --engine rtl``
-processes of one design, a design folder whose path has a space.
+"""Simulations that run at the same time, in hostile places, next to hostile neighbours:
+two ``simulate --engine rtl`` processes of one design, a design folder whose path has a space,
+and a local process that connects to the simulated board's port before the simulator does.
 
-Real processes throughout; every output is compared with the golden model for its own inputs.
+Real processes and real sockets throughout; every output is compared with the golden model
+for its own inputs.
 """
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
 
 import onnx2fpga
+from onnx2fpga.boards.protocol import BoardInfo, FrameDecoder, FrameType, encode_frame
 from onnx2fpga.cli import main
 from onnx2fpga.sim.model import run_design
 from tests.helpers.models import float_mlp, save
@@ -114,3 +120,104 @@ def test_rtl_simulation_in_a_path_with_a_space(compiled, tmp_path, capsys, comma
     assert code == 0, err
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"),
                                   run_design(onnx2fpga.load(design).design, x))
+
+
+# ---------------------------------------------------------------------------------------------
+# The simulated board's port
+
+
+def _listening_ports():
+    """TCP ports this process listens on at 127.0.0.1, read the way any local process can
+    (``/proc/net/tcp``), matched to this process's sockets."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            address, port = fields[1].split(":")
+            if address == "0100007F" and fields[3] == "0A" and fields[9] in inodes:
+                ports.add(int(port, 16))
+    return ports
+
+
+class _RogueBoard(threading.Thread):
+    """A local process's socket that connects to the simulated board's port and plays a board
+    of the right design that answers every inference with zeros."""
+
+    def __init__(self, port, info):
+        super().__init__(daemon=True)
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.info = info
+        self.requests = []
+
+    def run(self):
+        decoder = FrameDecoder()
+        self.sock.settimeout(HANG)
+        try:
+            while data := self.sock.recv(4096):
+                for frame in decoder.feed(data):
+                    self.requests.append(frame.type)
+                    if frame.type == FrameType.HELLO:
+                        reply = encode_frame(FrameType.HELLO_REPLY, frame.seq, self.info.pack())
+                    else:
+                        reply = encode_frame(FrameType.INFER_REPLY, frame.seq,
+                                             bytes(self.info.out_bytes))
+                    self.sock.sendall(reply)
+        except OSError:
+            pass
+
+
+@pytest.mark.rtl
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux's /proc/net/tcp")
+def test_sim_board_talks_only_to_its_own_simulator(compiled, tmp_path):
+    # Before: the first connection to the port was taken for the simulator, so a local process
+    # connecting first answered HELLO and fed its own outputs to the host.
+    design = _copy(compiled, tmp_path / "design")
+    d = onnx2fpga.load(design)
+    df = d.design.dataflow
+    info = BoardInfo(1, bytes.fromhex(d.manifest["top"]["verilog_sha256"][:16]),
+                     df.input.tdata_width // 8 * df.input.beats,
+                     df.output.tdata_width // 8 * df.output.beats, 8000)
+    before = _listening_ports()
+    started = {}
+
+    def connect():
+        try:
+            started["board"] = onnx2fpga.connect(design, sim=True, timeout=3.0)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            started["error"] = exc
+
+    thread = threading.Thread(target=connect, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + HANG
+    while not (_listening_ports() - before) and thread.is_alive():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    (port,) = _listening_ports() - before
+    rogue = _RogueBoard(port, info)                # connects before the simulator can
+    rogue.start()
+    try:                                           # and one that connects, says nothing
+        silent = socket.create_connection(("127.0.0.1", port))
+    except ConnectionRefusedError:                 # the port already took its simulator
+        silent = None
+    thread.join(HANG)
+    if "error" in started:
+        raise started["error"]
+    x = np.random.default_rng(6).standard_normal((4, 1, 16)).astype(np.float32)
+    with started["board"] as board:
+        y = board.infer(x)
+    np.testing.assert_array_equal(y, run_design(d.design, x))
+    assert rogue.requests == []                    # the rogue never heard from the host
+    rogue.sock.close()
+    if silent is not None:
+        silent.settimeout(HANG)
+        assert silent.recv(1) == b""               # the silent one was hung up on
+        silent.close()
