@@ -251,6 +251,8 @@ class SimBoard:
                                 del pending[old]
                                 old.close()
                         continue
+                    if conn not in pending:             # dropped above as the oldest
+                        continue
                     try:
                         data = conn.recv(len(token) - len(pending[conn]))
                     except (BlockingIOError, InterruptedError):

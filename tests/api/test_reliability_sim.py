@@ -221,3 +221,40 @@ def test_sim_board_talks_only_to_its_own_simulator(compiled, tmp_path):
         silent.settimeout(HANG)
         assert silent.recv(1) == b""               # the silent one was hung up on
         silent.close()
+
+
+def test_sim_board_accepts_only_the_whole_token(tmp_path):
+    # The host's side of the handshake alone, against real local clients: a flood of silent
+    # connections, a wrong token and all but the last byte of the right one come first.
+    from onnx2fpga.boards import simboard
+
+    board = simboard.SimBoard.__new__(simboard.SimBoard)
+    alive = threading.Event()
+    board._thread = threading.Thread(target=alive.wait, daemon=True)   # "the simulator runs"
+    board._thread.start()
+    board._job, board._keep_run = tmp_path, False
+    token = b"0123456789abcdef0123456789abcdef"
+    with socket.create_server(("127.0.0.1", 0), backlog=256) as listener:
+        port = listener.getsockname()[1]
+        flood = [socket.create_connection(("127.0.0.1", port))
+                 for _ in range(simboard._MAX_PENDING + 6)]
+        wrong = socket.create_connection(("127.0.0.1", port))
+        wrong.sendall(b"x" * len(token))
+        partial = socket.create_connection(("127.0.0.1", port))
+        partial.sendall(token[:-1])
+        right = socket.create_connection(("127.0.0.1", port))
+        right.sendall(token + b"after")
+        conn = board._accept(listener, token)
+    alive.set()
+    conn.setblocking(True)
+    conn.settimeout(HANG)
+    assert conn.recv(5) == b"after"              # the token's sender, and nothing of it left
+    for client in [*flood, wrong, partial]:
+        client.settimeout(HANG)
+        try:
+            assert client.recv(1) == b""         # hung up on, without a byte
+        except ConnectionResetError:
+            pass
+        client.close()
+    conn.close()
+    right.close()
