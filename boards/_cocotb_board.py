@@ -1,7 +1,8 @@
 """The cocotb test that :class:`onnx2fpga.boards.simboard.SimBoard` runs inside the simulator.
 
 Not for direct use. It connects to the host's socket (port in ``job.json`` in the folder
-named by ``ONNX2FPGA_SIMBOARD_JOB``), shifts every byte the host sends onto ``rx`` as an 8N1
+named by ``ONNX2FPGA_SIMBOARD_JOB``), sends the token from ``job.json`` first (the host
+drops connections without it), shifts every byte the host sends onto ``rx`` as an 8N1
 frame of ``divisor`` cycles per bit, decodes ``tx`` into bytes for the host, applies the
 configured faults, and writes ``stats.json`` when the host closes the connection.
 
@@ -58,6 +59,7 @@ async def board(dut):
     divisor, grace = int(cfg["divisor"]), int(cfg["grace_cycles"])
     line = _Line(cfg)
     sock = socket.create_connection(("127.0.0.1", int(cfg["port"])))
+    sock.sendall(cfg["token"].encode())
     sock.setblocking(False)
 
     Clock(dut.clk, _PERIOD_NS, unit="ns").start()

@@ -43,7 +43,8 @@ from ..errors import Onnx2FpgaError
 
 __all__ = ["SYNC", "HEADER_BYTES", "OVERHEAD_BYTES", "PROTOCOL_VERSION", "FrameType",
            "ErrorCode", "BoardInfo", "crc16", "encode_frame", "FrameDecoder", "Frame",
-           "LinkError", "LinkTimeout", "Link", "design_id_from_sha256", "frame_bytes"]
+           "LinkError", "LinkTimeout", "ProtocolVersionError", "Link", "design_id_from_sha256",
+           "frame_bytes"]
 
 SYNC = b"\xa5\x5a"
 #: Sync, type, seq and length.
@@ -51,6 +52,9 @@ HEADER_BYTES = 6
 #: Bytes of a frame besides its payload (header and CRC).
 OVERHEAD_BYTES = HEADER_BYTES + 2
 PROTOCOL_VERSION = 1
+#: Largest HELLO reply payload the host takes, so that a board of another protocol version,
+#: whose reply may be longer, is still heard and refused by its version (the first byte).
+MAX_HELLO_PAYLOAD = 255
 #: Largest payload a frame may carry (the length field is 16 bits).
 MAX_PAYLOAD = 0xFFFF
 
@@ -137,6 +141,10 @@ class BoardInfo:
 
     @classmethod
     def unpack(cls, payload: bytes) -> BoardInfo:
+        """The reply's fields; its first byte, the version, must be :data:`PROTOCOL_VERSION`
+        (:class:`ProtocolVersionError` otherwise, whatever the length)."""
+        if payload[:1] and payload[0] != PROTOCOL_VERSION:
+            raise ProtocolVersionError(payload[0])
         if len(payload) != cls.SIZE:
             raise LinkError(f"HELLO reply must have {cls.SIZE} payload bytes, not {len(payload)}")
         return cls(*struct.unpack(cls.FORMAT, payload))
@@ -206,6 +214,21 @@ class LinkTimeout(LinkError):
     """No valid reply within the timeout on every attempt."""
 
 
+class ProtocolVersionError(LinkError):
+    """The board's HELLO reply carries another protocol version than :data:`PROTOCOL_VERSION`.
+
+    Attributes
+    ----------
+    version : int
+        The board's version.
+    """
+
+    def __init__(self, version: int):
+        self.version = version
+        super().__init__(f"The board speaks host link protocol version {version}; this "
+                         f"onnx2fpga speaks version {PROTOCOL_VERSION}")
+
+
 class Link:
     """Requests and replies over a byte transport, with retries.
 
@@ -253,8 +276,12 @@ class Link:
         self.transport.reset_input()
 
     def request(self, type_: FrameType, payload: bytes = b"", *,
-                reply_length: int | None = None) -> bytes:
+                reply_length: int | None = None, max_reply: int | None = None) -> bytes:
         """Send a request and return its reply's payload, retrying as needed.
+
+        ``reply_length``: the reply's payload must have this length. ``max_reply``: without
+        ``reply_length``, the longest reply payload taken (longer ones are noise to the
+        decoder); default :attr:`BoardInfo.SIZE`.
 
         Raises
         ------
@@ -273,7 +300,8 @@ class Link:
                 self._drain()
             self.seq = (self.seq + 1) & 0xFF
             self.transport.write(encode_frame(type_, self.seq, payload))
-            decoder = FrameDecoder(max_payload=max(BoardInfo.SIZE, reply_length or 0, 1))
+            decoder = FrameDecoder(max_payload=max(max_reply or BoardInfo.SIZE,
+                                                   reply_length or 0, 1))
             deadline = time.monotonic() + self.timeout
             outcome = None
             while outcome is None:
@@ -310,8 +338,17 @@ class Link:
                   f"{last_problem}")
 
     def hello(self) -> BoardInfo:
-        """Ask the board which design it runs."""
-        return BoardInfo.unpack(self.request(FrameType.HELLO, reply_length=BoardInfo.SIZE))
+        """Ask the board which design it runs.
+
+        Raises
+        ------
+        ProtocolVersionError
+            The board speaks another protocol version (checked before the reply's length,
+            which another version may change).
+        LinkError
+            No valid reply, or one of the wrong length.
+        """
+        return BoardInfo.unpack(self.request(FrameType.HELLO, max_reply=MAX_HELLO_PAYLOAD))
 
     def infer(self, payload: bytes, reply_length: int) -> bytes:
         """One inference: input beats in, output beats out."""

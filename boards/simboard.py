@@ -10,6 +10,11 @@ the last activity (longer than the wrapper's byte timeout and the accelerator's 
 stops until the host writes again, so a frame the host writes in one call is never split by
 the board's byte timeout, and a half frame is timed out deterministically.
 
+The simulator connects to a TCP port on 127.0.0.1 that this process listens on and proves
+who it is by sending a random token first, which it reads from its private run folder (mode
+0700); any other connection is closed unheard, so another local process cannot answer in the
+board's place.
+
 Faults: ``faults={"to_board": {index: xor_mask}, "to_host": {...}}`` flips bits of the
 ``index``-th byte (counted from 0 over the whole session) in that direction, and
 ``flip_probability`` with ``seed`` flips one random bit of each byte with that probability.
@@ -17,9 +22,11 @@ Faults: ``faults={"to_board": {index: xor_mask}, "to_host": {...}}`` flips bits 
 
 from __future__ import annotations
 
+import contextlib
+import hmac
 import json
-import os
 import re
+import secrets
 import select
 import shutil
 import socket
@@ -31,6 +38,7 @@ from amaranth.back import verilog
 from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal
 
 from ..errors import Onnx2FpgaError
+from ..sim.verilator_build import new_run_dir, shared_simulator
 from .framed import FramedBridge
 from .protocol import design_id_from_sha256
 
@@ -47,6 +55,10 @@ SIM_TIMEOUT_BYTES = 48
 _TEST_MODULE = "onnx2fpga.boards._cocotb_board"
 _JOB_ENV = "ONNX2FPGA_SIMBOARD_JOB"
 _ACCEL_MODULE = "onnx2fpga_accelerator"
+#: Length of the token the simulator sends first on its connection (hex digits).
+TOKEN_BYTES = 32
+#: Connections waiting to send their token; beyond that the oldest is dropped.
+_MAX_PENDING = 64
 
 
 class SimBoardError(Onnx2FpgaError, RuntimeError):
@@ -112,7 +124,10 @@ class SimBoard:
         A design directory (``top.v``, ``manifest.json``).
     build_dir : str or Path, optional
         Where to build; default ``DIRECTORY/sim_board``. The Verilator build is reused while
-        ``top.v`` and the wrapper stay the same.
+        ``top.v`` and the wrapper stay the same, and shared with other simulated boards of
+        the design running at the same time (each has its own run folder
+        ``build_dir/runs/run-XXXXXXXX``, removed by :meth:`close` unless the simulator
+        failed; see :func:`~onnx2fpga.sim.verilator_build.shared_simulator`).
     faults : dict, optional
         ``{"to_board": {index: mask}, "to_host": {index: mask}}``: XOR masks for given bytes.
     flip_probability : float
@@ -146,15 +161,14 @@ class SimBoard:
         self._sock = None
         self._thread = None
         self._failure = None
+        self._job = None
+        self._stack = None
+        self._keep_run = False
         self._start()
 
     # -- starting and stopping -----------------------------------------------------------------
 
-    def _build(self):
-        from ..sim import rtl
-
-        self.build_dir.mkdir(parents=True, exist_ok=True)
-        source = self.build_dir / "board_top.v"
+    def _source_text(self) -> str:
         # Verilator names its classes after the prefix "Vtop" that cocotb's runner uses; a
         # module called "top" below the toplevel collides with them, so the accelerator's
         # module is renamed (its body is the design's top.v as it is).
@@ -162,30 +176,35 @@ class SimBoard:
                              (self.directory / "top.v").read_text(), count=1, flags=re.M)
         if count != 1:
             raise SimBoardError(f"{self.directory / 'top.v'} has no module 'top'")
-        text = top + "\n" + board_verilog(self.manifest)
-        if not source.is_file() or source.read_text() != text:
-            source.write_text(text)
-        venv = rtl.verilator_env()
-        cache = os.environ.get(rtl.RUNTIME_CACHE_ENV) or self.build_dir / "verilator-runtime"
-        obj_dir, _, _ = rtl._build(source, "board", self.build_dir, venv, False,
-                                   Path(cache).resolve(), self.progress)
-        return obj_dir
+        return top + "\n" + board_verilog(self.manifest)
 
     def _start(self):
-        obj_dir = self._build()
-        job = self.build_dir / "job"
-        if job.exists():
-            shutil.rmtree(job)
-        job.mkdir()
+        self._stack = contextlib.ExitStack()
+        try:
+            self._launch()
+        except BaseException:
+            self.close()
+            raise
+
+    def _launch(self):
+        text = self._source_text()
+        # Held until close(): runs of this build may share it, a rebuild waits for them.
+        build = self._stack.enter_context(shared_simulator(
+            self.build_dir / "board_top.v", "board", self.build_dir, source_text=text,
+            progress=self.progress))
+        self._job = job = new_run_dir(self.build_dir)
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._stack.callback(listener.close)
         listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        listener.settimeout(0.2)
+        listener.listen(8)
         grace = (SIM_TIMEOUT_BYTES * 10 * SIM_DIVISOR * 2
                  + 4 * int(self.manifest.get("latency_cycles", 0)) + 2000)
+        # The simulator proves it is ours by sending this token first; the run folder, and
+        # so job.json, is readable by this user only (mkdtemp makes it 0700).
+        token = secrets.token_hex(TOKEN_BYTES // 2).encode()
         (job / "job.json").write_text(json.dumps({
-            "port": listener.getsockname()[1], "divisor": SIM_DIVISOR,
-            "grace_cycles": grace, "faults": self.faults,
+            "port": listener.getsockname()[1], "token": token.decode(),
+            "divisor": SIM_DIVISOR, "grace_cycles": grace, "faults": self.faults,
             "flip_probability": self.flip_probability, "seed": self.seed}, indent=1) + "\n")
 
         from cocotb_tools.runner import get_runner
@@ -195,29 +214,61 @@ class SimBoard:
         def run():
             try:
                 runner.test(test_module=_TEST_MODULE, hdl_toplevel="board",
-                            hdl_toplevel_lang="verilog", build_dir=obj_dir, test_dir=job,
-                            results_xml=str(job / "results.xml"), log_file=job / "sim.log",
+                            hdl_toplevel_lang="verilog", build_dir=build.obj_dir,
+                            test_dir=job, results_xml=str(job / "results.xml"),
+                            log_file=job / "sim.log",
                             extra_env={_JOB_ENV: str(job), "COCOTB_ANSI_OUTPUT": "0"})
             except BaseException as exc:  # noqa: BLE001 - reported by the host side
                 self._failure = exc
 
-        self._job = job
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
+        self._sock = self._accept(listener, token)
+        listener.close()
+
+    def _accept(self, listener, token):
+        """The connection that sends ``token`` first. Connections from anyone else (another
+        local process may connect to the port before the simulator does) are closed unheard:
+        they never see a byte of the host's requests."""
+        listener.setblocking(False)
+        pending = {}                            # connection -> bytes of its token so far
         deadline = time.monotonic() + 120
         try:
             while True:
-                try:
-                    self._sock, _ = listener.accept()
-                    break
-                except TimeoutError:
-                    if not self._thread.is_alive() or time.monotonic() > deadline:
-                        raise SimBoardError(f"The simulated board did not start; last lines "
-                                            f"of {job / 'sim.log'}:\n{self._log_tail()}") \
-                            from None
+                if not self._thread.is_alive() or time.monotonic() > deadline:
+                    self._keep_run = True
+                    raise SimBoardError(f"The simulated board did not start; last lines "
+                                        f"of {self._job / 'sim.log'}:\n{self._log_tail()}")
+                ready, _, _ = select.select([listener, *pending], [], [], 0.2)
+                for conn in ready:
+                    if conn is listener:
+                        with contextlib.suppress(BlockingIOError, InterruptedError):
+                            new, _ = listener.accept()
+                            new.setblocking(False)
+                            pending[new] = b""
+                            if len(pending) > _MAX_PENDING:     # drop the oldest
+                                old = next(iter(pending))
+                                del pending[old]
+                                old.close()
+                        continue
+                    if conn not in pending:             # dropped above as the oldest
+                        continue
+                    try:
+                        data = conn.recv(len(token) - len(pending[conn]))
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError:
+                        data = b""
+                    pending[conn] += data
+                    if data and len(pending[conn]) < len(token):
+                        continue
+                    got = pending.pop(conn)
+                    if hmac.compare_digest(got, token):
+                        return conn
+                    conn.close()
         finally:
-            listener.close()
-        self._sock.setblocking(False)
+            for conn in pending:
+                conn.close()
 
     def _log_tail(self, lines=15):
         path = self._job / "sim.log"
@@ -240,6 +291,13 @@ class SimBoard:
             stats = self._job / "stats.json"
             if stats.is_file():
                 self.stats = json.loads(stats.read_text())
+        if self._job is not None:
+            if not (self._keep_run or self._failure is not None):
+                shutil.rmtree(self._job, ignore_errors=True)
+            self._job = None
+        if self._stack is not None:
+            self._stack.close()                 # lets go of the build
+            self._stack = None
         return self.stats
 
     def __enter__(self):
@@ -254,6 +312,7 @@ class SimBoard:
         if self._sock is None:
             raise SimBoardError("The simulated board is closed")
         if not self._thread.is_alive():
+            self._keep_run = True
             raise SimBoardError(f"The simulated board stopped; last lines of "
                                 f"{self._job / 'sim.log'}:\n{self._log_tail()}")
 

@@ -17,7 +17,14 @@ import os
 
 import numpy as np
 
-from .boards.protocol import Link, LinkError, design_id_from_sha256, frame_bytes
+from .boards.protocol import (
+    PROTOCOL_VERSION,
+    Link,
+    LinkError,
+    ProtocolVersionError,
+    design_id_from_sha256,
+    frame_bytes,
+)
 from .errors import Onnx2FpgaError
 
 __all__ = ["connect", "Board", "SerialTransport", "BoardMismatchError", "LinkError",
@@ -28,7 +35,8 @@ DEFAULT_BAUD = 115200
 
 
 class BoardMismatchError(Onnx2FpgaError, RuntimeError):
-    """The board answers with another design than the one in the design directory."""
+    """The board answers with another design than the one in the design directory, or
+    speaks another version of the host link protocol."""
 
 
 class SerialTransport:
@@ -94,6 +102,13 @@ class Board:
         self.out_bytes = self.out_port.tdata_width // 8 * self.out_port.beats
         try:
             self.info = self.link.hello()
+        except ProtocolVersionError as e:
+            self.close()
+            raise BoardMismatchError(
+                f"The board speaks host link protocol version {e.version}, this onnx2fpga "
+                f"speaks version {PROTOCOL_VERSION}; flash it with this onnx2fpga ('onnx2fpga "
+                f"flash {design.directory} --board NAME') or talk to it with the onnx2fpga "
+                f"that built it") from None
         except BaseException:
             self.close()
             raise
@@ -177,7 +192,8 @@ def connect(directory, port=None, *, baud=None, sim=False, timeout=None, retries
     Raises
     ------
     BoardMismatchError
-        The board runs another design.
+        The board runs another design, or its HELLO reply carries another protocol version
+        than :data:`onnx2fpga.boards.protocol.PROTOCOL_VERSION`.
     onnx2fpga.boards.protocol.LinkError
         The board does not answer HELLO.
     """

