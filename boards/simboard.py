@@ -23,6 +23,7 @@ Faults: ``faults={"to_board": {index: xor_mask}, "to_host": {...}}`` flips bits 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import json
 import re
@@ -37,6 +38,7 @@ from pathlib import Path
 from amaranth.back import verilog
 from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal
 
+from ..designdir import check_verilog
 from ..errors import Onnx2FpgaError
 from ..sim.verilator_build import new_run_dir, shared_simulator
 from .framed import FramedBridge
@@ -172,8 +174,16 @@ class SimBoard:
         # Verilator names its classes after the prefix "Vtop" that cocotb's runner uses; a
         # module called "top" below the toplevel collides with them, so the accelerator's
         # module is renamed (its body is the design's top.v as it is).
-        top, count = re.subn(r"^module top\(", f"module {_ACCEL_MODULE}(",
-                             (self.directory / "top.v").read_text(), count=1, flags=re.M)
+        path = self.directory / "top.v"
+        raw = path.read_bytes()
+        # What runs is what the manifest names, and nothing a simulator would execute.
+        if hashlib.sha256(raw).hexdigest() != self.manifest["top"]["verilog_sha256"]:
+            raise SimBoardError(f"{path}: differs from what the compile wrote (manifest hash); "
+                                f"compile the model again")
+        text = raw.decode("utf-8", errors="replace")
+        check_verilog(text, str(path))
+        top, count = re.subn(r"^module top\(", f"module {_ACCEL_MODULE}(", text, count=1,
+                             flags=re.M)
         if count != 1:
             raise SimBoardError(f"{self.directory / 'top.v'} has no module 'top'")
         return top + "\n" + board_verilog(self.manifest)

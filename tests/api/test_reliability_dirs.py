@@ -341,3 +341,21 @@ def test_builds_into_one_board_folder_never_mix(tmp_path, design, monkeypatch):
     board = design / "build" / "icebreaker"
     report = json.loads((board / "report.json").read_text())
     assert (board / "top.bin").read_text() == f"bitstream of seed {report['seed']}"
+
+
+def test_the_simulated_board_checks_the_verilog_it_reads(tmp_path, design):
+    """``SimBoard`` reads top.v itself (after ``load``): it checks what it read against the
+    manifest and for system tasks, before building anything."""
+    from onnx2fpga.boards.simboard import SimBoard, SimBoardError
+
+    manifest = json.loads((design / "manifest.json").read_text())
+    text = (design / "top.v").read_text()
+    (design / "top.v").write_text(text.replace("endmodule", "initial $system(\"id\");\n"
+                                               "endmodule", 1))
+    with pytest.raises(SimBoardError, match="differs from what the compile wrote"):
+        SimBoard(design, manifest=manifest, build_dir=tmp_path / "b")
+    _rehash(design)
+    manifest = json.loads((design / "manifest.json").read_text())
+    with pytest.raises(Exception, match=r"\$system"):
+        SimBoard(design, manifest=manifest, build_dir=tmp_path / "b")
+    assert not (tmp_path / "b").exists() or not any((tmp_path / "b").rglob("*.o"))
