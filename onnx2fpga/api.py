@@ -25,6 +25,7 @@ from .designdir import FolderLock, check_target, publish, verify
 from .errors import DesignDirError, OptionError
 from .ir.dataflow import Design
 from .ir.serialize import load_design
+from .manifest import run_fields
 from .report import write_report
 from .steps import STEPS, Compilation, fold_options, run_steps, write_artifacts
 
@@ -258,4 +259,29 @@ def load(directory) -> CompiledDesign:
         except Exception as e:  # noqa: BLE001 - any damage is one line, whatever numpy raises
             raise DesignDirError(f"{d}: design files are damaged ({type(e).__name__}: {e})") \
                 from None
+    _self_check(d, design, manifest)
     return CompiledDesign(d, design, manifest)
+
+
+def _self_check(d: str, design: Design, manifest: dict) -> None:
+    """Refuse design files that matched their hashes but are not a design this version can
+    run (a folder crafted by hand, or written by another version): the golden model must run
+    one input of zeros, and the manifest's ports, cycles and latency must be the design's."""
+    from .sim.model import run_design
+
+    try:
+        spec = design.inputs[0]
+        dtype = np.dtype(spec.get("dtype", "float32")) if isinstance(spec, dict) else \
+            np.float32
+        shape = tuple(spec["shape"]) if isinstance(spec, dict) else ()
+        with np.errstate(all="ignore"):
+            run_design(design, np.zeros((1, *shape), dtype))
+        want = run_fields(design)
+    except Exception as e:  # noqa: BLE001 - whatever the damage, one line
+        raise DesignDirError(f"{d}: the design files do not describe a design this onnx2fpga "
+                             f"can run ({type(e).__name__}: {e}); compile the model again") \
+            from None
+    wrong = [k for k, v in want.items() if manifest.get(k) != v]
+    if wrong:
+        raise DesignDirError(f"{d}: manifest.json does not match the design "
+                             f"({', '.join(wrong)}); compile the model again")

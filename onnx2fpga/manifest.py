@@ -11,7 +11,7 @@ from .version import __version__
 
 # IMPORTS-END
 
-__all__ = ["make_manifest"]
+__all__ = ["make_manifest", "run_fields"]
 
 
 def _folding_json(df, bottleneck) -> dict:
@@ -132,6 +132,20 @@ def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
         "resources": {fam: {key: r[key] for key in ("total", "edges", "wrapper", "board")}
                       for fam, r in resources.items()},
     }
+
+
+def run_fields(design: Design) -> dict:
+    """The manifest's entries that simulation, builds and the host link act on (ports,
+    cycles, latency), computed again from ``design``: :func:`onnx2fpga.api.load` refuses a
+    manifest whose entries differ."""
+    from .plan import cost
+    from .plan.graph import plan_graph
+
+    df = design.dataflow
+    figures = cost.dataflow_cycles(df, plan_graph(df))
+    return {"ports": {"s_axis": _port_json(df.input), "m_axis": _port_json(df.output)},
+            "cycles_per_inference": figures["cycles_per_inference"],
+            "latency_cycles": figures["latency_cycles"]}
 
 
 def _resources_json(df) -> dict:
