@@ -243,16 +243,12 @@ def _compile(args):
 def _read_inputs(args):
     """``args.inputs`` as an array, after refusing to overwrite an existing ``args.outputs``
     without ``--force`` (checked first, so nothing runs before the refusal)."""
-    import numpy as np
-
-    from .errors import Onnx2FpgaError
+    from .arrays import read_array
+    from .errors import InputError, Onnx2FpgaError
 
     if os.path.exists(args.outputs) and not args.force:
         raise Onnx2FpgaError(f"{args.outputs}: exists (use --force to overwrite)")
-    try:
-        return np.load(args.inputs, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise Onnx2FpgaError(f"{args.inputs}: cannot read inputs: {e}") from None
+    return read_array(args.inputs, "inputs", InputError)
 
 
 def _simulate(args):
@@ -344,10 +340,13 @@ def _run(args):
 
     import numpy as np
 
+    from .api import load
     from .errors import Onnx2FpgaError
     from .runtime import connect
+    from .sim.model import stack_inputs
 
     x = _read_inputs(args)
+    stack_inputs(load(args.dir).design, x)     # bad inputs refused before a board is opened
     if args.flip_probability and not args.sim:
         raise Onnx2FpgaError("--flip-probability needs --sim")
     sim_options = {"flip_probability": args.flip_probability, "seed": args.seed,

@@ -34,12 +34,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .arrays import read_array
 from .errors import CalibrationError, OptionError
 from .ir.dataflow import Design
 from .ir.layers import product_mapping
 from .ir.serialize import save_design
 from .manifest import make_manifest
 from .report import write_report
+from .sim.model import first_bad_element
 
 __all__ = [
     "STEPS", "Compilation", "run_steps", "write_artifacts", "graph_json", "check_samples",
@@ -66,9 +68,12 @@ def check_samples(graph, x, what: str) -> np.ndarray:
         raise CalibrationError(f"{what} must be {want}, not {tuple(x.shape)} {x.dtype.name}")
     if len(x) == 0:
         raise CalibrationError(f"{what} is empty")
-    if not np.all(np.isfinite(x)):
-        raise CalibrationError(f"{what} contains NaN or infinite values")
-    return x.astype(np.dtype(info.dtype))
+    x = x.astype(np.dtype(info.dtype))
+    bad = first_bad_element(x, allow_inf=False)
+    if bad is not None:
+        raise CalibrationError(f"{what}: {bad}; calibration needs finite values (the "
+                               f"quantization ranges are taken from them)")
+    return x
 
 
 def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
@@ -297,11 +302,7 @@ def _quantize(c: Compilation, say) -> None:
     o, graph = c.options, c.graph
     calibration, activation_bits = o["calibration"], o["activation_bits"]
     if isinstance(calibration, (str, os.PathLike)):
-        try:
-            calibration = np.load(calibration, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise CalibrationError(f"{calibration}: cannot read calibration data: "
-                                   f"{e}") from None
+        calibration = read_array(calibration, "calibration data", CalibrationError)
     if is_quantized(graph):
         if calibration is not None:
             samples = check_samples(graph, calibration, "Calibration data")
