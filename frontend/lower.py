@@ -36,6 +36,7 @@ import dataclasses
 
 import numpy as np
 
+from ..errors import OptionError
 from ..ir import (
     ConcatLayer,
     ConvLayer,
@@ -78,13 +79,13 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
 
     Raises
     ------
-    ValueError
+    OptionError
         ``multiplier_bits`` out of range.
     UnsupportedError
         Every part of the graph that can run neither in hardware nor on the host.
     """
     if not isinstance(multiplier_bits, int) or not 2 <= multiplier_bits <= 32:
-        raise ValueError(f"multiplier_bits must be an integer from 2 to 32, not "
+        raise OptionError(f"multiplier_bits must be an integer from 2 to 32, not "
                          f"{multiplier_bits!r}")
     # Measured on onnxruntime's QDQ MLPs (benchmarks/ort_agreement.py): 16 bits give
     # 99.875 % exact outputs and at most 2 LSB; 24 bits 99.993 % and at most 1 LSB.

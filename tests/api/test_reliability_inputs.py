@@ -220,3 +220,247 @@ def test_npy_files_that_numpy_would_not_load_safely(tmp_path, capsys, mlp):
         code, _, err = _run(capsys, "simulate", tmp / "design", "--engine", "golden",
                             "--inputs", f, "--outputs", tmp_path / "y.npy")
         assert needle in _one_error(code, err), (f, err)
+
+
+# -- point 9: option values and model shapes that ended in a traceback -------------------------
+
+@pytest.mark.parametrize("argv,message", [
+    (["--folding", "dense0:0:0"], "Folding of layer 'dense0': simd must be a positive integer, "
+                               "not 0"),
+    (["--folding", "dense0:4:-1"], "Folding of layer 'dense0': pe must be a positive integer, "
+                                "not -1"),
+    (["--folding", "dense0:5:1"], "Layer 'dense0': simd=5 is not a valid folding (simd must "
+                               "divide in_features=12: 1, 2, 3, 4, 6, 12)"),
+    (["--folding", "dense0:lanes=0"], "Folding of layer 'dense0': lanes must be a positive "
+                                   "integer, not 0"),
+    (["--folding", "dense0:4:1:2"], "Layer 'dense0' (dense) takes simd and pe, not lanes"),
+    (["--weight-bits", "0"], "weight_bits must be an integer from 2 to 16, not 0"),
+    (["--weight-bits", "1"], "weight_bits must be an integer from 2 to 16, not 1"),
+    (["--weight-bits", "33"], "weight_bits must be an integer from 2 to 16, not 33"),
+    (["--activation-bits", "-1"], "activation_bits must be an integer from 2 to 16, not -1"),
+    (["--activation-bits", "17"], "activation_bits must be an integer from 2 to 16, not 17"),
+    (["--multiplier-bits", "1"], "multiplier_bits must be an integer from 2 to 32, not 1"),
+    (["--multiplier-bits", "33"], "multiplier_bits must be an integer from 2 to 32, not 33"),
+    (["--target-fps", "100", "--clock", "inf"], "clock_mhz must be a positive finite number, "
+                                                "not inf"),
+    (["--target-fps", "100", "--clock", "nan"], "clock_mhz must be a positive finite number, "
+                                                "not nan"),
+    (["--target-fps", "100", "--clock", "0"], "clock_mhz must be a positive finite number, "
+                                              "not 0.0"),
+    (["--target-fps", "100", "--clock", "-12"], "clock_mhz must be a positive finite number, "
+                                                "not -12.0"),
+    (["--target-fps", "inf", "--clock", "12"], "target_fps must be a positive finite number, "
+                                               "not inf"),
+    (["--target-fps", "nan", "--clock", "12"], "target_fps must be a positive finite number, "
+                                               "not nan"),
+    (["--target-fps", "0", "--clock", "12"], "target_fps must be a positive finite number, "
+                                             "not 0.0"),
+    (["--board", "icebreaker", "--utilization", "0"], "utilization must be a number in "
+                                                      "(0, 1], not 0.0"),
+    (["--board", "icebreaker", "--utilization", "nan"], "utilization must be a number in "
+                                                        "(0, 1], not nan"),
+    (["--max-lanes", "0"], "max_lanes must be a positive integer, not 0"),
+])
+def test_compile_option_values(tmp_path, capsys, mlp, argv, message):
+    tmp, path, _ = mlp
+    code, _, err = _run(capsys, "compile", path, "-o", tmp_path / "d", "--calibration",
+                        tmp / "cal.npy", *argv)
+    assert _one_error(code, err) == f"error: {message}\n"
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"weight_bits": 1}, "weight_bits must be an integer from 2 to 16, not 1"),
+    ({"activation_bits": 0}, "activation_bits must be an integer from 2 to 16, not 0"),
+    ({"multiplier_bits": 40}, "multiplier_bits must be an integer from 2 to 32, not 40"),
+    ({"folding": {"dense0": {"simd": 0}}}, "Folding of layer 'dense0': simd must be a positive "
+                                        "integer, not 0"),
+    ({"folding": {"dense0": {"simd": 2.5}}}, "Folding of layer 'dense0': simd must be a positive "
+                                          "integer, not 2.5"),
+    ({"max_lanes": 0}, "max_lanes must be a positive integer, not 0"),
+    ({"target_fps": 10.0, "clock_mhz": float("inf")}, "clock_mhz must be a positive finite "
+                                                      "number, not inf"),
+])
+def test_compile_option_values_in_the_python_api(tmp_path, mlp, kwargs, message):
+    from onnx2fpga.errors import OptionError
+
+    _, path, cal = mlp
+    with pytest.raises(OptionError) as e:
+        onnx2fpga.compile(path, tmp_path / "d", calibration=cal, **kwargs)
+    assert str(e.value) == message
+    assert not (tmp_path / "d").exists()
+
+
+def test_simulate_and_run_option_values(tmp_path, capsys, mlp):
+    tmp, _, cal = mlp
+    np.save(tmp_path / "x.npy", cal[:2])
+    design, x, y = tmp / "design", tmp_path / "x.npy", tmp_path / "y.npy"
+    no_port = ["--port", tmp_path / "no-tty"]     # never opened: the options come first
+    for argv, message in [
+        (["simulate", design, "--engine", "golden", "--seed", "-1"],
+         "seed must be a non-negative integer, not -1"),
+        (["run", design, *no_port, "--retries", "-1"],
+         "retries must be a non-negative integer, not -1"),
+        (["run", design, *no_port, "--timeout", "0"],
+         "timeout must be a positive finite number of seconds, not 0.0"),
+        (["run", design, *no_port, "--timeout", "nan"],
+         "timeout must be a positive finite number of seconds, not nan"),
+        (["run", design, *no_port, "--timeout", "-2"],
+         "timeout must be a positive finite number of seconds, not -2.0"),
+        (["run", design, *no_port, "--baud", "0"],
+         "baud must be a positive integer (bits per second), not 0"),
+        # --sim: refused before the simulated board is built.
+        (["run", design, "--sim", "--timeout", "0"],
+         "timeout must be a positive finite number of seconds, not 0.0"),
+        (["run", design, "--sim", "--flip-probability", "1.5"],
+         "flip_probability must be a probability in [0, 1), not 1.5"),
+        (["run", design, "--sim", "--flip-probability", "-0.1"],
+         "flip_probability must be a probability in [0, 1), not -0.1"),
+        (["run", design, "--sim", "--seed", "-3"], "seed must be a non-negative integer, "
+                                                   "not -3"),
+    ]:
+        code, _, err = _run(capsys, *argv, "--inputs", x, "--outputs", y)
+        assert _one_error(code, err) == f"error: {message}\n", argv
+        assert not y.exists()
+
+
+def test_simulate_and_connect_options_in_the_python_api(tmp_path, mlp):
+    from onnx2fpga.errors import OptionError
+
+    tmp, _, cal = mlp
+    d = onnx2fpga.load(tmp / "design")
+    for kwargs in ({"seed": -1}, {"engine": "verilog"}, {"stall_in": 1.0},
+                   {"stall_out": float("nan")}):
+        with pytest.raises(OptionError):
+            d.simulate(cal[:1], **{"engine": "golden", **kwargs})
+    for kwargs in ({"retries": -1}, {"timeout": float("inf")}, {"baud": 0},
+                   {"sim": True, "sim_options": {"flip_probability": 2.0}}):
+        with pytest.raises(OptionError):
+            onnx2fpga.connect(tmp / "design", None if kwargs.get("sim") else "loop://",
+                              **kwargs)
+
+
+def _empty_qdq_mlp():
+    """An int8 QDQ layer whose weight has no columns, as onnxruntime's quantizer writes a
+    Linear(4, 0)."""
+    from onnx import numpy_helper
+
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"),
+             numpy_helper.from_array(np.int8(0), "z"),
+             numpy_helper.from_array(np.zeros((4, 0), np.int8), "W")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q_in"),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq_in"),
+             helper.make_node("DequantizeLinear", ["W", "s", "z"], ["Wd"], name="dq_w"),
+             helper.make_node("MatMul", ["xd", "Wd"], ["h"], name="mm0"),
+             helper.make_node("QuantizeLinear", ["h", "s", "z"], ["hq"], name="q0"),
+             helper.make_node("DequantizeLinear", ["hq", "s", "z"], ["y"], name="dq0")]
+    g = helper.make_graph(nodes, "empty", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 0])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("case", ["gemm_hidden_0", "matmul_out_0", "conv_out_channels_0",
+                                  "qdq_matmul_out_0"])
+def test_zero_size_weights(tmp_path, capsys, case):
+    from onnx import numpy_helper
+
+    cal = np.random.default_rng(0).standard_normal((8, 1, 4)).astype(np.float32)
+    if case == "gemm_hidden_0":
+        model, node = float_mlp((4, 0, 3), softmax=False), "fc0"
+    elif case == "matmul_out_0":
+        model, node = float_mlp((4, 0), kind="matmul", softmax=False), "mm0"
+    elif case == "qdq_matmul_out_0":
+        model, node, cal = _empty_qdq_mlp(), "mm0", None
+    else:
+        g = helper.make_graph(
+            [helper.make_node("Conv", ["x", "W"], ["y"], name="conv0", pads=[1, 1, 1, 1])],
+            "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 6, 6])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 0, 6, 6])],
+            [numpy_helper.from_array(np.zeros((0, 1, 3, 3), np.float32), "W")])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        model, node = model, "conv0"
+        cal = np.random.default_rng(0).standard_normal((8, 1, 1, 6, 6)).astype(np.float32)
+    onnx.checker.check_model(model, full_check=True)      # valid ONNX, as exported
+    path = save(model, tmp_path / "m.onnx")
+    argv = ["compile", path, "-o", tmp_path / "d"]
+    if cal is not None:
+        np.save(tmp_path / "cal.npy", cal)
+        argv += ["--calibration", tmp_path / "cal.npy"]
+    code, _, err = _run(capsys, *argv)
+    err = _one_error(code, err)
+    assert f"Node '{node}'" in err and "empty tensor" in err, err
+    assert not (tmp_path / "d").exists()
+
+
+def test_serial_disconnect_during_run_is_one_line(tmp_path, capsys, mlp):
+    """A real pseudo-terminal as the board's serial port: it answers HELLO as the board
+    running the design, then goes away in the middle of the INFER exchange (its end
+    closed: pyserial raises SerialException, an OSError, as for an unplugged board)."""
+    import threading
+
+    pytest.importorskip("serial")
+    from onnx2fpga.boards.protocol import (
+        PROTOCOL_VERSION,
+        BoardInfo,
+        FrameDecoder,
+        FrameType,
+        design_id_from_sha256,
+        encode_frame,
+    )
+
+    tmp, _, cal = mlp
+    d = onnx2fpga.load(tmp / "design")
+    df = d.design.dataflow
+    info = BoardInfo(PROTOCOL_VERSION, design_id_from_sha256(d.manifest["top"]["verilog_sha256"]),
+                     df.input.tdata_width // 8 * df.input.beats,
+                     df.output.tdata_width // 8 * df.output.beats, 12000)
+    master, slave = os.openpty()
+    port = os.ttyname(slave)
+    seen = []
+
+    def board():
+        decoder = FrameDecoder()
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                return
+            for frame in decoder.feed(data):
+                seen.append(FrameType(frame.type).name)
+                if frame.type == FrameType.HELLO:
+                    os.write(master, encode_frame(FrameType.HELLO | 0x80, frame.seq,
+                                                  info.pack()))
+                elif frame.type == FrameType.INFER:
+                    os.close(master)          # unplugged
+                    return
+
+    t = threading.Thread(target=board, daemon=True)
+    t.start()
+    try:
+        np.save(tmp_path / "x.npy", cal[:3])
+        code, _, err = _run(capsys, "run", tmp / "design", "--port", port, "--inputs",
+                            tmp_path / "x.npy", "--outputs", tmp_path / "y.npy",
+                            "--timeout", "2", "--retries", "1")
+    finally:
+        os.close(slave)
+        t.join(10)
+    assert seen[:2] == ["HELLO", "INFER"], seen
+    err = _one_error(code, err)
+    assert err.startswith(f"error: Serial port {port!r} failed during the transfer "
+                          f"(board disconnected?): "), err
+    assert not (tmp_path / "y.npy").exists()
+
+
+@pytest.mark.parametrize("clock", ["nan", "inf", "0", "-40"])
+def test_build_clock_that_is_not_a_frequency(tmp_path, capsys, mlp, clock):
+    """Refused before any tool runs (NaN silently meant the board's oscillator)."""
+    tmp, _, _ = mlp
+    code, _, err = _run(capsys, "build", tmp / "design", "--board", "icebreaker",
+                        "--clock-mhz", clock)
+    err = _one_error(code, err)
+    assert "MHz" in err and ("positive number" in err or "cannot make inf MHz" in err), err
+    assert not (tmp / "design" / "build").exists()
