@@ -183,6 +183,7 @@ def fuse_requants(layers: list) -> list:
             readers[t] = readers.get(t, 0) + 1
     by_output = {}
     out = []
+    owned = set()          # layers whose stage and node lists are copies this function extends
     for layer in layers:
         if isinstance(layer, RequantLayer) and readers.get(layer.inputs[0]) == 1:
             prev = by_output.get(layer.inputs[0])
@@ -190,8 +191,11 @@ def fuse_requants(layers: list) -> list:
                     getattr(prev, "requant", None) and prev.out_size == layer.in_size and \
                     not isinstance(prev, ConcatLayer) and \
                     tuple(prev.out_shape) == tuple(layer.shape):
-                prev.requant = list(prev.requant) + list(layer.requant)
-                prev.nodes = list(prev.nodes) + list(layer.nodes)
+                if id(prev) not in owned:     # copied once, then extended: a chain stays linear
+                    prev.requant, prev.nodes = list(prev.requant), list(prev.nodes)
+                    owned.add(id(prev))
+                prev.requant.extend(layer.requant)
+                prev.nodes.extend(layer.nodes)
                 del by_output[prev.output]
                 prev.output = layer.output
                 by_output[prev.output] = prev
