@@ -540,7 +540,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     platform: Platform = target.platform()
     oscillator_mhz = platform.default_clk_frequency / 1e6
     pll = None
-    if clock_mhz is not None and abs(float(clock_mhz) - oscillator_mhz) > 1e-9:
+    # (not <=: a NaN goes to plan_pll, which refuses it, instead of meaning the oscillator)
+    if clock_mhz is not None and not abs(float(clock_mhz) - oscillator_mhz) <= 1e-9:
         pll = plan_pll(target.family, oscillator_mhz, clock_mhz)
         clock_mhz = pll.out_mhz
     else:

@@ -17,7 +17,10 @@ Lenient mode repairs the deviations that real exporters produce:
   refuses such a node by name before the checker; QONNX exporters often omit the domain);
 * GR-01: an empty graph name;
 * GR-02: a node list that is not topologically sorted (re-sorted; cycles are always fatal);
-* MD-02: element types or features newer than the declared IR version.
+* MD-02: element types or features newer than the declared IR version;
+* MD-03: a domain imported twice at the same version (the duplicate dropped; at two
+  different versions it is always refused, as is an ``ai.onnx`` opset newer than the
+  installed onnx knows).
 
 Every repair is reported through :class:`Onnx2FpgaWarning` naming what was repaired.
 """
@@ -311,6 +314,39 @@ def _prevalidate(model, lenient: bool) -> None:
         _warn(msg)
     if len(model.training_info):
         _warn("TR-01: the model's training_info is ignored (inference only)")
+    _check_opset_imports(model, lenient)
+
+
+def _check_opset_imports(model, lenient: bool) -> None:
+    """MD-03: each domain imported once (``""`` and ``"ai.onnx"`` are one domain, OP-04), and
+    no ``ai.onnx`` opset newer than the installed onnx defines (its operators' semantics are
+    unknown; onnx's checker accepts any number)."""
+    onnx = onnx_module()
+    seen, keep = {}, []
+    for o in model.opset_import:
+        dom = "ai.onnx" if o.domain in ("", "ai.onnx") else o.domain
+        if dom not in seen:
+            seen[dom] = o.version
+            keep.append(o)
+            continue
+        if seen[dom] != o.version or not lenient:
+            hint = "" if seen[dom] != o.version else " (--lenient drops the duplicate)"
+            raise CheckError(f"MD-03: opset_import names domain {dom!r} twice (versions "
+                             f"{seen[dom]} and {o.version}); a model imports each domain "
+                             f"once{hint}")
+        _warn(f"MD-03: opset_import names domain {dom!r} twice at version {o.version}; "
+              f"dropped the duplicate")
+    if len(keep) != len(model.opset_import):
+        del model.opset_import[:]
+        model.opset_import.extend(keep)
+    newest = onnx.defs.onnx_opset_version()
+    version = seen.get("ai.onnx")
+    if version is not None and version > newest:
+        raise CheckError(f"MD-03: ai.onnx opset {version} is newer than the installed onnx "
+                         f"{onnx.__version__} knows (its newest is opset {newest}): its "
+                         f"operators' semantics are unknown")
+    if version is not None and version < 1:
+        raise CheckError(f"MD-03: ai.onnx opset {version} does not exist (opsets start at 1)")
 
 
 def _densify_sparse_initializers(model) -> None:

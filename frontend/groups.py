@@ -265,8 +265,10 @@ class QdqGraph:
         return None, None
 
     def internal(self, t: str, group_nodes) -> bool:
-        """``t`` is read only by ``group_nodes`` and is no graph output."""
-        ids = {id(n) for n in group_nodes}
+        """``t`` is read only by ``group_nodes`` (nodes, or a set of their ``id``) and is
+        no graph output."""
+        ids = group_nodes if isinstance(group_nodes, (set, frozenset)) else \
+            {id(n) for n in group_nodes}
         return t not in self.graph.outputs and \
             all(id(c) in ids for c in self.cons.get(t, []))
 
@@ -295,9 +297,10 @@ class QdqGraph:
         while m is not None and onnx_domain(m) and (
                 m.op in VIEW_OPS or (m.op == "Pad" and pad_ok)) and \
                 self.activation_input(m) == m.inputs[0]:
-            chain.insert(0, m)
+            chain.append(m)
             t = m.inputs[0]
             m = self.prod.get(t)
+        chain.reverse()
         if m is None or m.op != "DequantizeLinear" or not onnx_domain(m) or \
                 m.inputs[0] not in quantized:
             return None
@@ -312,16 +315,18 @@ class QdqGraph:
         members = [q]
         while n is not None and onnx_domain(n) and n.op in VIEW_OPS and \
                 self.activation_input(n) == n.inputs[0]:
-            grp.post.insert(0, n)
+            grp.post.append(n)
             members.append(n)
             t = n.inputs[0]
             n = self.prod.get(t)
         while n is not None and onnx_domain(n) and self.activation_input(n) is not None \
                 and (n.op in EPILOGUE_OPS or (n.op in VIEW_OPS and self.channel_view(n))):
-            grp.after.insert(0, n)
+            grp.after.append(n)
             members.append(n)
             t = self.activation_input(n)
             n = self.prod.get(t)
+        grp.post.reverse()                 # found backwards; appended, not inserted at 0,
+        grp.after.reverse()                # so that a long chain stays linear
         if n is None or not onnx_domain(n):
             return None
         if n.op == "DequantizeLinear":
@@ -344,8 +349,9 @@ class QdqGraph:
             members.extend(chain)
             grp.pre.append(chain)
             grp.dqs.append(m)
+        ids = {id(node) for node in members}      # once: a long chain stays linear
         for node in members:
-            if node is not q and not all(self.internal(o, members) for o in node.outputs):
+            if node is not q and not all(self.internal(o, ids) for o in node.outputs):
                 return None
         return grp
 

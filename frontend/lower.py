@@ -36,6 +36,7 @@ import dataclasses
 
 import numpy as np
 
+from ..errors import OptionError
 from ..ir import (
     ConcatLayer,
     ConvLayer,
@@ -78,13 +79,13 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
 
     Raises
     ------
-    ValueError
+    OptionError
         ``multiplier_bits`` out of range.
     UnsupportedError
         Every part of the graph that can run neither in hardware nor on the host.
     """
     if not isinstance(multiplier_bits, int) or not 2 <= multiplier_bits <= 32:
-        raise ValueError(f"multiplier_bits must be an integer from 2 to 32, not "
+        raise OptionError(f"multiplier_bits must be an integer from 2 to 32, not "
                          f"{multiplier_bits!r}")
     # Measured on onnxruntime's QDQ MLPs (benchmarks/ort_agreement.py): 16 bits give
     # 99.875 % exact outputs and at most 2 LSB; 24 bits 99.993 % and at most 1 LSB.
@@ -182,6 +183,7 @@ def fuse_requants(layers: list) -> list:
             readers[t] = readers.get(t, 0) + 1
     by_output = {}
     out = []
+    owned = set()          # layers whose stage and node lists are copies this function extends
     for layer in layers:
         if isinstance(layer, RequantLayer) and readers.get(layer.inputs[0]) == 1:
             prev = by_output.get(layer.inputs[0])
@@ -189,8 +191,11 @@ def fuse_requants(layers: list) -> list:
                     getattr(prev, "requant", None) and prev.out_size == layer.in_size and \
                     not isinstance(prev, ConcatLayer) and \
                     tuple(prev.out_shape) == tuple(layer.shape):
-                prev.requant = list(prev.requant) + list(layer.requant)
-                prev.nodes = list(prev.nodes) + list(layer.nodes)
+                if id(prev) not in owned:     # copied once, then extended: a chain stays linear
+                    prev.requant, prev.nodes = list(prev.requant), list(prev.nodes)
+                    owned.add(id(prev))
+                prev.requant.extend(layer.requant)
+                prev.nodes.extend(layer.nodes)
                 del by_output[prev.output]
                 prev.output = layer.output
                 by_output[prev.output] = prev

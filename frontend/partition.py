@@ -192,14 +192,14 @@ def _check_tail(hw: HardwarePart, tail) -> str:
                             f"{', '.join(HW_OPS)} between DequantizeLinear and "
                             f"QuantizeLinear)")
     produced = {o for n in tail for o in n.outputs}
-    reads = []
+    reads = {}                          # ordered, and a set for the membership tests
     for n in tail:
         for i in n.inputs:
-            if i and i not in produced and i not in g.constants and i not in reads:
-                reads.append(i)
+            if i and i not in produced and i not in g.constants:
+                reads.setdefault(i)
     for t in g.outputs:
-        if t not in produced and t not in reads:
-            reads.append(t)
+        if t not in produced:
+            reads.setdefault(t)
     hw_reads = [t for t in reads if t in hw.qinfo]
     other = [t for t in reads if t not in hw.qinfo]
     for t in other:
@@ -225,7 +225,8 @@ def _prune(hw: HardwarePart, out: str) -> None:
         if layer.output in need:
             keep.append(layer)
             need.update(layer.inputs)
-    dead = [ly for ly in hw.layers if ly not in keep and not isinstance(ly, ViewLayer)]
+    kept = {id(ly) for ly in keep}      # by identity: `in keep` compared dataclasses, O(n^2)
+    dead = [ly for ly in hw.layers if id(ly) not in kept and not isinstance(ly, ViewLayer)]
     if dead:
         raise UnsupportedError([f"Layer {ly.name!r} (nodes {', '.join(ly.nodes)}): its "
                                 f"result leaves the hardware part other than through its "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import CalibrationError, UnsupportedError
+from ..errors import CalibrationError, OptionError, UnsupportedError
 from ..ir import IntType
 from ..sim import host
 from .groups import VIEW_OPS, Group, float_groups
@@ -120,7 +120,7 @@ def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bi
     """
     for what, bits in (("weight_bits", weight_bits), ("activation_bits", activation_bits)):
         if not isinstance(bits, int) or not 2 <= bits <= 16:
-            raise ValueError(f"{what} must be an integer from 2 to 16, not {bits!r}")
+            raise OptionError(f"{what} must be an integer from 2 to 16, not {bits!r}")
     if len(graph.inputs) != 1:
         raise UnsupportedError([f"Graph {graph.name!r}: {len(graph.inputs)} inputs; "
                                 f"calibration supports one"])
@@ -290,7 +290,7 @@ def quantize_float_inputs(graph: Graph, samples, *, activation_bits: int = 8) ->
     (min-max, zero included), so that the layer runs in hardware. Returns the tensors
     quantized (in place)."""
     if not isinstance(activation_bits, int) or not 2 <= activation_bits <= 16:
-        raise ValueError(f"activation_bits must be an integer from 2 to 16, not "
+        raise OptionError(f"activation_bits must be an integer from 2 to 16, not "
                          f"{activation_bits!r}")
     prod = graph.producers()
     targets = []

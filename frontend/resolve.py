@@ -23,6 +23,10 @@ __all__ = ["resolve_geometry", "GEOMETRY_OPS"]
 
 GEOMETRY_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool",
                 "Resize", "Upsample", "Pad", "ConvInteger", "QLinearConv")
+# Operators with a weight matrix: an empty weight (a 0 dimension, which a real exporter
+# writes for nn.Linear(n, 0)) or an empty output is refused by name.
+_MATRIX_OPS = ("MatMul", "Gemm", "Conv", "MatMulInteger", "ConvInteger", "QLinearMatMul",
+               "QLinearConv")
 
 
 def _const(graph: Graph, node: Node, k: int, what: str):
@@ -89,10 +93,19 @@ def resolve_geometry(graph: Graph) -> Graph:
     ------
     UnsupportedError
         Listing every node whose options no stage supports (for example a Resize in cubic
-        mode, a Pad in reflect mode, a 3-D convolution), with the node, operator and option.
+        mode, a Pad in reflect mode, a 3-D convolution), with the node, operator and option;
+        and every MatMul, Gemm or convolution with an empty weight or output (a 0 dimension).
     """
     problems = []
     for node in graph.nodes:
+        if node.op in _MATRIX_OPS and node.domain in ("", "ai.onnx"):
+            empty = [f"{t!r} {tuple(graph.tensors[t].shape)}" for t in node.inputs + node.outputs
+                     if t and t in graph.tensors and graph.tensors[t].shape is not None
+                     and 0 in graph.tensors[t].shape]
+            if empty:
+                problems.append(f"{node.describe()}: empty tensor {', '.join(empty)}; a layer "
+                                f"needs at least one weight, input and output")
+                continue
         if node.op not in GEOMETRY_OPS or node.domain not in ("", "ai.onnx") or \
                 "_geometry" in node.attrs:
             continue

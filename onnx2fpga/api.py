@@ -27,7 +27,7 @@ from .ir.dataflow import Design
 from .ir.serialize import load_design
 from .manifest import run_fields
 from .report import write_report
-from .steps import STEPS, Compilation, fold_options, run_steps, write_artifacts
+from .steps import STEPS, Compilation, check_options, fold_options, run_steps, write_artifacts
 
 __all__ = ["compile", "load", "CompiledDesign", "progress"]
 
@@ -105,6 +105,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     t0 = time.monotonic()
     if stop_after not in STEPS:
         raise OptionError(f"stop_after must be one of {', '.join(STEPS)}, not {stop_after!r}")
+    check_options(weight_bits, activation_bits, multiplier_bits, folding)
     fold_opts = fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                              pinned={name for name, o in (folding or {}).items()
                                      if isinstance(o, dict) and "multipliers" in o})
@@ -161,13 +162,21 @@ class CompiledDesign:
         ``engine="golden"`` runs the integer golden model; ``"rtl"`` runs the emitted Verilog
         in Verilator through cocotb with random stalls on both AXI-Stream sides (then
         ``last_run`` holds the measured cycles). Host parts run in numpy in both cases.
+        ``stall_in``, ``stall_out``: probabilities in [0, 1) of a stall cycle; ``seed``: a
+        non-negative integer, the stall pattern's seed. Options and inputs (a NaN, the wrong
+        dtype or shape: :class:`~onnx2fpga.errors.InputError`) are checked before any work.
         """
         from .sim.model import run_design
 
+        if engine not in ("rtl", "golden"):
+            raise OptionError(f"engine must be 'rtl' or 'golden', not {engine!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise OptionError(f"seed must be a non-negative integer, not {seed!r}")
+        for name, p in (("stall_in", stall_in), ("stall_out", stall_out)):
+            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
+                raise OptionError(f"{name} must be a probability in [0, 1), not {p!r}")
         if engine == "golden":
             return run_design(self.design, x)
-        if engine != "rtl":
-            raise ValueError(f"engine must be 'rtl' or 'golden', not {engine!r}")
         from .sim.rtl import simulate_rtl
 
         def rtl_engine(dataflow, x_int):

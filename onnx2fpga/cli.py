@@ -247,16 +247,12 @@ def _read_inputs(args):
     """``args.inputs`` as an array, after refusing to overwrite an existing ``args.outputs``
     without ``--force`` or to write into a folder that cannot take it (checked first, so
     nothing runs before the refusal)."""
-    import numpy as np
-
+    from .arrays import read_array
     from .designdir import output_path
-    from .errors import Onnx2FpgaError
+    from .errors import InputError
 
     args.outputs = output_path(args.outputs, args.force)     # Y -> Y.npy, as np.save names it
-    try:
-        return np.load(args.inputs, allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise Onnx2FpgaError(f"{args.inputs}: cannot read inputs: {e}") from None
+    return read_array(args.inputs, "inputs", InputError)
 
 
 def _simulate(args):
@@ -347,11 +343,14 @@ def _boards(args):
 def _run(args):
     import time
 
+    from .api import load
     from .designdir import save_array
     from .errors import Onnx2FpgaError
     from .runtime import connect
+    from .sim.model import stack_inputs
 
     x = _read_inputs(args)
+    stack_inputs(load(args.dir).design, x)     # bad inputs refused before a board is opened
     if args.flip_probability and not args.sim:
         raise Onnx2FpgaError("--flip-probability needs --sim")
     sim_options = {"flip_probability": args.flip_probability, "seed": args.seed,

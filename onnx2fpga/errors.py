@@ -1,7 +1,7 @@
 """The project's error types. Every error a user can cause is one of these."""
 
 __all__ = ["Onnx2FpgaError", "LoadError", "CheckError", "UnsupportedError", "CalibrationError",
-           "DesignDirError", "OptionError"]
+           "DesignDirError", "OptionError", "InputError"]
 
 
 class Onnx2FpgaError(Exception):
@@ -36,3 +36,8 @@ class DesignDirError(Onnx2FpgaError):
 
 class OptionError(Onnx2FpgaError, ValueError):
     """An option does not fit the model (a folding override a layer cannot take, ...)."""
+
+
+class InputError(Onnx2FpgaError, ValueError):
+    """Inputs given to run a design are unusable: not a regular ``.npy`` file, a header that
+    does not match the file, the wrong dtype or shape, a NaN (which has no quantized value)."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 
 from .designdir import atomic_write
 from .errors import DesignDirError
@@ -622,8 +623,26 @@ def render_html(manifest: dict, builds: dict) -> str:
 # Markdown
 
 
+# Characters that end a markdown line (CommonMark: LF, CR; renderers also break on the
+# Unicode separators) and other control characters: a space in their place.
+_MD_BREAKS = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+# Backslash first, so that the escapes added after it are not escaped again; ``<`` as an
+# entity (no HTML tag or autolink can start), ``](`` escaped (no inline link or image).
+_MD_ESCAPES = (("\\", "\\\\"), ("|", "\\|"), ("`", "\\`"), ("<", "&lt;"), ("](", "\\]("))
+
+
+def _md_text(v) -> str:
+    """``v`` as markdown text that stays on one line and in its table cell and carries no
+    HTML, code span or link (names come from the model file); what a terminal shows stays
+    readable: only those characters are escaped."""
+    text = _MD_BREAKS.sub(" ", _fmt(v))
+    for a, b in _MD_ESCAPES:
+        text = text.replace(a, b)
+    return text
+
+
 def _md_cell(v) -> str:
-    return _fmt(v).replace("|", "\\|").replace("\n", " ")
+    return _md_text(v)
 
 
 def _md_table(head: list, rows: list) -> str:
@@ -637,7 +656,7 @@ def render_markdown(manifest: dict, builds: dict) -> str:
     """The markdown twin of :func:`render_html`: the same tables, no graphics."""
     m = manifest
     name = m.get("model", {}).get("graph_name") or "model"
-    parts = [f"# onnx2fpga report: {name}", "", "## Summary", "",
+    parts = [f"# onnx2fpga report: {_md_text(name)}", "", "## Summary", "",
              _md_table(["figure", "value"], _summary_rows(m, builds)), "",
              "## Layers", "", _md_table(*_layer_table(m)), ""]
     head, rows, fifos = _stream_rows(m)
@@ -654,7 +673,8 @@ def render_markdown(manifest: dict, builds: dict) -> str:
     if not builds:
         parts += ["No builds yet.", ""]
     for board, r in builds.items():
-        parts += [f"### Build for {board}", "", _md_table(["figure", "value"], _build_facts(r)),
+        parts += [f"### Build for {_md_text(board)}", "",
+                  _md_table(["figure", "value"], _build_facts(r)),
                   "", _md_table(*_build_rows(m, r)), ""]
     head, rows = _quant_rows(m)
     if rows:

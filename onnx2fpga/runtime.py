@@ -13,6 +13,8 @@ are in :mod:`onnx2fpga.boards.protocol`.
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 
 import numpy as np
@@ -25,10 +27,10 @@ from .boards.protocol import (
     design_id_from_sha256,
     frame_bytes,
 )
-from .errors import Onnx2FpgaError
+from .errors import Onnx2FpgaError, OptionError
 
-__all__ = ["connect", "Board", "SerialTransport", "BoardMismatchError", "LinkError",
-           "DEFAULT_BAUD"]
+__all__ = ["connect", "check_link_options", "Board", "SerialTransport", "BoardMismatchError",
+           "LinkError", "DEFAULT_BAUD"]
 
 #: The UART bit rate of the board wrapper unless the build report says otherwise.
 DEFAULT_BAUD = 115200
@@ -60,24 +62,51 @@ class SerialTransport:
         except (serial.SerialException, ValueError) as e:
             raise Onnx2FpgaError(f"Cannot open serial port {port!r}: {e}") from None
         self.port = port
+        # A board unplugged mid-transfer, a closed pseudo-terminal, a socket:// peer gone:
+        # pyserial raises SerialException (an OSError), or termios.error from flush().
+        self._lost_errors = (OSError, serial.SerialException) + _termios_errors()
+
+    def _lost(self, e: Exception) -> LinkError:
+        return LinkError(f"Serial port {self.port!r} failed during the transfer (board "
+                         f"disconnected?): {str(e).strip() or type(e).__name__}")
 
     def write(self, data: bytes) -> None:
-        self.serial.write(data)
-        self.serial.flush()
+        try:
+            self.serial.write(data)
+            self.serial.flush()
+        except self._lost_errors as e:
+            raise self._lost(e) from None
 
     def read(self, n: int, timeout: float) -> bytes:
-        self.serial.timeout = timeout
-        first = self.serial.read(1)
-        if not first:
-            return b""
-        self.serial.timeout = 0
-        return first + self.serial.read(max(0, n - 1))
+        try:
+            self.serial.timeout = timeout
+            first = self.serial.read(1)
+            if not first:
+                return b""
+            self.serial.timeout = 0
+            return first + self.serial.read(max(0, n - 1))
+        except self._lost_errors as e:
+            raise self._lost(e) from None
 
     def reset_input(self) -> None:
-        self.serial.reset_input_buffer()
+        try:
+            self.serial.reset_input_buffer()
+        except self._lost_errors as e:
+            raise self._lost(e) from None
 
     def close(self) -> None:
-        self.serial.close()
+        try:
+            self.serial.close()
+        except self._lost_errors:
+            pass                # already gone; what failed before is what is reported
+
+
+def _termios_errors() -> tuple:
+    try:
+        import termios
+    except ImportError:             # not on Windows
+        return ()
+    return (termios.error,)
 
 
 class Board:
@@ -191,6 +220,8 @@ def connect(directory, port=None, *, baud=None, sim=False, timeout=None, retries
 
     Raises
     ------
+    OptionError
+        An option out of range (:func:`check_link_options`), before a port is opened.
     BoardMismatchError
         The board runs another design, or its HELLO reply carries another protocol version
         than :data:`onnx2fpga.boards.protocol.PROTOCOL_VERSION`.
@@ -199,6 +230,7 @@ def connect(directory, port=None, *, baud=None, sim=False, timeout=None, retries
     """
     from .api import load
 
+    check_link_options(baud=baud, timeout=timeout, retries=retries, sim_options=sim_options)
     design = load(directory)
     if sim:
         if port is not None:
@@ -220,6 +252,32 @@ def connect(directory, port=None, *, baud=None, sim=False, timeout=None, retries
     return Board(design, transport, timeout=timeout, retries=retries, quiet=0.1)
 
 
+def check_link_options(*, baud=None, timeout=None, retries=5, sim_options=None) -> None:
+    """The options of :func:`connect`, checked before a port is opened or a simulated board
+    is built: ``baud`` a positive integer, ``timeout`` a positive finite number of seconds,
+    ``retries`` a non-negative integer, and of ``sim_options`` ``flip_probability`` in
+    [0, 1) (at 1 every byte is damaged and no frame could pass) and ``seed`` a non-negative
+    integer. ``OptionError`` names the option and what it accepts."""
+    def is_int(v):
+        return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+    if baud is not None and (not is_int(baud) or baud < 1):
+        raise OptionError(f"baud must be a positive integer (bits per second), not {baud!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(
+            timeout, numbers.Real) or not 0 < timeout < math.inf):
+        raise OptionError(f"timeout must be a positive finite number of seconds, not "
+                          f"{timeout!r}")
+    if not is_int(retries) or retries < 0:
+        raise OptionError(f"retries must be a non-negative integer, not {retries!r}")
+    o = sim_options or {}
+    p = o.get("flip_probability", 0.0)
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p < 1:
+        raise OptionError(f"flip_probability must be a probability in [0, 1), not {p!r}")
+    seed = o.get("seed", 0)
+    if not is_int(seed) or seed < 0:
+        raise OptionError(f"seed must be a non-negative integer, not {seed!r}")
+
+
 def _report_baud(directory) -> int:
     import json
 
@@ -233,8 +291,10 @@ def _report_baud(directory) -> int:
     for _, path in sorted(reports, reverse=True):
         try:
             with open(path) as f:
-                return int(json.load(f)["uart"]["baud"])
-        except (OSError, ValueError, KeyError, TypeError):
+                baud = int(json.load(f)["uart"]["baud"])
+        except (OSError, ValueError, KeyError, TypeError, OverflowError):
             continue
+        if baud > 0:
+            return baud
     return DEFAULT_BAUD
 

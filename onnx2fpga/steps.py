@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import copy
 import json
+import math
+import numbers
 import os
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .arrays import read_array
 from .designdir import check_interrupted, file_hashes
 from .errors import CalibrationError, OptionError
 from .ir.dataflow import Design
@@ -41,10 +44,11 @@ from .ir.layers import product_mapping
 from .ir.serialize import save_design
 from .manifest import make_manifest
 from .report import write_report
+from .sim.model import first_bad_element
 
 __all__ = [
     "STEPS", "Compilation", "run_steps", "write_artifacts", "graph_json", "check_samples",
-    "fold_options", "device_check", "cheapest_cover", "logic_cells",
+    "check_options", "fold_options", "device_check", "cheapest_cover", "logic_cells",
 ]
 
 #: The steps of a compile, in order.
@@ -67,9 +71,45 @@ def check_samples(graph, x, what: str) -> np.ndarray:
         raise CalibrationError(f"{what} must be {want}, not {tuple(x.shape)} {x.dtype.name}")
     if len(x) == 0:
         raise CalibrationError(f"{what} is empty")
-    if not np.all(np.isfinite(x)):
-        raise CalibrationError(f"{what} contains NaN or infinite values")
-    return x.astype(np.dtype(info.dtype))
+    x = x.astype(np.dtype(info.dtype))
+    bad = first_bad_element(x, allow_inf=False)
+    if bad is not None:
+        raise CalibrationError(f"{what}: {bad}; calibration needs finite values (the "
+                               f"quantization ranges are taken from them)")
+    return x
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def check_options(weight_bits, activation_bits, multiplier_bits, folding=None) -> None:
+    """Check the quantization options and the values of the folding overrides before any
+    work (which layers the overrides name, and whether their values divide the layers' sizes,
+    is checked when folding). ``OptionError`` names the option and what it accepts: weights
+    and activations of 2 to 16 bits (what our quantizer makes), multipliers of 2 to 32
+    significant bits, overrides ``{layer: {"simd"|"pe"|"lanes": positive int, ...}}``
+    (:func:`plan.fold.fold` checks the rest)."""
+    for name, v in (("weight_bits", weight_bits), ("activation_bits", activation_bits)):
+        if not _is_int(v) or not 2 <= v <= 16:
+            raise OptionError(f"{name} must be an integer from 2 to 16, not {v!r}")
+    if multiplier_bits is not None and (not _is_int(multiplier_bits)
+                                        or not 2 <= multiplier_bits <= 32):
+        raise OptionError(f"multiplier_bits must be an integer from 2 to 32, not "
+                          f"{multiplier_bits!r}")
+    if folding is None:
+        return
+    if not isinstance(folding, dict):
+        raise OptionError(f"folding must map layer names to dicts, not {folding!r}")
+    for layer, o in folding.items():
+        if not isinstance(o, dict):
+            raise OptionError(f"Folding of layer {layer!r} must be a dict of simd, pe, lanes "
+                              f"or multipliers, not {o!r}")
+        for key in ("simd", "pe", "lanes"):
+            v = o.get(key, 1)
+            if not _is_int(v) or v < 1:
+                raise OptionError(f"Folding of layer {layer!r}: {key} must be a positive "
+                                  f"integer, not {v!r}")
 
 
 def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
@@ -80,12 +120,14 @@ def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
         raise OptionError("target_fps and clock_mhz go together: the rate in inferences per "
                           "second and the clock in MHz it is reached at")
     for name, v in (("target_fps", target_fps), ("clock_mhz", clock_mhz)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
-                              or not v > 0):
-            raise OptionError(f"{name} must be a positive number, not {v!r}")
-    if isinstance(utilization, bool) or not isinstance(utilization, (int, float)) \
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real)
+                              or not 0 < v < math.inf):
+            raise OptionError(f"{name} must be a positive finite number, not {v!r}")
+    if isinstance(utilization, bool) or not isinstance(utilization, numbers.Real) \
             or not 0 < utilization <= 1:
         raise OptionError(f"utilization must be a number in (0, 1], not {utilization!r}")
+    if max_lanes is not None and (not _is_int(max_lanes) or max_lanes < 1):
+        raise OptionError(f"max_lanes must be a positive integer, not {max_lanes!r}")
     opts = {"max_lanes": max_lanes if max_lanes is not None or board or target_fps else 8}
     if target_fps is not None:
         cycles = int(clock_mhz * 1e6 // target_fps)
@@ -298,11 +340,7 @@ def _quantize(c: Compilation, say) -> None:
     o, graph = c.options, c.graph
     calibration, activation_bits = o["calibration"], o["activation_bits"]
     if isinstance(calibration, (str, os.PathLike)):
-        try:
-            calibration = np.load(calibration, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise CalibrationError(f"{calibration}: cannot read calibration data: "
-                                   f"{e}") from None
+        calibration = read_array(calibration, "calibration data", CalibrationError)
     if is_quantized(graph):
         if calibration is not None:
             samples = check_samples(graph, calibration, "Calibration data")

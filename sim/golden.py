@@ -78,7 +78,10 @@ def trunc(x, scale, shift: int, lo: int, hi: int, rounding: str = "floor") -> np
     scale)`` in float32 (the integer on the input's grid), then its ``shift`` low bits dropped
     with ``rounding`` (:func:`round_shift`) and the result clipped to ``[lo, hi]``. Returns
     int64; the real value is that times the output scale."""
-    t = np.rint(np.asarray(x, np.float32) / np.float32(scale)).astype(np.int64)
+    with np.errstate(over="ignore"):
+        t = np.rint(np.asarray(x, np.float32) / np.float32(scale))
+    # Saturated on the input grid first (well inside int64, far outside [lo, hi] << shift).
+    t = _saturate(t, 0, -(1 << 62), 1 << 62)
     return np.clip(round_shift(t, int(shift), rounding), lo, hi)
 
 
@@ -423,7 +426,21 @@ def quantize_linear(x, scale, zero_point, lo: int, hi: int, axis: int = 1,
             count += x >= ti
         return base + step * count
     scale, zp = _along(axis, x.ndim, scale, zero_point)
-    q = round_float(x / scale, rounding).astype(np.int64) + zp
+    with np.errstate(over="ignore"):            # x / scale beyond float32: +-inf, saturated
+        v = round_float(x / scale, rounding)
+    return _saturate(v, zp, lo, hi)
+
+
+def _saturate(v, zp, lo: int, hi: int) -> np.ndarray:
+    """``clip(v + zp, lo, hi)`` for rounded floats ``v``, clipped while still float so that
+    infinities and values beyond int64 saturate (-inf to ``lo``, +inf to ``hi``, as
+    onnxruntime's QuantizeLinear does) instead of wrapping in the integer conversion. A NaN
+    has no integer: ``ValueError``."""
+    v = np.asarray(v, np.float64)
+    if np.isnan(v).any():
+        raise ValueError("NaN has no quantized value")
+    zp = np.asarray(zp, np.int64)
+    q = np.clip(v, lo - zp, hi - zp).astype(np.int64) + zp
     return np.clip(q, lo, hi)
 
 

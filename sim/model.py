@@ -9,10 +9,30 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ..ir.dataflow import Design
 from . import golden, host
 
-__all__ = ["stack_inputs", "run_head", "run_tail", "run_design"]
+__all__ = ["stack_inputs", "run_head", "run_tail", "run_design", "first_bad_element"]
+
+
+def first_bad_element(x: np.ndarray, allow_inf: bool = True) -> str | None:
+    """Where the first NaN (and, unless ``allow_inf``, infinity) of a batch ``x`` stacked
+    along axis 0 is, as ``"sample K, element [i, j] (flat index F) is nan"``; None if there
+    is none. Integer arrays have none."""
+    if not np.issubdtype(x.dtype, np.floating) and not np.issubdtype(x.dtype,
+                                                                      np.complexfloating):
+        return None
+    bad = np.isnan(x) if allow_inf else ~np.isfinite(x)
+    if not bad.any():
+        return None
+    first = np.unravel_index(int(np.argmax(bad.reshape(-1))), x.shape)
+    sample, element = int(first[0]), tuple(int(i) for i in first[1:])
+    flat = int(np.ravel_multi_index(element, x.shape[1:])) if element else 0
+    count = int(bad.sum())
+    more = f" ({count} such elements in all)" if count > 1 else ""
+    return (f"sample {sample}, element [{', '.join(map(str, element))}] (flat index {flat}) "
+            f"is {x[first]}{more}")
 
 
 def stack_inputs(design: Design, x) -> tuple[np.ndarray, bool]:
@@ -20,7 +40,9 @@ def stack_inputs(design: Design, x) -> tuple[np.ndarray, bool]:
     caller stacked samples on a new axis (True) or concatenated them along the batch axis.
 
     ``x`` holds samples stacked along axis 0: shape ``(batch, *input_shape)``; when the
-    model's batch dimension is 1, ``(batch, *input_shape[1:])`` is accepted too.
+    model's batch dimension is 1, ``(batch, *input_shape[1:])`` is accepted too. A NaN is
+    refused (:class:`~onnx2fpga.errors.InputError` naming its sample and element): it has no
+    quantized value. Infinities saturate as onnxruntime's QuantizeLinear does.
     """
     spec = design.inputs[0]
     shape = tuple(spec["shape"])
@@ -28,14 +50,20 @@ def stack_inputs(design: Design, x) -> tuple[np.ndarray, bool]:
     dtype = np.dtype(spec["dtype"])
     if x.dtype != dtype and not (np.issubdtype(dtype, np.floating)
                                  and np.issubdtype(x.dtype, np.floating)):
-        raise ValueError(f"Input {spec['name']!r} must have dtype {dtype.name}, not "
+        raise InputError(f"Input {spec['name']!r} must have dtype {dtype.name}, not "
                          f"{x.dtype.name}")
     if x.ndim == len(shape) + 1 and x.shape[1:] == shape:
-        return x.astype(dtype, copy=False), True
-    if shape and shape[0] == 1 and x.ndim == len(shape) and x.shape[1:] == shape[1:]:
-        return x.reshape((x.shape[0],) + shape).astype(dtype, copy=False), False
-    raise ValueError(f"Input {spec['name']!r} must be stacked as (batch, "
-                     f"{', '.join(map(str, shape))}), not {tuple(x.shape)}")
+        stacked = True
+    elif shape and shape[0] == 1 and x.ndim == len(shape) and x.shape[1:] == shape[1:]:
+        x, stacked = x.reshape((x.shape[0],) + shape), False
+    else:
+        raise InputError(f"Input {spec['name']!r} must be stacked as (batch, "
+                         f"{', '.join(map(str, shape))}), not {tuple(x.shape)}")
+    x = x.astype(dtype, copy=False)
+    bad = first_bad_element(x)
+    if bad is not None:
+        raise InputError(f"Input {spec['name']!r}: {bad}; NaN has no quantized value")
+    return x, stacked
 
 
 def run_head(design: Design, x_stacked: np.ndarray) -> np.ndarray:

@@ -128,8 +128,13 @@ class LayerKind:
         ``OptionError`` for a value none of :meth:`options` has."""
         allowed = {p for _, _, opts in self.options(layer) for p in opts.items()}
         for key, value in params.items():
-            if (key, int(value)) not in allowed:
-                values = sorted({v for k, v in allowed if k == key})
+            values = sorted({v for k, v in allowed if k == key})
+            if not values:
+                takes = sorted({k for k, _ in allowed})
+                raise OptionError(f"Layer {layer.name!r} ({layer.kind}) takes "
+                                  f"{' and '.join(takes) or 'no folding'}, not {key}")
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+                    (key, int(value)) not in allowed:
                 raise OptionError(f"Layer {layer.name!r}: {key}={value} is not a valid "
                                   f"folding (possible: {values})")
             setattr(layer, key, int(value))

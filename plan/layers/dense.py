@@ -53,12 +53,18 @@ class Dense(LayerKind):
         return opts
 
     def set_folding(self, layer, params: dict) -> None:
-        simd, pe = int(params.get("simd", layer.simd)), int(params.get("pe", layer.pe))
-        if layer.in_features % simd or layer.out_features % pe:
-            raise OptionError(f"Layer {layer.name!r}: simd={simd} must divide "
-                              f"{layer.in_features} and pe={pe} must divide "
-                              f"{layer.out_features}")
-        layer.simd, layer.pe = simd, pe
+        other = sorted(set(params) - {"simd", "pe"})
+        if other:
+            raise OptionError(f"Layer {layer.name!r} (dense) takes simd and pe, not "
+                              f"{', '.join(other)}")
+        simd, pe = params.get("simd", layer.simd), params.get("pe", layer.pe)
+        for key, v, size, n in (("simd", simd, "in_features", layer.in_features),
+                                ("pe", pe, "out_features", layer.out_features)):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1 or n % v:
+                raise OptionError(f"Layer {layer.name!r}: {key}={v} is not a valid folding "
+                                  f"({key} must divide {size}={n}: "
+                                  f"{', '.join(map(str, divisors(n)))})")
+        layer.simd, layer.pe = int(simd), int(pe)
 
     def need(self, layer):
         return [np.full(layer.out_size, layer.in_size, np.int64)]

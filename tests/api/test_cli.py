@@ -233,8 +233,8 @@ def test_target_fps_folds_the_cheapest_design_that_reaches_it(tmp_path, capsys, 
 @pytest.mark.parametrize("argv,message", [
     (["--target-fps", "1000"], "error: target_fps and clock_mhz go together: the rate in "
                                "inferences per second and the clock in MHz it is reached at"),
-    (["--target-fps", "-3", "--clock", "10"], "error: target_fps must be a positive number, "
-                                              "not -3.0"),
+    (["--target-fps", "-3", "--clock", "10"], "error: target_fps must be a positive finite "
+                                              "number, not -3.0"),
     (["--target-fps", "1e9", "--clock", "10"], "error: target_fps 1000000000.0 at 10.0 MHz "
                                                "leaves less than one cycle per inference"),
     (["--target-fps", "5e6", "--clock", "10", "--max-lanes", "3"],

@@ -370,3 +370,68 @@ def test_summary_names_lut_products_and_soft_memories(cnn):
     assert rows["memories in soft logic (block RAM ran out)"] == \
         "matvec_1/w_mem, wrapper/rx_fifo"
     assert rows["folding"] == "fits icebreaker; limited by logic cells 10 > 9"
+
+
+# A name as hostile as a model file can make it: a table separator, an escaped one, a code
+# span, a link, line breaks and a script.
+_EVIL = "|a`b\\|c[x](http://e.example)\nd\re\u2028<script>alert(1)</script>"
+
+
+def _gfm_cells(line: str) -> int:
+    """Cells of a markdown table row as GitHub's table extension splits it: on every pipe
+    that no backslash escapes (a backslash escapes whatever character follows it)."""
+    cells, k = 1, 0
+    while k < len(line):
+        if line[k] == "\\":
+            k += 2
+            continue
+        cells += line[k] == "|"
+        k += 1
+    return cells - 2                       # the leading and trailing pipes
+
+
+def test_hostile_names_neither_break_markdown_tables_nor_inject_html(tmp_path, capsys):
+    m = float_mlp((12, 8, 4), seed=3)
+    names = {}
+
+    def rename(t):
+        return names.setdefault(t, f"{t}{_EVIL}") if t else t
+    g = m.graph
+    g.name = "mlp" + _EVIL
+    for n in g.node:
+        n.name = rename(n.name)
+        n.input[:] = [rename(t) for t in n.input]
+        n.output[:] = [rename(t) for t in n.output]
+    for vi in list(g.input) + list(g.output):
+        vi.name = rename(vi.name)
+    for t in g.initializer:
+        t.name = rename(t.name)
+    onnx.checker.check_model(m, full_check=True)
+    cal = np.random.default_rng(5).standard_normal((16, 1, 12)).astype(np.float32)
+    onnx2fpga.compile(save(m, tmp_path / "evil.onnx"), tmp_path / "d", calibration=cal)
+    assert main(["report", str(tmp_path / "d")]) == 0
+    md = (tmp_path / "d" / "report.md").read_text(encoding="utf-8")
+    lines = md.split("\n")
+    # Every line holding a name is a whole table row (or the title): no line break leaked.
+    for line in lines:
+        if "alert(1)" in line:
+            assert line.startswith("# onnx2fpga report: mlp") or (
+                line.startswith("| ") and line.endswith(" |")), line
+    # Every row of a table has as many cells as its header.
+    k = 0
+    while k < len(lines):
+        if not lines[k].startswith("|"):
+            k += 1
+            continue
+        width = _gfm_cells(lines[k])
+        while k < len(lines) and lines[k].startswith("|"):
+            assert _gfm_cells(lines[k]) == width, lines[k]
+            k += 1
+    for text in (md, (tmp_path / "d" / "report.html").read_text(encoding="utf-8")):
+        assert "<script" not in text.lower()
+    for found in re.finditer(r"(\\*)\]\(", md):    # no markdown link: every "](" escaped
+        assert len(found.group(1)) % 2 == 1, md[found.start() - 20:found.end()]
+    assert md.count("\\|a\\`b\\\\\\|c") >= 5         # the names are there, escaped
+    doc = _parse(tmp_path / "d" / "report.html")
+    assert any("<script>alert(1)</script>" in e["text"] for e in doc.find("td")), \
+        "the names are shown, as text"

@@ -5,6 +5,7 @@ its test. Every model is built here with onnx.helper.
 """
 
 import json
+import re
 import warnings
 
 import numpy as np
@@ -113,6 +114,49 @@ def test_md03_md04_opset_import_is_required_and_bound():
         load_model(m)
     g, warned = _quiet(load_model, m, lenient=True)
     assert g.opsets[""] == 18 and any(w.startswith("MD-04") for w in warned)
+
+
+@pytest.mark.parametrize("imports,twice,lenient_too", [
+    ([("", 13), ("", 17)], "'ai.onnx' twice (versions 13 and 17)", True),
+    # "" and "ai.onnx" are one domain (OP-04)
+    ([("", 13), ("ai.onnx", 17)], "'ai.onnx' twice (versions 13 and 17)", True),
+    # the same version twice: --lenient drops one
+    ([("", 13), ("", 13)], "'ai.onnx' twice (versions 13 and 13)", False),
+    ([("", 13), ("org.example", 1), ("org.example", 2)], "'org.example' twice (versions 1 "
+                                                          "and 2)", True),
+])
+def test_md03_duplicate_opset_imports_are_refused(imports, twice, lenient_too):
+    """MD-03: "duplicates are an error" (they were accepted, the last one winning)."""
+    m = float_mlp(opset=13)
+    del m.opset_import[:]
+    m.opset_import.extend(helper.make_opsetid(d, v) for d, v in imports)
+    msg = rf"^MD-03: opset_import names domain {re.escape(twice)}; a model imports each domain"
+    with pytest.raises(CheckError, match=msg):
+        load_model(m)
+    if lenient_too:
+        with pytest.raises(CheckError, match=msg):
+            load_model(m, lenient=True)
+    else:
+        g, warned = _quiet(load_model, m, lenient=True)
+        assert g.opsets[""] == 13
+        assert any(w.startswith("MD-03: opset_import names domain 'ai.onnx' twice") for w in
+                   warned)
+
+
+@pytest.mark.parametrize("domain", ["", "ai.onnx"])
+@pytest.mark.parametrize("lenient", [False, True])
+def test_md03_an_opset_newer_than_onnx_knows_is_refused(domain, lenient):
+    """An ai.onnx opset from the future (99) was accepted silently: its operators' semantics
+    are not those of any opset the installed onnx (and this compiler) knows."""
+    m = float_mlp(opset=13)
+    m.opset_import[0].domain, m.opset_import[0].version = domain, 99
+    newest = onnx.defs.onnx_opset_version()
+    with pytest.raises(CheckError, match=rf"^MD-03: ai.onnx opset 99 is newer than the "
+                                         rf"installed onnx \S+ knows \(its newest is opset "
+                                         rf"{newest}\)"):
+        load_model(m, lenient=lenient)
+    m.opset_import[0].version = newest           # the newest itself is fine
+    assert load_model(m, lenient=lenient).opsets[""] == newest
 
 
 def _licensed_mlp():

@@ -84,6 +84,37 @@ def test_quantize_linear_matches_reference(bits, signed):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("dt", [TensorProto.INT8, TensorProto.UINT8, TensorProto.INT16])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_quantize_linear_saturates_infinities_as_onnxruntime(dt, per_axis):
+    """-inf goes to the lowest code, +inf and values beyond int64 to the highest, exactly as
+    onnxruntime's QuantizeLinear (they wrapped in the conversion to int64 before)."""
+    import onnxruntime as ort
+
+    big = [-np.inf, np.inf, 1e30, -1e30, 2.0 ** 63, -2.0 ** 63, 2.0 ** 64, -(2.0 ** 64),
+           np.finfo(np.float32).max, np.finfo(np.float32).min, 9.3e18, -9.3e18, 0.0, 3.7]
+    x = np.array([big, big[::-1], big[1:] + big[:1]], np.float32)
+    np_dt = helper.tensor_dtype_to_np_dtype(dt)
+    qt = IntType(np.iinfo(np_dt).bits, np.iinfo(np_dt).min < 0)
+    scale = np.array([0.5, 0.02, 3.0], np.float32) if per_axis else np.float32(0.25)
+    zp = (np.array([-3, 5, 0]) if qt.signed else np.array([7, 200, 0])) if per_axis \
+        else np.array(1 if qt.signed else 9)
+    got = golden.quantize_linear(x, scale, zp, qt.lo, qt.hi, axis=0)
+    node = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], axis=0)
+    g = helper.make_graph([node], "q", [helper.make_tensor_value_info("x", 1, x.shape)],
+                          [helper.make_tensor_value_info("y", dt, x.shape)],
+                          [helper.make_tensor("s", 1, np.shape(scale), np.ravel(scale)),
+                           helper.make_tensor("z", dt, np.shape(zp), np.ravel(zp))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want.astype(np.int64))
+    assert got[0, 0] == qt.lo and got[0, 1] == qt.hi
+    with pytest.raises(ValueError, match="NaN has no quantized value"):
+        golden.quantize_linear(np.float32([1.0, np.nan]), np.float32(0.5), 0, qt.lo, qt.hi)
+
+
 def _ref(op, inputs, attrs, opset=13):
     names = [f"i{k}" for k in range(len(inputs))]
     node = helper.make_node(op, names, ["y"], **attrs)
