@@ -12,6 +12,16 @@ model (a hang) and notices a worker that dies (a crash). Outcomes are counted by
 ``design``, our own error classes, and the findings ``foreign:<Exception>``, ``hang`` and
 ``crash``. Every finding's mutant is saved to ``--out`` as ``<seed>.onnx`` with a
 ``<seed>.txt`` traceback; ``python benchmarks/fuzz.py --replay <seed>.onnx`` reruns one.
+
+    python benchmarks/fuzz.py --folders [--count 1000] ...
+
+runs hostile design folders, inputs and option sets through the command line instead
+(``tests/api/test_fuzz_folders.py``: damaged, crafted and re-hashed folders, FIFOs, devices,
+lying .npy headers, hostile output paths and option values). Outcomes: ``ok``, ``error``,
+``failed``, ``usage``, ``build-started`` (every check before a real build passed), and the
+findings ``traceback:*``, ``multi-line``, ``touched`` (a file outside the paths named on the
+command line changed), ``hang`` and ``crash``; ``<seed>.txt`` holds the command line and
+its output, and ``--replay-folder SEED`` reruns one.
 """
 
 from __future__ import annotations
@@ -30,9 +40,37 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))           # the repository: tests.helpers
 
 
-def _worker(conn, root, memory_mb, lenient_every):
+def _folder_worker(conn, root, memory_mb):
+    import resource
+    import shutil
+
+    from tests.api.test_fuzz_folders import make_pristine, run_case
+
+    os.makedirs(root, exist_ok=True)
+    pristine = make_pristine(tempfile.mkdtemp(prefix="pristine-", dir=root))   # (before the
+    # memory limit: yosys reserves much address space)
+    if memory_mb:
+        limit = memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    while True:
+        seed = conn.recv()
+        if seed is None:
+            return
+        conn.send(("started", seed, None))
+        sandbox = os.path.join(root, f"s{seed}")
+        try:
+            outcome, text = run_case(pristine, sandbox, seed)
+        except Exception as e:  # noqa: BLE001 - a finding, reported with its traceback
+            outcome, text = f"traceback:{type(e).__name__}", traceback.format_exc()
+        shutil.rmtree(sandbox, ignore_errors=True)
+        conn.send(("done", seed, outcome, text))
+
+
+def _worker(conn, root, memory_mb, lenient_every, folders=False):
     import resource
 
+    if folders:
+        return _folder_worker(conn, root, memory_mb)
     if memory_mb:
         limit = memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
@@ -65,7 +103,8 @@ class _Slot:
     def start(self):
         self.conn, child = self.ctx.Pipe()
         self.proc = self.ctx.Process(target=_worker, args=(
-            child, self.root, self.args.memory_mb, self.args.lenient_every), daemon=True)
+            child, self.root, self.args.memory_mb, self.args.lenient_every,
+            self.args.folders), daemon=True)
         self.proc.start()
         self.seed = self.data = self.t0 = None
 
@@ -87,7 +126,20 @@ def main(argv=None):
     ap.add_argument("--out", default="fuzz-findings", help="folder for reproducers")
     ap.add_argument("--replay", help="run one saved mutant in this process and show the "
                                      "outcome")
+    ap.add_argument("--folders", action="store_true", help="fuzz hostile design folders, "
+                    "inputs and options through the command line instead of models")
+    ap.add_argument("--replay-folder", type=int, metavar="SEED",
+                    help="run one hostile-folder case in this process and show its outcome")
     args = ap.parse_args(argv)
+    if args.folders and args.memory_mb == 4096:
+        args.memory_mb = 12288      # the compiles' yosys (WebAssembly) reserves 4.3 GB alone
+    if args.replay_folder is not None:
+        from tests.api.test_fuzz_folders import make_pristine, run_case
+        root = tempfile.mkdtemp(prefix="onnx2fpga-fuzz-")
+        outcome, text = run_case(make_pristine(os.path.join(root, "p")),
+                                 os.path.join(root, "s"), args.replay_folder)
+        print(f"{outcome}\n{text}")
+        return 0
     if args.replay:
         from tests.api.test_fuzz import classify
         print(classify(args.replay))
@@ -127,6 +179,7 @@ def main(argv=None):
                     msg = None
                 if msg is not None and msg[0] == "started":
                     s.data = msg[2]
+                    s.t0 = time.monotonic()      # a worker's setup is not the case's time
                     continue
                 if msg is None:
                     kind, text = "crash", f"worker exit code {s.proc.exitcode}"
@@ -143,13 +196,15 @@ def main(argv=None):
                 continue
             counts[kind] += 1
             done += 1
-            if kind in ("crash", "hang") or kind.startswith("foreign:"):
+            if kind in ("crash", "hang") or kind.startswith(("foreign:", "traceback:")) \
+                    or kind in ("multi-line", "touched"):
                 finding(s.seed, s.data, kind, text)
                 print(f"seed {s.seed}: {kind}\n{text}", file=sys.stderr)
             if kind in ("crash", "hang"):
                 s.restart()
-            if done % 1000 == 0:
-                print(f"{done} models, {time.monotonic() - t_start:.0f} s: "
+            if done % (100 if args.folders else 1000) == 0:
+                print(f"{done} {'cases' if args.folders else 'models'}, "
+                      f"{time.monotonic() - t_start:.0f} s: "
                       f"{dict(counts)}", file=sys.stderr, flush=True)
             if todo:
                 s.seed = todo.pop()
@@ -162,7 +217,8 @@ def main(argv=None):
             s.conn.send(None)
             s.proc.join(5)
     wall = time.monotonic() - t_start
-    print(f"models: {done} (seeds {args.seed}..{args.seed + args.count - 1}), "
+    what = "cases" if args.folders else "models"
+    print(f"{what}: {done} (seeds {args.seed}..{args.seed + args.count - 1}), "
           f"{args.jobs} workers, {wall:.1f} s wall, slowest model {slowest[0]:.2f} s "
           f"(seed {slowest[1]})")
     for kind, n in counts.most_common():

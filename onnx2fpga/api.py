@@ -14,6 +14,7 @@ to look at, :mod:`onnx2fpga.report`; refreshed by every build).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
@@ -218,6 +219,17 @@ class CompiledDesign:
         from .hw.top import Accelerator
 
         target = get_board(board)         # an unknown name fails here, before any path use
+        if clock_mhz is not None and not (isinstance(clock_mhz, (int, float))
+                                          and math.isfinite(clock_mhz) and clock_mhz > 0):
+            raise OptionError(f"Clock frequency must be a positive number of MHz, not "
+                              f"{clock_mhz!r}")
+        if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
+            raise OptionError(f"Baud rate must be a positive integer, not {baud!r}")
+        seeds = seed if isinstance(seed, list) else [seed]
+        if not seeds or any(s is not None and (not isinstance(s, int) or s < 0)
+                            for s in seeds):
+            raise OptionError(f"seed must be a non-negative integer or a list of them, not "
+                              f"{seed!r}")
         df = self.design.dataflow
         board_dir = os.path.join(self.directory, "build", target.name)
         say = _say if progress else None

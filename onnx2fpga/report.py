@@ -93,8 +93,19 @@ def write_report(directory) -> str:
     directory = os.fspath(directory)
     manifest, builds = _read_inputs(directory)
     out = os.path.join(directory, "report.html")
-    atomic_write(out, render_html(manifest, builds))     # concurrent builds each rewrite them
-    atomic_write(os.path.join(directory, "report.md"), render_markdown(manifest, builds))
+    try:
+        html_text, md_text = render_html(manifest, builds), render_markdown(manifest, builds)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        # manifest.json and the build reports are JSON anybody may have edited
+        raise DesignDirError(f"{directory}: manifest.json or a build report lacks what the "
+                             f"report shows ({type(e).__name__}: {e}); compile the model "
+                             f"again") from None
+    try:
+        atomic_write(out, html_text)                   # concurrent builds each rewrite them
+        atomic_write(os.path.join(directory, "report.md"), md_text)
+    except OSError as e:
+        raise DesignDirError(f"{directory}: cannot write the report ({e.strerror}: "
+                             f"{e.filename})") from None
     return out
 
 

@@ -26,6 +26,7 @@ import random
 import shutil
 import signal
 import stat
+import zipfile
 
 import numpy as np
 import pytest
@@ -117,11 +118,15 @@ def _npz_mutate(path, rng):
 
 def _rehash(d):
     """Make the manifest's hashes agree with the files again, if it can be read."""
+    if not os.path.isfile(os.path.join(d, "manifest.json")):   # never read a FIFO or device
+        return
     try:
         with open(os.path.join(d, "manifest.json")) as f:
             m = json.load(f)
         files = {}
         for name in ("top.v", "design.json", "design.npz"):
+            if not os.path.isfile(os.path.join(d, name)):    # a FIFO or /dev/zero: never read
+                return
             with open(os.path.join(d, name), "rb") as f:
                 files[name] = hashlib.sha256(f.read()).hexdigest()
         m["files"] = files
@@ -136,81 +141,89 @@ def _damage(sandbox, d, rng):
     outside = os.path.join(sandbox, "outside")
     names = ["manifest.json", "top.v", "design.json", "design.npz", "report.md"]
     for _ in range(rng.randint(1, 3)):
-        name = rng.choice(names)
-        p = os.path.join(d, name)
-        kind = rng.randrange(12)
-        if not os.path.isfile(p) or os.path.islink(p):
-            continue
-        if kind == 0:
-            os.remove(p)
-        elif kind == 1:
-            size = os.path.getsize(p)
-            with open(p, "r+b") as f:
-                f.truncate(rng.randrange(size + 1))
-        elif kind == 2:
-            data = bytearray(open(p, "rb").read())
-            for _ in range(rng.randint(1, 8)):
-                if data:
-                    data[rng.randrange(len(data))] = rng.randrange(256)
-            open(p, "wb").write(bytes(data))
-        elif kind == 3:
-            os.remove(p)
-            os.mkdir(p)
-        elif kind == 4:
-            os.remove(p)
-            os.symlink(os.path.join(outside, "secret"), p)
-        elif kind == 5:
-            os.remove(p)
-            os.symlink(rng.choice(["/dev/zero", "/dev/null", "/dev/urandom"]), p)
-        elif kind == 6:
-            os.remove(p)
-            os.mkfifo(p)
-        elif kind in (7, 8) and name.endswith(".json"):
-            try:
-                doc = json.load(open(p))
-            except ValueError:
-                continue
-            for _ in range(rng.randint(1, 3)):
-                doc = _json_mutate(doc, rng)
-            with open(p, "w") as f:
-                json.dump(doc, f, allow_nan=True)
-        elif kind in (7, 8) and name == "design.npz":
-            _npz_mutate(p, rng)
-        elif kind == 9 and name == "top.v":
-            text = open(p).read()
-            payload = rng.choice([f'initial $system("touch {outside}/pwned");',
-                                  f'initial begin $fopen("{outside}/pwned", "w"); end',
-                                  f'`include "{outside}/secret"',
-                                  f'initial $readmemh("{outside}/secret", m);',
-                                  "// $system in a comment is harmless"])
-            open(p, "w").write(text.replace("endmodule", payload + "\nendmodule", 1))
-        elif kind == 10:
-            open(os.path.join(d, rng.choice(["notes.txt", ".hidden", "build"])), "w").close() \
-                if rng.random() < 0.5 else None
-        elif kind == 11:
-            board = rng.choice(["icebreaker", "ulx3s-85f"])
-            b = os.path.join(d, "build", board)
-            os.makedirs(b, exist_ok=True)
-            report = {"board": rng.choice([board, "tangnano9k", 7, None]),
-                      "bitstream": rng.choice(["top.bin", "../../outside/secret",
-                                               f"{outside}/secret", "-h", "..", "", None,
-                                               ["a"], "link.bin"]),
-                      "design_id": rng.choice([None, "ab" * 8, 5])}
-            try:
-                with open(os.path.join(d, "manifest.json")) as f:
-                    if rng.random() < 0.6:
-                        report["design_id"] = json.load(f)["top"]["verilog_sha256"][:16]
-            except Exception:  # noqa: BLE001
-                pass
-            with open(os.path.join(b, "top.bin"), "wb") as f:
-                f.write(b"\xff" * 16)
-            if not os.path.lexists(os.path.join(b, "link.bin")):
-                os.symlink(os.path.join(outside, "secret"), os.path.join(b, "link.bin"))
-            text = json.dumps(report) if rng.random() < 0.9 else "{broken"
-            with open(os.path.join(b, "report.json"), "w") as f:
-                f.write(text)
+        with contextlib.suppress(OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+            _damage_one(sandbox, d, rng, outside, names)   # (a step may fail on earlier damage)
     if rng.random() < 0.5:
         _rehash(d)
+
+
+def _damage_one(sandbox, d, rng, outside, names):
+    """One random damage of design folder ``d``."""
+    name = rng.choice(names)
+    p = os.path.join(d, name)
+    kind = rng.randrange(12)
+    if not os.path.isfile(p) or os.path.islink(p):
+        return
+    if kind == 0:
+        os.remove(p)
+    elif kind == 1:
+        size = os.path.getsize(p)
+        with open(p, "r+b") as f:
+            f.truncate(rng.randrange(size + 1))
+    elif kind == 2:
+        data = bytearray(open(p, "rb").read())
+        for _ in range(rng.randint(1, 8)):
+            if data:
+                data[rng.randrange(len(data))] = rng.randrange(256)
+        open(p, "wb").write(bytes(data))
+    elif kind == 3:
+        os.remove(p)
+        os.mkdir(p)
+    elif kind == 4:
+        os.remove(p)
+        os.symlink(os.path.join(outside, "secret"), p)
+    elif kind == 5:
+        os.remove(p)
+        os.symlink(rng.choice(["/dev/zero", "/dev/null", "/dev/urandom"]), p)
+    elif kind == 6:
+        os.remove(p)
+        os.mkfifo(p)
+    elif kind in (7, 8) and name.endswith(".json"):
+        try:
+            doc = json.load(open(p))
+        except ValueError:
+            return
+        for _ in range(rng.randint(1, 3)):
+            doc = _json_mutate(doc, rng)
+        with open(p, "w") as f:
+            json.dump(doc, f, allow_nan=True)
+    elif kind in (7, 8) and name == "design.npz":
+        _npz_mutate(p, rng)
+    elif kind == 9 and name == "top.v":
+        text = open(p).read()
+        payload = rng.choice([f'initial $system("touch {outside}/pwned");',
+                              f'initial begin $fopen("{outside}/pwned", "w"); end',
+                              f'`include "{outside}/secret"',
+                              f'initial $readmemh("{outside}/secret", m);',
+                              "// $system in a comment is harmless"])
+        open(p, "w").write(text.replace("endmodule", payload + "\nendmodule", 1))
+    elif kind == 10:
+        open(os.path.join(d, rng.choice(["notes.txt", ".hidden", "build"])), "w").close() \
+            if rng.random() < 0.5 else None
+    elif kind == 11:
+        board = rng.choice(["icebreaker", "ulx3s-85f"])
+        b = os.path.join(d, "build", board)
+        os.makedirs(b, exist_ok=True)
+        report = {"board": rng.choice([board, "tangnano9k", 7, None]),
+                  "bitstream": rng.choice(["top.bin", "../../outside/secret",
+                                           f"{outside}/secret", "-h", "..", "", None,
+                                           ["a"], "link.bin"]),
+                  "design_id": rng.choice([None, "ab" * 8, 5])}
+        try:
+            if not os.path.isfile(os.path.join(d, "manifest.json")):
+                raise OSError("not a regular file")
+            with open(os.path.join(d, "manifest.json")) as f:
+                if rng.random() < 0.6:
+                    report["design_id"] = json.load(f)["top"]["verilog_sha256"][:16]
+        except Exception:  # noqa: BLE001
+            pass
+        with open(os.path.join(b, "top.bin"), "wb") as f:
+            f.write(b"\xff" * 16)
+        if not os.path.lexists(os.path.join(b, "link.bin")):
+            os.symlink(os.path.join(outside, "secret"), os.path.join(b, "link.bin"))
+        text = json.dumps(report) if rng.random() < 0.9 else "{broken"
+        with open(os.path.join(b, "report.json"), "w") as f:
+            f.write(text)
 
 
 def _hostile_array(path, rng):
@@ -259,14 +272,16 @@ def make_case(pristine: dict, sandbox: str, seed: int) -> tuple[list[str], list[
         np.save(x, pristine["x"])
     y = os.path.join(sandbox, rng.choice(["y.npy", "y", "outside/secret", "nowhere/y.npy",
                                           "outside", "x.npy"]))
+    written = y if y.endswith(".npy") else y + ".npy"      # as np.save names it
     opt = lambda: rng.choice(HOSTILE_OPTION_VALUES)  # noqa: E731
     command = rng.choice(["simulate", "simulate", "report", "flash", "compile", "compile",
                           "build", "run"])
     if command == "simulate":
         argv = ["simulate", d, "--engine", "golden", "--inputs", x, "--outputs", y]
-        argv += rng.sample([["--force"], ["--seed", opt()], ["--json"], ["--check"]],
-                           rng.randint(0, 2))[0] if rng.random() < 0.5 else []
-        named = [d, y]
+        for extra in rng.sample([["--force"], ["--seed", opt()], ["--json"], ["--check"]],
+                                rng.randint(0, 2)):
+            argv += extra
+        named = [d, y, written]
     elif command == "report":
         argv, named = ["report", d], [d]
     elif command == "flash":
@@ -282,7 +297,7 @@ def make_case(pristine: dict, sandbox: str, seed: int) -> tuple[list[str], list[
                                                 "socket://127.0.0.1:1"]),
                 "--inputs", x, "--outputs", y, "--timeout", rng.choice(["0.2", "0", "nan"]),
                 "--retries", rng.choice(["0", "-1"])]
-        named = [d, y]
+        named = [d, y, written]
     else:
         target = rng.choice([os.path.join(sandbox, "new"), d, outside, sandbox,
                              os.path.join(outside, "secret", "sub"),
@@ -321,6 +336,9 @@ def snapshot(sandbox: str, named) -> dict:
             if any(p == n for n in named):
                 continue
             st = os.lstat(p)
+            if stat.S_ISDIR(st.st_mode):        # its entries are compared one by one
+                out[p] = (stat.S_IFDIR,)
+                continue
             content = None
             if stat.S_ISREG(st.st_mode) and st.st_size < 1 << 16:
                 with open(p, "rb") as f:
