@@ -65,7 +65,9 @@ def _parser():
                    "axis 0, for post-training quantization of a float model")
     c.add_argument("--lenient", action="store_true", help="accept common deviations from the "
                    "ONNX spec (missing default opset, undeclared custom domains, ...)")
-    c.add_argument("--force", action="store_true", help="overwrite a non-empty DIR")
+    c.add_argument("--force", action="store_true", help="replace DIR if it is a design "
+                   "folder holding nothing but what onnx2fpga writes (anything else is "
+                   "refused, nothing deleted)")
     c.add_argument("--weight-bits", type=int, default=8, metavar="N",
                    help="weight width for float models (default 8)")
     c.add_argument("--activation-bits", type=int, default=8, metavar="N",
