@@ -1,7 +1,7 @@
 """The project's error types. Every error a user can cause is one of these."""
 
 __all__ = ["Onnx2FpgaError", "LoadError", "CheckError", "UnsupportedError", "CalibrationError",
-           "DesignDirError", "OptionError"]
+           "DesignDirError", "OptionError", "SizeError"]
 
 
 class Onnx2FpgaError(Exception):
@@ -36,3 +36,8 @@ class DesignDirError(Onnx2FpgaError):
 
 class OptionError(Onnx2FpgaError, ValueError):
     """An option does not fit the model (a folding override a layer cannot take, ...)."""
+
+
+class SizeError(Onnx2FpgaError):
+    """The model is too large: for the board (no folding fits it), for every supported device
+    by far, or for this machine's memory. Raised before the expensive steps."""
