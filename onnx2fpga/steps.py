@@ -489,7 +489,11 @@ def _fold(c: Compilation, say) -> None:
             # within the utilization as every other resource.
             c.design.dataflow.ice40_dsps = int(target.limits.dsp * utilization)
     say("choosing the folding" + (f" for {board}" if board else ""))
-    fold(c.design.dataflow, overrides=o["folding"], **o["fold_options"])
+    try:
+        fold(c.design.dataflow, overrides=o["folding"], **o["fold_options"])
+    except SizeError as e:      # no folding fits the board's device
+        raise SizeError(str(e).replace("fits:", f"fits {board}:", 1) + f" (LUTs, flip-flops "
+                        f"and multipliers within --utilization {utilization:g})") from None
     c.design.dataflow.folding_info.update(
         {"board": board, "target_fps": o["target_fps"], "clock_mhz": o["clock_mhz"],
          "utilization": utilization if board else None})

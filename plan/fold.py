@@ -187,7 +187,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
                 break
     if chosen is None and fits is not None:
         # A board: a design that cannot be built is no result.
-        raise SizeError(f"No folding of the design fits the board: at the slowest, "
+        raise SizeError(f"No folding of the design fits: at the slowest, "
                         f"{targets[-1]:,} cycles per inference, {why_not(targets[-1])}")
     if chosen is None:      # nothing fits: the cheapest folding of every layer
         chosen = [opts[0][2] for opts in options]

@@ -127,8 +127,9 @@ def test_a_board_no_folding_fits_is_an_error_not_a_design(tmp_path):
     out = tmp_path / "d"
     msg = _one_error(*_cli(tmp_path, "compile", model, "-o", out, "--board", "icebreaker",
                            "--utilization", "0.05", "--calibration", tmp_path / "cal.npy"))
-    assert re.match(r"^No folding of the design fits the board: at the slowest, [\d,]+ "
-                    r"cycles per inference, .*logic cells \d+ > 264$", msg), msg
+    assert re.match(r"^No folding of the design fits icebreaker: at the slowest, [\d,]+ "
+                    r"cycles per inference, .*logic cells \d+ > 264 \(LUTs, flip-flops and "
+                    r"multipliers within --utilization 0\.05\)$", msg), msg
     assert not out.exists()
 
 
