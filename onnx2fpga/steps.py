@@ -22,6 +22,12 @@ it stops after that step and writes what the step produced (:func:`write_artifac
 ``graph.json`` after ``load`` and ``quantize``, ``design.json`` + ``design.npz`` after
 ``lower``, ``fold`` and ``evaluate`` (and ``quantization.json``), the whole design directory
 after ``emit``.
+
+Sizes are checked as the expensive steps start (:class:`~onnx2fpga.errors.SizeError`):
+``lower``, the memory lowering the model's constants takes against what the machine has
+available (:func:`check_lowering`); ``fold``, the weights against the board, or without one
+against the largest supported device (:func:`check_sizes`); ``emit``, the memory generating
+the Verilog takes (:func:`check_machine`).
 """
 
 from __future__ import annotations
