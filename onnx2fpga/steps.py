@@ -280,20 +280,38 @@ def check_sizes(dataflow, board, utilization: float, say=lambda msg: None) -> No
             f"kbit): a design needing more than {NO_BOARD_MARGIN} times that fits no board")
 
 
+def _read_int(path):
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def available_memory() -> int | None:
-    """Bytes of memory available to a new process (Linux: ``MemAvailable`` of
-    ``/proc/meminfo``; elsewhere the free physical pages), or ``None`` if unknown."""
+    """Bytes of memory available to a new process: Linux's ``MemAvailable``
+    (``/proc/meminfo``), less if the process's control group (v2 or v1) has a limit nearer
+    its usage; elsewhere the free physical pages; ``None`` if unknown."""
+    have = []
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+                    have.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        lim, used = _read_int(limit), _read_int(usage)
+        if lim is not None and used is not None and lim < 1 << 60:    # "max": no limit
+            have.append(max(0, lim - used))
+    if not have:
+        try:
+            have.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (AttributeError, ValueError, OSError):
+            return None
+    return min(have)
 
 
 def check_lowering(graph) -> None:
