@@ -11,7 +11,6 @@ import numpy as np
 from amaranth import (
     C,
     Cat,
-    Const,
     Module,
     Mux,
     Shape,
@@ -35,7 +34,6 @@ from .arith import (
     digit_terms,
     ecp5_packed_products,
     ecp5_registered_product,
-    is_ecp5,
     is_ice40,
     mul_chunks,
     mult18x18d,
@@ -53,9 +51,10 @@ from .memory import (
     banked_rom,
     double_buffer_release,
     double_buffer_writer,
-    flat_memory,
     logic_rom_banks,
-    rom_columns,
+    rom_slices,
+    varying_fields,
+    word_ints,
 )
 
 __all__ = ["MatVecCore"]
@@ -114,6 +113,13 @@ class MatVecCore(wiring.Component):
         in place of the operand and product registers; otherwise an iCE40 builds them in
         LUTs. The same values and cycles. The graph sets it within the design's budget of
         DSPs (:attr:`Dataflow.ice40_dsps <onnx2fpga.ir.Dataflow>`).
+    rom_stand_in : bool
+        For the resource estimates only: the weight ROM (``w_mem``, or its slices
+        ``w_mem_col{k}``) is a memory of its width but at most two words, holding zeros (the
+        banks of ``w_logic`` hold zeros too), and the estimate takes its shape from
+        :meth:`weight_rom_shapes`: the rest of the netlist is the same, and elaborating it
+        takes no time with the weight count (a 256 x 256 layer's ROM took 20 s an
+        estimate). Not a working core.
 
     Members
     -------
@@ -167,15 +173,16 @@ class MatVecCore(wiring.Component):
     """
 
     @classmethod
-    def from_stage(cls, stage) -> MatVecCore:
+    def from_stage(cls, stage, *, rom_stand_in: bool = False) -> MatVecCore:
         """The core of a ``"matvec"`` :class:`~onnx2fpga.plan.stage.Stage`."""
         p = stage.params
         return cls(p["layer"], arithmetic=p.get("arithmetic"), w_logic=p.get("w_logic", False),
-                   x_logic=p.get("x_logic", False), ice40_dsp=p.get("ice40_dsp", False))
+                   x_logic=p.get("x_logic", False), ice40_dsp=p.get("ice40_dsp", False),
+                   rom_stand_in=rom_stand_in)
 
     @quiet_if_invalid
     def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False, x_logic=False,
-                 ice40_dsp=False):
+                 ice40_dsp=False, rom_stand_in=False):
         if not isinstance(layer, DenseLayer):
             raise TypeError(f"Layer must be a DenseLayer, not {layer!r}")
         simd = check_count(f"SIMD of layer {layer.name!r}", layer.simd)
@@ -212,6 +219,7 @@ class MatVecCore(wiring.Component):
         self._w_banks = logic_rom_banks(self.groups * self.folds) if w_logic else 1
         self._x_logic = bool(x_logic)
         self._ice40_dsp = bool(ice40_dsp)
+        self._rom_stand_in = bool(rom_stand_in)
         self._in_shape = int_shape(layer.in_type)
         self._w_shape = int_shape(wt)
         self._acc_shape = signed(layer.acc_type.bits)
@@ -254,15 +262,39 @@ class MatVecCore(wiring.Component):
         """The input buffer is a pair of shift registers (``x_logic``), not a memory."""
         return self._x_logic
 
-    def _weight_words(self) -> list:
-        w = self._layer.weight
+    def _weight_fields(self):
+        """``(fields, bits)``: the weight ROM's word ``g * folds + f`` holds ``fields[g * folds
+        + f, p * simd + s]`` (weight ``(g * pe + p, f * simd + s)``) in ``bits`` bits at
+        ``(p * simd + s) * bits`` (:func:`word_ints`): the weight, or one bit, 1 for +1."""
         simd, pe = self._layer.simd, self._layer.pe
-        if self._arithmetic != "multiply":       # one bit per weight, 1 for +1
-            return [[sum(1 << s for s in range(simd) if w[g * pe + p, f * simd + s] > 0)
-                     for p in range(pe)]
-                    for g in range(self.groups) for f in range(self.folds)]
-        return [[[int(w[g * pe + p, f * simd + s]) for s in range(simd)] for p in range(pe)]
-                for g in range(self.groups) for f in range(self.folds)]
+        w = np.asarray(self._layer.weight).reshape(self.groups, pe, self.folds, simd)
+        fields = w.transpose(0, 2, 1, 3).reshape(self.groups * self.folds, pe * simd)
+        if self._arithmetic != "multiply":
+            return (fields > 0).astype(np.int64), 1
+        return fields, self._w_shape.width
+
+    def weight_rom_shapes(self, platform) -> dict:
+        """``{memory: (width, depth)}`` of the weight ROM as yosys sees it when the core is
+        elaborated for ``platform``: ``"w_mem"``, its column slices ``"w_mem_col{k}"``
+        (:func:`rom_slices`) or its banks ``"w_mem_bank{n}"`` (``w_logic``), the width
+        counting only the columns that vary (yosys drops the others). What
+        :func:`~onnx2fpga.hw.resources.netlist_features` counts for the stand-ins of a core
+        built with ``rom_stand_in``."""
+        fields, bits = self._weight_fields()
+        depth = self.groups * self.folds
+        if self._w_banks != 1:
+            # Banks of LOGIC_ROM_BANK_WORDS words, the last one filled with zeros.
+            n = LOGIC_ROM_BANK_WORDS
+            padded = np.zeros((self._w_banks * n, fields.shape[1]), dtype=np.int64)
+            padded[:depth] = fields
+            banks = padded.reshape(self._w_banks, n, -1)
+            return {f"w_mem_bank{k}": (max(1, varying_fields(bank, bits).bit_count()), n)
+                    for k, bank in enumerate(banks)}
+        varying = varying_fields(fields, bits)
+        cols = rom_slices(platform, varying, depth, fields.shape[1] * bits)
+        names = ["w_mem"] if len(cols) == 1 else [f"w_mem_col{k}" for k in range(len(cols))]
+        return {name: (max(1, ((varying >> lo) & ((1 << (hi - lo)) - 1)).bit_count()), depth)
+                for name, (lo, hi) in zip(names, cols)}
 
     def elaborate(self, platform):
         m = Module()
@@ -311,35 +343,46 @@ class MatVecCore(wiring.Component):
         w_elem = self._w_shape if self._arithmetic == "multiply" else unsigned(simd)
         w_layout = data.ArrayLayout(w_elem, pe) if self._arithmetic != "multiply" else \
             data.ArrayLayout(data.ArrayLayout(w_elem, simd), pe)
-        words = self._weight_words()
-        # Read enables of the weight ROM's column slices on an ECP5 (see the end of
-        # elaborate): [] when it is one memory.
+        w_width = Shape.cast(w_layout).width
+        depth = groups * folds
+        fields, bits = self._weight_fields()
+        if self._rom_stand_in:
+            # For the resource estimates: the ROM without its contents (see
+            # weight_rom_shapes), so that estimating a folding takes no time with the weight
+            # count.
+            words = []
+        else:
+            words = word_ints(fields, bits)
+        varying = varying_fields(fields, bits) if self._w_banks == 1 else 0
+        # Column slices of the weight ROM on an ECP5 (see the end of elaborate): one range
+        # when it is one memory, and their read enables.
+        w_cols = rom_slices(platform, varying, depth, w_width) if self._w_banks == 1 \
+            else [(0, w_width)]
         w_slice_adv = []
-        # (The words as ints only where they may be sliced.)
-        flat = [Const.cast(w_layout.const(v)).value for v in words] \
-            if self._w_banks == 1 and is_ecp5(platform) else []
-        w_cols = rom_columns(platform, flat, Shape.cast(w_layout).width)
+        # A stand-in ROM: at most two words of zeros (the address's high bits unused).
+        rom_depth = min(depth, 2) if self._rom_stand_in else depth
         if len(w_cols) > 1:
             # Column slices of a few block RAMs each, each read with its own replica of the
             # stall state: kwsmlp_w3a3's 768-bit weight word in 22 DP16KD, all enabled by one
             # net, was a 10.1 ns critical path on an ECP5 85F (the net spread over the die).
             pieces = []
             for k, (lo, hi) in enumerate(w_cols):
-                mem = Memory(shape=unsigned(hi - lo), depth=groups * folds,
-                             init=[(v >> lo) & ((1 << (hi - lo)) - 1) for v in flat])
+                mem = Memory(shape=unsigned(hi - lo), depth=rom_depth,
+                             init=[(v >> lo) & ((1 << (hi - lo)) - 1) for v in words])
                 m.submodules[f"w_mem_col{k}"] = mem
                 rd = mem.read_port()
                 adv = Signal(name=f"w_mem_col{k}_en")
                 m.d.comb += rd.en.eq(adv)
                 pieces.append(rd)
                 w_slice_adv.append(adv)
-            w_rd = ReadPort(Signal(range(max(groups * folds, 2)), name="w_mem_addr"),
+            w_rd = ReadPort(Signal(range(max(depth, 2)), name="w_mem_addr"),
                              Signal(name="w_mem_en"))
             for rd in pieces:
                 m.d.comb += rd.addr.eq(w_rd.addr)
             w_data = Cat(rd.data for rd in pieces)
         elif self._w_banks == 1:
-            m.submodules.w_mem = w_mem = flat_memory(w_layout, groups * folds, words)
+            m.submodules.w_mem = w_mem = Memory(shape=unsigned(w_width), depth=rom_depth,
+                                                init=words)
             w_rd = w_mem.read_port()
             w_data = w_rd.data
         else:
@@ -350,7 +393,7 @@ class MatVecCore(wiring.Component):
             # 4.7 ns of routing of its critical path (26.4 ns).
             w_lo = [Signal(LOGIC_ROM_BANK_WORDS.bit_length() - 1, name=f"w_mem_lo_{k}")
                     for k in range(-(-self._w_banks // 8))]
-            w_rd, w_data = banked_rom(m, "w_mem", w_layout, words, addr_lo=w_lo)
+            w_rd, w_data = banked_rom(m, "w_mem", w_width, words, addr_lo=w_lo, depth=depth)
 
         # -- Write side: fill the banks in turn; full0/full1: a whole vector not yet consumed.
         # XNOR stores the sign bits (1 for +1).

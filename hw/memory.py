@@ -4,6 +4,7 @@ ROMs in column slices, flat memories of a layout, and double buffers.
 
 from __future__ import annotations
 
+import numpy as np
 from amaranth import (
     Const,
     Module,
@@ -21,8 +22,8 @@ from .blocks import counter, wrap_incr
 
 __all__ = [
     "LOGIC_ROM_BANK_WORDS", "logic_rom_banks", "banked_rom", "WritePort", "ReadPort",
-    "ROM_SLICE_BLOCKS", "rom_columns", "flat_memory", "double_buffer_writer",
-    "double_buffer_release",
+    "ROM_SLICE_BLOCKS", "rom_columns", "rom_slices", "flat_memory", "word_ints",
+    "varying_fields", "double_buffer_writer", "double_buffer_release",
 ]
 
 
@@ -48,8 +49,9 @@ def logic_rom_banks(depth: int) -> int:
 
 
 
-def banked_rom(m: Module, name: str, layout, words: list, addr_lo=()):
-    """A ROM of ``words`` (values of ``layout``) in :func:`logic_rom_banks` memories
+def banked_rom(m: Module, name: str, width: int, words: list, addr_lo=(), depth=None):
+    """A ROM of ``words`` (ints of ``width`` bits; ``depth`` words, default ``len(words)``:
+    the rest zeros) in :func:`logic_rom_banks` memories
     ``{name}_bank{n}`` of :data:`LOGIC_ROM_BANK_WORDS` words each (the last one filled with
     zeros), read in two register steps: returns ``(rd, data)``,
     where ``rd`` takes ``addr`` and ``en`` as a memory read port does, and ``data`` is the
@@ -61,7 +63,7 @@ def banked_rom(m: Module, name: str, layout, words: list, addr_lo=()):
     """
     bank_words = LOGIC_ROM_BANK_WORDS
     bank_bits = bank_words.bit_length() - 1
-    depth = len(words)
+    depth = len(words) if depth is None else depth
     banks = logic_rom_banks(depth)
     addr = Signal(range(max(depth, 2)), name=f"{name}_addr")
     en = Signal(name=f"{name}_en")
@@ -70,7 +72,8 @@ def banked_rom(m: Module, name: str, layout, words: list, addr_lo=()):
         m.d.sync += hi.eq(addr >> bank_bits)
     datas = []
     for n in range(banks):
-        mem = flat_memory(layout, bank_words, words[n * bank_words:(n + 1) * bank_words])
+        mem = Memory(shape=unsigned(width), depth=bank_words,
+                     init=words[n * bank_words:(n + 1) * bank_words])
         m.submodules[f"{name}_bank{n}"] = mem
         rd = mem.read_port()
         lo = addr_lo[n * len(addr_lo) // banks] if addr_lo else addr[:bank_bits]
@@ -106,19 +109,26 @@ ROM_SLICE_BLOCKS = 4
 
 
 def rom_columns(platform, words: list, width: int) -> list:
-    """Bit ranges ``[(lo, hi), ...]`` of the column slices a weight ROM of ``words`` (ints of
-    ``width`` bits) is built from: on an ECP5, when yosys would put it in more than
-    :data:`ROM_SLICE_BLOCKS` block RAMs, slices of that many blocks' native width counted in
-    the columns that vary (yosys drops a ROM's constant columns, per memory), the last slice
-    the rest (joined to the one before where it would be left to LUTs); otherwise one
-    range. Only when every slice still takes block RAMs and all of
-    them no more than the whole ROM: TFC_2W2A's 64-word ROMs cut by plain bit ranges fell
-    into LUTs (27 fewer DP16KD, 3,500 more LUTs)."""
+    """:func:`rom_slices` of a weight ROM of ``words`` (ints of ``width`` bits)."""
+    if not words:
+        return [(0, width)]
+    return rom_slices(platform, varying_columns(words), len(words), width)
+
+
+
+def rom_slices(platform, varying: int, depth: int, width: int) -> list:
+    """Bit ranges ``[(lo, hi), ...]`` of the column slices a weight ROM of ``depth`` words of
+    ``width`` bits, the columns of mask ``varying`` not the same in every word
+    (:func:`~onnx2fpga.plan.devices.varying_columns`), is built from: on an ECP5, when yosys
+    would put it in more than :data:`ROM_SLICE_BLOCKS` block RAMs, slices of that many
+    blocks' native width counted in the columns that vary (yosys drops a ROM's constant
+    columns, per memory), the last slice the rest (joined to the one before where it would
+    be left to LUTs); otherwise one range. Only when every slice still takes block RAMs and
+    all of them no more than the whole ROM: TFC_2W2A's 64-word ROMs cut by plain bit ranges
+    fell into LUTs (27 fewer DP16KD, 3,500 more LUTs)."""
     whole = [(0, width)]
-    if not is_ecp5(platform) or not words:
+    if not is_ecp5(platform) or not depth:
         return whole
-    varying = varying_columns(words)
-    depth = len(words)
     mm = memory_mapping(max(1, varying.bit_count()), depth, "ecp5", rom=True)
     if mm.kind != "block" or mm.cells <= ROM_SLICE_BLOCKS:
         return whole
@@ -160,6 +170,43 @@ def flat_memory(layout, depth: int, init) -> Memory:
     width = Shape.cast(layout).width
     return Memory(shape=unsigned(width), depth=depth,
                   init=[Const.cast(layout.const(v)).value for v in init])
+
+
+
+#: Fields packed per step of :func:`word_ints` (bounds its temporary arrays).
+_PACK_CHUNK = 1 << 20
+
+
+def word_ints(fields, bits: int) -> list:
+    """The words of a ROM whose word ``n`` holds ``fields[n, k]`` (integers, two's complement
+    when negative) in bits ``[k * bits, (k + 1) * bits)``, as ints: the values
+    ``Const.cast(layout.const(...)).value`` gives for an ``ArrayLayout`` of ``bits``-bit
+    elements, packed with numpy (1 M 8-bit weights in words of 8: 0.26 s, where converting
+    them through the layout took 22 s)."""
+    fields = np.asarray(fields)
+    rows, k = fields.shape
+    mask = (1 << bits) - 1
+    shifts = np.arange(bits, dtype=np.uint64)
+    out = []
+    step = max(1, _PACK_CHUNK // max(1, k * bits))
+    for lo in range(0, rows, step):
+        u = (fields[lo:lo + step].astype(np.int64) & mask).astype(np.uint64)
+        b = ((u[:, :, None] >> shifts) & np.uint64(1)).astype(np.uint8)
+        packed = np.packbits(b.reshape(len(u), k * bits), axis=1, bitorder="little")
+        out += [int.from_bytes(row.tobytes(), "little") for row in packed]
+    return out
+
+
+def varying_fields(fields, bits: int) -> int:
+    """:func:`~onnx2fpga.plan.devices.varying_columns` of the words :func:`word_ints` packs
+    from ``fields``, from the fields themselves: the bits of field ``k`` that differ from
+    word 0's in some word."""
+    fields = np.asarray(fields)
+    if len(fields) < 2:
+        return 0
+    u = fields.astype(np.int64) & ((1 << bits) - 1)
+    diff = np.bitwise_or.reduce(u ^ u[0], axis=0)
+    return word_ints(diff[None, :], bits)[0]
 
 
 

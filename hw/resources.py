@@ -120,12 +120,15 @@ def _unbanked(name: str) -> str:
 
 
 def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
-                     logic=frozenset()) -> dict:
+                     logic=frozenset(), stand_ins=None) -> dict:
     """Read what yosys will build from one elaboratable (a core): its multipliers, memories
     and flip-flops, and the operator counts the LUT model weighs.
 
     ``logic``: names (:func:`memory_path`) of memories the build forces into soft logic
     (yosys' ``logic_block`` attribute, see :func:`onnx2fpga.boards.build.logic_memory_script`).
+    ``stand_ins``: ``{name: (width, depth)}`` of ROMs elaborated as stand-ins (a core's
+    ``rom_stand_in``), counted with that shape (``width``: the columns that vary) instead of
+    the stand-in's.
 
     Returns
     -------
@@ -144,6 +147,7 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
 
 
     check_family(family)
+    stand_ins = stand_ins or {}
     frag = Fragment.get(elaboratable, _platform(family))
     netlist = build_netlist(frag, name="top")
     f = dict.fromkeys(LUT_FEATURES, 0)
@@ -224,22 +228,25 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
             group[3] += 1
             f["ff"] += logic_memory_cost(cell.width, cell.depth, rom)["ff"]
             continue
+        # A stand-in's real depth (its width is the real one).
+        depth = stand_ins[name][1] if name in stand_ins else cell.depth
         if name in logic:
             # Forced into soft logic: costed by its own rule, not by the LUT model's
             # features (fitted on the small memories yosys leaves in logic by itself).
             mm = MemoryMap("logic", 0)
-            f["memories"].append((cell.width, cell.depth, rom, mm))
+            f["memories"].append((cell.width, depth, rom, mm))
             f["memory_names"].append(name)
-            cost = logic_memory_cost(cell.width, cell.depth, rom)
+            cost = logic_memory_cost(cell.width, depth, rom)
             f["logic_memory_lut"] += cost["lut"]
             f["ff"] += cost["ff"]
             continue
         width = cell.width
-        if rom:
+        if name in stand_ins:
+            width = stand_ins[name][0]
+        elif rom:
             width = max(1, varying_columns([int(v) for v in cell.init]).bit_count())
-        mm = memory_mapping(width, cell.depth, family, rom=rom,
-                            sync_read=m["async"] == 0)
-        f["memories"].append((width, cell.depth, rom, mm))
+        mm = memory_mapping(width, depth, family, rom=rom, sync_read=m["async"] == 0)
+        f["memories"].append((width, depth, rom, mm))
         f["memory_names"].append(name)
         if mm.kind == "block":
             f["bram"] += mm.cells
@@ -247,8 +254,8 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
             f["mem_cells"] += mm.cells
             f["ff"] += m["rd_bits"]
         else:
-            f["ff"] += m["rd_bits"] + (0 if rom else width * cell.depth)
-            f["rom_bits" if rom else "ram_bits"] += width * cell.depth
+            f["ff"] += m["rd_bits"] + (0 if rom else width * depth)
+            f["rom_bits" if rom else "ram_bits"] += width * depth
     for width, depth, rom, banks in banked.values():
         f["logic_memory_lut"] += logic_memory_cost(width, depth, rom)["lut"]
         f["mux"] -= (banks - 1) * width         # the bank multiplexers, counted above
@@ -384,14 +391,16 @@ def stage_resources(stage, family: str, *, ice40_dsp: bool = False, logic=frozen
     if not isinstance(stage, Stage):
         raise TypeError(f"stage must be a Stage, not {stage!r}")
     check_family(family)
-    core = make_core(stage)
+    core = make_core(stage, rom_stand_in=True)
     if core is None:                                    # a cast: wires
         return {"lut": 0, "ff": 0, "dsp": 0, "bram": 0, **({"block_memories": []}
                                                             if memories else {})}
     core._MustUse__used = True
     prefix = f"{stage.name}/"
     mine = frozenset(k[len(prefix):] for k in logic if k.startswith(prefix))
-    feats = netlist_features(core, family, ice40_dsp=ice40_dsp, logic=mine)
+    stand_ins = core.weight_rom_shapes(_platform(family)) \
+        if hasattr(core, "weight_rom_shapes") else None
+    feats = netlist_features(core, family, ice40_dsp=ice40_dsp, logic=mine, stand_ins=stand_ins)
     out = _estimate(feats, family)
     if memories:
         out["block_memories"] = [(prefix + n, mm.cells, w, d, rom) for n, (w, d, rom, mm)

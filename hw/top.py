@@ -202,13 +202,17 @@ CORES = {
 }
 
 
-def make_core(stage):
+def make_core(stage, *, rom_stand_in: bool = False):
     """The Amaranth core of one :class:`~onnx2fpga.plan.stage.Stage` (None for a cast): the
-    ``from_stage`` of its kind's class in :data:`CORES`."""
+    ``from_stage`` of its kind's class in :data:`CORES`. ``rom_stand_in``: for the resource
+    estimates, a core with a weight ROM (one that has ``weight_rom_shapes``,
+    :class:`~onnx2fpga.hw.matvec.MatVecCore`) is built with a stand-in for it."""
     if stage.kind == "cast":
         return None
     try:
         core = CORES[stage.kind]
     except KeyError:
         raise ValueError(f"Unknown stage kind {stage.kind!r}") from None
+    if rom_stand_in and hasattr(core, "weight_rom_shapes"):
+        return core.from_stage(stage, rom_stand_in=True)
     return core.from_stage(stage)

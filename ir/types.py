@@ -73,13 +73,33 @@ class IntType:
 
 
 def acc_type_for(weight: np.ndarray, bias: np.ndarray, in_type: IntType) -> IntType:
-    """Narrowest type holding ``x @ weight.T + bias`` for every ``x`` in ``in_type``'s range."""
-    w = np.asarray(weight, dtype=object)
-    lo_terms = np.minimum(w * in_type.lo, w * in_type.hi)
-    hi_terms = np.maximum(w * in_type.lo, w * in_type.hi)
-    b = np.asarray(bias, dtype=object)
-    lo = int(min(lo_terms.sum(axis=1) + b)) if w.size else int(min(b))
-    hi = int(max(hi_terms.sum(axis=1) + b)) if w.size else int(max(b))
+    """Narrowest type holding ``x @ weight.T + bias`` for every ``x`` in ``in_type``'s range.
+
+    Row ``i``'s extremes are ``lo * P_i + hi * N_i`` and ``hi * P_i + lo * N_i``, with ``P_i``
+    and ``N_i`` the sums of its positive and of its negative weights (each term ``w * x``
+    is least at ``x = lo`` for ``w >= 0`` and at ``x = hi`` for ``w < 0``): two sums over the
+    weights in machine integers, the rest in Python integers per row, exact at any size (a
+    4096 x 4096 layer took 15 s and 2.6 GB as a sum of Python integers per weight)."""
+    w = np.asarray(weight)
+    b = np.asarray(bias, dtype=object).reshape(-1)
+    if w.size == 0:
+        lo = hi = None
+    else:
+        w = w.reshape(w.shape[0], -1)
+        b = np.broadcast_to(b, (w.shape[0],)) if b.size == 1 else b
+        big = max(abs(int(w.min())), abs(int(w.max()))) * w.shape[1] >= 1 << 62
+        if w.dtype.kind not in "iub" or big:
+            w = w.astype(object)        # sums that might not fit an int64
+        else:
+            w = w.astype(np.int64, copy=False)
+        pos = np.where(w > 0, w, 0).sum(axis=1)
+        neg = np.where(w < 0, w, 0).sum(axis=1)
+        sums_lo = [in_type.lo * int(p) + in_type.hi * int(n) for p, n in zip(pos, neg)]
+        sums_hi = [in_type.hi * int(p) + in_type.lo * int(n) for p, n in zip(pos, neg)]
+        lo = min(s + int(v) for s, v in zip(sums_lo, b))
+        hi = max(s + int(v) for s, v in zip(sums_hi, b))
+    if lo is None:
+        lo, hi = int(min(b)), int(max(b))
     lo, hi = min(lo, 0), max(hi, 0)
     t = IntType.for_range(lo, hi)
     return t if t.signed else IntType(t.bits + 1, True)

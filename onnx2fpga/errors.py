@@ -1,7 +1,7 @@
 """The project's error types. Every error a user can cause is one of these."""
 
 __all__ = ["Onnx2FpgaError", "LoadError", "CheckError", "UnsupportedError", "CalibrationError",
-           "DesignDirError", "OptionError", "InputError"]
+           "DesignDirError", "OptionError", "InputError", "SizeError"]
 
 
 class Onnx2FpgaError(Exception):
@@ -41,3 +41,8 @@ class OptionError(Onnx2FpgaError, ValueError):
 class InputError(Onnx2FpgaError, ValueError):
     """Inputs given to run a design are unusable: not a regular ``.npy`` file, a header that
     does not match the file, the wrong dtype or shape, a NaN (which has no quantized value)."""
+
+
+class SizeError(Onnx2FpgaError):
+    """The model is too large: for the board (no folding fits it), for every supported device
+    by far, or for this machine's memory. Raised before the expensive steps."""

@@ -22,6 +22,12 @@ it stops after that step and writes what the step produced (:func:`write_artifac
 ``graph.json`` after ``load`` and ``quantize``, ``design.json`` + ``design.npz`` after
 ``lower``, ``fold`` and ``evaluate`` (and ``quantization.json``), the whole design directory
 after ``emit``.
+
+Sizes are checked as the expensive steps start (:class:`~onnx2fpga.errors.SizeError`):
+``lower``, the memory lowering the model's constants takes against what the machine has
+available (:func:`check_lowering`); ``fold``, the weights against the board, or without one
+against the largest supported device (:func:`check_sizes`); ``emit``, the memory generating
+the Verilog takes (:func:`check_machine`).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import numpy as np
 
 from .arrays import read_array
 from .designdir import check_interrupted, file_hashes
-from .errors import CalibrationError, OptionError
+from .errors import CalibrationError, OptionError, SizeError
 from .ir.dataflow import Design
 from .ir.layers import product_mapping
 from .ir.serialize import save_design
@@ -49,6 +55,7 @@ from .sim.model import first_bad_element
 __all__ = [
     "STEPS", "Compilation", "run_steps", "write_artifacts", "graph_json", "check_samples",
     "check_options", "fold_options", "device_check", "cheapest_cover", "logic_cells",
+    "check_sizes", "check_machine", "check_lowering", "available_memory", "NO_BOARD_MARGIN",
 ]
 
 #: The steps of a compile, in order.
@@ -230,6 +237,155 @@ def device_check(target, utilization: float, pinned=frozenset()):
     return fits
 
 
+#: Without a board, a design whose weights take more than this many times the block RAM of
+#: the largest supported device is refused (:func:`check_sizes`): it fits no board by far.
+NO_BOARD_MARGIN = 4
+
+#: Bytes lowering takes per element of the model's constants (the weights as 64-bit integers
+#: and their copies; 4096 x 4096 int8 weights: 340 MB over the loaded model), with a margin.
+_LOWER_BYTES_PER_CONSTANT = 32
+
+#: What a compile takes per bit of weight memory when it generates the Verilog, where its
+#: cost lies for a large model (Amaranth's netlist and RTLIL of a weight ROM hold a few
+#: objects per bit; the folding's estimates take the ROMs by their shape): peak memory, over
+#: a base of :data:`_COMPILE_BASE_BYTES`, and time. One int8 MatMul: 512 x 512 (2 Mbit)
+#: 0.33 GB and 8 s, 1024 x 1024 (8 Mbit) 1.1 GB and 70-90 s (``benchmarks/big_layers.py``).
+_COMPILE_BYTES_PER_WEIGHT_BIT = 140
+_COMPILE_BASE_BYTES = 200 << 20
+_COMPILE_SECONDS_PER_WEIGHT_BIT = 1e-5
+
+
+def _bits(n: int) -> str:
+    """``n`` bits in kbit (1,024 bits) or Mbit (1,024 kbit)."""
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.1f} Mbit"
+    return f"{n / 1024:.1f} kbit" if n < 10 * 1024 else f"{n // 1024:,} kbit"
+
+
+def _bytes(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GB" if n >= 1 << 30 else f"{n / (1 << 20):,.0f} MB"
+
+
+def weight_sizes(dataflow) -> list:
+    """``[(layer name, bits), ...]`` of the layers with weights, the largest first: the
+    memory their weights take at least (:meth:`LayerKind.weight_bits
+    <onnx2fpga.plan.layers.base.LayerKind.weight_bits>`)."""
+    from .plan.layers import kind_of
+
+    sizes = [(ly.name, kind_of(ly).weight_bits(ly)) for ly in dataflow.layers]
+    return sorted(((n, b) for n, b in sizes if b), key=lambda s: (-s[1], s[0]))
+
+
+def _weights_text(sizes) -> str:
+    total = sum(b for _, b in sizes)
+    shown = ", ".join(f"layer {n!r} {_bits(b)}" for n, b in sizes[:3])
+    more = f" and {len(sizes) - 3} more" if len(sizes) > 3 else ""
+    return f"{_bits(total)} ({shown}{more})"
+
+
+def _block_ram_bits(limits) -> int:
+    return limits.bram * limits.bram_kbit * 1024
+
+
+def check_sizes(dataflow, board, utilization: float, say=lambda msg: None) -> None:
+    """Refuse, before folding, a design whose weights cannot fit: with ``board``, more
+    weight bits (:func:`weight_sizes`) than the device holds in block RAM and in all of
+    its LUTs (within ``utilization``) as ROM, even at the slowest folding; without a
+    board, more than :data:`NO_BOARD_MARGIN` times the block RAM of the largest supported
+    device. Raises :class:`~onnx2fpga.errors.SizeError` naming the sizes."""
+    from .boards.targets import get_board, list_boards
+    from .plan.checks import weight_capacity_bits
+
+    sizes = weight_sizes(dataflow)
+    total = sum(b for _, b in sizes)
+    if not total:
+        return
+    if board is not None:
+        target = get_board(board)
+        lim = target.limits
+        luts = int(lim.lut * utilization)
+        cap = weight_capacity_bits(lim.bram, lim.bram_kbit * 1024, luts)
+        if total > cap:
+            raise SizeError(
+                f"The weights take {_weights_text(sizes)} even at the slowest folding; "
+                f"{target.name} ({target.device}) holds at most {_bits(cap)} of them: "
+                f"{lim.bram} block RAMs of {lim.bram_kbit} kbit and {luts:,} LUTs "
+                f"({utilization:.0%} of {lim.lut:,}) as ROM")
+        return
+    targets = [get_board(name) for name in list_boards()]
+    most = max(_block_ram_bits(t.limits) for t in targets)
+    if total > NO_BOARD_MARGIN * most:
+        names = ", ".join(t.name for t in targets if _block_ram_bits(t.limits) == most)
+        big = next(t for t in targets if _block_ram_bits(t.limits) == most).limits
+        raise SizeError(
+            f"The weights take {_weights_text(sizes)}; the largest supported device "
+            f"({names}) has {_bits(most)} of block RAM ({big.bram} of {big.bram_kbit} "
+            f"kbit): a design needing more than {NO_BOARD_MARGIN} times that fits no board")
+
+
+def _read_int(path):
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new process: Linux's ``MemAvailable``
+    (``/proc/meminfo``), less if the process's control group (v2 or v1) has a limit nearer
+    its usage; elsewhere the free physical pages; ``None`` if unknown."""
+    have = []
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    have.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        lim, used = _read_int(limit), _read_int(usage)
+        if lim is not None and used is not None and lim < 1 << 60:    # "max": no limit
+            have.append(max(0, lim - used))
+    if not have:
+        try:
+            have.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (AttributeError, ValueError, OSError):
+            return None
+    return min(have)
+
+
+def check_lowering(graph) -> None:
+    """Refuse, before lowering, a model whose constants take more memory as integer layers
+    than the machine has available."""
+    elements = sum(int(np.asarray(v).size) for v in graph.constants.values())
+    need = _COMPILE_BASE_BYTES + _LOWER_BYTES_PER_CONSTANT * elements
+    have = available_memory()
+    if have is not None and need > have:
+        raise SizeError(f"Lowering the model's {elements:,} constant elements takes about "
+                        f"{_bytes(need)} of memory; this machine has {_bytes(have)} available")
+
+
+def check_machine(dataflow, say=lambda msg: None) -> None:
+    """Refuse, before any hardware is built, a design whose Verilog would need more memory
+    than the machine has available (estimated from its weight bits); say how long and how
+    much memory a large one takes."""
+    sizes = weight_sizes(dataflow)
+    total = sum(b for _, b in sizes)
+    need = _COMPILE_BASE_BYTES + _COMPILE_BYTES_PER_WEIGHT_BIT * total
+    seconds = _COMPILE_SECONDS_PER_WEIGHT_BIT * total
+    have = available_memory()
+    if have is not None and need > have:
+        raise SizeError(f"Generating the Verilog of weights of {_weights_text(sizes)} takes "
+                        f"about {_bytes(need)} of memory; this machine has {_bytes(have)} "
+                        f"available")
+    if seconds >= 30:
+        say(f"{_bits(total)} of weights: generating the Verilog takes about "
+            f"{seconds:.0f} s and {_bytes(need)}")
+
+
 def _layer_float_points(dataflow, graph, float_graph) -> dict:
     """Layer name -> ``(float tensor, scale, zero point)``: where a layer's integer output
     stands for a tensor of the float model. Our quantizer names the ``QuantizeLinear`` of
@@ -377,6 +533,7 @@ def _quantize(c: Compilation, say) -> None:
 def _lower(c: Compilation, say) -> None:
     from .frontend.lower import lower
 
+    check_lowering(c.graph)
     say("lowering to integer layers")
     c.design = lower(c.graph, multiplier_bits=c.quant_info["multiplier_bits"])
 
@@ -386,6 +543,7 @@ def _fold(c: Compilation, say) -> None:
 
     o = c.options
     board, utilization = o["board"], o["utilization"]
+    check_sizes(c.design.dataflow, board, utilization, say)
     if board is not None:
         from .boards.targets import get_board
         target = get_board(board)
@@ -394,7 +552,11 @@ def _fold(c: Compilation, say) -> None:
             # within the utilization as every other resource.
             c.design.dataflow.ice40_dsps = int(target.limits.dsp * utilization)
     say("choosing the folding" + (f" for {board}" if board else ""))
-    fold(c.design.dataflow, overrides=o["folding"], **o["fold_options"])
+    try:
+        fold(c.design.dataflow, overrides=o["folding"], **o["fold_options"])
+    except SizeError as e:      # no folding fits the board's device
+        raise SizeError(str(e).replace("fits:", f"fits {board}:", 1) + f" (LUTs, flip-flops "
+                        f"and multipliers within --utilization {utilization:g})") from None
     c.design.dataflow.folding_info.update(
         {"board": board, "target_fps": o["target_fps"], "clock_mhz": o["clock_mhz"],
          "utilization": utilization if board else None})
@@ -431,6 +593,7 @@ def _evaluate(c: Compilation, say) -> None:
 def _emit(c: Compilation, say) -> None:
     from .hw.emit import emit_verilog
 
+    check_machine(c.design.dataflow, say)
     say("generating Verilog")
     c.verilog = emit_verilog(c.design.dataflow, name="top")
     c.manifest = make_manifest(c.design, c.verilog, c.quant_info)

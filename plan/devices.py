@@ -15,7 +15,7 @@ __all__ = [
     "FAMILIES", "const_multiplier_bits", "multiplier_dsps", "MemoryMap", "memory_mapping",
     "varying_columns", "is_shift_register_buffer", "logic_cost", "logic_memory_cost",
     "LUT_PRODUCT_MAX_BITS", "ECP5_DSP_BITS", "ICE40_DSP_BITS", "ice40_registered_product",
-    "ice40_paired_product", "ice40_matvec_dsps",
+    "ice40_paired_product", "ice40_matvec_dsps", "LOGIC_ROM_LUTS_PER_BIT",
 ]
 
 
@@ -224,6 +224,10 @@ def logic_cost(name: str, width: int, depth: int, rom: bool) -> dict:
     return logic_memory_cost(width, depth, rom)
 
 
+#: LUTs per bit of a ROM forced into soft logic (:func:`logic_memory_cost`).
+LOGIC_ROM_LUTS_PER_BIT = 0.131
+
+
 def logic_memory_cost(width: int, depth: int, rom: bool) -> dict:
     """Estimated ``lut`` and ``ff`` of a ``depth`` x ``width`` memory forced into soft logic
     (:attr:`Dataflow.logic_memories <onnx2fpga.ir.Dataflow>`), from yosys 0.70
@@ -235,7 +239,7 @@ def logic_memory_cost(width: int, depth: int, rom: bool) -> dict:
     ECP5 keeps its memories in block or distributed RAM unless told otherwise)."""
     bits = width * depth
     if rom:
-        return {"lut": int(round(0.131 * bits + width)), "ff": int(width)}
+        return {"lut": int(round(LOGIC_ROM_LUTS_PER_BIT * bits + width)), "ff": int(width)}
     return {"lut": int(round(0.89 * bits + depth)), "ff": int(bits + width)}
 
 

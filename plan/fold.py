@@ -15,7 +15,7 @@ layers' cycle behaviour, so that the join can never deadlock.
 
 from __future__ import annotations
 
-from ..errors import OptionError
+from ..errors import OptionError, SizeError
 from ..ir.dataflow import Dataflow
 from ..ir.layers import (
     MULTIPLIERS,
@@ -89,6 +89,8 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         If ``max_lanes`` or ``target_cycles`` is not a positive integer, an override names an
         unknown layer or does not fit the layer's sizes, or no plan reaches ``target_cycles``
         within the budget.
+    SizeError
+        With ``fits``, if no plan fits (without it, every layer takes its cheapest folding).
     """
     if max_lanes is not None and (not isinstance(max_lanes, int) or isinstance(max_lanes, bool)
                                   or max_lanes < 1):
@@ -183,6 +185,10 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
                 info["limited_by"] = (why_not(targets[j - 1]) if j > 0
                                       else "every layer at its fastest folding")
                 break
+    if chosen is None and fits is not None:
+        # A board: a design that cannot be built is no result.
+        raise SizeError(f"No folding of the design fits: at the slowest, "
+                        f"{targets[-1]:,} cycles per inference, {why_not(targets[-1])}")
     if chosen is None:      # nothing fits: the cheapest folding of every layer
         chosen = [opts[0][2] for opts in options]
         info["limited_by"] = "nothing fits: every layer at its cheapest folding"

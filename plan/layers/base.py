@@ -153,6 +153,11 @@ class LayerKind:
         """The layer's elementwise epilogue, in order."""
         return list(getattr(layer, "requant", []))
 
+    def weight_bits(self, layer) -> int:
+        """Bits of memory the layer's weights take at least
+        (:func:`~onnx2fpga.plan.checks.weight_rom_bits`); 0 for a layer without weights."""
+        return 0
+
     def manifest(self, layer) -> dict:
         """The fields of the layer's manifest entry beyond the common ones."""
         return {"in_lanes": layer.in_lanes, "out_lanes": layer.out_lanes,

@@ -6,6 +6,7 @@ from math import gcd
 
 from ...ir.layers import ConvLayer, DenseLayer
 from ..builder import Builder, add_matvec, finish_layer, hwc_order, window_params
+from ..checks import weight_rom_bits
 from .base import LayerKind, check_positive, divisors, window_cycles_of, window_need
 
 __all__ = ["Conv"]
@@ -88,6 +89,12 @@ class Conv(LayerKind):
     def need(self, layer):
         return [window_need(layer, layer.out_channels, layer.kernel, layer.stride,
                             layer.dilation, layer.pads)]
+
+    def weight_bits(self, layer) -> int:
+        """The matrix-vector core's weights (:attr:`~onnx2fpga.ir.ConvLayer.matrix`, zero
+        outside a channel's group), or depthwise a ``(channels, kh * kw)`` matrix."""
+        w = layer.weight.reshape(layer.image[0], -1) if layer.depthwise else layer.matrix
+        return weight_rom_bits(w, layer.weight_type.bits)
 
     def row_delay(self, layer) -> int:
         c, _, w = layer.image

@@ -7,6 +7,7 @@ import numpy as np
 from ...errors import OptionError
 from ...ir.layers import DenseLayer
 from ..builder import Builder, add_matvec, finish_layer
+from ..checks import weight_rom_bits
 from .base import LayerKind, check_positive, divisors
 
 __all__ = ["Dense"]
@@ -68,6 +69,9 @@ class Dense(LayerKind):
 
     def need(self, layer):
         return [np.full(layer.out_size, layer.in_size, np.int64)]
+
+    def weight_bits(self, layer) -> int:
+        return weight_rom_bits(layer.weight, layer.weight_type.bits)
 
     def manifest(self, layer) -> dict:
         return {**super().manifest(layer),

@@ -7,7 +7,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["float_mlp", "ort_qdq_mlp", "save", "CNN_KINDS", "float_cnn", "ort_qdq_cnn"]
+__all__ = ["float_mlp", "ort_qdq_mlp", "qdq_matmul", "save", "CNN_KINDS", "float_cnn",
+           "ort_qdq_cnn"]
 
 
 def float_mlp(sizes=(16, 12, 6), *, kind="gemm", opset=13, softmax=True, seed=0,
@@ -79,6 +80,36 @@ def ort_qdq_mlp(tmp_path, *, sizes=(16, 12, 6), kind="gemm", opset=13, activatio
                     QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=per_channel,
                     calibrate_method=CalibrationMethod.MinMax)
     return q, cal
+
+
+def qdq_matmul(n_in: int, n_out: int, *, seed: int = 0):
+    """One int8 MatMul of ``n_in`` x ``n_out`` random weights in QDQ form, as onnxruntime's
+    ``quantize_static`` writes a float MatMul, built directly (no onnxruntime, no float
+    weights), so that a model of 16 M weights is made in a second: QuantizeLinear ->
+    DequantizeLinear -> MatMul (DequantizeLinear of the int8 weight) -> QuantizeLinear ->
+    DequantizeLinear."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-127, 128, (n_in, n_out), dtype=np.int8)
+    inits = [numpy_helper.from_array(w, "W"),
+             numpy_helper.from_array(np.float32(0.01), "s_w"),
+             numpy_helper.from_array(np.int8(0), "z_w"),
+             numpy_helper.from_array(np.float32(0.05), "s_x"),
+             numpy_helper.from_array(np.int8(0), "z_x"),
+             numpy_helper.from_array(np.float32(0.05 * 0.01 * np.sqrt(n_in) * 40), "s_y"),
+             numpy_helper.from_array(np.int8(0), "z_y")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s_x", "z_x"], ["x_q"], name="q_x"),
+             helper.make_node("DequantizeLinear", ["x_q", "s_x", "z_x"], ["x_dq"], name="dq_x"),
+             helper.make_node("DequantizeLinear", ["W", "s_w", "z_w"], ["W_dq"], name="dq_w"),
+             helper.make_node("MatMul", ["x_dq", "W_dq"], ["m"], name="mm"),
+             helper.make_node("QuantizeLinear", ["m", "s_y", "z_y"], ["y_q"], name="q_y"),
+             helper.make_node("DequantizeLinear", ["y_q", "s_y", "z_y"], ["y"], name="dq_y")]
+    graph = helper.make_graph(
+        nodes, "qdq_matmul", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n_in])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n_out])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="onnx2fpga-tests")
+    model.ir_version = 8
+    return model
 
 
 # ---- convolutional networks -------------------------------------------------------------------

@@ -3,11 +3,12 @@ target, checked against an exhaustive search over every combination of layer fol
 
 import functools
 import itertools
+import re
 
 import numpy as np
 import pytest
 
-from onnx2fpga.errors import OptionError
+from onnx2fpga.errors import OptionError, SizeError
 from onnx2fpga.frontend.load import load_model
 from onnx2fpga.frontend.lower import lower
 from onnx2fpga.frontend.quantize import quantize_graph
@@ -95,6 +96,26 @@ def test_fastest_plan_that_fits_a_resource_check(sizes, dsp):
         assert limited == "every layer at its fastest folding"
 
 
+def test_a_device_nothing_fits_is_refused():
+    """With a device check (a board), no plan that fits is an error naming what overflows at
+    the slowest plan, not the cheapest folding written as a design; without one, a lane
+    budget nothing meets still gives every layer its cheapest folding."""
+    df = _dataflow((6, 4, 3))
+    slowest = max(c for c, _, _, _ in _plans((6, 4, 3)))
+    seen = []
+
+    def fits(d):
+        seen.append(_cycles(d))
+        return f"dsp {_dense_lanes(d)} > 0"
+
+    with pytest.raises(SizeError, match=rf"^No folding of the design fits: at the slowest, "
+                                        rf"{slowest:,} cycles per inference, dsp 2 > 0$"):
+        fold(df, max_lanes=None, fits=fits)
+    assert slowest in seen
+    fold(df, max_lanes=1)
+    assert df.folding_info["limited_by"] == "nothing fits: every layer at its cheapest folding"
+
+
 @pytest.mark.parametrize("sizes", SIZES)
 @pytest.mark.parametrize("target", [1, 3, 5, 8, 13, 24])
 def test_cheapest_plan_that_meets_a_target(sizes, target):
@@ -125,7 +146,9 @@ def test_a_target_the_budget_cannot_reach_is_refused():
 @pytest.mark.parametrize("board,family", [("icebreaker", "ice40"), ("ulx3s-85f", "ecp5")])
 def test_board_folding_fits_the_estimate_and_less_room_is_never_faster(board, family):
     """compile(board=...) keeps the estimated board resources (with the wrapper) within the
-    device; with less room (lower utilization) the design can only get slower."""
+    device; with less room (lower utilization) the design can only get slower, and where
+    not even the slowest folding fits, the compile is refused (SizeError naming what
+    overflows) instead of writing a design that cannot be built."""
     import onnx2fpga
     from onnx2fpga.boards.targets import get_board
 
@@ -134,17 +157,24 @@ def test_board_folding_fits_the_estimate_and_less_room_is_never_faster(board, fa
     lim = get_board(board).limits
     cycles = []
     for util in (0.8, 0.3, 0.05):
-        d = onnx2fpga.compile(model, calibration=cal, board=board, utilization=util)
+        try:
+            d = onnx2fpga.compile(model, calibration=cal, board=board, utilization=util)
+        except SizeError as e:
+            assert re.match(rf"^No folding of the design fits {board}: at the slowest, "
+                            r"[\d,]+ cycles per inference, .*\d+ > \d+ \(LUTs, flip-flops "
+                            rf"and multipliers within --utilization {util}\)$", str(e)), str(e)
+            cycles.append(None)
+            continue
         f, est = d.manifest["folding"], d.manifest["resources"][family]["board"]
         assert (f["board"], f["utilization"]) == (board, util)
-        if f["limited_by"].startswith("nothing fits"):
-            cycles.append(d.manifest["cycles_per_inference"])
-            continue
+        assert not f["limited_by"].startswith("nothing fits")
         assert est["lut"] <= lim.lut * util and est["ff"] <= lim.ff * util
         assert est["dsp"] <= lim.dsp * util and est["bram"] <= lim.bram
         cycles.append(d.manifest["cycles_per_inference"])
-    assert cycles == sorted(cycles)
-    assert cycles[0] < cycles[-1]
+    built = [c for c in cycles if c is not None]
+    assert built and cycles == built + [None] * (len(cycles) - len(built))
+    assert built == sorted(built)
+    assert built[0] < built[-1] or len(built) < len(cycles)
 
 
 def test_board_folding_moves_products_into_luts_when_the_dsps_run_out():

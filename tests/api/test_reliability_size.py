@@ -1,0 +1,173 @@
+"""Reliability, issue 20 point 5: sizes are checked before the work. A model whose weights fit
+no board by far, or not the board asked for even at its slowest folding, or not this
+machine's memory, is refused with one ``error:`` line and exit status 2 before lowering,
+folding or generating hardware; a board that no folding fits is an error, not a design.
+
+The 4096 x 4096 and 1024 x 1024 models here compiled for minutes before (4096 x 4096 killed
+at 8 GB with or without a board, 1024 x 1024 with ``--board icebreaker`` at 8 GB after
+302 s); their refusals take seconds, so the sizes of the issue are tested as they are.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import onnx2fpga
+from onnx2fpga import steps
+from onnx2fpga.cli import main
+from onnx2fpga.errors import SizeError
+from tests.helpers.models import float_mlp, qdq_matmul, save
+
+
+def _cli(cwd, *argv, timeout=300):
+    """The command line in a process of its own (a model that is not refused runs into the
+    timeout instead of the whole run): exit code and stderr without progress lines."""
+    p = subprocess.run([sys.executable, "-m", "onnx2fpga", *map(str, argv)], cwd=cwd,
+                       capture_output=True, text=True, timeout=timeout)
+    err = "".join(line for line in p.stderr.splitlines(keepends=True)
+                  if not line.startswith("[onnx2fpga] "))
+    return p.returncode, err
+
+
+def _one_error(code, err):
+    assert code == 2, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err[len("error: "):-1]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    """QDQ int8 MatMuls of 4096 x 4096 (128 Mbit of weights) and 1024 x 1024 (8 Mbit)."""
+    tmp = tmp_path_factory.mktemp("big")
+    return {n: save(qdq_matmul(n, n), tmp / f"matmul{n}.onnx") for n in (4096, 1024)}
+
+
+def _no_fold(monkeypatch):
+    """Make folding (and generating hardware) fail loudly: a refusal must come before."""
+    def boom(*args, **kw):
+        raise AssertionError("folding started")
+    monkeypatch.setattr("onnx2fpga.plan.fold.fold", boom)
+    monkeypatch.setattr("onnx2fpga.hw.emit.emit_verilog", boom)
+
+
+# -- beyond every supported device ---------------------------------------------------------
+
+def test_weights_far_beyond_every_device_are_refused_without_a_board(models, tmp_path):
+    # 4096 x 4096 int8: 2^27 bits = 128 Mbit; the ECP5 85F (ULX3S, OrangeCrab) has 208
+    # DP16KD of 18 kbit = 3,744 kbit, the most of the supported devices.
+    out = tmp_path / "d"
+    msg = _one_error(*_cli(tmp_path, "compile", models[4096], "-o", out))
+    assert msg == ("The weights take 128.0 Mbit (layer 'dense0' 128.0 Mbit); the largest "
+                   "supported device (orangecrab-85f, ulx3s-85f) has 3.7 Mbit of block RAM "
+                   "(208 of 18 kbit): a design needing more than 4 times that fits no board")
+    assert not out.exists()
+    # At the start of folding: lowering still runs (and --stop-after lower writes it)...
+    code, err = _cli(tmp_path, "compile", models[4096], "-o", out, "--stop-after", "lower")
+    assert code == 0, err
+    assert sorted(os.listdir(out)) == ["design.json", "design.npz", "quantization.json"]
+    # ...and folding does not.
+    code, err = _cli(tmp_path, "compile", models[4096], "-o", tmp_path / "e",
+                     "--stop-after", "fold")
+    assert _one_error(code, err) == msg
+
+
+def test_the_refusal_comes_before_any_folding(models, monkeypatch):
+    _no_fold(monkeypatch)
+    with pytest.raises(SizeError, match=r"^The weights take 128\.0 Mbit "):
+        onnx2fpga.compile(models[4096])
+
+
+def test_a_model_that_fits_a_board_by_a_few_times_is_not_refused(models, tmp_path):
+    """1024 x 1024 int8 (8 Mbit, about twice the ECP5 85F's block RAM) fits no board but is
+    a design: without a board it folds (the Verilog of it takes a minute, not run here)."""
+    code, err = _cli(tmp_path, "compile", models[1024], "-o", tmp_path / "d",
+                     "--stop-after", "fold")
+    assert code == 0, err
+
+
+# -- beyond the board ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("board, device, holds, brams, kbit, luts, of", [
+    ("icebreaker", "iCE40UP5K-SG48", "151 kbit", 30, 4, "4,224", "5,280"),
+    ("ulx3s-85f", "LFE5U-85F-BG381", "4.1 Mbit", 208, 18, "66,912", "83,640"),
+])
+def test_weights_beyond_the_board_are_refused_before_folding(models, tmp_path, board, device,
+                                                               holds, brams, kbit, luts, of):
+    # What the board holds: its block RAMs, and 80 % of its LUTs as ROM in soft logic at
+    # 0.131 LUT a bit (yosys 0.70, plan.devices.logic_memory_cost): UP5K 30 x 4 kbit +
+    # 4,224 / 0.131 bits = 151 kbit; ECP5 85F 208 x 18 kbit + 66,912 / 0.131 = 4.1 Mbit.
+    out = tmp_path / "d"
+    msg = _one_error(*_cli(tmp_path, "compile", models[1024], "-o", out, "--board", board))
+    assert msg == (f"The weights take 8.0 Mbit (layer 'dense0' 8.0 Mbit) even at the "
+                   f"slowest folding; {board} ({device}) holds at most {holds} of them: "
+                   f"{brams} block RAMs of {kbit} kbit and {luts} LUTs (80% of {of}) as ROM")
+    assert not out.exists()
+
+
+def test_the_board_refusal_comes_before_any_folding(models, monkeypatch):
+    _no_fold(monkeypatch)
+    with pytest.raises(SizeError, match=r"^The weights take 8\.0 Mbit .* icebreaker "):
+        onnx2fpga.compile(models[1024], board="icebreaker")
+
+
+def test_a_board_no_folding_fits_is_an_error_not_a_design(tmp_path):
+    """Within the board's memory but not its logic, at any folding (5 % of the UP5K's LUTs):
+    refused, naming what overflows at the slowest folding, and nothing written (it was a
+    design written with exit 0 and "folding limited by: nothing fits")."""
+    model = save(float_mlp((16, 12, 6), softmax=False, seed=2), tmp_path / "m.onnx")
+    np.save(tmp_path / "cal.npy", np.random.default_rng(1).standard_normal(
+        (32, 1, 16)).astype(np.float32))
+    out = tmp_path / "d"
+    msg = _one_error(*_cli(tmp_path, "compile", model, "-o", out, "--board", "icebreaker",
+                           "--utilization", "0.05", "--calibration", tmp_path / "cal.npy"))
+    assert re.match(r"^No folding of the design fits icebreaker: at the slowest, [\d,]+ "
+                    r"cycles per inference, .*logic cells \d+ > 264 \(LUTs, flip-flops and "
+                    r"multipliers within --utilization 0\.05\)$", msg), msg
+    assert not out.exists()
+
+
+# -- beyond this machine -------------------------------------------------------------------
+
+def test_a_model_beyond_the_machine_memory_is_refused_before_lowering(tmp_path, monkeypatch,
+                                                                      capsys):
+    """The machine's available memory is the limit (here pretended small): a model whose
+    lowering would not fit is refused before lowering, one whose Verilog would not fit
+    before any hardware is built, each with the estimate and what is available."""
+    model = save(qdq_matmul(256, 256), tmp_path / "m.onnx")
+    monkeypatch.setattr(steps, "available_memory", lambda: 100 << 20)
+
+    def no_lowering(*args, **kw):
+        raise AssertionError("lowering started")
+    monkeypatch.setattr("onnx2fpga.frontend.lower.lower", no_lowering)
+    code = main(["compile", model, "-o", str(tmp_path / "d")])
+    err = capsys.readouterr().err
+    err = "".join(ln for ln in err.splitlines(keepends=True) if not ln.startswith("[onnx2"))
+    # 65,536 weights and a few scales and zero points, at 32 bytes over 200 MB.
+    assert re.match(r"^Lowering the model's 65,5\d\d constant elements takes about 202 MB "
+                    r"of memory; this machine has 100 MB available$",
+                    _one_error(code, err)), err
+    monkeypatch.undo()
+    # Enough to lower 64 k constants (202 MB), not to emit 512 kbit of weights: 200 MB
+    # and 140 bytes a bit (1024 x 1024 int8 took 1.1 GB).
+    monkeypatch.setattr(steps, "available_memory", lambda: 240 << 20)
+    _no_fold_emit = []
+    monkeypatch.setattr("onnx2fpga.hw.emit.emit_verilog",
+                        lambda *a, **k: _no_fold_emit.append(1))
+    with pytest.raises(SizeError, match=r"^Generating the Verilog of weights of 512 kbit "
+                                        r"\(layer 'dense0' 512 kbit\) takes about 270 MB of "
+                                        r"memory; this machine has 240 MB available$"):
+        onnx2fpga.compile(model, tmp_path / "e")
+    assert _no_fold_emit == [] and not (tmp_path / "e").exists()
+
+
+def test_available_memory_is_the_machines():
+    have = steps.available_memory()
+    assert have is not None and 0 < have <= os.sysconf("SC_PAGE_SIZE") * os.sysconf(
+        "SC_PHYS_PAGES")
