@@ -49,6 +49,7 @@ from .ir.dataflow import Design
 from .ir.layers import product_mapping
 from .ir.serialize import save_design
 from .manifest import make_manifest
+from .plan.devices import FAMILIES
 from .report import write_report
 from .sim.model import first_bad_element
 
@@ -145,6 +146,12 @@ def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
     if board is not None:
         from .boards.targets import get_board
         target = get_board(board)       # UnknownBoardError names the boards there are
+        if target.family not in FAMILIES:
+            raise OptionError(f"--board {target.name}: folding for a board needs resource "
+                              f"estimates of its device, which exist for "
+                              f"{' and '.join(FAMILIES)} only, not {target.family} "
+                              f"({target.device}); compile without --board (or with "
+                              f"--target-fps) and build for {target.name}")
         opts["fits"] = device_check(target, utilization, pinned)
     return opts
 

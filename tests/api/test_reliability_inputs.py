@@ -464,3 +464,18 @@ def test_build_clock_that_is_not_a_frequency(tmp_path, capsys, mlp, clock):
     err = _one_error(code, err)
     assert "MHz" in err and ("positive number" in err or "cannot make inf MHz" in err), err
     assert not (tmp / "design" / "build").exists()
+
+
+def test_a_board_without_resource_estimates_is_one_line(tmp_path, capsys):
+    """``--board tangnano9k`` (Gowin): the estimates know iCE40 and ECP5 only; before, a
+    ValueError traceback from inside the folding."""
+    from tests.helpers.models import float_mlp, save
+
+    path = save(float_mlp((12, 8, 4)), tmp_path / "m.onnx")
+    np.save(tmp_path / "cal.npy", np.random.default_rng(0).standard_normal((16, 1, 12))
+            .astype(np.float32))
+    code, _, err = _run(capsys, "compile", path, "-o", tmp_path / "d", "--calibration",
+                        tmp_path / "cal.npy", "--board", "tangnano9k")
+    err = _one_error(code, err)
+    assert "--board tangnano9k" in err and "gowin" in err, err
+    assert not (tmp_path / "d").exists()
