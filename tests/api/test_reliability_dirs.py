@@ -137,7 +137,7 @@ def test_a_signal_never_leaves_a_partial_folder(tmp_path, model, sig):
     path, cal = model
     out = tmp_path / "d"
     assert main(["compile", path, "-o", str(out), "--calibration", cal]) == 0
-    for delay in (0.0, 0.3, 0.6, 0.9, 1.2, 1.6, 2.0, 3.0):
+    for delay in (0.0, 0.5, 1.0, 2.0):
         p = _proc("compile", path, "-o", out, "--calibration", cal, "--force", "--max-lanes", 2)
         first = p.stderr.readline()       # the command has started (its handlers are in place)
         time.sleep(delay)
@@ -177,7 +177,7 @@ def test_concurrent_compiles_leave_one_whole_design(tmp_path, model):
     path, cal = model
     out = tmp_path / "d"
     ids = set()
-    for _ in range(4):
+    for _ in range(2):
         procs = [_proc("compile", path, "-o", out, "--calibration", cal, "--force",
                        "--max-lanes", lanes) for lanes in (2, 4)]
         for p in procs:

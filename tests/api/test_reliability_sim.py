@@ -88,7 +88,7 @@ def test_two_rtl_simulations_of_one_design_at_once(compiled, tmp_path):
     first = subprocess.run(_simulate_cmd(design, tmp_path / "x0.npy", tmp_path / "y0.npy"),
                            cwd=tmp_path, capture_output=True, text=True, timeout=HANG)
     assert first.returncode == 0, first.stderr             # the build exists: a pure run race
-    runs = _race(tmp_path, design, 120)
+    runs = _race(tmp_path, design, 40)
     _check_own_results(design, runs)
     for _, _, _, err in runs:
         assert "building" not in err                        # both reused the build
