@@ -11,16 +11,10 @@ from onnx import helper
 
 from onnx2fpga.cli import main
 from onnx2fpga.sim.model import run_design
+from tests.helpers.cli import run_cli
 from tests.helpers.models import float_mlp, ort_qdq_mlp, save
 
-
-def _run(capsys, *argv):
-    """Exit code, stdout, and stderr without the ``[onnx2fpga]`` progress lines."""
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    err = "".join(line for line in err.splitlines(keepends=True)
-                  if not line.startswith("[onnx2fpga] "))
-    return code, out, err
+_run = run_cli
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ import pytest
 import onnx2fpga
 from onnx2fpga.cli import main
 from onnx2fpga.designdir import FolderLock
+from tests.helpers.cli import run_cli
 from tests.helpers.models import float_mlp, save
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -37,10 +38,8 @@ def model(tmp_path):
 
 
 def _cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    _, err = capsys.readouterr()
-    lines = [ln for ln in err.splitlines() if not ln.startswith("[onnx2fpga] ")]
-    return code, lines
+    code, _, err = run_cli(capsys, *argv)
+    return code, err.splitlines()
 
 
 def _proc(*argv, **kw):

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import struct
-import subprocess
-import sys
 
 import numpy as np
 import onnx
@@ -15,29 +13,13 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnx2fpga
-from onnx2fpga.cli import main
 from onnx2fpga.errors import InputError
 from onnx2fpga.sim.model import run_head
-from tests.helpers.models import float_mlp, ort_qdq_mlp, save
+from tests.helpers.cli import run_cli, run_cli_process
+from tests.helpers.models import float_mlp, ort_qdq_mlp, qdq_matmul, save
 
-
-def _run(capsys, *argv):
-    """Exit code, stdout, and stderr without the ``[onnx2fpga]`` progress lines."""
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    err = "".join(line for line in err.splitlines(keepends=True)
-                  if not line.startswith("[onnx2fpga] "))
-    return code, out, err
-
-
-def _cli(cwd, *argv, timeout=300):
-    """The command line in a process of its own (a hang fails the test instead of the run):
-    exit code and stderr without progress lines."""
-    p = subprocess.run([sys.executable, "-m", "onnx2fpga", *map(str, argv)], cwd=cwd,
-                       capture_output=True, text=True, timeout=timeout)
-    err = "".join(line for line in p.stderr.splitlines(keepends=True)
-                  if not line.startswith(("[onnx2fpga] ", "[rtl] ")))
-    return p.returncode, err
+_run = run_cli
+_cli = run_cli_process      # a hang fails the test instead of the run
 
 
 def _one_error(code, err):
@@ -340,28 +322,6 @@ def test_simulate_and_connect_options_in_the_python_api(tmp_path, mlp):
                               **kwargs)
 
 
-def _empty_qdq_mlp():
-    """An int8 QDQ layer whose weight has no columns, as onnxruntime's quantizer writes a
-    Linear(4, 0)."""
-    from onnx import numpy_helper
-
-    inits = [numpy_helper.from_array(np.float32(0.05), "s"),
-             numpy_helper.from_array(np.int8(0), "z"),
-             numpy_helper.from_array(np.zeros((4, 0), np.int8), "W")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q_in"),
-             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq_in"),
-             helper.make_node("DequantizeLinear", ["W", "s", "z"], ["Wd"], name="dq_w"),
-             helper.make_node("MatMul", ["xd", "Wd"], ["h"], name="mm0"),
-             helper.make_node("QuantizeLinear", ["h", "s", "z"], ["hq"], name="q0"),
-             helper.make_node("DequantizeLinear", ["hq", "s", "z"], ["y"], name="dq0")]
-    g = helper.make_graph(nodes, "empty", [helper.make_tensor_value_info(
-        "x", TensorProto.FLOAT, [1, 4])], [helper.make_tensor_value_info(
-            "y", TensorProto.FLOAT, [1, 0])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    return m
-
-
 @pytest.mark.parametrize("case", ["gemm_hidden_0", "matmul_out_0", "conv_out_channels_0",
                                   "qdq_matmul_out_0"])
 def test_zero_size_weights(tmp_path, capsys, case):
@@ -373,7 +333,8 @@ def test_zero_size_weights(tmp_path, capsys, case):
     elif case == "matmul_out_0":
         model, node = float_mlp((4, 0), kind="matmul", softmax=False), "mm0"
     elif case == "qdq_matmul_out_0":
-        model, node, cal = _empty_qdq_mlp(), "mm0", None
+        # an int8 QDQ layer whose weight has no columns, as onnxruntime writes Linear(4, 0)
+        model, node, cal = qdq_matmul(4, 0), "mm", None
     else:
         g = helper.make_graph(
             [helper.make_node("Conv", ["x", "W"], ["y"], name="conv0", pads=[1, 1, 1, 1])],

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,17 +20,10 @@ import onnx2fpga
 from onnx2fpga import steps
 from onnx2fpga.cli import main
 from onnx2fpga.errors import SizeError
+from tests.helpers.cli import run_cli_process
 from tests.helpers.models import float_mlp, qdq_matmul, save
 
-
-def _cli(cwd, *argv, timeout=300):
-    """The command line in a process of its own (a model that is not refused runs into the
-    timeout instead of the whole run): exit code and stderr without progress lines."""
-    p = subprocess.run([sys.executable, "-m", "onnx2fpga", *map(str, argv)], cwd=cwd,
-                       capture_output=True, text=True, timeout=timeout)
-    err = "".join(line for line in p.stderr.splitlines(keepends=True)
-                  if not line.startswith("[onnx2fpga] "))
-    return p.returncode, err
+_cli = run_cli_process      # a model that is not refused runs into the timeout, not the run
 
 
 def _one_error(code, err):
