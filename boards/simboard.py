@@ -23,7 +23,6 @@ Faults: ``faults={"to_board": {index: xor_mask}, "to_host": {...}}`` flips bits 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import json
 import re
@@ -38,8 +37,8 @@ from pathlib import Path
 from amaranth.back import verilog
 from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal
 
-from ..designdir import check_verilog
-from ..errors import Onnx2FpgaError
+from ..designdir import check_top
+from ..errors import DesignDirError, Onnx2FpgaError
 from ..sim.verilator_build import new_run_dir, shared_simulator
 from .framed import FramedBridge
 from .protocol import design_id_from_sha256
@@ -175,13 +174,10 @@ class SimBoard:
         # module called "top" below the toplevel collides with them, so the accelerator's
         # module is renamed (its body is the design's top.v as it is).
         path = self.directory / "top.v"
-        raw = path.read_bytes()
-        # What runs is what the manifest names, and nothing a simulator would execute.
-        if hashlib.sha256(raw).hexdigest() != self.manifest["top"]["verilog_sha256"]:
-            raise SimBoardError(f"{path}: differs from what the compile wrote (manifest hash); "
-                                f"compile the model again")
-        text = raw.decode("utf-8", errors="replace")
-        check_verilog(text, str(path))
+        try:    # what runs is what the manifest names, and nothing a simulator would execute
+            text = check_top(path.read_bytes(), self.manifest, str(path))
+        except DesignDirError as e:
+            raise SimBoardError(str(e)) from None
         top, count = re.subn(r"^module top\(", f"module {_ACCEL_MODULE}(", text, count=1,
                              flags=re.M)
         if count != 1:

@@ -262,7 +262,6 @@ def _simulate(args):
 
     from .api import load
     from .designdir import save_array
-    from .errors import Onnx2FpgaError
     from .sim.model import run_design
 
     d = load(args.dir)
@@ -347,18 +346,18 @@ def _run(args):
 
     from .api import load
     from .designdir import save_array
-    from .errors import Onnx2FpgaError
     from .runtime import connect
     from .sim.model import stack_inputs
 
     x = _read_inputs(args)
-    stack_inputs(load(args.dir).design, x)     # bad inputs refused before a board is opened
+    design = load(args.dir)
+    stack_inputs(design.design, x)     # bad inputs refused before a board is opened
     if args.flip_probability and not args.sim:
         raise Onnx2FpgaError("--flip-probability needs --sim")
     sim_options = {"flip_probability": args.flip_probability, "seed": args.seed,
                    "progress": True} if args.sim else None
     try:
-        board = connect(args.dir, args.port, baud=args.baud, sim=args.sim,
+        board = connect(design, args.port, baud=args.baud, sim=args.sim,
                         timeout=args.timeout, retries=args.retries, sim_options=sim_options)
     except ValueError as e:
         raise Onnx2FpgaError(str(e)) from None
@@ -402,7 +401,6 @@ def _flash(args):
 
 def _conformance(args):
     from .conformance import format_table, run_conformance
-    from .errors import Onnx2FpgaError
 
     def say(msg):
         print(msg, file=sys.stderr, flush=True)

@@ -39,7 +39,7 @@ import numpy as np
 from .errors import DesignDirError
 
 __all__ = ["OWN_ENTRIES", "HASHED", "LOCK_NAME", "FolderLock", "check_target", "publish",
-           "file_hashes", "verify", "check_verilog", "atomic_write", "output_path",
+           "file_hashes", "verify", "check_verilog", "check_top", "atomic_write", "output_path",
            "save_array", "INTERRUPTED", "check_interrupted"]
 
 #: Set by the command line's SIGINT handler. A KeyboardInterrupt raised inside a ``__del__``
@@ -318,8 +318,26 @@ def verify(directory, manifest: dict) -> None:
         raise DesignDirError(f"{d}: {', '.join(changed)} differ{'s' if len(changed) == 1 else ''}"
                              f" from what the compile wrote (manifest hashes); compile the "
                              f"model again")
-    with open(os.path.join(d, "top.v"), encoding="utf-8", errors="replace") as f:
-        check_verilog(f.read(), os.path.join(d, "top.v"))
+    with open(os.path.join(d, "top.v"), "rb") as f:
+        check_top(f.read(), manifest, os.path.join(d, "top.v"))
+
+
+def check_top(raw: bytes, manifest: dict, where: str) -> str:
+    """The text of ``top.v`` read as ``raw``, after checking it is what the manifest names
+    (``top.verilog_sha256``) and holds nothing a simulator would run (:func:`check_verilog`);
+    for a reader that compiles the text it read itself.
+
+    Raises
+    ------
+    DesignDirError
+    """
+    top = manifest.get("top") if isinstance(manifest, dict) else None
+    if not isinstance(top, dict) or hashlib.sha256(raw).hexdigest() != top.get("verilog_sha256"):
+        raise DesignDirError(f"{where}: differs from what the compile wrote (manifest hash); "
+                             f"compile the model again")
+    text = raw.decode("utf-8", errors="replace")
+    check_verilog(text, where)
+    return text
 
 
 def atomic_write(path, data) -> None:

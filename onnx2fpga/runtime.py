@@ -199,8 +199,9 @@ def connect(directory, port=None, *, baud=None, sim=False, timeout=None, retries
 
     Parameters
     ----------
-    directory : path
-        A design directory written by :func:`onnx2fpga.compile`.
+    directory : path or CompiledDesign
+        A design directory written by :func:`onnx2fpga.compile`, or the design
+        :func:`onnx2fpga.load` already opened (not checked and loaded again).
     port : str, optional
         Serial port (pyserial name or URL) of a real board.
     baud : int, optional
@@ -228,10 +229,10 @@ def connect(directory, port=None, *, baud=None, sim=False, timeout=None, retries
     onnx2fpga.boards.protocol.LinkError
         The board does not answer HELLO.
     """
-    from .api import load
+    from .api import CompiledDesign, load
 
     check_link_options(baud=baud, timeout=timeout, retries=retries, sim_options=sim_options)
-    design = load(directory)
+    design = directory if isinstance(directory, CompiledDesign) else load(directory)
     if sim:
         if port is not None:
             raise ValueError("Give either a port or sim=True, not both")
