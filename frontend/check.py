@@ -515,6 +515,8 @@ def check_model(model, lenient: bool = False):
                              f"{_first_line(e)}") from None
         _warn(f"OP-09: converted the model from ai.onnx opset {opset} to {MIN_OPSET}")
     proxy = _qonnx_shape_proxy(model)
+    if proxy is None:
+        _fold_shape_subgraphs(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(proxy or model, check_type=True,
                                                      strict_mode=True, data_prop=True)
@@ -622,6 +624,92 @@ def _qonnx_shape_proxy(model):
             n.op_type, n.domain = "Identity", ""
     _fold_shape_arithmetic(proxy)
     return proxy
+
+
+#: Operators a shape computation is made of (torch's legacy exporter writes
+#: ``Shape -> Slice / Gather / Mod / Add -> Concat -> Reshape`` for ``nn.Unflatten``).
+SHAPE_ARITHMETIC = ("Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Add",
+                    "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Reshape", "Cast", "Range",
+                    "Equal", "Where", "ConstantOfShape", "Expand", "Identity", "Constant",
+                    "ReduceProd", "Min", "Max")
+_SHAPE_VALUE_LIMIT = 64         # elements: a shape, never a weight
+
+
+def _fold_shape_subgraphs(model) -> None:
+    """Evaluate the shape computations of a model whose input shapes are bound: ``Shape`` of
+    a tensor whose inferred shape is static, and the small integer arithmetic on such values
+    and on constants (:data:`SHAPE_ARITHMETIC`, results of at most 64 int64 elements) become
+    initializers (in place), so that the ``Reshape`` they feed has a constant target shape.
+    Repeated with a fresh (lenient) shape inference while something folds: a folded shape
+    can make the next ``Shape`` static. ONNX's own data propagation stops at operators such as
+    ``Mod``; the values are computed by ``onnx.reference``."""
+    onnx = onnx_module()
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    opset = {("" if o.domain == "ai.onnx" else o.domain): o.version
+             for o in model.opset_import}.get("", MIN_OPSET)
+    for _ in range(8):
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        except _onnx_errors():
+            return
+        g = inferred.graph
+        shapes = {}
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            tt = vi.type.tensor_type
+            if vi.type.HasField("tensor_type") and tt.HasField("shape") and \
+                    all(d.HasField("dim_value") for d in tt.shape.dim):
+                shapes[vi.name] = [d.dim_value for d in tt.shape.dim]
+        known = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
+                 if t.data_type == onnx.TensorProto.INT64 and
+                 int(np.prod(t.dims, dtype=np.int64)) <= _SHAPE_VALUE_LIMIT}
+        outputs = {o.name for o in model.graph.output}
+        keep, added = [], []
+        for n in model.graph.node:
+            value = None
+            if n.domain in ("", "ai.onnx") and n.op_type in SHAPE_ARITHMETIC and \
+                    len(n.output) == 1 and n.output[0] not in outputs:
+                ins = list(n.input)
+                if n.op_type in ("Shape", "Size") and ins and ins[0] in shapes:
+                    dims = np.asarray(shapes[ins[0]], np.int64)
+                    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+                    value = np.asarray(dims.prod() if n.op_type == "Size" else
+                                       dims[attrs.get("start", 0):attrs.get("end", None)],
+                                       np.int64)
+                elif n.op_type not in ("Shape", "Size") and \
+                        all(not i or i in known for i in ins):
+                    value = _evaluate_node(onnx, ReferenceEvaluator, n, known, opset)
+            if value is None or value.dtype != np.int64 or value.size > _SHAPE_VALUE_LIMIT:
+                keep.append(n)
+                continue
+            known[n.output[0]] = value
+            added.append(numpy_helper.from_array(value, n.output[0]))
+        if not added:
+            return
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+        model.graph.initializer.extend(added)
+        names = {t.name for t in added}
+        kept = [vi for vi in model.graph.value_info if vi.name not in names]
+        del model.graph.value_info[:]
+        model.graph.value_info.extend(kept)
+
+
+def _evaluate_node(onnx, evaluator, n, known, opset):
+    """``n`` run by onnx.reference on the constants ``known``; None if it cannot be."""
+    ins = [i for i in n.input if i]
+    graph = onnx.helper.make_graph(
+        [n], "shape", [], [onnx.helper.make_tensor_value_info(n.output[0],
+                                                            onnx.TensorProto.UNDEFINED, None)],
+        [onnx.numpy_helper.from_array(np.asarray(known[i]), i) for i in dict.fromkeys(ins)])
+    m = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return np.asarray(evaluator(m).run(None, {})[0])
+    except Exception:       # noqa: BLE001 - any failure leaves the node as it is
+        return None
 
 
 def _fold_shape_arithmetic(model) -> None:
