@@ -514,7 +514,7 @@ def check_model(model, lenient: bool = False):
             raise CheckError(f"Converting opset {opset} to {MIN_OPSET}: "
                              f"{_first_line(e)}") from None
         _warn(f"OP-09: converted the model from ai.onnx opset {opset} to {MIN_OPSET}")
-    proxy = _qonnx_shape_proxy(model)
+    proxy = _shape_proxy(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(proxy or model, check_type=True,
                                                      strict_mode=True, data_prop=True)
@@ -603,23 +603,37 @@ def _bind_batch(model) -> None:
                                  f"only the leading batch dimension is bound (to 1)")
 
 
-def _qonnx_shape_proxy(model):
+# ai.onnx.ml operators whose output has their input's shape, which ONNX shape inference
+# does not propagate (their schemas infer the element type only): -> float32 or the same type.
+_ML_SHAPE_KEEPING = {"Scaler": "float", "Normalizer": "float", "Binarizer": "same"}
+
+
+def _shape_proxy(model):
     """A copy of ``model`` in which every QONNX quantizer is an ai.onnx Identity of its data
-    input, or None if there is none. ONNX shape inference knows no schema for them and would
-    leave every tensor after them without a shape; all of them keep the shape (and element
-    type) of their data input."""
+    input, and every ai.onnx.ml operator of :data:`_ML_SHAPE_KEEPING` an Identity or a Cast
+    to float, or None if there is none. ONNX shape inference knows no schema for the
+    former and infers no shape for the latter, and would leave every tensor after them
+    without a shape; all of them keep the shape of their data input."""
     onnx = onnx_module()
-    if not any(n.domain in QONNX_DOMAINS and n.op_type in QONNX_OPS for n in model.graph.node):
+
+    def proxied(n):
+        return (n.domain in QONNX_DOMAINS and n.op_type in QONNX_OPS or
+                n.domain == "ai.onnx.ml" and n.op_type in _ML_SHAPE_KEEPING) and len(n.input)
+
+    if not any(proxied(n) for n in model.graph.node):
         return None
     proxy = onnx.ModelProto()
     proxy.CopyFrom(model)
     for n in proxy.graph.node:
-        if n.domain in QONNX_DOMAINS and n.op_type in QONNX_OPS and len(n.input):
+        if proxied(n):
+            to_float = n.domain == "ai.onnx.ml" and _ML_SHAPE_KEEPING[n.op_type] == "float"
             data = n.input[0]
             del n.input[:]
             n.input.append(data)
             del n.attribute[:]
-            n.op_type, n.domain = "Identity", ""
+            n.op_type, n.domain = ("Cast", "") if to_float else ("Identity", "")
+            if to_float:
+                n.attribute.append(onnx.helper.make_attribute("to", onnx.TensorProto.FLOAT))
     _fold_shape_arithmetic(proxy)
     return proxy
 

@@ -120,7 +120,8 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
     Design
         The dataflow between an input and an output port, the host's nodes (with an
         Identity that gives the output its ONNX name where it has another), the constants
-        they read, and the model's metadata.
+        they read, the graph's input and every graph output (name, dtype, shape; the tail
+        computes them all from the one output port), and the model's metadata.
     """
     g = hw.graph.graph
     layers = fuse_requants(hw.layers)
@@ -147,7 +148,7 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
         tail=tail,
         constants={k: np.asarray(g.constants[k]) for k in sorted(needed)},
         inputs=[_io(g, g.inputs[0])],
-        outputs=[_io(g, g.outputs[0])],
+        outputs=[_io(g, name) for name in g.outputs],
         metadata=dict(g.metadata, graph_name=g.name),
     )
 

@@ -51,7 +51,7 @@ from .ir.serialize import save_design
 from .manifest import make_manifest
 from .plan.devices import FAMILIES
 from .report import write_report
-from .sim.model import first_bad_element
+from .sim.model import accepted_layouts, first_bad_element
 
 __all__ = [
     "STEPS", "Compilation", "run_steps", "write_artifacts", "graph_json", "check_samples",
@@ -68,7 +68,7 @@ def check_samples(graph, x, what: str) -> np.ndarray:
     info = graph.tensors[name]
     shape = tuple(info.shape)
     x = np.asarray(x)
-    want = f"({', '.join(['batch'] + [str(d) for d in shape])}) {info.dtype}"
+    want = f"{' or '.join(accepted_layouts(shape))} {info.dtype}"
     if not np.issubdtype(x.dtype, np.floating):
         raise CalibrationError(f"{what} must be {want}, not {tuple(x.shape)} {x.dtype.name}")
     if x.ndim == len(shape) + 1 and x.shape[1:] == shape:
@@ -577,17 +577,23 @@ def _evaluate(c: Compilation, say) -> None:
 
     design, graph, float_graph, samples = c.design, c.graph, c.float_graph, c.samples
     points = _layer_float_points(design.dataflow, graph, float_graph)
-    keep = {float_graph.outputs[0]} | {p[0] for p in points.values()}
+    # The output compared: the first float one (a classifier's probabilities, not its label).
+    out = next((t for t in float_graph.outputs
+                if float_graph.tensors[t].dtype.startswith("float")),
+               float_graph.outputs[0])
+    keep = {out} | {p[0] for p in points.values()}
     envs = []                      # only the tensors compared, not every intermediate
     for s in samples:
         env = host.run_nodes(float_graph.nodes, {float_graph.inputs[0]: s},
                              float_graph.constants)
         envs.append({t: env[t] for t in keep})
-    ref = np.stack([env[float_graph.outputs[0]] for env in envs])
+    ref = np.stack([env[out] for env in envs])
     quant_info = c.quant_info
     quant_info["layers"] = _layer_errors(design, samples, points, envs)
     del envs
     got = run_design(design, samples, stacked=True)
+    if isinstance(got, dict):
+        got = got[out]
     err = np.abs(got.astype(np.float64) - ref.astype(np.float64))
     quant_info["calibration_max_abs_error"] = float(err.max())
     quant_info["calibration_mean_abs_error"] = float(err.mean())
