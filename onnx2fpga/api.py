@@ -157,8 +157,13 @@ class CompiledDesign:
         return os.path.join(self.directory, "top.v")
 
     def simulate(self, x, engine: str = "rtl", *, stall_in: float = 0.3,
-                 stall_out: float = 0.3, seed: int = 0, progress: bool = False) -> np.ndarray:
+                 stall_out: float = 0.3, seed: int = 0, progress: bool = False):
         """Run the model on a batch ``x`` (stacked along axis 0) and return its outputs.
+
+        ``x`` is an array, or a dict holding it under the graph input's name. A model with
+        one output returns one array; a model with several returns a dict of arrays by
+        graph output name (``manifest["outputs"]`` lists them, in graph order), each
+        stacked like ``x``.
 
         ``engine="golden"`` runs the integer golden model; ``"rtl"`` runs the emitted Verilog
         in Verilator through cocotb with random stalls on both AXI-Stream sides (then
