@@ -204,6 +204,11 @@ def _check_tail(hw: HardwarePart, tail) -> str:
     hw_reads = [t for t in reads if t in hw.qinfo]
     other = [t for t in reads if t not in hw.qinfo]
     for t in other:
+        if t in g.inputs:
+            problems.append(f"Tensor {t!r}: the graph input is read after the accelerator "
+                            f"(a graph output or a tail node); only the accelerator's one "
+                            f"output stream reaches the host part after it")
+            continue
         problems.append(f"Tensor {t!r}: the host part after the accelerator reads it from "
                         f"inside the hardware part; only one stream leaves the "
                         f"accelerator")
