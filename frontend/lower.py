@@ -140,6 +140,9 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
             [_host(n) for n in part.tail]
     else:
         tail = [_host(n) for n in part.tail]
+    # Outputs a pass renamed get the model's names back, at the end of the tail.
+    tail += [HostNode("Identity", [o], [g.output_names[o]], {}, f"{g.output_names[o]}__output")
+             for o in g.outputs if o in g.output_names]
     head = part.head
     needed = {i for n in head + tail for i in n.inputs if i in g.constants}
     return Design(
@@ -148,14 +151,15 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
         tail=tail,
         constants={k: np.asarray(g.constants[k]) for k in sorted(needed)},
         inputs=[_io(g, g.inputs[0])],
-        outputs=[_io(g, name) for name in g.outputs],
+        outputs=[_io(g, name, g.output_names.get(name, name)) for name in g.outputs],
         metadata=dict(g.metadata, graph_name=g.name),
     )
 
 
-def _io(g: Graph, name):
+def _io(g: Graph, name, label=None):
     info = g.tensors[name]
-    return {"name": name, "dtype": info.dtype, "shape": [int(d) for d in info.shape]}
+    return {"name": label or name, "dtype": info.dtype,
+            "shape": [int(d) for d in info.shape]}
 
 
 def _host(n: Node) -> HostNode:
