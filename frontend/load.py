@@ -44,6 +44,7 @@ from .check import (
     type_name,
 )
 from .ir import Graph, Node, TensorInfo
+from .sklearn import REWRITTEN_ML_OPS
 
 # check_model, Onnx2FpgaWarning, MAX_ELEMENTS and the QONNX names are defined in
 # frontend/check.py and offered here too: they belong to the loader's interface.
@@ -183,7 +184,8 @@ def _check_external_data(model, base_dir: str | None, path: str) -> None:
 
 
 # Operator domains the passes and kernels implement ("" is ai.onnx); of ai.onnx.ml only the
-# host operators of :data:`onnx2fpga.sim.host.ML_HOST_OPS`.
+# host operators of :data:`onnx2fpga.sim.host.ML_HOST_OPS` and the linear models
+# frontend/sklearn.py rewrites.
 SUPPORTED_DOMAINS = ("", ML_DOMAIN)
 
 # ZipMap turns a tensor into a sequence of maps, which no design can output.
@@ -378,10 +380,12 @@ def import_model(model) -> Graph:
                             f"{n.op_type!r} of domain {domain!r} is not supported (of this "
                             f"domain only {', '.join(QONNX_OPS)})")
             continue
-        if domain == ML_DOMAIN and n.op_type not in ML_HOST_OPS:
+        if domain == ML_DOMAIN and n.op_type not in ML_HOST_OPS and \
+                n.op_type not in REWRITTEN_ML_OPS:
             why = _ZIPMAP_HINT if n.op_type == "ZipMap" else (
                 f"operator {n.op_type!r} of domain {domain!r} is not supported (of this "
-                f"domain only {', '.join(ML_HOST_OPS)}, on the host)")
+                f"domain only {', '.join(ML_HOST_OPS)} on the host, and "
+                f"{', '.join(REWRITTEN_ML_OPS)} as a Gemm)")
             problems.append(f"Node {label!r} ({domain}.{n.op_type}, opset {opset}): {why}")
             continue
         if domain not in SUPPORTED_DOMAINS and domain not in QONNX_DOMAINS:

@@ -485,9 +485,11 @@ def _load(c: Compilation, say) -> None:
     from .frontend.qop import normalize_qoperators
     from .frontend.quantize import fold_constants
     from .frontend.resolve import resolve_geometry
+    from .frontend.sklearn import normalize_ml
 
     say("loading and checking the model")
     graph = load_model(c.model, lenient=c.options["lenient"])
+    normalize_ml(graph)         # skl2onnx's linear models: a Gemm and host operators
     normalize_qoperators(graph)
     normalize_finn(graph)       # FINN MultiThreshold activations: quantizers by thresholds
     normalize_qdq(graph)

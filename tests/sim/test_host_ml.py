@@ -22,9 +22,10 @@ def _ort(op, inputs, attrs, out_type, consts=()):
     names = ["x"] + [f"c{k}" for k in range(len(consts))]
     node = helper.make_node(op, names, ["y"], domain="ai.onnx.ml", **attrs)
     x = inputs
+    x_info = helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(x.dtype),
+                                           list(x.shape))
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(
-            x.dtype), list(x.shape))], [helper.make_tensor_value_info("y", out_type, list(x.shape))],
+        [node], "g", [x_info], [helper.make_tensor_value_info("y", out_type, list(x.shape))],
         [numpy_helper.from_array(np.asarray(c), f"c{k}") for k, c in enumerate(consts)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid("ai.onnx.ml", 3)])
