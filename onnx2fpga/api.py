@@ -61,9 +61,9 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         directory holding only what onnx2fpga writes
         (:func:`onnx2fpga.designdir.check_target`). The design is written beside it and
         renamed into place when complete (:func:`onnx2fpga.designdir.publish`).
-    calibration : array or path to .npy, optional
-        A batch of real inputs (stacked along axis 0) for post-training quantization of a
-        float model. Ignored, with a warning, for models that are already quantized.
+    calibration : array, dict, or path to .npy or .npz, optional
+        A batch of real inputs (stacked along axis 0; a dict or .npz holds it under the
+        graph input's name) for post-training quantization of a float model. Ignored, with a warning, for models that are already quantized.
     lenient : bool
         Accept the common exporter deviations from the ONNX spec (see ``frontend.load``).
     weight_bits, activation_bits, per_channel : quantization of float models.

@@ -61,8 +61,9 @@ def _parser():
                        "data.")
     c.add_argument("model", metavar="MODEL", help="ONNX model file")
     c.add_argument("-o", "--output", required=True, metavar="DIR", help="design directory")
-    c.add_argument("--calibration", metavar="X.npy", help="batch of real inputs, stacked along "
-                   "axis 0, for post-training quantization of a float model")
+    c.add_argument("--calibration", metavar="X.npy|X.npz", help="batch of real inputs, stacked "
+                   "along axis 0 (a .npz: under the input's name), for post-training "
+                   "quantization of a float model")
     c.add_argument("--lenient", action="store_true", help="accept common deviations from the "
                    "ONNX spec (missing default opset, undeclared custom domains, ...)")
     c.add_argument("--force", action="store_true", help="replace DIR if it is a design "

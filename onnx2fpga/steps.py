@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .arrays import read_array
+from .arrays import read_arrays
 from .designdir import check_interrupted, file_hashes
 from .errors import CalibrationError, OptionError, SizeError
 from .ir.dataflow import Design
@@ -505,7 +505,13 @@ def _quantize(c: Compilation, say) -> None:
     o, graph = c.options, c.graph
     calibration, activation_bits = o["calibration"], o["activation_bits"]
     if isinstance(calibration, (str, os.PathLike)):
-        calibration = read_array(calibration, "calibration data", CalibrationError)
+        calibration = read_arrays(calibration, "calibration data", CalibrationError)
+    if isinstance(calibration, dict):            # a .npz (or a dict) by graph input name
+        if sorted(map(str, calibration)) != sorted(graph.inputs):
+            raise CalibrationError(f"Calibration data must be named "
+                                   f"{', '.join(map(repr, graph.inputs))}, not "
+                                   f"{', '.join(map(repr, calibration)) or 'none'}")
+        calibration = calibration[graph.inputs[0]]
     if is_quantized(graph):
         if calibration is not None:
             samples = check_samples(graph, calibration, "Calibration data")

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper
 
 import onnx2fpga
 from onnx2fpga.arrays import read_npz
-from onnx2fpga.errors import InputError, UnsupportedError
+from onnx2fpga.errors import CalibrationError, InputError, UnsupportedError
 from tests.api.test_fuzz import run_frontend
 from tests.helpers.models import float_mlp, ort_qdq_mlp, save
 
@@ -26,7 +26,8 @@ def test_logits_and_softmax_outputs_from_one_stream(tmp_path):
     m.graph.output.append(helper.make_tensor_value_info("h1", TensorProto.FLOAT, ["N", 4]))
     path = save(m, tmp_path / "two.onnx")
     cal = np.random.default_rng(1).standard_normal((48, 12)).astype(np.float32)
-    d = onnx2fpga.compile(path, tmp_path / "design", calibration=cal)
+    np.savez(tmp_path / "cal.npz", x=cal)
+    d = onnx2fpga.compile(path, tmp_path / "design", calibration=tmp_path / "cal.npz")
     assert [ly.kind for ly in d.design.dataflow.layers] == ["dense", "dense"]
     assert d.manifest["outputs"] == [
         {"name": "y", "dtype": "float32", "shape": [1, 4]},
@@ -40,6 +41,15 @@ def test_logits_and_softmax_outputs_from_one_stream(tmp_path):
     # the softmax the host computes is the softmax of the logits it returns
     e = np.exp(got["h1"] - got["h1"].max(1, keepdims=True))
     np.testing.assert_allclose(got["y"], e / e.sum(1, keepdims=True), atol=1e-6)
+
+
+def test_calibration_npz_must_name_the_input(tmp_path):
+    path = save(float_mlp((12, 8, 4)), tmp_path / "mlp.onnx")
+    np.savez(tmp_path / "cal.npz", X=np.zeros((4, 12), np.float32))
+    with pytest.raises(CalibrationError, match=r"^Calibration data must be named 'x', not "
+                                               r"'X'$"):
+        onnx2fpga.compile(path, tmp_path / "design", calibration=tmp_path / "cal.npz")
+    assert not (tmp_path / "design").exists()
 
 
 def test_two_outputs_computed_in_hardware_are_refused_by_name(tmp_path):
