@@ -140,9 +140,15 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
             [_host(n) for n in part.tail]
     else:
         tail = [_host(n) for n in part.tail]
-    # Outputs a pass renamed get the model's names back, at the end of the tail.
-    tail += [HostNode("Identity", [o], [g.output_names[o]], {}, f"{g.output_names[o]}__output")
-             for o in g.outputs if o in g.output_names]
+    # Outputs a pass renamed get the model's names back from the tail node computing them
+    # (or an Identity where the tail computes none).
+    names = {o: g.output_names[o] for o in g.outputs if o in g.output_names}
+    for n in tail:
+        n.inputs = [names.get(i, i) for i in n.inputs]
+        n.outputs = [names.get(o, o) for o in n.outputs]
+    made = {o for n in tail for o in n.outputs}
+    tail += [HostNode("Identity", [o], [name], {}, f"{name}__output")
+             for o, name in names.items() if name not in made]
     head = part.head
     needed = {i for n in head + tail for i in n.inputs if i in g.constants}
     return Design(
