@@ -393,6 +393,58 @@ def _lenient_repairs(model) -> None:
         _warn(f"ND-02: domain {dom!r} is used but not declared in opset_import; "
               f"assumed version 1")
     _toposort(model, repair=True)
+    _untyped_values(model, repair=True)
+
+
+def _untyped_values(model, repair: bool) -> None:
+    """Value infos without a type, which the ONNX checker refuses without naming them (a
+    model cut by skl2onnx's ``select_model_inputs_outputs`` or ``onnx.utils`` leaves its new
+    outputs and some ``value_info`` entries untyped). With ``repair``, a ``value_info``
+    entry without a type is dropped (it says nothing) and a graph output without one takes
+    the type ONNX shape inference gives it; otherwise each is refused by name. A graph input
+    without a type is always refused: nothing says what to feed it."""
+    onnx = onnx_module()
+    g = model.graph
+
+    def untyped(vi):
+        return not vi.HasField("type") or vi.type.WhichOneof("value") is None or (
+            vi.type.HasField("tensor_type") and not vi.type.tensor_type.elem_type)
+
+    for vi in g.input:
+        if untyped(vi):
+            raise CheckError(f"Input {vi.name!r} has no type; a graph input must declare its "
+                             f"element type and shape")
+    drop = [vi.name for vi in g.value_info if untyped(vi)]
+    outputs = [vi.name for vi in g.output if untyped(vi)]
+    if not repair:
+        if drop:
+            raise CheckError(f"Value {drop[0]!r}: value_info entry without a type (--lenient "
+                             f"drops such entries)")
+        if outputs:
+            raise CheckError(f"Output {outputs[0]!r} has no type (--lenient takes it from "
+                             f"shape inference)")
+        return
+    if drop:
+        keep = [vi for vi in g.value_info if not untyped(vi)]
+        del g.value_info[:]
+        g.value_info.extend(keep)
+        _warn(f"value_info entries without a type dropped: {', '.join(map(repr, drop))}")
+    if outputs:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model)
+        except _onnx_errors() as e:
+            raise CheckError(f"Output {outputs[0]!r} has no type and shape inference "
+                             f"failed: {_first_line(e)}") from None
+        types = {vi.name: vi.type for vi in list(inferred.graph.output) +
+                 list(inferred.graph.value_info) if not untyped(vi)}
+        for vi in g.output:
+            if vi.name in outputs:
+                if vi.name not in types:
+                    raise CheckError(f"Output {vi.name!r} has no type and shape inference "
+                                     f"gives it none")
+                vi.type.CopyFrom(types[vi.name])
+        _warn(f"graph outputs without a type typed by shape inference: "
+              f"{', '.join(map(repr, outputs))}")
 
 
 def _check_declared_domains(model) -> None:
@@ -485,6 +537,7 @@ def check_model(model, lenient: bool = False):
     else:
         _check_declared_domains(model)
         _toposort(model, repair=False)
+        _untyped_values(model, repair=False)
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as e:
@@ -514,7 +567,7 @@ def check_model(model, lenient: bool = False):
             raise CheckError(f"Converting opset {opset} to {MIN_OPSET}: "
                              f"{_first_line(e)}") from None
         _warn(f"OP-09: converted the model from ai.onnx opset {opset} to {MIN_OPSET}")
-    proxy = _qonnx_shape_proxy(model)
+    proxy = _shape_proxy(model)
     if proxy is None:
         _fold_shape_subgraphs(model)
     try:
@@ -605,23 +658,37 @@ def _bind_batch(model) -> None:
                                  f"only the leading batch dimension is bound (to 1)")
 
 
-def _qonnx_shape_proxy(model):
+# ai.onnx.ml operators whose output has their input's shape, which ONNX shape inference
+# does not propagate (their schemas infer the element type only): -> float32 or the same type.
+_ML_SHAPE_KEEPING = {"Scaler": "float", "Normalizer": "float", "Binarizer": "same"}
+
+
+def _shape_proxy(model):
     """A copy of ``model`` in which every QONNX quantizer is an ai.onnx Identity of its data
-    input, or None if there is none. ONNX shape inference knows no schema for them and would
-    leave every tensor after them without a shape; all of them keep the shape (and element
-    type) of their data input."""
+    input, and every ai.onnx.ml operator of :data:`_ML_SHAPE_KEEPING` an Identity or a Cast
+    to float, or None if there is none. ONNX shape inference knows no schema for the
+    former and infers no shape for the latter, and would leave every tensor after them
+    without a shape; all of them keep the shape of their data input."""
     onnx = onnx_module()
-    if not any(n.domain in QONNX_DOMAINS and n.op_type in QONNX_OPS for n in model.graph.node):
+
+    def proxied(n):
+        return (n.domain in QONNX_DOMAINS and n.op_type in QONNX_OPS or
+                n.domain == "ai.onnx.ml" and n.op_type in _ML_SHAPE_KEEPING) and len(n.input)
+
+    if not any(proxied(n) for n in model.graph.node):
         return None
     proxy = onnx.ModelProto()
     proxy.CopyFrom(model)
     for n in proxy.graph.node:
-        if n.domain in QONNX_DOMAINS and n.op_type in QONNX_OPS and len(n.input):
+        if proxied(n):
+            to_float = n.domain == "ai.onnx.ml" and _ML_SHAPE_KEEPING[n.op_type] == "float"
             data = n.input[0]
             del n.input[:]
             n.input.append(data)
             del n.attribute[:]
-            n.op_type, n.domain = "Identity", ""
+            n.op_type, n.domain = ("Cast", "") if to_float else ("Identity", "")
+            if to_float:
+                n.attribute.append(onnx.helper.make_attribute("to", onnx.TensorProto.FLOAT))
     _fold_shape_arithmetic(proxy)
     return proxy
 

@@ -46,7 +46,10 @@ class Node:
 
 @dataclass
 class Graph:
-    """A whole model: nodes in topological order, constants, typed values, metadata."""
+    """A whole model: nodes in topological order, constants, typed values, metadata.
+
+    ``output_names`` maps a graph output a pass renamed (the quantizer's ``t__dq`` of an
+    output ``t``) to the model's name for it, which the design's outputs keep."""
     name: str
     nodes: list[Node]
     inputs: list[str]
@@ -55,6 +58,7 @@ class Graph:
     tensors: dict[str, TensorInfo]
     opsets: dict[str, int]
     metadata: dict = field(default_factory=dict)
+    output_names: dict = field(default_factory=dict)
 
     def producers(self) -> dict[str, Node]:
         return {o: n for n in self.nodes for o in n.outputs if o}

@@ -29,6 +29,7 @@ import warnings
 import numpy as np
 
 from ..errors import CheckError, LoadError, UnsupportedError
+from ..sim.host import ML_DOMAIN, ML_HOST_OPS
 from .check import (
     MAX_ELEMENTS,
     QONNX_DOMAINS,
@@ -43,6 +44,7 @@ from .check import (
     type_name,
 )
 from .ir import Graph, Node, TensorInfo
+from .sklearn import REWRITTEN_ML_OPS
 
 # check_model, Onnx2FpgaWarning, MAX_ELEMENTS and the QONNX names are defined in
 # frontend/check.py and offered here too: they belong to the loader's interface.
@@ -181,8 +183,15 @@ def _check_external_data(model, base_dir: str | None, path: str) -> None:
 
 
 
-# Operator domains the passes and kernels implement ("" is ai.onnx).
-SUPPORTED_DOMAINS = ("",)
+# Operator domains the passes and kernels implement ("" is ai.onnx); of ai.onnx.ml only the
+# host operators of :data:`onnx2fpga.sim.host.ML_HOST_OPS` and the linear models
+# frontend/sklearn.py rewrites.
+SUPPORTED_DOMAINS = ("", ML_DOMAIN)
+
+# ZipMap turns a tensor into a sequence of maps, which no design can output.
+_ZIPMAP_HINT = ("ZipMap outputs a sequence of maps, which cannot be compiled; export the "
+                "classifier without it (skl2onnx: to_onnx(model, X, options={'zipmap': "
+                "False}), which outputs the probabilities as a tensor)")
 
 
 def _attr_value(attr, where: str):
@@ -344,11 +353,13 @@ def import_model(model) -> Graph:
     tensors = {}
     # Graph inputs and outputs are the authority on their own types: a value_info entry
     # for the same name never overrides them.
+    zipmaps = {o for n in g.node if n.op_type == "ZipMap" and n.domain == ML_DOMAIN
+               for o in n.output}
     for vi in list(g.value_info) + list(g.input) + list(g.output):
         info = _tensor_info(vi)
         if info is not None:
             tensors[vi.name] = info
-        elif vi.name not in constants:
+        elif vi.name not in constants and vi.name not in zipmaps:  # ZipMap: said below
             kind = vi.type.WhichOneof("value") or "untyped"
             problems.append(f"Value {vi.name!r}: {kind} values are not supported (tensors "
                             f"only)")
@@ -368,6 +379,14 @@ def import_model(model) -> Graph:
             problems.append(f"Node {label!r} ({domain}.{n.op_type}, opset {opset}): operator "
                             f"{n.op_type!r} of domain {domain!r} is not supported (of this "
                             f"domain only {', '.join(QONNX_OPS)})")
+            continue
+        if domain == ML_DOMAIN and n.op_type not in ML_HOST_OPS and \
+                n.op_type not in REWRITTEN_ML_OPS:
+            why = _ZIPMAP_HINT if n.op_type == "ZipMap" else (
+                f"operator {n.op_type!r} of domain {domain!r} is not supported (of this "
+                f"domain only {', '.join(ML_HOST_OPS)} on the host, and "
+                f"{', '.join(REWRITTEN_ML_OPS)} as a Gemm)")
+            problems.append(f"Node {label!r} ({domain}.{n.op_type}, opset {opset}): {why}")
             continue
         if domain not in SUPPORTED_DOMAINS and domain not in QONNX_DOMAINS:
             # MD-03 / OP-06: an implementation supports every operator of a domain or

@@ -120,7 +120,8 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
     Design
         The dataflow between an input and an output port, the host's nodes (with an
         Identity that gives the output its ONNX name where it has another), the constants
-        they read, and the model's metadata.
+        they read, the graph's input and every graph output (name, dtype, shape; the tail
+        computes them all from the one output port), and the model's metadata.
     """
     g = hw.graph.graph
     layers = fuse_requants(hw.layers)
@@ -139,6 +140,15 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
             [_host(n) for n in part.tail]
     else:
         tail = [_host(n) for n in part.tail]
+    # Outputs a pass renamed get the model's names back from the tail node computing them
+    # (or an Identity where the tail computes none).
+    names = {o: g.output_names[o] for o in g.outputs if o in g.output_names}
+    for n in tail:
+        n.inputs = [names.get(i, i) for i in n.inputs]
+        n.outputs = [names.get(o, o) for o in n.outputs]
+    made = {o for n in tail for o in n.outputs}
+    tail += [HostNode("Identity", [o], [name], {}, f"{name}__output")
+             for o, name in names.items() if name not in made]
     head = part.head
     needed = {i for n in head + tail for i in n.inputs if i in g.constants}
     return Design(
@@ -147,14 +157,15 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
         tail=tail,
         constants={k: np.asarray(g.constants[k]) for k in sorted(needed)},
         inputs=[_io(g, g.inputs[0])],
-        outputs=[_io(g, g.outputs[0])],
+        outputs=[_io(g, name, g.output_names.get(name, name)) for name in g.outputs],
         metadata=dict(g.metadata, graph_name=g.name),
     )
 
 
-def _io(g: Graph, name):
+def _io(g: Graph, name, label=None):
     info = g.tensors[name]
-    return {"name": name, "dtype": info.dtype, "shape": [int(d) for d in info.shape]}
+    return {"name": label or name, "dtype": info.dtype,
+            "shape": [int(d) for d in info.shape]}
 
 
 def _host(n: Node) -> HostNode:

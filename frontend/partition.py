@@ -5,7 +5,8 @@
 * :func:`extend_accumulator_tail`: a last MatMul / Gemm / Conv without a quantizer after it
   runs in hardware up to its integer accumulator;
 * :func:`partition`: the hardware part's one output, and the **tail** (host): everything after
-  it (a float Softmax, scaling...); layers whose results do not reach the output are dropped.
+  it (a float Softmax, scaling, an ArgMax and a class label lookup...), which computes every
+  graph output from that one stream; layers whose results do not reach it are dropped.
 """
 
 from __future__ import annotations
@@ -42,14 +43,14 @@ def find_entry(qg: QdqGraph) -> Node:
     Raises
     ------
     UnsupportedError
-        Not exactly one graph input and output; no quantized activation; a per-axis
-        quantized input.
+        Not exactly one graph input; no quantized activation; a per-axis quantized input.
     """
     g = qg.graph
-    if len(g.inputs) != 1 or len(g.outputs) != 1:
-        raise UnsupportedError([f"Graph {g.name!r}: {len(g.inputs)} inputs and "
-                                f"{len(g.outputs)} outputs; exactly one of each is "
-                                f"supported"])
+    if len(g.inputs) != 1:
+        raise UnsupportedError([f"Graph {g.name!r}: {len(g.inputs)} inputs "
+                                f"({', '.join(map(repr, g.inputs))}); one input is "
+                                f"supported (and any number of outputs the host computes "
+                                f"from the accelerator's one output stream)"])
     entry = _integer_entry(qg)
     if entry is None:
         entry = next((n for n in g.nodes if n.op == "QuantizeLinear" and onnx_domain(n)
@@ -203,13 +204,19 @@ def _check_tail(hw: HardwarePart, tail) -> str:
     hw_reads = [t for t in reads if t in hw.qinfo]
     other = [t for t in reads if t not in hw.qinfo]
     for t in other:
+        if t in g.inputs:
+            problems.append(f"Tensor {t!r}: the graph input is read after the accelerator "
+                            f"(a graph output or a tail node); only the accelerator's one "
+                            f"output stream reaches the host part after it")
+            continue
         problems.append(f"Tensor {t!r}: the host part after the accelerator reads it from "
                         f"inside the hardware part; only one stream leaves the "
                         f"accelerator")
     if len(hw_reads) > 1:
         problems.append(f"Tensors {', '.join(map(repr, hw_reads))}: the host part reads "
                         f"{len(hw_reads)} results of the hardware part; only one stream "
-                        f"leaves the accelerator")
+                        f"leaves the accelerator (several graph outputs are supported when "
+                        f"the host computes them all from that one stream)")
     if problems:
         raise UnsupportedError(problems)
     if not hw_reads:

@@ -167,6 +167,7 @@ def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bi
             c.inputs = [f"{t}__dq" if i == t else i for i in c.inputs]
         if t in graph.outputs:
             graph.outputs = [f"{t}__dq" if o == t else o for o in graph.outputs]
+            graph.output_names[f"{t}__dq"] = graph.output_names.pop(t, t)
             graph.tensors[f"{t}__dq"] = graph.tensors[t]
         at = index[id(prod[t])] if t in prod else -1
         new_nodes.setdefault(at, []).extend([q, dq])

@@ -61,9 +61,9 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         directory holding only what onnx2fpga writes
         (:func:`onnx2fpga.designdir.check_target`). The design is written beside it and
         renamed into place when complete (:func:`onnx2fpga.designdir.publish`).
-    calibration : array or path to .npy, optional
-        A batch of real inputs (stacked along axis 0) for post-training quantization of a
-        float model. Ignored, with a warning, for models that are already quantized.
+    calibration : array, dict, or path to .npy or .npz, optional
+        A batch of real inputs (stacked along axis 0; a dict or .npz holds it under the
+        graph input's name) for post-training quantization of a float model. Ignored, with a warning, for models that are already quantized.
     lenient : bool
         Accept the common exporter deviations from the ONNX spec (see ``frontend.load``).
     weight_bits, activation_bits, per_channel : quantization of float models.
@@ -157,8 +157,13 @@ class CompiledDesign:
         return os.path.join(self.directory, "top.v")
 
     def simulate(self, x, engine: str = "rtl", *, stall_in: float = 0.3,
-                 stall_out: float = 0.3, seed: int = 0, progress: bool = False) -> np.ndarray:
+                 stall_out: float = 0.3, seed: int = 0, progress: bool = False):
         """Run the model on a batch ``x`` (stacked along axis 0) and return its outputs.
+
+        ``x`` is an array, or a dict holding it under the graph input's name. A model with
+        one output returns one array; a model with several returns a dict of arrays by
+        graph output name (``manifest["outputs"]`` lists them, in graph order), each
+        stacked like ``x``.
 
         ``engine="golden"`` runs the integer golden model; ``"rtl"`` runs the emitted Verilog
         in Verilator through cocotb with random stalls on both AXI-Stream sides (then

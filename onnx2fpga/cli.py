@@ -61,8 +61,9 @@ def _parser():
                        "data.")
     c.add_argument("model", metavar="MODEL", help="ONNX model file")
     c.add_argument("-o", "--output", required=True, metavar="DIR", help="design directory")
-    c.add_argument("--calibration", metavar="X.npy", help="batch of real inputs, stacked along "
-                   "axis 0, for post-training quantization of a float model")
+    c.add_argument("--calibration", metavar="X.npy|X.npz", help="batch of real inputs, stacked "
+                   "along axis 0 (a .npz: under the input's name), for post-training "
+                   "quantization of a float model")
     c.add_argument("--lenient", action="store_true", help="accept common deviations from the "
                    "ONNX spec (missing default opset, undeclared custom domains, ...)")
     c.add_argument("--force", action="store_true", help="replace DIR if it is a design "
@@ -106,10 +107,12 @@ def _parser():
     s = sub.add_parser("simulate", help="run a compiled design on inputs",
                        description="Run the design in DIR on the inputs in X.npy (stacked along "
                        "axis 0, in the model's input dtype and shape) and write the model's "
-                       "outputs to Y.npy, stacked the same way.")
+                       "outputs to Y.npy, stacked the same way. X.npz and Y.npz hold one "
+                       "array per graph input and output name (Y.npz is needed for a model "
+                       "with several outputs).")
     s.add_argument("dir", metavar="DIR")
-    s.add_argument("--inputs", required=True, metavar="X.npy")
-    s.add_argument("--outputs", required=True, metavar="Y.npy")
+    s.add_argument("--inputs", required=True, metavar="X.npy|X.npz")
+    s.add_argument("--outputs", required=True, metavar="Y.npy|Y.npz")
     s.add_argument("--engine", choices=("rtl", "golden"), default="rtl",
                    help="rtl: Verilator with random AXI-Stream stalls (default); golden: "
                    "the integer numpy model")
@@ -158,8 +161,8 @@ def _parser():
     where.add_argument("--port", metavar="PORT", help="serial port of the board "
                        "(/dev/ttyUSB1, COM4, or a pyserial URL)")
     where.add_argument("--sim", action="store_true", help="use a simulated board")
-    r.add_argument("--inputs", required=True, metavar="X.npy")
-    r.add_argument("--outputs", required=True, metavar="Y.npy")
+    r.add_argument("--inputs", required=True, metavar="X.npy|X.npz")
+    r.add_argument("--outputs", required=True, metavar="Y.npy|Y.npz")
     r.add_argument("--baud", type=int, default=None, help="UART bit rate (default: from the "
                    "build report, else 115200)")
     r.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
@@ -245,33 +248,65 @@ def _compile(args):
     return 0
 
 
-def _read_inputs(args):
-    """``args.inputs`` as an array, after refusing to overwrite an existing ``args.outputs``
-    without ``--force`` or to write into a folder that cannot take it (checked first, so
-    nothing runs before the refusal)."""
-    from .arrays import read_array
+def _read_inputs(args, design):
+    """``args.inputs`` as an array (from ``.npy``, or from ``.npz`` by input name), after
+    refusing to overwrite an existing ``args.outputs`` without ``--force``, to write into a
+    folder that cannot take it, or to write a model's several outputs into one ``.npy``
+    (checked first, so nothing runs before the refusal)."""
+    from .arrays import read_arrays
     from .designdir import output_path
     from .errors import InputError
+    from .sim.model import stack_inputs
 
     args.outputs = output_path(args.outputs, args.force)     # Y -> Y.npy, as np.save names it
-    return read_array(args.inputs, "inputs", InputError)
+    names = [o["name"] for o in design.design.outputs]
+    if len(names) > 1 and not args.outputs.endswith(".npz"):
+        raise InputError(f"{args.outputs}: the model has {len(names)} outputs "
+                         f"({', '.join(map(repr, names))}); write them to a .npz file (one "
+                         f"array per output name)")
+    x = read_arrays(args.inputs, "inputs", InputError)
+    if isinstance(x, dict):
+        stack_inputs(design.design, x)          # the names checked
+        x = x[design.design.inputs[0]["name"]]
+    return x
+
+
+def _save_outputs(path: str, design, y) -> None:
+    """``y`` (one array, or a dict by output name) into ``path``: ``.npz`` by output name,
+    ``.npy`` for one output."""
+    from .designdir import save_array
+
+    if path.endswith(".npz") and not isinstance(y, dict):
+        y = {design.design.outputs[0]["name"]: y}
+    save_array(path, y)
+
+
+def _shapes(y) -> str:
+    if isinstance(y, dict):
+        return ", ".join(f"{k} {tuple(v.shape)}" for k, v in y.items())
+    return str(tuple(y.shape))
+
+
+def _shape_fields(y) -> dict:
+    if isinstance(y, dict):
+        return {"outputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name}
+                            for k, v in y.items()}}
+    return {"output_shape": list(y.shape), "output_dtype": y.dtype.name}
 
 
 def _simulate(args):
     import numpy as np
 
     from .api import load
-    from .designdir import save_array
     from .sim.model import run_design
 
     d = load(args.dir)
-    x = _read_inputs(args)
+    x = _read_inputs(args, d)
     try:
         y = d.simulate(x, engine=args.engine, seed=args.seed, progress=True)
     except ValueError as e:
         raise Onnx2FpgaError(str(e)) from None
-    result = {"engine": args.engine, "inferences": int(len(x)),
-              "output_shape": list(y.shape), "output_dtype": y.dtype.name}
+    result = {"engine": args.engine, "inferences": int(len(x)), **_shape_fields(y)}
     status = 0
     if args.engine == "rtl":
         result.update(d.last_run)
@@ -279,14 +314,18 @@ def _simulate(args):
         result["manifest_latency_cycles"] = d.manifest["latency_cycles"]
         if args.check:
             g = run_design(d.design, x)
-            exact = int(np.sum(np.all((g == y).reshape(len(y), -1), axis=1)))
-            result["golden_match"] = f"{exact}/{len(y)}"
-            status = 0 if exact == len(y) else 1
-    save_array(args.outputs, y)
+            gs, ys = (g, y) if isinstance(y, dict) else ({"": g}, {"": y})
+            same = np.ones(len(x), bool)
+            for k in ys:
+                same &= np.all((gs[k] == ys[k]).reshape(len(x), -1), axis=1)
+            exact = int(np.sum(same))
+            result["golden_match"] = f"{exact}/{len(x)}"
+            status = 0 if exact == len(x) else 1
+    _save_outputs(args.outputs, d, y)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        line = f"{args.engine}: {len(x)} inferences -> {args.outputs} {tuple(y.shape)}"
+        line = f"{args.engine}: {len(x)} inferences -> {args.outputs} {_shapes(y)}"
         if args.engine == "rtl":
             line += (f"; {result['cycles_per_inference']} cycles per inference, latency "
                      f"{result['latency_cycles']} cycles")
@@ -345,12 +384,11 @@ def _run(args):
     import time
 
     from .api import load
-    from .designdir import save_array
     from .runtime import connect
     from .sim.model import stack_inputs
 
-    x = _read_inputs(args)
     design = load(args.dir)
+    x = _read_inputs(args, design)
     stack_inputs(design.design, x)     # bad inputs refused before a board is opened
     if args.flip_probability and not args.sim:
         raise Onnx2FpgaError("--flip-probability needs --sim")
@@ -368,10 +406,10 @@ def _run(args):
         except ValueError as e:
             raise Onnx2FpgaError(str(e)) from None
         seconds = time.monotonic() - start
-    save_array(args.outputs, y)
+    _save_outputs(args.outputs, design, y)
     stats = board.link.stats
     result = {"board": "simulated" if args.sim else args.port, "inferences": int(len(x)),
-              "output_shape": list(y.shape), "output_dtype": y.dtype.name,
+              **_shape_fields(y),
               "design_id": board.info.design_id.hex(), "seconds": round(seconds, 3),
               "inferences_per_second": round(len(x) / seconds, 2) if seconds > 0 else None,
               "retries": stats["retries"], "crc_errors": stats["crc_errors"],
@@ -379,7 +417,7 @@ def _run(args):
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{result['board']}: {len(x)} inferences -> {args.outputs} {tuple(y.shape)} in "
+        print(f"{result['board']}: {len(x)} inferences -> {args.outputs} {_shapes(y)} in "
               f"{seconds:.2f} s; {stats['retries']} retries ({stats['crc_errors']} bad CRC, "
               f"{sum(stats['error_replies'].values())} ERROR replies, {stats['timeouts']} "
               f"timeouts)")

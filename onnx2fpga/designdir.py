@@ -361,16 +361,16 @@ def atomic_write(path, data) -> None:
 
 
 def output_path(path, force: bool) -> str:
-    """The file ``np.save(path, ...)`` would write (``.npy`` appended when missing), after
-    refusing an existing one without ``force`` and a folder that cannot take it — checked
-    before the work whose result it will hold.
+    """The file ``np.save(path, ...)`` would write (``.npy`` appended when neither ``.npy``
+    nor ``.npz`` ends it), after refusing an existing one without ``force`` and a folder
+    that cannot take it — checked before the work whose result it will hold.
 
     Raises
     ------
     DesignDirError
     """
     p = os.fspath(path)
-    if not p.endswith(".npy"):
+    if not p.endswith((".npy", ".npz")):
         p += ".npy"
     if os.path.isdir(p):
         raise DesignDirError(f"{p}: is a folder")
@@ -385,9 +385,13 @@ def output_path(path, force: bool) -> str:
 
 
 def save_array(path: str, array) -> None:
-    """``np.save`` to exactly ``path`` through a temporary file and a rename."""
+    """``np.save`` to exactly ``path`` through a temporary file and a rename; a dict of
+    arrays by name is written with ``np.savez`` (one ``NAME.npy`` member each)."""
     buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
+    if isinstance(array, dict):
+        np.savez(buf, **array)
+    else:
+        np.save(buf, array, allow_pickle=False)
     try:
         atomic_write(path, buf.getvalue())
     except OSError as e:

@@ -168,10 +168,12 @@ class Board:
             rows.append(unpack_beats(words, self.out_port)[0])
         return np.stack(rows) if rows else np.zeros((0, self.out_port.size), np.int64)
 
-    def infer(self, x) -> np.ndarray:
+    def infer(self, x):
         """The model's outputs for ``x``: one sample in the model's input shape (its batch
-        dimension is 1) or samples stacked along axis 0, in the model's input dtype; the
-        outputs come back in the model's output dtype, stacked the same way."""
+        dimension is 1) or samples stacked along axis 0, in the model's input dtype (or a
+        dict holding it under the input's name); the outputs come back in the model's output
+        dtype, stacked the same way: one array, or a dict by output name when the model has
+        several."""
         from .sim.model import run_design
 
         return run_design(self.design.design, x,

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .arrays import read_array
+from .arrays import read_arrays
 from .designdir import check_interrupted, file_hashes
 from .errors import CalibrationError, OptionError, SizeError
 from .ir.dataflow import Design
@@ -51,7 +51,7 @@ from .ir.serialize import save_design
 from .manifest import make_manifest
 from .plan.devices import FAMILIES
 from .report import write_report
-from .sim.model import first_bad_element
+from .sim.model import accepted_layouts, first_bad_element
 
 __all__ = [
     "STEPS", "Compilation", "run_steps", "write_artifacts", "graph_json", "check_samples",
@@ -68,7 +68,7 @@ def check_samples(graph, x, what: str) -> np.ndarray:
     info = graph.tensors[name]
     shape = tuple(info.shape)
     x = np.asarray(x)
-    want = f"({', '.join(['batch'] + [str(d) for d in shape])}) {info.dtype}"
+    want = f"{' or '.join(accepted_layouts(shape))} {info.dtype}"
     if not np.issubdtype(x.dtype, np.floating):
         raise CalibrationError(f"{what} must be {want}, not {tuple(x.shape)} {x.dtype.name}")
     if x.ndim == len(shape) + 1 and x.shape[1:] == shape:
@@ -485,9 +485,11 @@ def _load(c: Compilation, say) -> None:
     from .frontend.qop import normalize_qoperators
     from .frontend.quantize import fold_constants
     from .frontend.resolve import resolve_geometry
+    from .frontend.sklearn import normalize_ml
 
     say("loading and checking the model")
     graph = load_model(c.model, lenient=c.options["lenient"])
+    normalize_ml(graph)         # skl2onnx's linear models: a Gemm and host operators
     normalize_qoperators(graph)
     normalize_finn(graph)       # FINN MultiThreshold activations: quantizers by thresholds
     normalize_qdq(graph)
@@ -503,7 +505,13 @@ def _quantize(c: Compilation, say) -> None:
     o, graph = c.options, c.graph
     calibration, activation_bits = o["calibration"], o["activation_bits"]
     if isinstance(calibration, (str, os.PathLike)):
-        calibration = read_array(calibration, "calibration data", CalibrationError)
+        calibration = read_arrays(calibration, "calibration data", CalibrationError)
+    if isinstance(calibration, dict):            # a .npz (or a dict) by graph input name
+        if sorted(map(str, calibration)) != sorted(graph.inputs):
+            raise CalibrationError(f"Calibration data must be named "
+                                   f"{', '.join(map(repr, graph.inputs))}, not "
+                                   f"{', '.join(map(repr, calibration)) or 'none'}")
+        calibration = calibration[graph.inputs[0]]
     if is_quantized(graph):
         if calibration is not None:
             samples = check_samples(graph, calibration, "Calibration data")
@@ -577,17 +585,23 @@ def _evaluate(c: Compilation, say) -> None:
 
     design, graph, float_graph, samples = c.design, c.graph, c.float_graph, c.samples
     points = _layer_float_points(design.dataflow, graph, float_graph)
-    keep = {float_graph.outputs[0]} | {p[0] for p in points.values()}
+    # The output compared: the first float one (a classifier's probabilities, not its label).
+    out = next((t for t in float_graph.outputs
+                if float_graph.tensors[t].dtype.startswith("float")),
+               float_graph.outputs[0])
+    keep = {out} | {p[0] for p in points.values()}
     envs = []                      # only the tensors compared, not every intermediate
     for s in samples:
         env = host.run_nodes(float_graph.nodes, {float_graph.inputs[0]: s},
                              float_graph.constants)
         envs.append({t: env[t] for t in keep})
-    ref = np.stack([env[float_graph.outputs[0]] for env in envs])
+    ref = np.stack([env[out] for env in envs])
     quant_info = c.quant_info
     quant_info["layers"] = _layer_errors(design, samples, points, envs)
     del envs
     got = run_design(design, samples, stacked=True)
+    if isinstance(got, dict):
+        got = got[out]
     err = np.abs(got.astype(np.float64) - ref.astype(np.float64))
     quant_info["calibration_max_abs_error"] = float(err.max())
     quant_info["calibration_mean_abs_error"] = float(err.mean())

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import golden
 
-__all__ = ["HOST_OPS", "HostOpError", "run_nodes", "supported"]
+__all__ = ["HOST_OPS", "ML_HOST_OPS", "ML_DOMAIN", "HostOpError", "run_nodes", "supported"]
 
 
 class HostOpError(ValueError):
@@ -367,7 +367,88 @@ HOST_OPS = {
 }
 
 
+# -- ai.onnx.ml: what scikit-learn converters (skl2onnx) put around a model's layers --------
+
+#: The domain of the ONNX-ML operators.
+ML_DOMAIN = "ai.onnx.ml"
+
+
+def array_feature_extractor(x, indices, *, version=1, **_):
+    """ONNX-ML ArrayFeatureExtractor-1: the elements of ``x``'s last axis at ``indices``
+    (flattened); a 1-D ``x`` gives one row, as onnxruntime does (its
+    ``array_feature_extractor.cc``, followed by ``onnx.reference``)."""
+    x = np.asarray(x)
+    index = np.asarray(indices, np.int64).reshape(-1)
+    n = x.shape[-1]
+    if index.size and (index.min() < -n or index.max() >= n):
+        raise ValueError(f"index {int(index.max() if index.max() >= n else index.min())} is "
+                         f"out of range for a last axis of {n}")
+    shape = (1, index.size) if x.ndim == 1 else (*x.shape[:-1], index.size)
+    return x[..., index].reshape(shape)
+
+
+def normalizer(x, *, norm="MAX", version=1, **_):
+    """ONNX-ML Normalizer-1 of each row of a 2-D ``x`` by its ``MAX``, ``L1`` or ``L2`` norm
+    (floored at 1e-30, as onnxruntime does), float32 out."""
+    x = np.asarray(x, np.float32)
+    x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+    if norm == "MAX":
+        div = np.abs(x2).max(axis=1, keepdims=True)
+    elif norm == "L1":
+        div = np.abs(x2).sum(axis=1, keepdims=True)
+    elif norm == "L2":
+        div = np.sqrt(np.square(x2).sum(axis=1, keepdims=True))
+    else:
+        raise ValueError(f"norm={norm!r} is not one of 'MAX', 'L1', 'L2'")
+    return (x2 / np.maximum(div, np.float32(1e-30))).astype(np.float32).reshape(x.shape)
+
+
+def scaler(x, *, offset=None, scale=None, version=1, **_):
+    """ONNX-ML Scaler-1: ``(x - offset) * scale`` along the last axis (one value, or one per
+    feature), float32 out."""
+    x = np.asarray(x, np.float32)
+    offset = np.zeros(1, np.float32) if offset is None else np.asarray(offset, np.float32)
+    scale = np.ones(1, np.float32) if scale is None else np.asarray(scale, np.float32)
+    return ((x - offset) * scale).astype(np.float32)
+
+
+def binarizer(x, *, threshold=0.0, version=1, **_):
+    """ONNX-ML Binarizer-1: 1 where ``x > threshold``, else 0, in ``x``'s type."""
+    x = np.asarray(x)
+    return (x > np.asarray(threshold, x.dtype)).astype(x.dtype)
+
+
+def label_encoder(x, *, version=2, default_float=-0.0, default_int64=-1, keys_floats=None,
+                  keys_int64s=None, values_floats=None, values_int64s=None, **attrs):
+    """ONNX-ML LabelEncoder-2/4 between integers and floats: each element of ``x`` mapped
+    through ``keys_*`` -> ``values_*``, unknown keys to the default. String keys or values
+    and the opset-4 tensor attributes are refused by the frontend, not here."""
+    keys = keys_int64s if keys_int64s is not None else keys_floats
+    values = values_int64s if values_int64s is not None else values_floats
+    if keys is None or values is None or len(keys) != len(values):
+        raise ValueError("LabelEncoder needs integer or float keys and values of one length")
+    otype = np.int64 if values_int64s is not None else np.float32
+    default = default_int64 if values_int64s is not None else default_float
+    table = dict(zip(np.asarray(keys).tolist(), np.asarray(values).tolist()))
+    x = np.asarray(x)
+    return np.asarray([table.get(v, default) for v in x.reshape(-1).tolist()],
+                      otype).reshape(x.shape)
+
+
+#: ai.onnx.ml operator -> host function (attributes as keyword arguments).
+ML_HOST_OPS = {
+    "ArrayFeatureExtractor": array_feature_extractor,
+    "Binarizer": binarizer,
+    "LabelEncoder": label_encoder,
+    "Normalizer": normalizer,
+    "Scaler": scaler,
+}
+
+
 def supported(op: str, domain: str = "") -> bool:
+    """Whether the host runs operator ``op`` of ``domain`` (``""`` is ai.onnx)."""
+    if domain == ML_DOMAIN:
+        return op in ML_HOST_OPS
     return domain in ("", "ai.onnx") and op in HOST_OPS
 
 
@@ -386,7 +467,8 @@ def run_nodes(nodes, env: dict, constants: dict) -> dict:
                 args.append(constants[name])
         while args and args[-1] is None:
             args.pop()
-        fn = HOST_OPS[node.op]
+        ops = ML_HOST_OPS if getattr(node, "domain", "") == ML_DOMAIN else HOST_OPS
+        fn = ops[node.op]
         try:
             with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
                 y = fn(*args, version=node.version or 13, **node.attrs)

@@ -13,7 +13,8 @@ from ..errors import InputError
 from ..ir.dataflow import Design
 from . import golden, host
 
-__all__ = ["stack_inputs", "run_head", "run_tail", "run_design", "first_bad_element"]
+__all__ = ["stack_inputs", "accepted_layouts", "run_head", "run_tail", "run_design",
+           "first_bad_element"]
 
 
 def first_bad_element(x: np.ndarray, allow_inf: bool = True) -> str | None:
@@ -40,12 +41,20 @@ def stack_inputs(design: Design, x) -> tuple[np.ndarray, bool]:
     caller stacked samples on a new axis (True) or concatenated them along the batch axis.
 
     ``x`` holds samples stacked along axis 0: shape ``(batch, *input_shape)``; when the
-    model's batch dimension is 1, ``(batch, *input_shape[1:])`` is accepted too. A NaN is
-    refused (:class:`~onnx2fpga.errors.InputError` naming its sample and element): it has no
+    model's batch dimension is 1, ``(batch, *input_shape[1:])`` is accepted too (and the
+    outputs then come back without their batch dimension of 1). ``x`` may also be a dict
+    holding that array under the input's name. A NaN is refused
+    (:class:`~onnx2fpga.errors.InputError` naming its sample and element): it has no
     quantized value. Infinities saturate as onnxruntime's QuantizeLinear does.
     """
     spec = design.inputs[0]
     shape = tuple(spec["shape"])
+    if isinstance(x, dict):
+        names = [d["name"] for d in design.inputs]
+        if sorted(map(str, x)) != sorted(names):
+            raise InputError(f"Inputs must be named {', '.join(map(repr, names))}, not "
+                             f"{', '.join(map(repr, x)) or 'none'}")
+        x = x[spec["name"]]
     x = np.asarray(x)
     dtype = np.dtype(spec["dtype"])
     if x.dtype != dtype and not (np.issubdtype(dtype, np.floating)
@@ -57,13 +66,23 @@ def stack_inputs(design: Design, x) -> tuple[np.ndarray, bool]:
     elif shape and shape[0] == 1 and x.ndim == len(shape) and x.shape[1:] == shape[1:]:
         x, stacked = x.reshape((x.shape[0],) + shape), False
     else:
-        raise InputError(f"Input {spec['name']!r} must be stacked as (batch, "
-                         f"{', '.join(map(str, shape))}), not {tuple(x.shape)}")
+        raise InputError(f"Input {spec['name']!r} must be stacked as "
+                         f"{' or '.join(accepted_layouts(shape))}, not {tuple(x.shape)}")
     x = x.astype(dtype, copy=False)
     bad = first_bad_element(x)
     if bad is not None:
         raise InputError(f"Input {spec['name']!r}: {bad}; NaN has no quantized value")
     return x, stacked
+
+
+def accepted_layouts(shape) -> list[str]:
+    """The layouts a batch of inputs of model shape ``shape`` may take, as text:
+    ``(batch, 1, 64)``, and ``(batch, 64)`` too when the batch dimension is 1."""
+    shape = tuple(shape)
+    out = [f"({', '.join(['batch'] + [str(d) for d in shape])})"]
+    if shape and shape[0] == 1:
+        out.append(f"({', '.join(['batch'] + [str(d) for d in shape[1:]])})")
+    return out
 
 
 def run_head(design: Design, x_stacked: np.ndarray) -> np.ndarray:
@@ -77,25 +96,32 @@ def run_head(design: Design, x_stacked: np.ndarray) -> np.ndarray:
     return out
 
 
-def run_tail(design: Design, y_int: np.ndarray) -> np.ndarray:
-    """Accelerator output integers ``(batch, n)`` to model outputs ``(batch, *shape)``."""
+def run_tail(design: Design, y_int: np.ndarray) -> dict[str, np.ndarray]:
+    """Accelerator output integers ``(batch, n)`` to every model output, ``{name: (batch,
+    *shape)}`` in the order of the graph's outputs."""
     port = design.dataflow.output
-    spec = design.outputs[0]
-    outs = []
+    outs = {spec["name"]: [] for spec in design.outputs}
     for row in np.asarray(y_int, dtype=np.int64):
         value = row.reshape(port.shape)
         env = host.run_nodes(design.tail, {port.name: value}, design.constants)
-        outs.append(np.asarray(env[spec["name"]]))
-    y = np.stack(outs) if outs else np.zeros((0, *spec["shape"]))
-    return y.astype(np.dtype(spec["dtype"]))
+        for name, values in outs.items():
+            values.append(np.asarray(env[name]))
+    return {spec["name"]: (np.stack(outs[spec["name"]]) if outs[spec["name"]] else
+                           np.zeros((0, *spec["shape"]))).astype(np.dtype(spec["dtype"]))
+            for spec in design.outputs}
 
 
-def run_design(design: Design, x, engine=None, stacked: bool | None = None) -> np.ndarray:
-    """The model's outputs for a batch of inputs, the hardware part run by ``engine``."""
+def run_design(design: Design, x, engine=None, stacked: bool | None = None):
+    """The model's outputs for a batch of inputs, the hardware part run by ``engine``: one
+    array for a model with one output, else a dict of arrays by output name."""
     xs, was_stacked = stack_inputs(design, x)
     q = run_head(design, xs)
     y_int = (engine or golden.run_dataflow)(design.dataflow, q)
-    y = run_tail(design, y_int)
+    ys = run_tail(design, y_int)
     if stacked is None:
         stacked = was_stacked
-    return y if stacked else y.reshape((-1,) + tuple(design.outputs[0]["shape"][1:]))
+    if not stacked:
+        ys = {spec["name"]: ys[spec["name"]].reshape((-1,) + tuple(spec["shape"][1:]))
+              if spec["shape"] and spec["shape"][0] == 1 else ys[spec["name"]]
+              for spec in design.outputs}
+    return ys[design.outputs[0]["name"]] if len(design.outputs) == 1 else ys

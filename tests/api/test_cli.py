@@ -84,8 +84,8 @@ def test_calibration_of_wrong_shape(tmp_path, capsys, float_model):
     code, _, err = _run(capsys, "compile", path, "-o", tmp_path / "d", "--calibration",
                         tmp_path / "bad.npy")
     assert code == 2
-    assert err == ("error: Calibration data must be (batch, 1, 12) float32, not (5, 11) "
-                   "float32\n")
+    assert err == ("error: Calibration data must be (batch, 1, 12) or (batch, 12) float32, "
+                   "not (5, 11) float32\n")
     assert not (tmp_path / "d").exists()
 
 

@@ -193,8 +193,9 @@ def test_npy_files_that_numpy_would_not_load_safely(tmp_path, capsys, mlp):
     truncated = tmp_path / "truncated.npy"
     np.save(truncated, cal[:4])
     truncated.write_bytes(truncated.read_bytes()[:-5])
-    archive = tmp_path / "x.npz"
-    np.savez(archive, x=cal[:4])
+    archive = tmp_path / "zip.npy"            # a .npz archive under a .npy name
+    np.savez(tmp_path / "x.npz", x=cal[:4])
+    archive.write_bytes((tmp_path / "x.npz").read_bytes())
     for f, needle in ((objects, "inputs must be numbers, not Python objects"),
                       (truncated, "damaged .npy file"),
                       (archive, "cannot read inputs: not a .npy file"),

@@ -168,14 +168,17 @@ def test_gr09_value_info_is_a_hint_checked_by_inference():
 
 
 def test_gr10_graph_output_may_be_an_input_or_initializer():
-    """GR-10: pass-through and constant outputs load; the hardware refuses more than one
-    output by name (a single output stream)."""
+    """GR-10: pass-through and constant outputs load; the hardware refuses a graph output
+    that is the graph input by name (only the accelerator's output stream reaches the host
+    tail)."""
     m = float_mlp((8, 6, 4), softmax=False)
     m.graph.output.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8]))
     g = load_model(m)
     assert g.outputs == ["h1", "x"]
-    with pytest.raises(UnsupportedError, match=r"1 inputs and 2 outputs; exactly one of "
-                                               r"each is supported"):
+    with pytest.raises(UnsupportedError, match=r"^Tensor 'x': the graph input is read after "
+                                               r"the accelerator \(a graph output or a tail "
+                                               r"node\); only the accelerator's one output "
+                                               r"stream reaches the host part after it$"):
         run_frontend(_qdq_two_outputs())
 
 

@@ -8,7 +8,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["float_mlp", "ort_qdq_mlp", "qdq_matmul", "save", "CNN_KINDS", "float_cnn",
-           "ort_qdq_cnn"]
+           "ort_qdq_cnn", "skl2onnx_mlp"]
 
 
 def float_mlp(sizes=(16, 12, 6), *, kind="gemm", opset=13, softmax=True, seed=0,
@@ -340,3 +340,51 @@ def ort_qdq_cnn(tmp_path, *, kind="basic", per_channel=True, opset=13, activatio
                     QuantType.QUInt8, weight_type=QuantType.QInt8, per_channel=per_channel,
                     calibrate_method=CalibrationMethod.MinMax)
     return q, cal
+
+
+def skl2onnx_mlp(tmp_path, *, scaler=False, zipmap=False, quantize=True, hidden=16):
+    """A scikit-learn MLPClassifier on the digits (a StandardScaler before it with
+    ``scaler``), trained briefly and converted by skl2onnx (outputs ``label`` and
+    ``probabilities``, or ``output_label`` and a ZipMap's ``output_probability`` with
+    ``zipmap``), and with ``quantize`` quantized by onnxruntime's quantize_static (QDQ, int8,
+    per channel) on the first 32 digits; returns (path, digits as float32 (N, 64))."""
+    import warnings
+
+    from sklearn.datasets import load_digits
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from skl2onnx import to_onnx
+
+    x, y = load_digits(return_X_y=True)
+    x = x.astype(np.float32)
+    clf = MLPClassifier(hidden_layer_sizes=(hidden,), max_iter=30, random_state=0)
+    est = make_pipeline(StandardScaler(), clf) if scaler else clf
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(x, y)
+    options = None if zipmap else {MLPClassifier: {"zipmap": False}}
+    name = f"skl_mlp_{int(scaler)}{int(zipmap)}"
+    path = save(to_onnx(est, x[:1], options=options), tmp_path / f"{name}.onnx")
+    if not quantize:
+        return path, x
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter({"X": x[k:k + 1]} for k in range(32))
+
+        def get_next(self):
+            return next(self.it, None)
+
+    q = str(tmp_path / f"{name}_qdq.onnx")
+    quantize_static(path, q, Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    per_channel=True)
+    return q, x
