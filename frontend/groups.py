@@ -28,7 +28,7 @@ from ..sim import golden
 from .ir import Graph, Node
 
 __all__ = ["Group", "QdqGraph", "float_groups", "find_groups", "onnx_domain", "VIEW_OPS",
-           "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "HW_OPS", "QDQ"]
+           "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "FUNCTION_OPS", "HW_OPS", "QDQ"]
 
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose")
 EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip",
@@ -37,9 +37,16 @@ EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip"
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu")
 CORE_OPS = ("MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
             "GlobalMaxPool", "Resize", "Upsample", "Pad", "Add", "Concat")
+#: Elementwise operators of a *function group*: between the DequantizeLinear of one quantized
+#: tensor and a QuantizeLinear, nodes of these (and QuantizeLinear / DequantizeLinear pairs)
+#: reading only that tensor and constants compute a function of its integer, which the
+#: hardware looks up in a table (:func:`onnx2fpga.frontend.build.function_table`).
+FUNCTION_OPS = ("Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Erf", "Elu", "Selu",
+                "Softplus", "Softsign", "Mish", "Exp", "Log", "Neg", "Abs", "Sqrt",
+                "Reciprocal", "PRelu", "Min", "Max", "Pow", "Identity") + EPILOGUE_OPS
 #: Every operator a group of the hardware part may hold (besides QuantizeLinear and
 #: DequantizeLinear).
-HW_OPS = tuple(sorted(set(VIEW_OPS + EPILOGUE_OPS + CORE_OPS)))
+HW_OPS = tuple(sorted(set(VIEW_OPS + EPILOGUE_OPS + CORE_OPS + FUNCTION_OPS)))
 QDQ = ("QuantizeLinear", "DequantizeLinear")
 
 
@@ -79,6 +86,10 @@ class Group:
         Per core input, the views or Pad in front of the core, in order.
     dqs : list of Node
         Per core input, its DequantizeLinear (QDQ graphs).
+    function : bool
+        A function group (:meth:`QdqGraph.match_function`, :func:`float_groups`): ``after``
+        holds every node between the input's DequantizeLinear (``dqs[0]``) and ``quant``, in
+        graph order, QuantizeLinear / DequantizeLinear nodes inside included; no core.
     """
     core: Node | None = None
     after: list = field(default_factory=list)
@@ -86,6 +97,7 @@ class Group:
     post: list = field(default_factory=list)
     pre: list = field(default_factory=list)
     dqs: list = field(default_factory=list)
+    function: bool = False
 
     @property
     def nodes(self) -> list:
@@ -355,6 +367,63 @@ class QdqGraph:
                 return None
         return grp
 
+    def match_function(self, q: Node, quantized) -> Group | None:
+        """The function group ending at QuantizeLinear ``q``: nodes of
+        :data:`FUNCTION_OPS` and QuantizeLinear / DequantizeLinear pairs that read, besides
+        constants, only the DequantizeLinear of one tensor in ``quantized`` (SiLU
+        ``x * Sigmoid(x)``, with or without onnxruntime's quantizer between the Sigmoid and
+        the Mul; chains of activations), every result read only inside the group. None if
+        there is no such group. Tried after :meth:`match`, which builds what it matches
+        exactly, without a table."""
+        for through in (True, False):
+            memo: dict = {}
+            found = self._trace(q.inputs[0], quantized, through, memo)
+            if found is None:
+                continue
+            nodes, sources = found
+            if len(sources) != 1:
+                continue
+            ids = {id(n) for n in nodes} | {id(q)}
+            if not all(self.internal(o, ids) for n in nodes for o in n.outputs if o):
+                continue
+            ordered = [n for n in self.graph.nodes if id(n) in ids and n is not q]
+            src = next(iter(sources))
+            dq = next(n for n in ordered if n.op == "DequantizeLinear" and n.inputs[0] == src)
+            return Group(after=[n for n in ordered if n is not dq], quant=q, pre=[[]],
+                         dqs=[dq], function=True)
+        return None
+
+    def _trace(self, t, quantized, through, memo):
+        """``(nodes, sources)`` computing tensor ``t`` from quantized tensors by function
+        operators (see :meth:`match_function`), or None. ``through``: continue past a
+        QuantizeLinear / DequantizeLinear pair wherever its input can be traced."""
+        if t in memo:
+            return memo[t]
+        memo[t] = None                        # a cycle: no trace
+        res = None
+        n = self.prod.get(t)
+        if self.is_const(t):
+            res = ((), frozenset())
+        elif n is not None and onnx_domain(n) and len([o for o in n.outputs if o]) == 1:
+            if n.op == "DequantizeLinear":
+                src = n.inputs[0]
+                qq = self.prod.get(src)
+                if through and qq is not None and qq.op == "QuantizeLinear" and \
+                        onnx_domain(qq) and not self.is_const(qq.inputs[0]):
+                    inner = self._trace(qq.inputs[0], quantized, through, memo)
+                    if inner is not None:
+                        res = (inner[0] + (qq, n), inner[1])
+                if res is None and src in quantized:
+                    res = ((n,), frozenset([src]))
+            elif n.op in FUNCTION_OPS:
+                parts = [self._trace(i, quantized, through, memo) for i in n.inputs
+                         if i and not self.is_const(i)]
+                if parts and all(p is not None for p in parts):
+                    res = (sum((p[0] for p in parts), ()) + (n,),
+                           frozenset().union(*(p[1] for p in parts)))
+        memo[t] = res
+        return res
+
     def integer_op(self, n: Node, quantized) -> bool:
         """``n`` is a view or a max pool straight on a tensor in ``quantized`` (no
         DequantizeLinear in front): it keeps the tensor's quantization."""
@@ -409,8 +478,12 @@ def find_groups(qg: QdqGraph, entry: Node, head: list[Node]) -> list[Group | Nod
             continue
         if n.op == "QuantizeLinear" and onnx_domain(n) and \
                 n.inputs[0] not in qg.graph.constants:
-            grp = qg.match(n, quantized)
+            grp = qg.match(n, quantized) or qg.match_function(n, quantized)
             if grp is not None:
+                if grp.function:          # groups it swallowed (their quantizers inside)
+                    inner = {id(m) for m in grp.after}
+                    found = [g for g in found if not isinstance(g, Group) or
+                             g.quant is None or id(g.quant) not in inner]
                 found.append(grp)
                 quantized.add(n.outputs[0])
         elif n.op not in QDQ and qg.integer_op(n, quantized):
