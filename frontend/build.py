@@ -158,7 +158,24 @@ def build_layers(qg: QdqGraph, found: list, entry: Node, opts: RequantOptions) -
             hw.used.add(id(item))
     if problems:
         raise UnsupportedError(problems)
+    _use_constant_quantizers(hw)
     return hw
+
+
+def _use_constant_quantizers(hw: HardwarePart) -> None:
+    """Mark as computed by the layers the QuantizeLinear / DequantizeLinear nodes of a
+    constant (onnxruntime quantizes an elementwise operator's constant operand) that only
+    the layers' nodes read: the layers hold their values."""
+    qg = hw.graph
+    for op in ("DequantizeLinear", "QuantizeLinear"):
+        for n in reversed(qg.graph.nodes):
+            if n.op != op or id(n) in hw.used or n.outputs[0] in qg.graph.outputs or \
+                    not (qg.is_const(n.outputs[0]) if op == "DequantizeLinear" else
+                         n.inputs[0] in qg.graph.constants):
+                continue
+            readers = qg.cons.get(n.outputs[0], [])
+            if readers and all(id(c) in hw.used for c in readers):
+                hw.used.add(id(n))
 
 
 def add_views(hw: HardwarePart, chain, src: str, qi: QuantInfo, names: list) -> str:

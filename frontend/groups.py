@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..sim import golden
+from ..sim import golden, host
 from .ir import Graph, Node
 
 __all__ = ["Group", "QdqGraph", "float_groups", "find_groups", "onnx_domain", "VIEW_OPS",
@@ -43,7 +43,8 @@ CORE_OPS = ("MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePo
 #: hardware looks up in a table (:func:`onnx2fpga.frontend.build.function_table`).
 FUNCTION_OPS = ("Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Erf", "Elu", "Selu",
                 "Softplus", "Softsign", "Mish", "Exp", "Log", "Neg", "Abs", "Sqrt",
-                "Reciprocal", "PRelu", "Min", "Max", "Pow", "Identity") + EPILOGUE_OPS
+                "Reciprocal", "PRelu", "Min", "Max", "Pow", "Identity", "Greater", "Less",
+                "GreaterOrEqual", "LessOrEqual", "Equal", "Where", "Not") + EPILOGUE_OPS
 #: Every operator a group of the hardware part may hold (besides QuantizeLinear and
 #: DequantizeLinear).
 HW_OPS = tuple(sorted(set(VIEW_OPS + EPILOGUE_OPS + CORE_OPS + FUNCTION_OPS)))
@@ -127,6 +128,8 @@ class Group:
         or the first epilogue node)."""
         if self.core is not None and self.core.op in ("Add", "Concat"):
             return [i for i in self.core.inputs if i and i not in graph.constants]
+        if self.function:
+            return [next(i for i in self.after[0].inputs if not _is_const(graph, i))]
         first = self.pad or (self.core if self.core is not None else self.after[0])
         return [first.inputs[0]]
 
@@ -163,6 +166,46 @@ def _is_float_epilogue(graph: Graph, n: Node) -> bool:
     return len(acts) == 1 and (n.op not in ("Div",) or n.inputs[0] == acts[0])
 
 
+def _is_float_function(graph: Graph, n: Node) -> bool:
+    """``n`` is a function operator (:data:`FUNCTION_OPS`) of one activation (read once
+    or more: ``x * x``) and constants."""
+    if n.domain not in ("", "ai.onnx") or n.op not in FUNCTION_OPS or \
+            len([o for o in n.outputs if o]) != 1:
+        return False
+    return len({i for i in n.inputs if i and not _is_const(graph, i)}) == 1
+
+
+def _float_function(graph: Graph, n: Node, cons, taken: set) -> Group:
+    """The function group starting at ``n``: every later function operator reading only
+    the group's input, its results and constants (SiLU's ``x * Sigmoid(x)``), as long as one
+    tensor leaves the group; else ``n`` alone."""
+    src = next(i for i in n.inputs if i and not _is_const(graph, i))
+    region, made = [n], {n.outputs[0]}
+    grew = True
+    while grew:
+        grew = False
+        for t in [src, *made]:
+            for m in cons.get(t, []):
+                if any(m is r for r in region) or id(m) in taken or \
+                        m.domain not in ("", "ai.onnx") or m.op not in FUNCTION_OPS or \
+                        len([o for o in m.outputs if o]) != 1:
+                    continue
+                acts = {i for i in m.inputs if i and not _is_const(graph, i)}
+                if acts <= made | {src}:
+                    region.append(m)
+                    made.add(m.outputs[0])
+                    grew = True
+    ids = {id(m) for m in region}
+    leaving = [t for t in made if t in graph.outputs or
+               any(id(c) not in ids for c in cons.get(t, []))]
+    if len(leaving) != 1:
+        region = [n]
+    order = {id(m): k for k, m in enumerate(graph.nodes)}
+    region.sort(key=lambda m: order[id(m)])
+    taken.update(id(m) for m in region)
+    return Group(after=region, function=True)
+
+
 def float_groups(graph: Graph) -> list[Group]:
     """The groups of a float graph, in topological order.
 
@@ -175,7 +218,8 @@ def float_groups(graph: Graph) -> list[Group]:
     -------
     list of Group
         Each core (with a constant weight where it has one) starts a group, and so does an
-        epilogue node that follows no core; the epilogue takes the nodes each read only by
+        epilogue node that follows no core, and a function operator (a function group:
+        :func:`_float_function`, see :attr:`Group.function`); the epilogue takes the nodes each read only by
         the one before, and stops at the first non-activation after an activation. A Pad
         read only by a convolution joins the convolution's group.
     """
@@ -204,6 +248,10 @@ def float_groups(graph: Graph) -> list[Group]:
                 taken.add(id(prev))
         elif _is_float_epilogue(graph, n):
             grp = Group(after=[n])
+        elif _is_float_function(graph, n):
+            grp = _float_function(graph, n, cons, taken)
+            groups.append(grp)
+            continue
         else:
             continue
         taken.add(id(n))
@@ -247,8 +295,25 @@ class QdqGraph:
         return tuple(int(d) for d in info.shape)
 
     def is_const(self, t) -> bool:
-        """``t`` is absent, a constant or DequantizeLinear of one."""
-        return not t or t in self.graph.constants or self.dq_constant(t) is not None
+        """``t`` is absent, a constant or DequantizeLinear of one (or of QuantizeLinear of
+        one: onnxruntime quantizes the constants of elementwise operators that way)."""
+        return not t or t in self.graph.constants or self.dq_constant(t) is not None or \
+            self.qdq_constant(t) is not None
+
+    def qdq_constant(self, name):
+        """The float value of DequantizeLinear(QuantizeLinear(constant)), or None."""
+        n = self.prod.get(name)
+        if n is None or n.op != "DequantizeLinear" or not onnx_domain(n):
+            return None
+        q = self.prod.get(n.inputs[0])
+        if q is None or q.op != "QuantizeLinear" or not onnx_domain(q) or \
+                q.inputs[0] not in self.graph.constants:
+            return None
+        try:
+            env = host.run_nodes([q, n], {}, self.graph.constants)
+        except host.HostOpError:
+            return None
+        return np.asarray(env[name], np.float64)
 
     def dq_constant(self, name):
         """``(int array, scale, zero_point, axis, qtype, node)`` if ``name`` is
@@ -274,6 +339,9 @@ class QdqGraph:
             axis = axis if axis >= 0 else axis + max(q.ndim, 1)
             return golden.dequantize_linear(q, s, z, axis if q.ndim > 1 else 0).astype(
                 np.float64), node
+        value = self.qdq_constant(name)
+        if value is not None:
+            return value, self.prod[name]
         return None, None
 
     def internal(self, t: str, group_nodes) -> bool:
