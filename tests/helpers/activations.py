@@ -8,7 +8,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-__all__ = ["ACTIVATIONS", "act_mlp", "ort_qdq", "TORCH_ACTIVATIONS", "torch_act_mlp"]
+__all__ = ["ACTIVATIONS", "act_mlp", "ort_qdq", "TORCH_ACTIVATIONS", "torch_act_mlp",
+           "two_activation_mlp"]
 
 SIZES = (8, 6, 4)
 
@@ -153,3 +154,28 @@ def torch_act_mlp(name, path, *, dynamo=False, seed=0):
         torch.onnx.export(model, (x,), str(path), input_names=["x"], output_names=["y"],
                           **kw)
     return str(path)
+
+
+def two_activation_mlp(first="Gelu", second="Sigmoid", *, seed=0):
+    """``Gemm -> first -> Gemm -> second -> Gemm`` (8 -> 6 -> 6 -> 4), opset 20."""
+    rng = np.random.default_rng(seed)
+    sizes = (8, 6, 6, 4)
+    inits, nodes, t = [], [], "x"
+    for k, (a, b) in enumerate(zip(sizes, sizes[1:])):
+        w = (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32)
+        bias = (rng.standard_normal(b) * 0.1).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"W{k}"), numpy_helper.from_array(bias, f"B{k}")]
+        nodes.append(helper.make_node("Gemm", [t, f"W{k}", f"B{k}"], [f"h{k}"], name=f"fc{k}"))
+        t = f"h{k}"
+        if k < 2:
+            op = (first, second)[k]
+            nodes.append(helper.make_node(op, [t], [f"a{k}"], name=f"{op.lower()}{k}"))
+            t = f"a{k}"
+    graph = helper.make_graph(
+        nodes, "two_act", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info(t, TensorProto.FLOAT, ["N", 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)],
+                              producer_name="onnx2fpga-tests")
+    model.ir_version = 9
+    onnx.checker.check_model(model, full_check=True)
+    return model
