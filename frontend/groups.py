@@ -219,9 +219,9 @@ def float_groups(graph: Graph) -> list[Group]:
     list of Group
         Each core (with a constant weight where it has one) starts a group, and so does an
         epilogue node that follows no core, and a function operator (a function group:
-        :func:`_float_function`, see :attr:`Group.function`); the epilogue takes the nodes each read only by
-        the one before, and stops at the first non-activation after an activation. A Pad
-        read only by a convolution joins the convolution's group.
+        :func:`_float_function`, see :attr:`Group.function`); the epilogue takes the nodes
+        each read only by the one before, and stops at the first non-activation after an
+        activation. A Pad read only by a convolution joins the convolution's group.
     """
     cons = graph.consumers()
 

@@ -19,7 +19,7 @@ from ..ir.layers import (
 from ..ir.stages import LutStage, RequantStage, ThresholdStage
 from ..ir.types import IntType
 from .devices import ice40_matvec_dsps
-from .lut import lut_as_thresholds, lut_then, lut_window
+from .lut import lut_as_thresholds, lut_then, lut_window, thresholds_are_cheaper
 from .stage import Stage
 from .thresholds import requant_as_thresholds, threshold_is_cheaper
 
@@ -134,7 +134,9 @@ def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list
     A LutStage is cut to its input range (:func:`~onnx2fpga.plan.lut.lut_window`) and takes
     every stage after it into its table (:func:`~onnx2fpga.plan.lut.lut_then`); the result
     goes to a threshold core where it is monotonic
-    (:func:`~onnx2fpga.plan.lut.lut_as_thresholds`), else to a table core.
+    (:func:`~onnx2fpga.plan.lut.lut_as_thresholds`) and that is estimated to cost no more
+    (:func:`~onnx2fpga.plan.lut.thresholds_are_cheaper`: few output levels from a wide
+    input), else to a table core.
     """
     lo, hi = in_type.lo, in_type.hi
     runs: list[tuple[str, list]] = []
@@ -149,7 +151,10 @@ def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list
                 stage = lut_then(stage, stages[k], channels)
                 k += 1
             th = lut_as_thresholds(stage)
-            kind, stage = ("threshold", th) if th is not None else ("lut", stage)
+            if th is not None and thresholds_are_cheaper(stage, th, channels):
+                kind, stage = "threshold", th
+            else:
+                kind = "lut"
         elif isinstance(stage, ThresholdStage):
             kind = "threshold"
         else:

@@ -8,11 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.stages import LutStage, ThresholdStage
+from ..ir.types import IntType
 from ..sim import golden
 from .stage import CoreKind, Stage
+from .thresholds import threshold_luts
 
 __all__ = ["LUT_MAX_INPUT_BITS", "lut_as_thresholds", "lut_then", "lut_window",
-           "lut_latency", "LutTiming"]
+           "lut_latency", "lut_luts", "thresholds_are_cheaper", "LutTiming"]
 
 #: The widest input a table is built for: ``2**12`` entries per channel.
 LUT_MAX_INPUT_BITS = 12
@@ -68,6 +70,29 @@ def lut_window(stage: LutStage, lo: int, hi: int) -> LutStage:
     if len(t) > 1 and np.all(t == t[:1]):
         t = t[:1]
     return LutStage(t, lo, stage.out_type)
+
+
+def lut_luts(stage: LutStage, channels: int) -> float:
+    """Estimated LUT4 of one lane of a :class:`~onnx2fpga.hw.lut.LutCore`: its ROM in soft
+    logic, a sixteenth of a LUT4 per bit (the convention of
+    :func:`onnx2fpga.plan.thresholds.requant_luts`), ``2**k`` words per row (``k`` the bits
+    of the table's length), one row per channel where they differ."""
+    words = 1 << max(1, (stage.table.shape[1] - 1).bit_length())
+    rows = channels if stage.table.shape[0] > 1 else 1
+    return rows * words * stage.out_type.bits / 16
+
+
+def thresholds_are_cheaper(stage: LutStage, th: ThresholdStage, channels: int) -> bool:
+    """True if the thresholds ``th`` computing the table ``stage`` are estimated to cost no
+    more LUT4 than the table (:func:`onnx2fpga.plan.thresholds.threshold_luts` against
+    :func:`lut_luts`). Measured with :mod:`onnx2fpga.hw.resources` on an 8-bit Sigmoid
+    (256 entries, 246 thresholds): the table 51 LUT4 and 28 flip-flops on an iCE40, the
+    thresholds 247 and 128. Thresholds win where few output levels are read from a wide
+    input (a 12-bit input, a 2-bit output)."""
+    in_bits = IntType.for_range(stage.in_lo, stage.in_hi).bits
+    t = th.thresholds
+    return threshold_luts(t.shape[1], in_bits, channels, t.shape[0] > 1) <= \
+        lut_luts(stage, channels)
 
 
 def lut_latency() -> int:
