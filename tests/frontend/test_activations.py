@@ -15,6 +15,7 @@ from onnx2fpga.frontend.load import load_model
 from onnx2fpga.frontend.lower import lower
 from onnx2fpga.frontend.qdq import normalize_qdq
 from onnx2fpga.frontend.quantize import quantize_graph
+from onnx2fpga.frontend.resolve import resolve_geometry
 from onnx2fpga.ir import DenseLayer, LutStage, RequantLayer
 from onnx2fpga.plan.fold import fold
 from onnx2fpga.plan.graph import plan_graph
@@ -25,6 +26,7 @@ from tests.helpers.activations import (
     ACTIVATIONS,
     SIZES,
     TORCH_ACTIVATIONS,
+    act_cnn,
     act_mlp,
     ort_qdq,
     torch_act_mlp,
@@ -38,6 +40,7 @@ X = (np.random.default_rng(7).standard_normal((200, 1, SIZES[0])) * 1.5).astype(
 def _design(path):
     g = load_model(path)
     normalize_qdq(g)
+    resolve_geometry(g)
     d = lower(g, multiplier_bits=24)
     fold(d.dataflow)
     return d
@@ -173,3 +176,20 @@ def test_float_model_silu_is_one_function_group():
     assert prod[mul.inputs[1]].op == "Sigmoid"
     d = lower(g)
     assert sum(isinstance(ly, DenseLayer) for ly in d.dataflow.layers) == 2
+
+
+@pytest.mark.parametrize("op", ["PRelu", "HardSwish"])
+def test_activation_between_convolutions_runs_in_hardware(tmp_path, op):
+    fp = save(act_cnn(op), tmp_path / f"cnn_{op}.onnx")
+    cal = np.random.default_rng(3).standard_normal((32, 1, 2, 6, 6)).astype(np.float32)
+    logging.getLogger().setLevel(logging.ERROR)
+    q = ort_qdq(fp, tmp_path / f"qcnn_{op}.onnx", cal)
+    d = _design(q)
+    assert [type(ly).__name__ for ly in d.dataflow.layers] == ["ConvLayer", "ConvLayer"]
+    (lut,) = [st for ly in d.dataflow.layers for st in ly.requant if isinstance(st, LutStage)]
+    assert lut.table.shape[0] == (4 if op == "PRelu" else 1)   # one table per channel
+    x = np.random.default_rng(4).standard_normal((20, 1, 2, 6, 6)).astype(np.float32)
+    s = ort.InferenceSession(q)
+    want = np.stack([s.run(None, {"x": xi})[0] for xi in x])
+    lsb = np.abs(run_design(d, x) - want) / float(d.tail[-1].attrs["scale"])
+    assert lsb.max() <= 1.0 + 1e-3 and np.mean(lsb < 1e-3) >= 0.99

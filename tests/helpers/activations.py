@@ -9,7 +9,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["ACTIVATIONS", "act_mlp", "ort_qdq", "TORCH_ACTIVATIONS", "torch_act_mlp",
-           "two_activation_mlp"]
+           "two_activation_mlp", "act_cnn"]
 
 SIZES = (8, 6, 4)
 
@@ -177,5 +177,33 @@ def two_activation_mlp(first="Gelu", second="Sigmoid", *, seed=0):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)],
                               producer_name="onnx2fpga-tests")
     model.ir_version = 9
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def act_cnn(op="PRelu", *, seed=0):
+    """``Conv 3x3 (2 -> 4) -> op -> Conv 1x1 (4 -> 3)`` on ``float32[N, 2, 6, 6]``, opset 16;
+    a PRelu has one slope per channel (``(4, 1, 1)``)."""
+    rng = np.random.default_rng(seed)
+    w0 = (rng.standard_normal((4, 2, 3, 3)) / 4).astype(np.float32)
+    b0 = (rng.standard_normal(4) * 0.1).astype(np.float32)
+    w1 = (rng.standard_normal((3, 4, 1, 1)) / 2).astype(np.float32)
+    inits = [numpy_helper.from_array(w0, "W0"), numpy_helper.from_array(b0, "B0"),
+             numpy_helper.from_array(w1, "W1")]
+    ins = ["h"]
+    if op == "PRelu":
+        slope = np.array([-0.2, 0.1, 0.3, 0.5], np.float32).reshape(4, 1, 1)
+        inits.append(numpy_helper.from_array(slope, "slope"))
+        ins.append("slope")
+    nodes = [helper.make_node("Conv", ["x", "W0", "B0"], ["h"], name="conv0", pads=[1] * 4),
+             helper.make_node(op, ins, ["a"], name="act"),
+             helper.make_node("Conv", ["a", "W1"], ["y"], name="conv1")]
+    graph = helper.make_graph(
+        nodes, "act_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 6, 6])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)],
+                              producer_name="onnx2fpga-tests")
+    model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
     return model

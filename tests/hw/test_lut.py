@@ -128,3 +128,39 @@ def test_stream_stages_per_channel_tables():
     (st,), channels = stream_stages([lut], (3, 2, 2), order)
     assert channels == 3
     np.testing.assert_array_equal(st.table, t)
+
+
+def test_per_channel_tables_on_an_image_stream_in_the_accelerator(tmp_path):
+    # A QDQ CNN (onnxruntime's quantizer) with a PRelu of one slope per channel between two
+    # convolutions: channels-last images through per-channel tables, against the golden
+    # model, under stalls (Amaranth's simulator).
+    import logging
+
+    from onnx2fpga.frontend.load import load_model
+    from onnx2fpga.frontend.lower import lower
+    from onnx2fpga.frontend.qdq import normalize_qdq
+    from onnx2fpga.frontend.resolve import resolve_geometry
+    from onnx2fpga.hw.top import Accelerator
+    from onnx2fpga.plan.fold import fold
+    from onnx2fpga.plan.graph import plan_graph
+    from tests.helpers.activations import act_cnn, ort_qdq
+    from tests.helpers.models import save
+    from tests.hw.test_top import pack, run_axi, unpack
+
+    fp = save(act_cnn("PRelu"), tmp_path / "cnn.onnx")
+    cal = np.random.default_rng(3).standard_normal((16, 1, 2, 6, 6)).astype(np.float32)
+    logging.getLogger().setLevel(logging.ERROR)
+    g = load_model(ort_qdq(fp, tmp_path / "q.onnx", cal))
+    normalize_qdq(g)
+    resolve_geometry(g)
+    df = lower(g).dataflow
+    fold(df, max_lanes=2)
+    luts = [st for st in plan_graph(df).stages if st.kind == "lut"]
+    assert len(luts) == 1 and luts[0].params["channels"] == 4
+    inp, out = df.input, df.output
+    x = np.random.default_rng(5).integers(inp.type.lo, inp.type.hi, size=(2, inp.size),
+                                          endpoint=True)
+    res = run_axi(Accelerator(df), pack(inp.to_stream(x), inp.type, inp.lanes),
+                  2 * out.beats, seed=6, idle=0.2, stall=0.4)
+    got = unpack([d for d, _, _ in res["out"]], out.type, out.lanes).reshape(2, -1)
+    np.testing.assert_array_equal(out.from_stream(got), golden.run_dataflow(df, x))
