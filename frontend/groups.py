@@ -14,7 +14,9 @@ A group is ``[views] core [epilogue] [views]``: the core is MatMul / Gemm / Conv
 constant weight, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Resize / Upsample,
 Pad, Add of two activations, Concat, or nothing (an elementwise group); the epilogue is any of
 constant Add / Sub / Mul / Div and BatchNormalization, then Relu / Clip / LeakyRelu; a
-constant Pad in front of a convolution joins the convolution's group.
+constant Pad in front of a convolution joins the convolution's group. A *function group* is
+any other elementwise function of one quantized tensor (:data:`FUNCTION_OPS`: a Sigmoid, a
+Gelu, ``x * Sigmoid(x)``, a chain of them), which becomes a table.
 """
 
 from __future__ import annotations
