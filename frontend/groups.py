@@ -177,10 +177,13 @@ def _is_float_function(graph: Graph, n: Node) -> bool:
     return len({i for i in n.inputs if i and not _is_const(graph, i)}) == 1
 
 
-def _float_function(graph: Graph, n: Node, cons, taken: set) -> Group:
+def _float_function(graph: Graph, n: Node, cons, taken: set, dry: bool = False):
     """The function group starting at ``n``: every later function operator reading only
-    the group's input, its results and constants (SiLU's ``x * Sigmoid(x)``), as long as one
-    tensor leaves the group; else ``n`` alone."""
+    the group's input, its results and constants (SiLU's ``x * Sigmoid(x)``; the legacy
+    torch exporter's Gelu, ``x * (erf(x / sqrt 2) + 1) * 0.5``), as long as one tensor leaves
+    the group; else ``n`` alone. ``dry``: only say whether a group starting at an epilogue
+    operator holds a function operator that is not one (else it stays an epilogue group):
+    the group, or None; nothing is taken."""
     src = next(i for i in n.inputs if i and not _is_const(graph, i))
     region, made = [n], {n.outputs[0]}
     grew = True
@@ -202,6 +205,8 @@ def _float_function(graph: Graph, n: Node, cons, taken: set) -> Group:
                any(id(c) not in ids for c in cons.get(t, []))]
     if len(leaving) != 1:
         region = [n]
+    if dry:
+        return region if any(m.op not in EPILOGUE_OPS for m in region) else None
     order = {id(m): k for k, m in enumerate(graph.nodes)}
     region.sort(key=lambda m: order[id(m)])
     taken.update(id(m) for m in region)
@@ -248,12 +253,14 @@ def float_groups(graph: Graph) -> list[Group]:
                     _is_float_core(graph, prev):
                 grp.pre = [[prev]]
                 taken.add(id(prev))
-        elif _is_float_epilogue(graph, n):
-            grp = Group(after=[n])
-        elif _is_float_function(graph, n):
+        elif _is_float_function(graph, n) and (
+                not _is_float_epilogue(graph, n) or
+                _float_function(graph, n, cons, taken, dry=True) is not None):
             grp = _float_function(graph, n, cons, taken)
             groups.append(grp)
             continue
+        elif _is_float_epilogue(graph, n):
+            grp = Group(after=[n])
         else:
             continue
         taken.add(id(n))

@@ -193,3 +193,19 @@ def test_activation_between_convolutions_runs_in_hardware(tmp_path, op):
     want = np.stack([s.run(None, {"x": xi})[0] for xi in x])
     lsb = np.abs(run_design(d, x) - want) / float(d.tail[-1].attrs["scale"])
     assert lsb.max() <= 1.0 + 1e-3 and np.mean(lsb < 1e-3) >= 0.99
+
+
+@pytest.mark.parametrize("name", ["GELU", "SiLU", "Softplus"])
+def test_float_torch_export_with_calibration_runs_every_gemm_in_hardware(tmp_path, name):
+    # The legacy exporter writes GELU as x * (erf(x / sqrt 2) + 1) * 0.5: one function group.
+    pytest.importorskip("torch")
+    fp = torch_act_mlp(name, tmp_path / f"torch_{name}.onnx")
+    g = load_model(fp)
+    quantize_graph(g, CAL)
+    d = lower(g)
+    assert sum(isinstance(ly, DenseLayer) for ly in d.dataflow.layers) == 2
+    assert [n.op for n in d.tail] == ["DequantizeLinear"]
+    s = ort.InferenceSession(fp)
+    ref = np.concatenate([s.run(None, {"x": xi})[0] for xi in X])
+    got = run_design(d, X)[:, 0]
+    assert np.percentile(np.abs(got - ref), 99) < 0.05 * (ref.max() - ref.min())
