@@ -42,7 +42,7 @@ CORE_OPS = ("MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePo
 #: Elementwise operators of a *function group*: between the DequantizeLinear of one quantized
 #: tensor and a QuantizeLinear, nodes of these (and QuantizeLinear / DequantizeLinear pairs)
 #: reading only that tensor and constants compute a function of its integer, which the
-#: hardware looks up in a table (:func:`onnx2fpga.frontend.build.function_table`).
+#: hardware looks up in a table (:func:`onnx2fpga.frontend.function.function_table`).
 FUNCTION_OPS = ("Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Erf", "Elu", "Selu",
                 "Softplus", "Softsign", "Mish", "Exp", "Log", "Neg", "Abs", "Sqrt",
                 "Reciprocal", "PRelu", "Min", "Max", "Pow", "Identity", "Greater", "Less",
