@@ -134,9 +134,8 @@ def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list
     A LutStage is cut to its input range (:func:`~onnx2fpga.plan.lut.lut_window`) and takes
     every stage after it into its table (:func:`~onnx2fpga.plan.lut.lut_then`); the result
     goes to a threshold core where it is monotonic
-    (:func:`~onnx2fpga.plan.lut.lut_as_thresholds`) and that is estimated to cost no more
-    (:func:`~onnx2fpga.plan.lut.thresholds_are_cheaper`: few output levels from a wide
-    input), else to a table core.
+    (:func:`~onnx2fpga.plan.lut.lut_as_thresholds`) with at most 255 thresholds
+    (:func:`~onnx2fpga.plan.lut.thresholds_are_cheaper`), else to a table core.
     """
     lo, hi = in_type.lo, in_type.hi
     runs: list[tuple[str, list]] = []
@@ -151,7 +150,7 @@ def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list
                 stage = lut_then(stage, stages[k], channels)
                 k += 1
             th = lut_as_thresholds(stage)
-            if th is not None and thresholds_are_cheaper(stage, th, channels):
+            if th is not None and thresholds_are_cheaper(stage, th):
                 kind, stage = "threshold", th
             else:
                 kind = "lut"

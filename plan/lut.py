@@ -8,13 +8,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.stages import LutStage, ThresholdStage
-from ..ir.types import IntType
 from ..sim import golden
 from .stage import CoreKind, Stage
-from .thresholds import threshold_luts
 
 __all__ = ["LUT_MAX_INPUT_BITS", "lut_as_thresholds", "lut_then", "lut_window",
-           "lut_latency", "lut_luts", "thresholds_are_cheaper", "LutTiming"]
+           "lut_latency", "LUT_THRESHOLDS_MAX", "thresholds_are_cheaper", "LutTiming"]
 
 #: The widest input a table is built for: ``2**12`` entries per channel.
 LUT_MAX_INPUT_BITS = 12
@@ -72,27 +70,20 @@ def lut_window(stage: LutStage, lo: int, hi: int) -> LutStage:
     return LutStage(t, lo, stage.out_type)
 
 
-def lut_luts(stage: LutStage, channels: int) -> float:
-    """Estimated LUT4 of one lane of a :class:`~onnx2fpga.hw.lut.LutCore`: its ROM in soft
-    logic, a sixteenth of a LUT4 per bit (the convention of
-    :func:`onnx2fpga.plan.thresholds.requant_luts`), ``2**k`` words per row (``k`` the bits
-    of the table's length), one row per channel where they differ."""
-    words = 1 << max(1, (stage.table.shape[1] - 1).bit_length())
-    rows = channels if stage.table.shape[0] > 1 else 1
-    return rows * words * stage.out_type.bits / 16
+#: The most thresholds a monotonic table becomes (an 8-bit output); a table with more
+#: levels is looked up.
+LUT_THRESHOLDS_MAX = 255
 
 
-def thresholds_are_cheaper(stage: LutStage, th: ThresholdStage, channels: int) -> bool:
-    """True if the thresholds ``th`` computing the table ``stage`` are estimated to cost no
-    more LUT4 than the table (:func:`onnx2fpga.plan.thresholds.threshold_luts` against
-    :func:`lut_luts`). Measured with :mod:`onnx2fpga.hw.resources` on an 8-bit Sigmoid
-    (256 entries, 246 thresholds): the table 51 LUT4 and 28 flip-flops on an iCE40, the
-    thresholds 247 and 128. Thresholds win where few output levels are read from a wide
-    input (a 12-bit input, a 2-bit output)."""
-    in_bits = IntType.for_range(stage.in_lo, stage.in_hi).bits
-    t = th.thresholds
-    return threshold_luts(t.shape[1], in_bits, channels, t.shape[0] > 1) <= \
-        lut_luts(stage, channels)
+def thresholds_are_cheaper(stage: LutStage, th: ThresholdStage) -> bool:
+    """True if the thresholds ``th`` computing the table ``stage`` are taken instead of it:
+    at most :data:`LUT_THRESHOLDS_MAX` of them. Measured with :mod:`onnx2fpga.hw.resources`
+    on an 8-bit Sigmoid (256 entries, 246 thresholds): on an ECP5 the table 308 LUT4 in soft
+    logic and the thresholds 306; on an iCE40 the table one of the 30 block RAMs of an UP5K
+    (and 15 LUT4), the thresholds 247 LUT4 and no memory, leaving the block RAMs to the
+    weights. Past 8-bit outputs the binary search's constant multiplexers grow faster than
+    the table (a 12-bit ramp: 5,202 LUT4 on an iCE40 against 12 block RAMs)."""
+    return th.thresholds.shape[1] <= LUT_THRESHOLDS_MAX
 
 
 def lut_latency() -> int:

@@ -104,20 +104,18 @@ def test_stage_cores_folds_stages_after_a_table_and_cuts_it_to_its_range():
     got = golden.requant_stages(x, [s for _, run in runs for s in run])
     np.testing.assert_array_equal(got, want)
 
-def test_stage_cores_takes_thresholds_for_a_monotonic_table_where_they_cost_less():
-    # Four levels of a 12-bit input: 3 comparators, against a table of 4096 entries.
-    few = LutStage(np.clip(np.arange(-2048, 2048) // 512, -2, 1).reshape(1, -1), -2048,
-                   IntType(2, True))
-    runs = stage_cores([few], IntType(12, True), 1)
-    assert [k for k, _ in runs] == ["threshold"]
-    x = np.arange(-2048, 2048).reshape(-1, 1)
-    np.testing.assert_array_equal(golden.requant_stages(x, runs[0][1]), golden.lookup(x, few))
-    # An 8-bit monotonic function onto 256 levels: the table is cheaper (an 8-bit sigmoid:
-    # 51 LUT4 against 247 for its 246 thresholds, hw.resources on an iCE40).
+def test_stage_cores_takes_thresholds_for_a_monotonic_table_of_up_to_255_levels():
+    # An 8-bit Sigmoid: 246 thresholds, no memory.
     sig = 1 / (1 + np.exp(-np.arange(-128, 128) / 32))
     table = np.clip(np.rint(sig * 255) - 128, -128, 127).reshape(1, -1)
-    runs = stage_cores([LutStage(table, -128, IntType(8, True))], IntType(8, True), 1)
-    assert [k for k, _ in runs] == ["lut"]
+    lut = LutStage(table, -128, IntType(8, True))
+    runs = stage_cores([lut], IntType(8, True), 1)
+    assert [k for k, _ in runs] == ["threshold"]
+    x = np.arange(-128, 128).reshape(-1, 1)
+    np.testing.assert_array_equal(golden.requant_stages(x, runs[0][1]), golden.lookup(x, lut))
+    # A 12-bit ramp would take 4095: looked up.
+    ramp = LutStage(np.arange(-2048, 2048).reshape(1, -1), -2048, IntType(12, True))
+    assert [k for k, _ in stage_cores([ramp], IntType(12, True), 1)] == ["lut"]
 
 
 def test_stream_stages_per_channel_tables():
