@@ -19,7 +19,7 @@ from ..ir.layers import (
 from ..ir.stages import LutStage, RequantStage, ThresholdStage
 from ..ir.types import IntType
 from .devices import ice40_matvec_dsps
-from .lut import lut_as_thresholds, lut_then, lut_window, thresholds_are_cheaper
+from .lut import lut_as_thresholds, lut_then, lut_window, prefer_thresholds
 from .stage import Stage
 from .thresholds import requant_as_thresholds, threshold_is_cheaper
 
@@ -135,7 +135,7 @@ def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list
     every stage after it into its table (:func:`~onnx2fpga.plan.lut.lut_then`); the result
     goes to a threshold core where it is monotonic
     (:func:`~onnx2fpga.plan.lut.lut_as_thresholds`) with at most 255 thresholds
-    (:func:`~onnx2fpga.plan.lut.thresholds_are_cheaper`), else to a table core.
+    (:func:`~onnx2fpga.plan.lut.prefer_thresholds`), else to a table core.
     """
     lo, hi = in_type.lo, in_type.hi
     runs: list[tuple[str, list]] = []
@@ -150,7 +150,7 @@ def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list
                 stage = lut_then(stage, stages[k], channels)
                 k += 1
             th = lut_as_thresholds(stage)
-            if th is not None and thresholds_are_cheaper(stage, th):
+            if th is not None and prefer_thresholds(stage, th):
                 kind, stage = "threshold", th
             else:
                 kind = "lut"

@@ -12,7 +12,7 @@ from ..sim import golden
 from .stage import CoreKind, Stage
 
 __all__ = ["LUT_MAX_INPUT_BITS", "lut_as_thresholds", "lut_then", "lut_window",
-           "lut_latency", "LUT_THRESHOLDS_MAX", "thresholds_are_cheaper", "LutTiming"]
+           "lut_latency", "LUT_THRESHOLDS_MAX", "prefer_thresholds", "LutTiming"]
 
 #: The widest input a table is built for: ``2**12`` entries per channel.
 LUT_MAX_INPUT_BITS = 12
@@ -75,7 +75,7 @@ def lut_window(stage: LutStage, lo: int, hi: int) -> LutStage:
 LUT_THRESHOLDS_MAX = 255
 
 
-def thresholds_are_cheaper(stage: LutStage, th: ThresholdStage) -> bool:
+def prefer_thresholds(stage: LutStage, th: ThresholdStage) -> bool:
     """True if the thresholds ``th`` computing the table ``stage`` are taken instead of it:
     at most :data:`LUT_THRESHOLDS_MAX` of them. Measured with :mod:`onnx2fpga.hw.resources`
     on an 8-bit Sigmoid (256 entries, 246 thresholds): on an ECP5 the table 308 LUT4 in soft
