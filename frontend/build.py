@@ -51,6 +51,7 @@ from .epilogue import (
     requant_params,
     requant_stage,
 )
+from .function import function_table
 from .groups import VIEW_OPS, Group, QdqGraph
 from .ir import Node, logical_shape
 
@@ -157,7 +158,24 @@ def build_layers(qg: QdqGraph, found: list, entry: Node, opts: RequantOptions) -
             hw.used.add(id(item))
     if problems:
         raise UnsupportedError(problems)
+    _use_constant_quantizers(hw)
     return hw
+
+
+def _use_constant_quantizers(hw: HardwarePart) -> None:
+    """Mark as computed by the layers the QuantizeLinear / DequantizeLinear nodes of a
+    constant (onnxruntime quantizes an elementwise operator's constant operand) that only
+    the layers' nodes read: the layers hold their values."""
+    qg = hw.graph
+    for op in ("DequantizeLinear", "QuantizeLinear"):
+        for n in reversed(qg.graph.nodes):
+            if n.op != op or id(n) in hw.used or n.outputs[0] in qg.graph.outputs or \
+                    not (qg.is_const(n.outputs[0]) if op == "DequantizeLinear" else
+                         n.inputs[0] in qg.graph.constants):
+                continue
+            readers = qg.cons.get(n.outputs[0], [])
+            if readers and all(id(c) in hw.used for c in readers):
+                hw.used.add(id(n))
 
 
 def add_views(hw: HardwarePart, chain, src: str, qi: QuantInfo, names: list) -> str:
@@ -227,12 +245,14 @@ def build_group(hw: HardwarePart, grp: Group) -> None:
                                     f"kernels up to {MAX_KERNEL}x{MAX_KERNEL}"])
     core_shape = qg.shape(core.outputs[0]) if core is not None else \
         qg.shape(grp.dqs[0].outputs[0])
-    aff = match_epilogue(qg, grp, core_shape)
+    aff = match_epilogue(qg, grp, core_shape) if not grp.function else None
     tail_views = grp.post
     final = out if not tail_views else f"{out}__pre_view"
     nodes = names + [n.name or n.outputs[0] for n in
                      ([core] if core else []) + grp.after]
-    if op in ("MatMul", "Gemm"):
+    if grp.function:
+        layer = _function_layer(hw, grp, srcs[0], infos[0], final)
+    elif op in ("MatMul", "Gemm"):
         layer = dense_layer(hw, grp, srcs[0], infos[0], aff, final)
     elif op == "Conv":
         layer = conv_layer(hw, grp, srcs[0], infos[0], aff, final)
@@ -572,3 +592,13 @@ def _eltwise_layer(hw, grp, src, qi, aff, out):
     n = int(np.prod(shape, dtype=np.int64)) if shape else 1
     return RequantLayer(hw.next_name("eltwise"), qi.type, n, [st], inputs=[src],
                         output=out, shape=shape or (1,))
+
+
+def _function_layer(hw, grp, src, qi, out):
+    """A function group as a :class:`~onnx2fpga.ir.RequantLayer` of one table
+    (:func:`~onnx2fpga.frontend.function.function_table`)."""
+    shape = logical_shape(hw.graph.shape(grp.dqs[0].outputs[0]))
+    n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    return RequantLayer(hw.next_name("function"), qi.type, n,
+                        [function_table(hw.graph, grp, qi)], inputs=[src], output=out,
+                        shape=shape or (1,))

@@ -14,7 +14,9 @@ A group is ``[views] core [epilogue] [views]``: the core is MatMul / Gemm / Conv
 constant weight, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Resize / Upsample,
 Pad, Add of two activations, Concat, or nothing (an elementwise group); the epilogue is any of
 constant Add / Sub / Mul / Div and BatchNormalization, then Relu / Clip / LeakyRelu; a
-constant Pad in front of a convolution joins the convolution's group.
+constant Pad in front of a convolution joins the convolution's group. A *function group* is
+any other elementwise function of one quantized tensor (:data:`FUNCTION_OPS`: a Sigmoid, a
+Gelu, ``x * Sigmoid(x)``, a chain of them), which becomes a table.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..sim import golden
+from ..sim import golden, host
 from .ir import Graph, Node
 
 __all__ = ["Group", "QdqGraph", "float_groups", "find_groups", "onnx_domain", "VIEW_OPS",
-           "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "HW_OPS", "QDQ"]
+           "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "FUNCTION_OPS", "HW_OPS", "QDQ"]
 
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose")
 EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip",
@@ -37,9 +39,17 @@ EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip"
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu")
 CORE_OPS = ("MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
             "GlobalMaxPool", "Resize", "Upsample", "Pad", "Add", "Concat")
+#: Elementwise operators of a *function group*: between the DequantizeLinear of one quantized
+#: tensor and a QuantizeLinear, nodes of these (and QuantizeLinear / DequantizeLinear pairs)
+#: reading only that tensor and constants compute a function of its integer, which the
+#: hardware looks up in a table (:func:`onnx2fpga.frontend.function.function_table`).
+FUNCTION_OPS = ("Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "Gelu", "Erf", "Elu", "Selu",
+                "Softplus", "Softsign", "Mish", "Exp", "Log", "Neg", "Abs", "Sqrt",
+                "Reciprocal", "PRelu", "Min", "Max", "Pow", "Identity", "Greater", "Less",
+                "GreaterOrEqual", "LessOrEqual", "Equal", "Where", "Not") + EPILOGUE_OPS
 #: Every operator a group of the hardware part may hold (besides QuantizeLinear and
 #: DequantizeLinear).
-HW_OPS = tuple(sorted(set(VIEW_OPS + EPILOGUE_OPS + CORE_OPS)))
+HW_OPS = tuple(sorted(set(VIEW_OPS + EPILOGUE_OPS + CORE_OPS + FUNCTION_OPS)))
 QDQ = ("QuantizeLinear", "DequantizeLinear")
 
 
@@ -79,6 +89,10 @@ class Group:
         Per core input, the views or Pad in front of the core, in order.
     dqs : list of Node
         Per core input, its DequantizeLinear (QDQ graphs).
+    function : bool
+        A function group (:meth:`QdqGraph.match_function`, :func:`float_groups`): ``after``
+        holds every node between the input's DequantizeLinear (``dqs[0]``) and ``quant``, in
+        graph order, QuantizeLinear / DequantizeLinear nodes inside included; no core.
     """
     core: Node | None = None
     after: list = field(default_factory=list)
@@ -86,6 +100,7 @@ class Group:
     post: list = field(default_factory=list)
     pre: list = field(default_factory=list)
     dqs: list = field(default_factory=list)
+    function: bool = False
 
     @property
     def nodes(self) -> list:
@@ -115,6 +130,8 @@ class Group:
         or the first epilogue node)."""
         if self.core is not None and self.core.op in ("Add", "Concat"):
             return [i for i in self.core.inputs if i and i not in graph.constants]
+        if self.function:
+            return [next(i for i in self.after[0].inputs if not _is_const(graph, i))]
         first = self.pad or (self.core if self.core is not None else self.after[0])
         return [first.inputs[0]]
 
@@ -151,6 +168,51 @@ def _is_float_epilogue(graph: Graph, n: Node) -> bool:
     return len(acts) == 1 and (n.op not in ("Div",) or n.inputs[0] == acts[0])
 
 
+def _is_float_function(graph: Graph, n: Node) -> bool:
+    """``n`` is a function operator (:data:`FUNCTION_OPS`) of one activation (read once
+    or more: ``x * x``) and constants."""
+    if n.domain not in ("", "ai.onnx") or n.op not in FUNCTION_OPS or \
+            len([o for o in n.outputs if o]) != 1:
+        return False
+    return len({i for i in n.inputs if i and not _is_const(graph, i)}) == 1
+
+
+def _float_function(graph: Graph, n: Node, cons, taken: set, dry: bool = False):
+    """The function group starting at ``n``: every later function operator reading only
+    the group's input, its results and constants (SiLU's ``x * Sigmoid(x)``; the legacy
+    torch exporter's Gelu, ``x * (erf(x / sqrt 2) + 1) * 0.5``), as long as one tensor leaves
+    the group; else ``n`` alone. ``dry``: only say whether a group starting at an epilogue
+    operator holds a function operator that is not one (else it stays an epilogue group):
+    the group, or None; nothing is taken."""
+    src = next(i for i in n.inputs if i and not _is_const(graph, i))
+    region, made = [n], {n.outputs[0]}
+    grew = True
+    while grew:
+        grew = False
+        for t in [src, *made]:
+            for m in cons.get(t, []):
+                if any(m is r for r in region) or id(m) in taken or \
+                        m.domain not in ("", "ai.onnx") or m.op not in FUNCTION_OPS or \
+                        len([o for o in m.outputs if o]) != 1:
+                    continue
+                acts = {i for i in m.inputs if i and not _is_const(graph, i)}
+                if acts <= made | {src}:
+                    region.append(m)
+                    made.add(m.outputs[0])
+                    grew = True
+    ids = {id(m) for m in region}
+    leaving = [t for t in made if t in graph.outputs or
+               any(id(c) not in ids for c in cons.get(t, []))]
+    if len(leaving) != 1:
+        region = [n]
+    if dry:
+        return region if any(m.op not in EPILOGUE_OPS for m in region) else None
+    order = {id(m): k for k, m in enumerate(graph.nodes)}
+    region.sort(key=lambda m: order[id(m)])
+    taken.update(id(m) for m in region)
+    return Group(after=region, function=True)
+
+
 def float_groups(graph: Graph) -> list[Group]:
     """The groups of a float graph, in topological order.
 
@@ -163,9 +225,10 @@ def float_groups(graph: Graph) -> list[Group]:
     -------
     list of Group
         Each core (with a constant weight where it has one) starts a group, and so does an
-        epilogue node that follows no core; the epilogue takes the nodes each read only by
-        the one before, and stops at the first non-activation after an activation. A Pad
-        read only by a convolution joins the convolution's group.
+        epilogue node that follows no core, and a function operator (a function group:
+        :func:`_float_function`, see :attr:`Group.function`); the epilogue takes the nodes
+        each read only by the one before, and stops at the first non-activation after an
+        activation. A Pad read only by a convolution joins the convolution's group.
     """
     cons = graph.consumers()
 
@@ -190,6 +253,12 @@ def float_groups(graph: Graph) -> list[Group]:
                     _is_float_core(graph, prev):
                 grp.pre = [[prev]]
                 taken.add(id(prev))
+        elif _is_float_function(graph, n) and (
+                not _is_float_epilogue(graph, n) or
+                _float_function(graph, n, cons, taken, dry=True) is not None):
+            grp = _float_function(graph, n, cons, taken)
+            groups.append(grp)
+            continue
         elif _is_float_epilogue(graph, n):
             grp = Group(after=[n])
         else:
@@ -235,8 +304,25 @@ class QdqGraph:
         return tuple(int(d) for d in info.shape)
 
     def is_const(self, t) -> bool:
-        """``t`` is absent, a constant or DequantizeLinear of one."""
-        return not t or t in self.graph.constants or self.dq_constant(t) is not None
+        """``t`` is absent, a constant or DequantizeLinear of one (or of QuantizeLinear of
+        one: onnxruntime quantizes the constants of elementwise operators that way)."""
+        return not t or t in self.graph.constants or self.dq_constant(t) is not None or \
+            self.qdq_constant(t) is not None
+
+    def qdq_constant(self, name):
+        """The float value of DequantizeLinear(QuantizeLinear(constant)), or None."""
+        n = self.prod.get(name)
+        if n is None or n.op != "DequantizeLinear" or not onnx_domain(n):
+            return None
+        q = self.prod.get(n.inputs[0])
+        if q is None or q.op != "QuantizeLinear" or not onnx_domain(q) or \
+                q.inputs[0] not in self.graph.constants:
+            return None
+        try:
+            env = host.run_nodes([q, n], {}, self.graph.constants)
+        except host.HostOpError:
+            return None
+        return np.asarray(env[name], np.float64)
 
     def dq_constant(self, name):
         """``(int array, scale, zero_point, axis, qtype, node)`` if ``name`` is
@@ -262,6 +348,9 @@ class QdqGraph:
             axis = axis if axis >= 0 else axis + max(q.ndim, 1)
             return golden.dequantize_linear(q, s, z, axis if q.ndim > 1 else 0).astype(
                 np.float64), node
+        value = self.qdq_constant(name)
+        if value is not None:
+            return value, self.prod[name]
         return None, None
 
     def internal(self, t: str, group_nodes) -> bool:
@@ -355,6 +444,63 @@ class QdqGraph:
                 return None
         return grp
 
+    def match_function(self, q: Node, quantized) -> Group | None:
+        """The function group ending at QuantizeLinear ``q``: nodes of
+        :data:`FUNCTION_OPS` and QuantizeLinear / DequantizeLinear pairs that read, besides
+        constants, only the DequantizeLinear of one tensor in ``quantized`` (SiLU
+        ``x * Sigmoid(x)``, with or without onnxruntime's quantizer between the Sigmoid and
+        the Mul; chains of activations), every result read only inside the group. None if
+        there is no such group. Tried after :meth:`match`, which builds what it matches
+        exactly, without a table."""
+        for through in (True, False):
+            memo: dict = {}
+            found = self._trace(q.inputs[0], quantized, through, memo)
+            if found is None:
+                continue
+            nodes, sources = found
+            if len(sources) != 1:
+                continue
+            ids = {id(n) for n in nodes} | {id(q)}
+            if not all(self.internal(o, ids) for n in nodes for o in n.outputs if o):
+                continue
+            ordered = [n for n in self.graph.nodes if id(n) in ids and n is not q]
+            src = next(iter(sources))
+            dq = next(n for n in ordered if n.op == "DequantizeLinear" and n.inputs[0] == src)
+            return Group(after=[n for n in ordered if n is not dq], quant=q, pre=[[]],
+                         dqs=[dq], function=True)
+        return None
+
+    def _trace(self, t, quantized, through, memo):
+        """``(nodes, sources)`` computing tensor ``t`` from quantized tensors by function
+        operators (see :meth:`match_function`), or None. ``through``: continue past a
+        QuantizeLinear / DequantizeLinear pair wherever its input can be traced."""
+        if t in memo:
+            return memo[t]
+        memo[t] = None                        # a cycle: no trace
+        res = None
+        n = self.prod.get(t)
+        if self.is_const(t):
+            res = ((), frozenset())
+        elif n is not None and onnx_domain(n) and len([o for o in n.outputs if o]) == 1:
+            if n.op == "DequantizeLinear":
+                src = n.inputs[0]
+                qq = self.prod.get(src)
+                if through and qq is not None and qq.op == "QuantizeLinear" and \
+                        onnx_domain(qq) and not self.is_const(qq.inputs[0]):
+                    inner = self._trace(qq.inputs[0], quantized, through, memo)
+                    if inner is not None:
+                        res = (inner[0] + (qq, n), inner[1])
+                if res is None and src in quantized:
+                    res = ((n,), frozenset([src]))
+            elif n.op in FUNCTION_OPS:
+                parts = [self._trace(i, quantized, through, memo) for i in n.inputs
+                         if i and not self.is_const(i)]
+                if parts and all(p is not None for p in parts):
+                    res = (sum((p[0] for p in parts), ()) + (n,),
+                           frozenset().union(*(p[1] for p in parts)))
+        memo[t] = res
+        return res
+
     def integer_op(self, n: Node, quantized) -> bool:
         """``n`` is a view or a max pool straight on a tensor in ``quantized`` (no
         DequantizeLinear in front): it keeps the tensor's quantization."""
@@ -409,8 +555,12 @@ def find_groups(qg: QdqGraph, entry: Node, head: list[Node]) -> list[Group | Nod
             continue
         if n.op == "QuantizeLinear" and onnx_domain(n) and \
                 n.inputs[0] not in qg.graph.constants:
-            grp = qg.match(n, quantized)
+            grp = qg.match(n, quantized) or qg.match_function(n, quantized)
             if grp is not None:
+                if grp.function:          # groups it swallowed (their quantizers inside)
+                    inner = {id(m) for m in grp.after}
+                    found = [g for g in found if not isinstance(g, Group) or
+                             g.quant is None or id(g.quant) not in inner]
                 found.append(grp)
                 quantized.add(n.outputs[0])
         elif n.op not in QDQ and qg.integer_op(n, quantized):

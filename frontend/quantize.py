@@ -5,7 +5,8 @@ The float graph is split into the same *groups* the lowering maps onto hardware 
 :func:`~onnx2fpga.frontend.groups.float_groups`): a core (MatMul / Gemm / Conv with a constant
 weight, a pool, a resize, a pad, an add of two activations, a concatenation), or nothing,
 followed by its epilogue (constant bias / scale / BatchNormalization, then Relu / Clip /
-LeakyRelu); a constant-zero Pad in front of a convolution joins the convolution's group; views
+LeakyRelu), or a function group (a Sigmoid, Tanh, Gelu, ``x * Sigmoid(x)``..., quantized
+before and after so that it becomes a table); a constant-zero Pad in front of a convolution joins the convolution's group; views
 pass through. The float graph is run on the calibration batch by the numpy host interpreter; the
 ranges seen at every group's input and output set asymmetric activation quantizers of
 ``activation_bits`` bits (min-max, zero included). Max pools, resizes and pads keep their

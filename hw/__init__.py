@@ -1,6 +1,6 @@
 """Hardware generation: streaming cores in Amaranth, the accelerator top level, Verilog.
 
-One file per core (:mod:`.matvec`, :mod:`.requant`, :mod:`.threshold`, :mod:`.window`,
+One file per core (:mod:`.matvec`, :mod:`.requant`, :mod:`.threshold`, :mod:`.lut`, :mod:`.window`,
 :mod:`.reduce`, :mod:`.depthwise`, :mod:`.joins`, :mod:`.resize`, :mod:`.plumbing`) over a
 public library of building blocks (:mod:`.blocks`, :mod:`.arith`, :mod:`.memory`); the top
 level (:mod:`.top`), Verilog emission (:mod:`.emit`) and resource estimates read from the
@@ -9,6 +9,7 @@ netlist (:mod:`.resources`). What the cores are and how fast they run is planned
 """
 
 from .emit import emit_verilog
+from .lut import LutCore
 from .matvec import MatVecCore
 from .plumbing import StreamFIFO, WidthConverter
 from .requant import RequantCore
@@ -16,6 +17,6 @@ from .threshold import ThresholdCore
 from .top import Accelerator
 
 __all__ = [
-    "Accelerator", "MatVecCore", "RequantCore", "StreamFIFO", "WidthConverter",
+    "Accelerator", "LutCore", "MatVecCore", "RequantCore", "StreamFIFO", "WidthConverter",
     "ThresholdCore", "emit_verilog",
 ]

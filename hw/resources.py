@@ -244,7 +244,10 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
         if name in stand_ins:
             width = stand_ins[name][0]
         elif rom:
-            width = max(1, varying_columns([int(v) for v in cell.init]).bit_count())
+            # Two's complement bit patterns: a signed ROM (a LutCore's table of a signed
+            # type) holds negative words, whose XOR would count sign bits without end.
+            mask = (1 << cell.width) - 1
+            width = max(1, varying_columns([int(v) & mask for v in cell.init]).bit_count())
         mm = memory_mapping(width, depth, family, rom=rom, sync_read=m["async"] == 0)
         f["memories"].append((width, depth, rom, mm))
         f["memory_names"].append(name)

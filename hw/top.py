@@ -12,6 +12,7 @@ from ..plan.graph import plan_graph
 from .blocks import int_shape, quiet_if_invalid
 from .depthwise import DepthwiseCore
 from .joins import AddCore, BroadcastCore, ConcatCore
+from .lut import LutCore
 from .matvec import MatVecCore
 from .plumbing import StreamFIFO, WidthConverter
 from .reduce import WindowReduceCore
@@ -198,7 +199,7 @@ CORES = {
     "fifo": StreamFIFO, "convert": WidthConverter, "window": SlidingWindowCore,
     "reduce": WindowReduceCore, "depthwise": DepthwiseCore, "add": AddCore,
     "concat": ConcatCore, "broadcast": BroadcastCore, "resize": ResizeCore,
-    "reorder": ReorderCore,
+    "reorder": ReorderCore, "lut": LutCore,
 }
 
 

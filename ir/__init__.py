@@ -44,11 +44,12 @@ from .layers import (
     window_out_size,
 )
 from .serialize import load_design, save_design
-from .stages import RequantStage, ThresholdStage
+from .stages import LutStage, RequantStage, ThresholdStage
 from .types import FLOAT_ROUNDINGS, ROUNDINGS, IntType, acc_type_for
 
 __all__ = [
-    "IntType", "ROUNDINGS", "FLOAT_ROUNDINGS", "RequantStage", "ThresholdStage", "DenseLayer",
+    "IntType", "ROUNDINGS", "FLOAT_ROUNDINGS", "RequantStage", "ThresholdStage", "LutStage",
+    "DenseLayer",
     "RequantLayer", "ConvLayer", "PoolLayer", "AddLayer", "ConcatLayer", "ResizeLayer",
     "PadLayer", "ViewLayer",
     "LAYER_TYPES", "Port", "Dataflow", "HostNode", "Design", "acc_type_for", "save_design",

@@ -10,7 +10,7 @@ import numpy as np
 
 from .dataflow import Dataflow, Design, HostNode, Port
 from .layers import LAYER_TYPES
-from .stages import RequantStage, ThresholdStage
+from .stages import LutStage, RequantStage, ThresholdStage
 from .types import IntType
 
 __all__ = ["save_design", "load_design"]
@@ -42,7 +42,8 @@ def _encode(obj, arrays: dict, path: str):
 
 
 _TYPES = {cls.__name__: cls for cls in
-          (RequantStage, ThresholdStage, *LAYER_TYPES, Port, Dataflow, HostNode, Design)}
+          (RequantStage, ThresholdStage, LutStage, *LAYER_TYPES, Port, Dataflow, HostNode,
+           Design)}
 
 
 def _decode(obj, arrays):

@@ -1,4 +1,4 @@
-"""Elementwise stages: requantization by multiplier and shift, and thresholds."""
+"""Elementwise stages: requantization by multiplier and shift, thresholds, and lookup tables."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 
 from .types import ROUNDINGS, IntType
 
-__all__ = ["RequantStage", "ThresholdStage"]
+__all__ = ["RequantStage", "ThresholdStage", "LutStage"]
 
 
 @dataclass
@@ -114,3 +114,48 @@ class ThresholdStage:
     @property
     def per_element(self) -> bool:
         return self.thresholds.shape[0] > 1
+
+
+@dataclass
+class LutStage:
+    """Any function of one integer by a lookup table, per channel ``c``::
+
+        y = table[c, x - in_lo]
+
+    ``table`` is ``(channels, n)`` (or ``(1, n)`` for all), defined for the inputs
+    ``in_lo .. in_lo + n - 1``; ``out_type`` holds every entry. The frontend computes it from
+    a quantized activation function (a Sigmoid, a Gelu, ``x * Sigmoid(x)``... between a
+    DequantizeLinear and a QuantizeLinear) evaluated on every input code; the planner turns
+    a table that is monotonic in every channel, in one direction, into a
+    :class:`ThresholdStage`.
+    """
+    table: np.ndarray
+    in_lo: int
+    out_type: IntType
+
+    def __post_init__(self):
+        t = np.asarray(self.table, dtype=np.int64)
+        self.table = t.reshape(1, -1) if t.ndim == 1 else t
+        if self.table.ndim != 2 or self.table.shape[1] < 1:
+            raise ValueError(f"Table must be (channels, n) with n >= 1, not {t.shape}")
+        self.in_lo = int(self.in_lo)
+        if self.table.min() < self.out_type.lo or self.table.max() > self.out_type.hi:
+            raise ValueError(f"Table entries {int(self.table.min())}..{int(self.table.max())} "
+                             f"must lie within {self.out_type.name}")
+
+    @property
+    def in_hi(self) -> int:
+        """The largest input the table covers."""
+        return self.in_lo + self.table.shape[1] - 1
+
+    @property
+    def lo(self) -> int:
+        return int(self.table.min())
+
+    @property
+    def hi(self) -> int:
+        return int(self.table.max())
+
+    @property
+    def per_element(self) -> bool:
+        return self.table.shape[0] > 1

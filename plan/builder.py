@@ -16,9 +16,10 @@ from ..ir.layers import (
     align_params,
     image_shape,
 )
-from ..ir.stages import RequantStage, ThresholdStage
+from ..ir.stages import LutStage, RequantStage, ThresholdStage
 from ..ir.types import IntType
 from .devices import ice40_matvec_dsps
+from .lut import lut_as_thresholds, lut_then, lut_window, prefer_thresholds
 from .stage import Stage
 from .thresholds import requant_as_thresholds, threshold_is_cheaper
 
@@ -59,12 +60,15 @@ def stream_stages(stages, shape, order) -> tuple[list, int]:
     over a period of ``channels`` stream positions (the shortest period of all parameters
     in stream order).
 
-    Returns the stages (RequantStages and ThresholdStages as given) and ``channels``.
+    Returns the stages (RequantStages, ThresholdStages and LutStages as given) and
+    ``channels``. A LutStage's rows are chosen by one parameter, the row index.
     """
     shape = tuple(int(d) for d in shape)
     n = int(np.prod(shape, dtype=np.int64))
 
     def columns(stage):
+        if isinstance(stage, LutStage):
+            return [np.arange(stage.table.shape[0], dtype=np.int64)]
         if isinstance(stage, ThresholdStage):
             t = stage.thresholds
             return [t[:, i] for i in range(t.shape[1])]
@@ -91,6 +95,12 @@ def stream_stages(stages, shape, order) -> tuple[list, int]:
             v = table[r, :period]
             cols.append(v[:1] if np.all(v == v[0]) else v)
             r += 1
+        if isinstance(stage, LutStage):
+            rows = stage.table[np.broadcast_to(cols[0], (period,))]
+            if len(rows) > 1 and np.all(rows == rows[:1]):
+                rows = rows[:1]
+            out.append(LutStage(rows, stage.in_lo, stage.out_type))
+            continue
         if isinstance(stage, ThresholdStage):
             t = np.stack([np.broadcast_to(c, (period,)) for c in cols], axis=1) if cols \
                 else np.zeros((1, 0), np.int64)
@@ -109,8 +119,9 @@ def stream_stages(stages, shape, order) -> tuple[list, int]:
 def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list]]:
     """Which core computes each stage of an elementwise stage list (in stream form, see
     :func:`stream_stages`): ``[(kind, stages), ...]``, consecutive stages of one kind in one
-    core, ``kind`` ``"requant"`` (:class:`~onnx2fpga.hw.requant.RequantCore`) or
-    ``"threshold"`` (:class:`~onnx2fpga.hw.threshold.ThresholdCore`).
+    core, ``kind`` ``"requant"`` (:class:`~onnx2fpga.hw.requant.RequantCore`),
+    ``"threshold"`` (:class:`~onnx2fpga.hw.threshold.ThresholdCore`) or ``"lut"``
+    (:class:`~onnx2fpga.hw.lut.LutCore`).
 
     A ThresholdStage always goes to a threshold core. A RequantStage does where it is
     monotonic over its input range (the range of ``in_type`` for the first stage, of the
@@ -119,17 +130,40 @@ def stage_cores(stages, in_type: IntType, channels: int) -> list[tuple[str, list
     to cost no more (:func:`onnx2fpga.plan.thresholds.threshold_is_cheaper`: in practice up to 15
     thresholds, a 4-bit output, against a multiplier of a few bits or more); the stage is
     then replaced by those thresholds, which compute the same integers.
+
+    A LutStage is cut to its input range (:func:`~onnx2fpga.plan.lut.lut_window`) and takes
+    every stage after it into its table (:func:`~onnx2fpga.plan.lut.lut_then`); the result
+    goes to a threshold core where it is monotonic
+    (:func:`~onnx2fpga.plan.lut.lut_as_thresholds`) with at most 255 thresholds
+    (:func:`~onnx2fpga.plan.lut.prefer_thresholds`), else to a table core.
     """
     lo, hi = in_type.lo, in_type.hi
     runs: list[tuple[str, list]] = []
-    for stage in stages:
-        kind = "threshold" if isinstance(stage, ThresholdStage) else "requant"
-        if kind == "requant" and stage.hi - stage.lo < 256:
-            th = requant_as_thresholds(stage, lo, hi, channels)
-            if th is not None and threshold_is_cheaper(stage, th, IntType.for_range(lo, hi).bits,
-                                                       channels):
+    stages = list(stages)
+    k = 0
+    while k < len(stages):
+        stage = stages[k]
+        k += 1
+        if isinstance(stage, LutStage):
+            stage = lut_window(stage, lo, hi)
+            while k < len(stages):
+                stage = lut_then(stage, stages[k], channels)
+                k += 1
+            th = lut_as_thresholds(stage)
+            if th is not None and prefer_thresholds(stage, th):
                 kind, stage = "threshold", th
-        if runs and runs[-1][0] == kind:
+            else:
+                kind = "lut"
+        elif isinstance(stage, ThresholdStage):
+            kind = "threshold"
+        else:
+            kind = "requant"
+            if stage.hi - stage.lo < 256:
+                th = requant_as_thresholds(stage, lo, hi, channels)
+                if th is not None and threshold_is_cheaper(
+                        stage, th, IntType.for_range(lo, hi).bits, channels):
+                    kind, stage = "threshold", th
+        if runs and runs[-1][0] == kind and kind != "lut":
             runs[-1][1].append(stage)
         else:
             runs.append((kind, [stage]))
@@ -214,8 +248,8 @@ class Builder:
         runs = stage_cores(st, t_now, channels)
         for j, (kind, run) in enumerate(runs):
             nm = name if len(runs) == 1 else f"{name}_{j}"
-            if kind == "threshold":
-                nm = nm.replace("requant", "threshold", 1)
+            if kind != "requant":
+                nm = nm.replace("requant", kind, 1)
             net = self.add(kind, nm, [net], run[-1].out_type, lanes_now, size, layer=layer,
                            params={"stages": run, "channels": channels})
         return net

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .depthwise import DepthwiseTiming
 from .joins import AddTiming, ForkTiming
+from .lut import LutTiming
 from .matvec import MatVecTiming
 from .plumbing import CastTiming, ConvertTiming, FifoTiming
 from .reduce import ReduceTiming
@@ -23,7 +24,7 @@ CORE_KINDS: dict[str, CoreKind] = {
     kind: model for model in (
         MatVecTiming(), RequantTiming(), ThresholdTiming(), FifoTiming(), ConvertTiming(),
         CastTiming(), WindowTiming(), ReduceTiming(), DepthwiseTiming(), ForkTiming(),
-        AddTiming(), ResizeTiming(), ReorderTiming())
+        AddTiming(), ResizeTiming(), ReorderTiming(), LutTiming())
     for kind in model.kinds}
 
 

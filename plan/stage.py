@@ -18,8 +18,8 @@ class Stage:
     kind : str
         ``"matvec"``, ``"requant"``, ``"threshold"``, ``"fifo"``, ``"convert"``, ``"cast"`` (a
         value-preserving change of element type, wires only), ``"window"``, ``"reduce"``,
-        ``"depthwise"``, ``"add"``, ``"concat"``, ``"broadcast"``, ``"resize"`` or
-        ``"reorder"``.
+        ``"depthwise"``, ``"add"``, ``"concat"``, ``"broadcast"``, ``"resize"``,
+        ``"reorder"`` or ``"lut"``.
     name : str
         A readable name, used for the submodule.
     in_type, out_type : IntType
@@ -38,8 +38,8 @@ class Stage:
         buffer ``x_mem``), ``ice40_dsp`` (its products go to SB_MAC16s on an iCE40: the
         MatVecs in dataflow order whose products fit what is left of
         ``dataflow.ice40_dsps``). ``"requant"`` (only
-        RequantStages) and ``"threshold"`` (only ThresholdStages): ``stages``, ``channels``
-        (:func:`stage_cores`). ``"fifo"``: ``depth``.
+        RequantStages), ``"threshold"`` (only ThresholdStages) and ``"lut"`` (one
+        LutStage): ``stages``, ``channels`` (:func:`stage_cores`). ``"fifo"``: ``depth``.
         ``"window"``: ``channels``, ``height``, ``width``, ``kernel``, ``stride``,
         ``dilation``, ``pads``, ``pad_value``. ``"reduce"``: ``op``, ``channels``,
         ``window``. ``"depthwise"``: ``channels``, ``window``, ``weight``, ``bias``.

@@ -28,12 +28,13 @@ from ..ir.layers import (
     align_params,
     image_shape,
 )
-from ..ir.stages import RequantStage, ThresholdStage
+from ..ir.stages import LutStage, RequantStage, ThresholdStage
 
 __all__ = [
     "round_shift", "requant", "requant_stages", "dense", "conv", "max_pool", "window_sum",
     "add", "resize_nearest", "pad", "run_layer", "run_dataflow", "quantize_linear",
-    "dequantize_linear", "round_float", "ROUNDINGS", "SHIFT_ROUNDINGS", "threshold", "trunc",
+    "dequantize_linear", "round_float", "ROUNDINGS", "SHIFT_ROUNDINGS", "threshold", "lookup",
+    "trunc",
     "matmul_integer", "conv_integer", "qlinear_matmul", "qlinear_conv", "requantize_float",
 ]
 
@@ -99,6 +100,20 @@ def threshold(x, stage: ThresholdStage) -> np.ndarray:
     return stage.base + stage.step * count
 
 
+def lookup(x, stage: LutStage) -> np.ndarray:
+    """One :class:`~onnx2fpga.ir.LutStage`: ``table[c, x - in_lo]``, the table's rows aligned
+    on the left with the logical shape like requantization parameters (``x`` is
+    ``(batch, *shape)``). ``ValueError`` for an input the table does not cover."""
+    x = np.asarray(x, dtype=np.int64)
+    if x.size and (x.min() < stage.in_lo or x.max() > stage.in_hi):
+        raise ValueError(f"Lookup input {int(x.min())}..{int(x.max())} outside the table's "
+                         f"{stage.in_lo}..{stage.in_hi}")
+    ndim = max(x.ndim - 1, 0)
+    rows = align_params(np.arange(stage.table.shape[0], dtype=np.int64), ndim)
+    rows = rows.reshape((1,) + rows.shape) if rows.ndim else rows
+    return stage.table[rows, x - stage.in_lo]
+
+
 def requant(x, stage: RequantStage) -> np.ndarray:
     """One :class:`~onnx2fpga.ir.RequantStage` applied to integer array ``x``.
 
@@ -109,6 +124,8 @@ def requant(x, stage: RequantStage) -> np.ndarray:
     """
     if isinstance(stage, ThresholdStage):
         return threshold(x, stage)
+    if isinstance(stage, LutStage):
+        return lookup(x, stage)
     x = np.asarray(x, dtype=np.int64)
     ndim = max(x.ndim - 1, 0)
 

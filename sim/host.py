@@ -9,11 +9,14 @@ dequantize nodes carry their parameters as attributes (``scale``, ``zero_point``
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import golden
 
-__all__ = ["HOST_OPS", "ML_HOST_OPS", "ML_DOMAIN", "HostOpError", "run_nodes", "supported"]
+__all__ = ["HOST_OPS", "ML_HOST_OPS", "ML_DOMAIN", "ACTIVATIONS", "HostOpError", "run_nodes",
+           "supported"]
 
 
 class HostOpError(ValueError):
@@ -318,6 +321,75 @@ def qlinear_conv(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale,
     return back(y.astype(dtype))
 
 
+def _unary64(fn):
+    """An elementwise function computed in float64 and rounded to the input's float type
+    (float32): the correctly rounded result, which any float32 implementation approximates."""
+    def op(x, *, version=13, **attrs):
+        x = np.asarray(x)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return np.asarray(fn(x.astype(np.float64), **attrs)).astype(x.dtype)
+    return op
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def _gelu(x, *, approximate="none"):
+    """ONNX Gelu-20: ``0.5 x (1 + erf(x / sqrt 2))``, or with ``approximate="tanh"``
+    ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``."""
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def _elu(x, *, alpha=1.0):
+    return np.where(x < 0, alpha * (np.exp(x) - 1.0), x)
+
+
+def _selu(x, *, alpha=1.67326319217681884765625, gamma=1.05070102214813232421875):
+    return np.where(x <= 0, gamma * (alpha * np.exp(x) - alpha), gamma * x)
+
+
+def _hard_sigmoid(x, *, alpha=0.2, beta=0.5):
+    return np.clip(alpha * x + beta, 0.0, 1.0)
+
+
+def _prelu(x, slope, *, version=16):
+    """ONNX PRelu-9/16: ``slope * x`` where ``x < 0`` (``slope`` broadcasts to ``x``)."""
+    return np.where(x < 0, x * np.asarray(slope, x.dtype), x).astype(x.dtype)
+
+
+def _variadic(fn):
+    """ONNX Min / Max (opsets 6-13): elementwise over every input, broadcasting."""
+    def op(*xs, version=13):
+        y = xs[0]
+        for v in xs[1:]:
+            y = fn(y, v)
+        return y
+    return op
+
+
+#: Elementwise activations (ONNX opset versions in the comments), each computed in float64
+#: from the float32 input and rounded back to float32.
+ACTIVATIONS = {
+    "HardSigmoid": _unary64(_hard_sigmoid),                               # 6, 22
+    "HardSwish": _unary64(lambda x: x * _hard_sigmoid(x, alpha=1 / 6)),  # 14, 22
+    "Gelu": _unary64(_gelu),                                              # 20
+    "Erf": _unary64(lambda x: _erf(x)),                                   # 9, 13
+    "Elu": _unary64(_elu),                                                # 6, 22
+    "Selu": _unary64(_selu),                                              # 6, 22
+    "Softplus": _unary64(_softplus),                                      # 1, 22
+    "Softsign": _unary64(lambda x: x / (1.0 + np.abs(x))),                # 1, 22
+    "Mish": _unary64(lambda x: x * np.tanh(_softplus(x))),                # 18, 22
+    "Log": _unary64(np.log),                                              # 6, 13
+    "Reciprocal": _unary64(lambda x: 1.0 / x),                            # 6, 13
+}
+
+
 HOST_OPS = {
     "Identity": lambda x, *, version=13: x,
     "Relu": _f32(lambda x: np.maximum(x, 0)),
@@ -364,6 +436,17 @@ HOST_OPS = {
     "QLinearConv": qlinear_conv,
     "MatMulInteger": matmul_integer,
     "ConvInteger": conv_integer,
+    "PRelu": _prelu,
+    "Greater": _binary(np.greater),
+    "Less": _binary(np.less),
+    "GreaterOrEqual": _binary(np.greater_equal),
+    "LessOrEqual": _binary(np.less_equal),
+    "Equal": _binary(np.equal),
+    "Not": lambda x, *, version=1: np.logical_not(x),
+    "Where": lambda c, a, b, *, version=16: np.where(c, a, b),
+    "Min": _variadic(np.minimum),
+    "Max": _variadic(np.maximum),
+    **ACTIVATIONS,
 }
 
 

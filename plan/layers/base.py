@@ -15,7 +15,7 @@ import numpy as np
 
 from ...errors import OptionError
 from ...ir.layers import image_shape
-from ...ir.stages import ThresholdStage
+from ...ir.stages import LutStage, ThresholdStage
 from ..builder import Builder, hwc_order
 from ..window import WindowGeometry
 
@@ -61,7 +61,10 @@ def window_need(layer, out_channels: int, kernel, stride, dilation, pads) -> np.
 
 
 def stage_json(st) -> dict:
-    """The manifest's summary of one requantization or threshold stage."""
+    """The manifest's summary of one requantization, threshold or table stage."""
+    if isinstance(st, LutStage):
+        return {"table": int(st.table.shape[1]), "per_channel": st.per_element,
+                "in_lo": st.in_lo, "clip": [st.lo, st.hi]}
     if isinstance(st, ThresholdStage):
         return {"thresholds": int(st.thresholds.shape[1]), "per_channel": st.per_element,
                 "base": st.base, "step": st.step, "clip": [st.lo, st.hi]}
