@@ -55,6 +55,7 @@ from .epilogue import RequantOptions
 from .groups import QdqGraph, find_groups
 from .ir import Graph, Node
 from .partition import Partition, extend_accumulator_tail, find_entry, partition
+from .qdq import integer_max_pools
 
 __all__ = ["lower", "assemble_design", "fuse_requants", "absorb_multiplier_signs"]
 
@@ -90,6 +91,7 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
     # Measured on onnxruntime's QDQ MLPs (benchmarks/ort_agreement.py): 16 bits give
     # 99.875 % exact outputs and at most 2 LSB; 24 bits 99.993 % and at most 1 LSB.
     opts = RequantOptions(multiplier_bits, rounding)
+    integer_max_pools(graph)
     qg = QdqGraph(graph)
     entry = find_entry(qg)
     head = qg.ancestors(entry)

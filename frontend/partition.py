@@ -147,6 +147,11 @@ def extend_accumulator_tail(hw: HardwarePart, head: list) -> None:
                         f"{n.name or out}__bias", "", 14, 14))
     k = g.nodes.index(n)
     g.nodes[k + 1:k + 1] = new
+    for m in new:           # the partition asks who reads the host's DequantizeLinear
+        for t in m.inputs:
+            qg.cons.setdefault(t, []).append(m)
+        for t in m.outputs:
+            qg.prod[t] = m
     hw.used.update(id(m) for m in [n] + chain)
 
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import IntType
-from .ir import Graph
+from .ir import Graph, Node, TensorInfo
 
-__all__ = ["normalize_qdq", "qtype_of_dtype", "QDQ_OPS"]
+__all__ = ["normalize_qdq", "qtype_of_dtype", "integer_max_pools", "QDQ_OPS"]
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
@@ -140,3 +140,66 @@ def _normalize(node, graph: Graph) -> None:
     zp = np.asarray(zarr).astype(np.int64).reshape(scale.shape)
     node.attrs = {"scale": scale, "zero_point": zp, "qtype": qtype, "axis": axis}
     node.inputs = [x]
+
+
+#: What may read a max pool that :func:`integer_max_pools` moves: a layer that dequantizes
+#: its input (or a view in front of one); a QuantizeLinear or an epilogue after the pool
+#: makes the pool part of a group already.
+_POOL_READERS = ("MatMul", "Gemm", "Conv", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                 "Identity", "Transpose")
+
+
+def integer_max_pools(graph: Graph) -> list[Node]:
+    """Move a max pool of a dequantized activation in front of its DequantizeLinear (in
+    place): ``DQ(q) -> MaxPool -> y`` becomes ``MaxPool(q) -> DQ -> y``.
+
+    Brevitas writes ``QuantReLU -> MaxPool2d -> QuantConv2d`` so, with no quantizer after
+    the pool: the pool of a quantized tensor keeps its grid, and a DequantizeLinear with a
+    positive scale (:func:`normalize_qdq` refuses any other) is increasing, so the maximum
+    of the dequantized values is the dequantized maximum of the integers, exactly. Taken
+    for a MaxPool / GlobalMaxPool (one output, no Indices) of the default domain whose
+    readers are all MatMul / Gemm / Conv or views, reading a DequantizeLinear of an
+    activation per tensor or per channel (axis 1); the DequantizeLinear stays for its
+    other readers.
+
+    Returns
+    -------
+    list of Node
+        The max pools moved.
+    """
+    prod, cons = graph.producers(), graph.consumers()
+    moved, new_nodes, old = [], [], set()
+    for n in graph.nodes:
+        new_nodes.append(n)
+        if n.op not in ("MaxPool", "GlobalMaxPool") or n.domain not in ("", "ai.onnx") or \
+                len(n.inputs) != 1 or len([o for o in n.outputs if o]) != 1 or \
+                len(n.outputs) != 1:
+            continue
+        dq = prod.get(n.inputs[0])
+        y = n.outputs[0]
+        readers = cons.get(y, [])
+        if dq is None or dq.op != "DequantizeLinear" or dq.domain not in ("", "ai.onnx") or \
+                "qtype" not in dq.attrs or dq.inputs[0] in graph.constants or \
+                y in graph.outputs or not readers or \
+                any(r.op not in _POOL_READERS or r.inputs[0] != y for r in readers):
+            continue
+        scale = np.asarray(dq.attrs["scale"])
+        if scale.size != 1 and dq.attrs["axis"] not in (1, -3, -4):
+            continue
+        q, info = dq.inputs[0], graph.tensors.get(y)
+        if info is None or graph.tensors.get(q) is None:
+            continue
+        pooled = f"{y}__int"
+        n.inputs, n.outputs = [q], [pooled]
+        graph.tensors[pooled] = TensorInfo(graph.tensors[q].dtype, info.shape)
+        new_nodes.append(Node("DequantizeLinear", [pooled], [y], dict(dq.attrs),
+                              f"{n.name or y}__dequantize", dq.domain, dq.version,
+                              dq.opset))
+        moved.append(n)
+        old.add(id(dq))
+    graph.nodes = new_nodes
+    if moved:                   # a DequantizeLinear the pools read, left without readers, goes
+        readers = graph.consumers()
+        graph.nodes = [n for n in graph.nodes if id(n) not in old or
+                       n.outputs[0] in readers or n.outputs[0] in graph.outputs]
+    return moved
