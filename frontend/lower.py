@@ -33,10 +33,11 @@ The graph is partitioned into three parts:
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 
-from ..errors import OptionError
+from ..errors import OptionError, UnsupportedError
 from ..ir import (
     ConcatLayer,
     ConvLayer,
@@ -54,13 +55,15 @@ from .build import HardwarePart, build_layers
 from .epilogue import RequantOptions
 from .groups import QdqGraph, find_groups
 from .ir import Graph, Node
-from .partition import Partition, extend_accumulator_tail, find_entry, partition
+from .check import Onnx2FpgaWarning
+from .partition import Partition, extend_accumulator_tail, find_entry, host_compute, partition
 from .qdq import integer_max_pools
 
 __all__ = ["lower", "assemble_design", "fuse_requants", "absorb_multiplier_signs"]
 
 
-def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even") -> Design:
+def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even",
+          allow_host_compute: bool = False) -> Design:
     """Partition and lower a normalized QDQ graph; see the module docstring.
 
     Convolution, pooling, resize and pad nodes must carry the ``_geometry`` attribute that
@@ -77,13 +80,18 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
         Significant bits of a requantization multiplier, 2 to 32.
     rounding : str
         The requantization's rounding where the quantizer rounds half to even.
+    allow_host_compute : bool
+        Let a compute operator (Conv, Gemm, MatMul and their integer forms) run on the host,
+        in float, with a warning that lists every such node; without it, that is an error.
 
     Raises
     ------
     OptionError
         ``multiplier_bits`` out of range.
     UnsupportedError
-        Every part of the graph that can run neither in hardware nor on the host.
+        Every part of the graph that can run neither in hardware nor on the host; every
+        compute operator placed on the host, with the reason (unless
+        ``allow_host_compute``).
     """
     if not isinstance(multiplier_bits, int) or not 2 <= multiplier_bits <= 32:
         raise OptionError(f"multiplier_bits must be an integer from 2 to 32, not "
@@ -99,6 +107,14 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
     hw = build_layers(qg, found, entry, opts)
     extend_accumulator_tail(hw, head)
     part = partition(hw, entry, head)
+    on_host = host_compute(hw, part)
+    if on_host and not allow_host_compute:
+        raise UnsupportedError([f"{line}; to run it there, pass --allow-host-compute "
+                                f"(allow_host_compute=True)" for line in on_host])
+    if on_host:
+        warnings.warn(f"{len(on_host)} compute node{'s' if len(on_host) > 1 else ''} run on "
+                      f"the host in float (allowed): {'; '.join(on_host)}", Onnx2FpgaWarning,
+                      stacklevel=2)
     design = assemble_design(hw, entry, part)
     for layer in design.dataflow.layers:
         absorb_multiplier_signs(layer)

@@ -270,7 +270,14 @@ def test_float_input_of_a_quantized_model_is_quantized_from_calibration(tmp_path
     onnx.save(m, tmp_path / "float_in.onnx")
     rng = np.random.default_rng(4)
     cal = rng.standard_normal((100, 1, 16)).astype(np.float32)
-    without = onnx2fpga.compile(tmp_path / "float_in.onnx")
+    # Without calibration the first Gemm reads the float input: on the host only if asked.
+    with pytest.raises(UnsupportedError, match=r"^Node 'fc0' \(Gemm, opset 13\): a compute "
+                       r"operator on the host \(head\), in float: it reads the model's float "
+                       r"input before the first quantized activation .*--allow-host-compute"):
+        onnx2fpga.compile(tmp_path / "float_in.onnx")
+    with pytest.warns(Onnx2FpgaWarning, match=r"^1 compute node run on the host in float "
+                      r"\(allowed\): Node 'fc0' \(Gemm, opset 13\)"):
+        without = onnx2fpga.compile(tmp_path / "float_in.onnx", allow_host_compute=True)
     d = onnx2fpga.compile(tmp_path / "float_in.onnx", calibration=cal, activation_bits=12)
     assert len(d.design.dataflow.layers) == len(without.design.dataflow.layers) + 1
     assert d.manifest["quantization"]["float_inputs_quantized"]["tensors"] == ["x"]
