@@ -20,23 +20,29 @@ EXPORTERS = {
 }
 
 
-def brevitas_mlp(seed=0, sizes=(64, 32, 10)):
+def brevitas_mlp(seed=0, sizes=(64, 32, 10), bias="float"):
     """QuantIdentity -> QuantLinear -> QuantReLU -> QuantLinear, default quantizers (8-bit
     per-tensor weights, a float bias, no output quantizer on the last layer: it leaves
-    through a float bias)."""
+    through a float bias). ``bias``: ``"float"`` (the default), ``"int32"`` (Brevitas'
+    ``Int32Bias``, on the accumulator's grid) or ``None`` (no bias: torch writes the
+    weight's Transpose and a MatMul)."""
     import torch
     import torch.nn as nn
     import brevitas.nn as qnn
+    from brevitas.quant import Int32Bias
 
     torch.manual_seed(seed)
+    kw = {"bias": bias is not None}
+    if bias == "int32":
+        kw["bias_quant"] = Int32Bias
 
     class MLP(nn.Module):
         def __init__(self):
             super().__init__()
             self.inp = qnn.QuantIdentity(return_quant_tensor=True)
-            self.fc0 = qnn.QuantLinear(sizes[0], sizes[1], bias=True)
+            self.fc0 = qnn.QuantLinear(sizes[0], sizes[1], **kw)
             self.relu = qnn.QuantReLU(return_quant_tensor=True)
-            self.fc1 = qnn.QuantLinear(sizes[1], sizes[2], bias=True)
+            self.fc1 = qnn.QuantLinear(sizes[1], sizes[2], **kw)
 
         def forward(self, x):
             return self.fc1(self.relu(self.fc0(self.inp(x))))
