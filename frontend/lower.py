@@ -14,6 +14,8 @@ The graph is partitioned into three parts:
 
 :func:`lower` runs these passes, each a plain function from one artifact to the next:
 
+0. :func:`~onnx2fpga.frontend.qdq.integer_max_pools`: a max pool of a dequantized activation
+   with no quantizer after it moves in front of its DequantizeLinear (it keeps the grid);
 1. :func:`~onnx2fpga.frontend.partition.find_entry`: graph -> the first quantized activation;
    the head is everything it depends on;
 2. :func:`~onnx2fpga.frontend.groups.find_groups`: graph -> the groups and integer operators,
@@ -24,7 +26,9 @@ The graph is partitioned into three parts:
 4. :func:`~onnx2fpga.frontend.partition.extend_accumulator_tail`: a last layer without a
    quantizer joins the hardware up to its accumulator;
 5. :func:`~onnx2fpga.frontend.partition.partition`: layers -> the host tail and the hardware
-   part's one output (:class:`~onnx2fpga.frontend.partition.Partition`);
+   part's one output (:class:`~onnx2fpga.frontend.partition.Partition`); a compute operator
+   left on the host is refused (:func:`~onnx2fpga.frontend.partition.host_compute`) unless
+   allowed;
 6. :func:`assemble_design`: layers and partition -> the :class:`~onnx2fpga.ir.Design`, with
    elementwise layers fused into the layer before them (:func:`fuse_requants`);
 7. :func:`absorb_multiplier_signs` on every layer.
