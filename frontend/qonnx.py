@@ -69,7 +69,8 @@ _VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpos
 
 def _container(qtype: IntType) -> str:
     """The numpy dtype an integer tensor of ``qtype`` is kept in."""
-    return f"{'' if qtype.signed else 'u'}int{8 if qtype.bits <= 8 else 16 if qtype.bits <= 16 else 32}"
+    bits = 8 if qtype.bits <= 8 else 16 if qtype.bits <= 16 else 32
+    return f"{'' if qtype.signed else 'u'}int{bits}"
 
 
 def _fresh(graph: Graph, base: str) -> str:

@@ -44,8 +44,8 @@ _say = progress      # for the methods whose ``progress`` argument hides this fu
 
 
 def compile(model, output_dir=None, *, calibration=None, lenient: bool = False,  # noqa: A001
-            allow_host_compute: bool = False, force: bool = False, weight_bits: int = 8, activation_bits: int = 8,
-            per_channel: bool = True, max_lanes: int | None = None,
+            allow_host_compute: bool = False, force: bool = False, weight_bits: int = 8,
+            activation_bits: int = 8, per_channel: bool = True, max_lanes: int | None = None,
             folding: dict | None = None, multiplier_bits: int | None = None,
             board: str | None = None, target_fps: float | None = None,
             clock_mhz: float | None = None, utilization: float = 0.8,

@@ -208,8 +208,9 @@ def _version():
 def _compile(args):
     from .api import compile as compile_
     d = compile_(args.model, args.output, calibration=args.calibration, lenient=args.lenient,
-                 allow_host_compute=args.allow_host_compute, force=args.force, weight_bits=args.weight_bits,
-                 activation_bits=args.activation_bits, per_channel=not args.per_tensor,
+                 allow_host_compute=args.allow_host_compute, force=args.force,
+                 weight_bits=args.weight_bits, activation_bits=args.activation_bits,
+                 per_channel=not args.per_tensor,
                  max_lanes=args.max_lanes, folding=args.folding,
                  multiplier_bits=args.multiplier_bits, board=args.board,
                  target_fps=args.target_fps, clock_mhz=args.clock,
