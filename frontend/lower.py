@@ -16,6 +16,8 @@ The graph is partitioned into three parts:
 
 0. :func:`~onnx2fpga.frontend.qdq.integer_max_pools`: a max pool of a dequantized activation
    with no quantizer after it moves in front of its DequantizeLinear (it keeps the grid);
+   :func:`~onnx2fpga.frontend.qdq.exact_average_pools`: a global average pool there gets
+   the quantizer that keeps it exact (its sum on the grid ``s / N``);
 1. :func:`~onnx2fpga.frontend.partition.find_entry`: graph -> the first quantized activation;
    the head is everything it depends on;
 2. :func:`~onnx2fpga.frontend.groups.find_groups`: graph -> the groups and integer operators,
@@ -61,7 +63,7 @@ from .groups import QdqGraph, find_groups
 from .ir import Graph, Node
 from .check import Onnx2FpgaWarning
 from .partition import Partition, extend_accumulator_tail, find_entry, host_compute, partition
-from .qdq import integer_max_pools
+from .qdq import exact_average_pools, integer_max_pools
 
 __all__ = ["lower", "assemble_design", "fuse_requants", "absorb_multiplier_signs"]
 
@@ -104,6 +106,7 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
     # 99.875 % exact outputs and at most 2 LSB; 24 bits 99.993 % and at most 1 LSB.
     opts = RequantOptions(multiplier_bits, rounding)
     integer_max_pools(graph)
+    exact_average_pools(graph)
     qg = QdqGraph(graph)
     entry = find_entry(qg)
     head = qg.ancestors(entry)

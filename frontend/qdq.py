@@ -22,7 +22,8 @@ from ..errors import UnsupportedError
 from ..ir import IntType
 from .ir import Graph, Node, TensorInfo
 
-__all__ = ["normalize_qdq", "qtype_of_dtype", "integer_max_pools", "QDQ_OPS"]
+__all__ = ["normalize_qdq", "qtype_of_dtype", "integer_max_pools", "exact_average_pools",
+           "QDQ_OPS"]
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
@@ -203,3 +204,61 @@ def integer_max_pools(graph: Graph) -> list[Node]:
         graph.nodes = [n for n in graph.nodes if id(n) not in old or
                        n.outputs[0] in readers or n.outputs[0] in graph.outputs]
     return moved
+
+
+def exact_average_pools(graph: Graph) -> list[Node]:
+    """Give a global average pool of a dequantized activation, with no quantizer after it, a
+    quantizer that keeps its result exact (in place): ``DQ(q; s, z) -> GlobalAveragePool ->
+    y`` becomes ``... -> GlobalAveragePool -> QuantizeLinear(s / N, N * z) ->
+    DequantizeLinear -> y`` over ``N`` positions.
+
+    Brevitas writes ``QuantReLU -> AdaptiveAvgPool2d(1) -> Flatten -> QuantLinear`` so: the
+    mean of ``N`` values on the grid ``s`` lies on the grid ``s / N`` (its integer is the sum
+    of the integers), so the quantizer loses nothing and the pool runs in hardware as the
+    sum of its window, in a type as wide as that sum needs. Taken where the readers are all
+    MatMul / Gemm / Conv or views and the DequantizeLinear is per tensor.
+
+    Returns
+    -------
+    list of Node
+        The pools given a quantizer.
+    """
+    prod, cons = graph.producers(), graph.consumers()
+    done, new_nodes = [], []
+    for n in graph.nodes:
+        new_nodes.append(n)
+        if n.op != "GlobalAveragePool" or n.domain not in ("", "ai.onnx") or \
+                len(n.inputs) != 1 or len(n.outputs) != 1:
+            continue
+        dq = prod.get(n.inputs[0])
+        y = n.outputs[0]
+        readers = cons.get(y, [])
+        info, in_info = graph.tensors.get(y), graph.tensors.get(n.inputs[0])
+        if dq is None or dq.op != "DequantizeLinear" or dq.domain not in ("", "ai.onnx") or \
+                "qtype" not in dq.attrs or dq.inputs[0] in graph.constants or \
+                np.asarray(dq.attrs["scale"]).size != 1 or "lo" in dq.attrs or \
+                y in graph.outputs or not readers or info is None or in_info is None or \
+                in_info.shape is None or any(not isinstance(d, int) for d in in_info.shape) \
+                or any(r.op not in _POOL_READERS or r.inputs[0] != y for r in readers):
+            continue
+        count = int(np.prod(in_info.shape[2:]))
+        qtype, z = dq.attrs["qtype"], int(np.asarray(dq.attrs["zero_point"]).reshape(()))
+        sum_type = IntType.for_range(count * qtype.lo, count * qtype.hi)
+        if sum_type.bits > 16:
+            continue
+        attrs = {"scale": np.asarray(np.float32(np.asarray(dq.attrs["scale"]).reshape(()))
+                                     / np.float32(count), np.float32),
+                 "zero_point": np.asarray(count * z, np.int64), "qtype": sum_type, "axis": 1}
+        mean, total = f"{y}__mean", f"{y}__sum"
+        n.outputs = [mean]
+        graph.tensors[mean] = TensorInfo(info.dtype, info.shape)
+        graph.tensors[total] = TensorInfo(f"{'' if sum_type.signed else 'u'}int"
+                                          f"{8 if sum_type.bits <= 8 else 16}", info.shape)
+        label = n.name or y
+        new_nodes += [Node("QuantizeLinear", [mean], [total], dict(attrs),
+                           f"{label}__quantize_sum", "", dq.version, dq.opset),
+                      Node("DequantizeLinear", [total], [y], dict(attrs),
+                           f"{label}__dequantize_sum", "", dq.version, dq.opset)]
+        done.append(n)
+    graph.nodes = new_nodes
+    return done

@@ -8,7 +8,8 @@ import warnings
 
 import numpy as np
 
-__all__ = ["EXPORTERS", "brevitas_mlp", "brevitas_cnn", "export", "torch_output"]
+__all__ = ["EXPORTERS", "brevitas_mlp", "brevitas_cnn", "brevitas_gap_cnn", "export",
+           "torch_output"]
 
 #: ``name -> (function name in brevitas.export, dynamo)``: QONNX and QCDQ, each through the
 #: legacy TorchScript exporter and through dynamo (export_qonnx's default on torch >= 2.9).
@@ -76,6 +77,21 @@ def brevitas_cnn(seed=0):
             return self.fc(self.flat(self.relu1(self.conv1(x))))
 
     return CNN().eval(), (1, 1, 10, 10)
+
+
+def brevitas_gap_cnn(seed=0):
+    """QuantConv2d -> QuantReLU -> AdaptiveAvgPool2d(1) (no requantizer: a float mean) ->
+    Flatten -> QuantLinear, default quantizers, on 6 x 6 inputs (16 positions pooled)."""
+    import torch
+    import torch.nn as nn
+    import brevitas.nn as qnn
+
+    torch.manual_seed(seed)
+    module = nn.Sequential(qnn.QuantIdentity(return_quant_tensor=True),
+                           qnn.QuantConv2d(1, 4, 3, bias=True),
+                           qnn.QuantReLU(return_quant_tensor=True), nn.AdaptiveAvgPool2d(1),
+                           nn.Flatten(), qnn.QuantLinear(4, 10, bias=True))
+    return module.eval(), (1, 1, 6, 6)
 
 
 def export(module, shape, path, exporter):
