@@ -14,6 +14,10 @@ The graph is partitioned into three parts:
 
 :func:`lower` runs these passes, each a plain function from one artifact to the next:
 
+0. :func:`~onnx2fpga.frontend.qdq.integer_max_pools`: a max pool of a dequantized activation
+   with no quantizer after it moves in front of its DequantizeLinear (it keeps the grid);
+   :func:`~onnx2fpga.frontend.qdq.exact_average_pools`: a global average pool there gets
+   the quantizer that keeps it exact (its sum on the grid ``s / N``);
 1. :func:`~onnx2fpga.frontend.partition.find_entry`: graph -> the first quantized activation;
    the head is everything it depends on;
 2. :func:`~onnx2fpga.frontend.groups.find_groups`: graph -> the groups and integer operators,
@@ -24,7 +28,9 @@ The graph is partitioned into three parts:
 4. :func:`~onnx2fpga.frontend.partition.extend_accumulator_tail`: a last layer without a
    quantizer joins the hardware up to its accumulator;
 5. :func:`~onnx2fpga.frontend.partition.partition`: layers -> the host tail and the hardware
-   part's one output (:class:`~onnx2fpga.frontend.partition.Partition`);
+   part's one output (:class:`~onnx2fpga.frontend.partition.Partition`); a compute operator
+   left on the host is refused (:func:`~onnx2fpga.frontend.partition.host_compute`) unless
+   allowed;
 6. :func:`assemble_design`: layers and partition -> the :class:`~onnx2fpga.ir.Design`, with
    elementwise layers fused into the layer before them (:func:`fuse_requants`);
 7. :func:`absorb_multiplier_signs` on every layer.
@@ -33,10 +39,11 @@ The graph is partitioned into three parts:
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 
-from ..errors import OptionError
+from ..errors import OptionError, UnsupportedError
 from ..ir import (
     ConcatLayer,
     ConvLayer,
@@ -54,12 +61,15 @@ from .build import HardwarePart, build_layers
 from .epilogue import RequantOptions
 from .groups import QdqGraph, find_groups
 from .ir import Graph, Node
-from .partition import Partition, extend_accumulator_tail, find_entry, partition
+from .check import Onnx2FpgaWarning
+from .partition import Partition, extend_accumulator_tail, find_entry, host_compute, partition
+from .qdq import exact_average_pools, integer_max_pools
 
 __all__ = ["lower", "assemble_design", "fuse_requants", "absorb_multiplier_signs"]
 
 
-def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even") -> Design:
+def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even",
+          allow_host_compute: bool = False) -> Design:
     """Partition and lower a normalized QDQ graph; see the module docstring.
 
     Convolution, pooling, resize and pad nodes must carry the ``_geometry`` attribute that
@@ -76,13 +86,18 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
         Significant bits of a requantization multiplier, 2 to 32.
     rounding : str
         The requantization's rounding where the quantizer rounds half to even.
+    allow_host_compute : bool
+        Let a compute operator (Conv, Gemm, MatMul and their integer forms) run on the host,
+        in float, with a warning that lists every such node; without it, that is an error.
 
     Raises
     ------
     OptionError
         ``multiplier_bits`` out of range.
     UnsupportedError
-        Every part of the graph that can run neither in hardware nor on the host.
+        Every part of the graph that can run neither in hardware nor on the host; every
+        compute operator placed on the host, with the reason (unless
+        ``allow_host_compute``).
     """
     if not isinstance(multiplier_bits, int) or not 2 <= multiplier_bits <= 32:
         raise OptionError(f"multiplier_bits must be an integer from 2 to 32, not "
@@ -90,6 +105,8 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
     # Measured on onnxruntime's QDQ MLPs (benchmarks/ort_agreement.py): 16 bits give
     # 99.875 % exact outputs and at most 2 LSB; 24 bits 99.993 % and at most 1 LSB.
     opts = RequantOptions(multiplier_bits, rounding)
+    integer_max_pools(graph)
+    exact_average_pools(graph)
     qg = QdqGraph(graph)
     entry = find_entry(qg)
     head = qg.ancestors(entry)
@@ -97,6 +114,14 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
     hw = build_layers(qg, found, entry, opts)
     extend_accumulator_tail(hw, head)
     part = partition(hw, entry, head)
+    on_host = host_compute(hw, part)
+    if on_host and not allow_host_compute:
+        raise UnsupportedError([f"{line}; to run it there, pass --allow-host-compute "
+                                f"(allow_host_compute=True)" for line in on_host])
+    if on_host:
+        warnings.warn(f"{len(on_host)} compute node{'s' if len(on_host) > 1 else ''} run on "
+                      f"the host in float (allowed): {'; '.join(on_host)}", Onnx2FpgaWarning,
+                      stacklevel=2)
     design = assemble_design(hw, entry, part)
     for layer in design.dataflow.layers:
         absorb_multiplier_signs(layer)

@@ -6,7 +6,10 @@
   runs in hardware up to its integer accumulator;
 * :func:`partition`: the hardware part's one output, and the **tail** (host): everything after
   it (a float Softmax, scaling, an ArgMax and a class label lookup...), which computes every
-  graph output from that one stream; layers whose results do not reach it are dropped.
+  graph output from that one stream; layers whose results do not reach it are dropped;
+* :func:`host_compute`: the compute operators (Conv, Gemm, MatMul and their integer forms) the
+  host would run, each with the reason it is not in hardware: never silently, the lowering
+  refuses them unless asked to run them on the host.
 """
 
 from __future__ import annotations
@@ -20,10 +23,15 @@ from ..ir import ViewLayer
 from ..sim import host
 from .build import HardwarePart, add_views, conv_layer, dense_layer
 from .epilogue import Epilogue, QuantInfo
-from .groups import HW_OPS, QDQ, Group, QdqGraph, onnx_domain
+from .groups import HW_OPS, QDQ, VIEW_OPS, Group, QdqGraph, onnx_domain
 from .ir import Node, TensorInfo
 
-__all__ = ["Partition", "find_entry", "extend_accumulator_tail", "partition"]
+__all__ = ["Partition", "find_entry", "extend_accumulator_tail", "partition", "host_compute",
+           "COMPUTE_OPS"]
+
+#: The operators that compute (a product with a weight): on the host only when asked to.
+COMPUTE_OPS = ("Conv", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinearConv",
+               "QLinearMatMul")
 
 
 @dataclass
@@ -148,6 +156,11 @@ def extend_accumulator_tail(hw: HardwarePart, head: list) -> None:
                         f"{n.name or out}__bias", "", 14, 14))
     k = g.nodes.index(n)
     g.nodes[k + 1:k + 1] = new
+    for m in new:           # the partition asks who reads the host's DequantizeLinear
+        for t in m.inputs:
+            qg.cons.setdefault(t, []).append(m)
+        for t in m.outputs:
+            qg.prod[t] = m
     hw.used.update(id(m) for m in [n] + chain)
 
 
@@ -180,6 +193,44 @@ def partition(hw: HardwarePart, entry: Node, head: list) -> Partition:
     hw_out = _check_tail(hw, tail)
     _prune(hw, hw.name(hw_out))
     return Partition(head, tail, hw_out)
+
+
+def host_compute(hw: HardwarePart, part: Partition) -> list[str]:
+    """One line per compute operator (:data:`COMPUTE_OPS`) in the host's head or tail: the
+    node, where it is, and why it is not in hardware."""
+    qg = hw.graph
+    lines = []
+    for where, nodes in (("head", part.head), ("tail", part.tail)):
+        for n in nodes:
+            if n.op in COMPUTE_OPS and onnx_domain(n):
+                lines.append(f"{n.describe()}: a compute operator on the host ({where}), in "
+                             f"float: {_host_reason(qg, hw, n, where)}")
+    return lines
+
+
+def _host_reason(qg: QdqGraph, hw: HardwarePart, n: Node, where: str) -> str:
+    if where == "head":
+        return ("it reads the model's float input before the first quantized activation "
+                "(quantize its input: calibration data quantizes the float inputs of a "
+                "quantized model)")
+    if n.op not in ("MatMul", "Gemm", "Conv"):
+        return (f"{n.op} is not lowered to hardware (supported: MatMul, Gemm, Conv between "
+                f"DequantizeLinear and QuantizeLinear)")
+    m = qg.prod.get(n.inputs[0])
+    while m is not None and onnx_domain(m) and (m.op in QDQ or m.op in VIEW_OPS) and \
+            m.inputs and m.inputs[0] not in hw.qinfo:
+        m = qg.prod.get(m.inputs[0])
+    if m is not None and m.op not in QDQ and m.op not in VIEW_OPS and \
+            id(m) not in hw.used:
+        return (f"its input comes from {m.describe()}, which does not run in hardware (the "
+                f"hardware runs {', '.join(HW_OPS)} between DequantizeLinear and "
+                f"QuantizeLinear)")
+    if len(n.inputs) < 2 or not qg.is_const(n.inputs[1]):
+        return "its weight is not a constant"
+    if qg.dq_constant(n.inputs[1]) is None:
+        return "its weight is not quantized (no DequantizeLinear of an integer constant)"
+    return ("its result has no quantizer after it and it is not the hardware part's last "
+            "layer (only the last layer may end in its accumulator)")
 
 
 def _check_tail(hw: HardwarePart, tail) -> str:

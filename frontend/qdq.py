@@ -20,9 +20,10 @@ import numpy as np
 
 from ..errors import UnsupportedError
 from ..ir import IntType
-from .ir import Graph
+from .ir import Graph, Node, TensorInfo
 
-__all__ = ["normalize_qdq", "qtype_of_dtype", "QDQ_OPS"]
+__all__ = ["normalize_qdq", "qtype_of_dtype", "integer_max_pools", "exact_average_pools",
+           "QDQ_OPS"]
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 
@@ -140,3 +141,124 @@ def _normalize(node, graph: Graph) -> None:
     zp = np.asarray(zarr).astype(np.int64).reshape(scale.shape)
     node.attrs = {"scale": scale, "zero_point": zp, "qtype": qtype, "axis": axis}
     node.inputs = [x]
+
+
+#: What may read a max pool that :func:`integer_max_pools` moves: a layer that dequantizes
+#: its input (or a view in front of one); a QuantizeLinear or an epilogue after the pool
+#: makes the pool part of a group already.
+_POOL_READERS = ("MatMul", "Gemm", "Conv", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                 "Identity", "Transpose")
+
+
+def integer_max_pools(graph: Graph) -> list[Node]:
+    """Move a max pool of a dequantized activation in front of its DequantizeLinear (in
+    place): ``DQ(q) -> MaxPool -> y`` becomes ``MaxPool(q) -> DQ -> y``.
+
+    Brevitas writes ``QuantReLU -> MaxPool2d -> QuantConv2d`` so, with no quantizer after
+    the pool: the pool of a quantized tensor keeps its grid, and a DequantizeLinear with a
+    positive scale (:func:`normalize_qdq` refuses any other) is increasing, so the maximum
+    of the dequantized values is the dequantized maximum of the integers, exactly. Taken
+    for a MaxPool / GlobalMaxPool (one output, no Indices) of the default domain whose
+    readers are all MatMul / Gemm / Conv or views, reading a DequantizeLinear of an
+    activation per tensor or per channel (axis 1); the DequantizeLinear stays for its
+    other readers.
+
+    Returns
+    -------
+    list of Node
+        The max pools moved.
+    """
+    prod, cons = graph.producers(), graph.consumers()
+    moved, new_nodes, old = [], [], set()
+    for n in graph.nodes:
+        new_nodes.append(n)
+        if n.op not in ("MaxPool", "GlobalMaxPool") or n.domain not in ("", "ai.onnx") or \
+                len(n.inputs) != 1 or len([o for o in n.outputs if o]) != 1 or \
+                len(n.outputs) != 1:
+            continue
+        dq = prod.get(n.inputs[0])
+        y = n.outputs[0]
+        readers = cons.get(y, [])
+        if dq is None or dq.op != "DequantizeLinear" or dq.domain not in ("", "ai.onnx") or \
+                "qtype" not in dq.attrs or dq.inputs[0] in graph.constants or \
+                y in graph.outputs or not readers or \
+                any(r.op not in _POOL_READERS or r.inputs[0] != y for r in readers):
+            continue
+        scale = np.asarray(dq.attrs["scale"])
+        if scale.size != 1 and dq.attrs["axis"] not in (1, -3, -4):
+            continue
+        q, info = dq.inputs[0], graph.tensors.get(y)
+        if info is None or graph.tensors.get(q) is None:
+            continue
+        pooled = f"{y}__int"
+        n.inputs, n.outputs = [q], [pooled]
+        graph.tensors[pooled] = TensorInfo(graph.tensors[q].dtype, info.shape)
+        new_nodes.append(Node("DequantizeLinear", [pooled], [y], dict(dq.attrs),
+                              f"{n.name or y}__dequantize", dq.domain, dq.version,
+                              dq.opset))
+        moved.append(n)
+        old.add(id(dq))
+    graph.nodes = new_nodes
+    if moved:                   # a DequantizeLinear the pools read, left without readers, goes
+        readers = graph.consumers()
+        graph.nodes = [n for n in graph.nodes if id(n) not in old or
+                       n.outputs[0] in readers or n.outputs[0] in graph.outputs]
+    return moved
+
+
+def exact_average_pools(graph: Graph) -> list[Node]:
+    """Give a global average pool of a dequantized activation, with no quantizer after it, a
+    quantizer that keeps its result exact (in place): ``DQ(q; s, z) -> GlobalAveragePool ->
+    y`` becomes ``... -> GlobalAveragePool -> QuantizeLinear(s / N, N * z) ->
+    DequantizeLinear -> y`` over ``N`` positions.
+
+    Brevitas writes ``QuantReLU -> AdaptiveAvgPool2d(1) -> Flatten -> QuantLinear`` so: the
+    mean of ``N`` values on the grid ``s`` lies on the grid ``s / N`` (its integer is the sum
+    of the integers), so the quantizer loses nothing and the pool runs in hardware as the
+    sum of its window, in a type as wide as that sum needs. Taken where the readers are all
+    MatMul / Gemm / Conv or views and the DequantizeLinear is per tensor.
+
+    Returns
+    -------
+    list of Node
+        The pools given a quantizer.
+    """
+    prod, cons = graph.producers(), graph.consumers()
+    done, new_nodes = [], []
+    for n in graph.nodes:
+        new_nodes.append(n)
+        if n.op != "GlobalAveragePool" or n.domain not in ("", "ai.onnx") or \
+                len(n.inputs) != 1 or len(n.outputs) != 1:
+            continue
+        dq = prod.get(n.inputs[0])
+        y = n.outputs[0]
+        readers = cons.get(y, [])
+        info, in_info = graph.tensors.get(y), graph.tensors.get(n.inputs[0])
+        if dq is None or dq.op != "DequantizeLinear" or dq.domain not in ("", "ai.onnx") or \
+                "qtype" not in dq.attrs or dq.inputs[0] in graph.constants or \
+                np.asarray(dq.attrs["scale"]).size != 1 or "lo" in dq.attrs or \
+                y in graph.outputs or not readers or info is None or in_info is None or \
+                in_info.shape is None or any(not isinstance(d, int) for d in in_info.shape) \
+                or any(r.op not in _POOL_READERS or r.inputs[0] != y for r in readers):
+            continue
+        count = int(np.prod(in_info.shape[2:]))
+        qtype, z = dq.attrs["qtype"], int(np.asarray(dq.attrs["zero_point"]).reshape(()))
+        sum_type = IntType.for_range(count * qtype.lo, count * qtype.hi)
+        if sum_type.bits > 16:
+            continue
+        attrs = {"scale": np.asarray(np.float32(np.asarray(dq.attrs["scale"]).reshape(()))
+                                     / np.float32(count), np.float32),
+                 "zero_point": np.asarray(count * z, np.int64), "qtype": sum_type, "axis": 1}
+        mean, total = f"{y}__mean", f"{y}__sum"
+        n.outputs = [mean]
+        graph.tensors[mean] = TensorInfo(info.dtype, info.shape)
+        graph.tensors[total] = TensorInfo(f"{'' if sum_type.signed else 'u'}int"
+                                          f"{8 if sum_type.bits <= 8 else 16}", info.shape)
+        label = n.name or y
+        new_nodes += [Node("QuantizeLinear", [mean], [total], dict(attrs),
+                           f"{label}__quantize_sum", "", dq.version, dq.opset),
+                      Node("DequantizeLinear", [total], [y], dict(attrs),
+                           f"{label}__dequantize_sum", "", dq.version, dq.opset)]
+        done.append(n)
+    graph.nodes = new_nodes
+    return done

@@ -69,7 +69,8 @@ _VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpos
 
 def _container(qtype: IntType) -> str:
     """The numpy dtype an integer tensor of ``qtype`` is kept in."""
-    return f"{'' if qtype.signed else 'u'}int{8 if qtype.bits <= 8 else 16}"
+    bits = 8 if qtype.bits <= 8 else 16 if qtype.bits <= 16 else 32
+    return f"{'' if qtype.signed else 'u'}int{bits}"
 
 
 def _fresh(graph: Graph, base: str) -> str:
@@ -229,8 +230,13 @@ class _Converter:
                              f"bitwidth")
         scale, zp, axis = _scale_zero_point(self.g, node, rank, 2)
         bits = _bits(self.g, node, 3, "bit width")
-        if not 1 <= bits <= MAX_BITS:
-            raise ValueError(f"bit width {bits} is not supported (integers 1 to {MAX_BITS})")
+        # A constant (a bias: Brevitas' Int32Bias, on the accumulator's grid) may take up to
+        # 32 bits, as onnxruntime's int32 biases do: it is folded into the layer, never a
+        # stream.
+        widest = 32 if node.inputs[0] in self.g.constants else MAX_BITS
+        if not 1 <= bits <= widest:
+            raise ValueError(f"bit width {bits} is not supported (integers 1 to {MAX_BITS}; "
+                             f"up to 32 for a constant)")
         signed = bool(node.attrs.get("signed", 1))
         narrow = bool(node.attrs.get("narrow", 0))
         rounding = _rounding(node)
@@ -346,7 +352,21 @@ def _clip_bounds(graph: Graph, clip: Node):
 def fold_qcdq(graph: Graph) -> Graph:
     """QCDQ: fold a Clip on the integer output of a normalized QuantizeLinear into its
     ``lo``/``hi`` (narrowing ``qtype`` to the Clip's range), then evaluate every
-    QuantizeLinear of a constant into an integer constant (in place; also returned)."""
+    QuantizeLinear of a constant into an integer constant (in place; also returned). A Clip
+    of an integer constant (Brevitas 0.13 writes a weight so: int8 initializer -> Clip ->
+    DequantizeLinear) becomes a constant here, so that :func:`fold_constant_views` sees the
+    weight's DequantizeLinear read a constant (a bias-free QuantLinear's Transpose)."""
+    for clip in graph.nodes:
+        if clip.op == "Clip" and clip.domain in ("", "ai.onnx") and \
+                clip.inputs[0] in graph.constants and \
+                np.asarray(graph.constants[clip.inputs[0]]).dtype.kind in "iu" and \
+                clip.outputs[0] not in graph.outputs and _clip_bounds(graph, clip) is not None:
+            value = np.asarray(graph.constants[clip.inputs[0]])
+            lo, hi = _clip_bounds(graph, clip)
+            graph.constants[clip.outputs[0]] = np.clip(value, lo, hi).astype(value.dtype)
+            graph.tensors[clip.outputs[0]] = TensorInfo(value.dtype.name, tuple(value.shape))
+    graph.nodes = [n for n in graph.nodes if not (n.op == "Clip" and
+                                                  n.outputs[0] in graph.constants)]
     prod, cons = graph.producers(), graph.consumers()
     drop, problems = set(), []
     for clip in graph.nodes:

@@ -66,7 +66,9 @@ def fold_constants(graph: Graph) -> Graph:
 
 def calibrate(graph: Graph, samples: np.ndarray, tensors) -> dict[str, tuple[float, float]]:
     """Min and max of each of ``tensors`` over the float model run on every sample."""
-    problems = [f"{n.describe()}: cannot run on the host for calibration"
+    supported = ", ".join(sorted(host.HOST_OPS))
+    problems = [f"{n.describe()}: {n.op} is not supported (every operator of a float model "
+                f"runs in numpy to calibrate it; supported: {supported})"
                 for n in graph.nodes if not host.supported(n.op, n.domain)]
     if problems:
         raise UnsupportedError(problems)

@@ -44,8 +44,8 @@ _say = progress      # for the methods whose ``progress`` argument hides this fu
 
 
 def compile(model, output_dir=None, *, calibration=None, lenient: bool = False,  # noqa: A001
-            force: bool = False, weight_bits: int = 8, activation_bits: int = 8,
-            per_channel: bool = True, max_lanes: int | None = None,
+            allow_host_compute: bool = False, force: bool = False, weight_bits: int = 8,
+            activation_bits: int = 8, per_channel: bool = True, max_lanes: int | None = None,
             folding: dict | None = None, multiplier_bits: int | None = None,
             board: str | None = None, target_fps: float | None = None,
             clock_mhz: float | None = None, utilization: float = 0.8,
@@ -66,6 +66,10 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         graph input's name) for post-training quantization of a float model. Ignored, with a warning, for models that are already quantized.
     lenient : bool
         Accept the common exporter deviations from the ONNX spec (see ``frontend.load``).
+    allow_host_compute : bool
+        Let a compute operator (Conv, Gemm, MatMul and their integer forms) that cannot go to
+        hardware run on the host in float, with a warning naming every such node; by
+        default that is an :class:`~onnx2fpga.errors.UnsupportedError` naming them.
     weight_bits, activation_bits, per_channel : quantization of float models.
     max_lanes : int, optional
         Budget of multiply lanes (sum of simd*pe over layers) for automatic folding; 8 by
@@ -114,7 +118,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     out = check_target(output_dir, force, keep) if output_dir is not None else None
     say = progress if verbose else (lambda msg: None)
     c = Compilation(model, {
-        "lenient": lenient, "calibration": calibration, "weight_bits": weight_bits,
+        "lenient": lenient, "allow_host_compute": bool(allow_host_compute),
+        "calibration": calibration, "weight_bits": weight_bits,
         "activation_bits": activation_bits, "per_channel": per_channel,
         "multiplier_bits": multiplier_bits, "board": board, "target_fps": target_fps,
         "clock_mhz": clock_mhz, "utilization": utilization, "folding": folding,

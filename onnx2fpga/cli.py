@@ -66,6 +66,9 @@ def _parser():
                    "quantization of a float model")
     c.add_argument("--lenient", action="store_true", help="accept common deviations from the "
                    "ONNX spec (missing default opset, undeclared custom domains, ...)")
+    c.add_argument("--allow-host-compute", action="store_true",
+                   help="let a Conv, Gemm or MatMul that cannot go to hardware run on the "
+                   "host in float, with a warning naming it (by default that is an error)")
     c.add_argument("--force", action="store_true", help="replace DIR if it is a design "
                    "folder holding nothing but what onnx2fpga writes (anything else is "
                    "refused, nothing deleted)")
@@ -208,8 +211,9 @@ def _version():
 def _compile(args):
     from .api import compile as compile_
     d = compile_(args.model, args.output, calibration=args.calibration, lenient=args.lenient,
-                 force=args.force, weight_bits=args.weight_bits,
-                 activation_bits=args.activation_bits, per_channel=not args.per_tensor,
+                 allow_host_compute=args.allow_host_compute, force=args.force,
+                 weight_bits=args.weight_bits, activation_bits=args.activation_bits,
+                 per_channel=not args.per_tensor,
                  max_lanes=args.max_lanes, folding=args.folding,
                  multiplier_bits=args.multiplier_bits, board=args.board,
                  target_fps=args.target_fps, clock_mhz=args.clock,

@@ -57,6 +57,7 @@ __all__ = [
     "STEPS", "Compilation", "run_steps", "write_artifacts", "graph_json", "check_samples",
     "check_options", "fold_options", "device_check", "cheapest_cover", "logic_cells",
     "check_sizes", "check_machine", "check_lowering", "available_memory", "NO_BOARD_MARGIN",
+    "partition_text",
 ]
 
 #: The steps of a compile, in order.
@@ -550,7 +551,27 @@ def _lower(c: Compilation, say) -> None:
 
     check_lowering(c.graph)
     say("lowering to integer layers")
-    c.design = lower(c.graph, multiplier_bits=c.quant_info["multiplier_bits"])
+    c.design = lower(c.graph, multiplier_bits=c.quant_info["multiplier_bits"],
+                     allow_host_compute=c.options.get("allow_host_compute", False))
+    say(f"partition: {partition_text(c.design)}")
+
+
+def partition_text(design) -> str:
+    """The partition in one line: the host's operators before and after the hardware part
+    (its quantizers, dequantizers and renames left out) and the number of hardware layers,
+    e.g. ``host: Softmax (tail); hardware: 3 layers``."""
+    def ops(nodes):
+        seen = []
+        for n in nodes:
+            if n.op not in ("QuantizeLinear", "DequantizeLinear", "Identity") and \
+                    n.op not in seen:
+                seen.append(n.op)
+        return ", ".join(seen)
+    host = [f"{text} ({where})" for where, text in (("head", ops(design.head)),
+                                                     ("tail", ops(design.tail))) if text]
+    k = len(design.dataflow.layers)
+    return (f"host: {', '.join(host) if host else 'quantize and dequantize only'}; "
+            f"hardware: {k} layer{'s' if k != 1 else ''}")
 
 
 def _fold(c: Compilation, say) -> None:

@@ -12,7 +12,7 @@ from onnx import helper
 from onnx2fpga.cli import main
 from onnx2fpga.sim.model import run_design
 from tests.helpers.cli import run_cli
-from tests.helpers.models import float_mlp, ort_qdq_mlp, save
+from tests.helpers.models import float_mlp, float_softmax_mlp, ort_qdq_mlp, save
 
 _run = run_cli
 
@@ -116,6 +116,24 @@ def test_unsupported_operators_all_listed_before_hardware_work(tmp_path, capsys)
     for n in gemms:
         assert f"Node '{n.name}' (Einsum, opset 13)" in err
     assert not (tmp_path / "d").exists()
+
+
+def test_host_compute_needs_the_option_and_the_partition_is_printed(tmp_path, capsys):
+    path = save(float_softmax_mlp(), tmp_path / "sig.onnx")
+    np.save(tmp_path / "cal.npy",
+            np.random.default_rng(0).standard_normal((20, 1, 16)).astype(np.float32))
+    argv = ["compile", path, "-o", tmp_path / "d", "--calibration", tmp_path / "cal.npy"]
+    code, _, err = _run(capsys, *argv)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("error: Node 'fc1' (MatMul, opset 13): a compute operator on the "
+                          "host (tail), in float: its input comes from Node 'act' (Softmax, "
+                          "opset 13), which does not run in hardware")
+    assert not (tmp_path / "d").exists()
+    assert main([str(a) for a in argv + ["--allow-host-compute"]]) == 0
+    err = capsys.readouterr().err
+    assert "warning: 1 compute node run on the host in float (allowed): Node 'fc1' " \
+        "(MatMul, opset 13)" in err
+    assert "[onnx2fpga] partition: host: Softmax, MatMul (tail); hardware: 1 layer\n" in err
 
 
 def test_simulate_refuses_to_overwrite_outputs(tmp_path, capsys, float_model):

@@ -16,7 +16,7 @@ from onnx2fpga.frontend.quantize import quantize_graph
 from onnx2fpga.ir.layers import DenseLayer
 from onnx2fpga.plan.fold import fold
 from onnx2fpga.sim.model import run_design
-from tests.helpers.models import float_mlp, ort_qdq_mlp, save
+from tests.helpers.models import float_mlp, float_softmax_mlp, ort_qdq_mlp, save
 
 
 def _design(path_or_model, multiplier_bits=24, **kw):
@@ -270,7 +270,14 @@ def test_float_input_of_a_quantized_model_is_quantized_from_calibration(tmp_path
     onnx.save(m, tmp_path / "float_in.onnx")
     rng = np.random.default_rng(4)
     cal = rng.standard_normal((100, 1, 16)).astype(np.float32)
-    without = onnx2fpga.compile(tmp_path / "float_in.onnx")
+    # Without calibration the first Gemm reads the float input: on the host only if asked.
+    with pytest.raises(UnsupportedError, match=r"^Node 'fc0' \(Gemm, opset 13\): a compute "
+                       r"operator on the host \(head\), in float: it reads the model's float "
+                       r"input before the first quantized activation .*--allow-host-compute"):
+        onnx2fpga.compile(tmp_path / "float_in.onnx")
+    with pytest.warns(Onnx2FpgaWarning, match=r"^1 compute node run on the host in float "
+                      r"\(allowed\): Node 'fc0' \(Gemm, opset 13\)"):
+        without = onnx2fpga.compile(tmp_path / "float_in.onnx", allow_host_compute=True)
     d = onnx2fpga.compile(tmp_path / "float_in.onnx", calibration=cal, activation_bits=12)
     assert len(d.design.dataflow.layers) == len(without.design.dataflow.layers) + 1
     assert d.manifest["quantization"]["float_inputs_quantized"]["tensors"] == ["x"]
@@ -279,3 +286,27 @@ def test_float_input_of_a_quantized_model_is_quantized_from_calibration(tmp_path
     got, want = d.simulate(x, engine="golden"), _ort(tmp_path / "float_in.onnx", x)
     lsb = d.design.dataflow.output.scale
     assert np.percentile(np.abs(got - want), 99) <= 2 * lsb
+
+
+def test_compute_on_the_host_is_refused_unless_allowed(tmp_path):
+    """A MatMul left on the host is an error naming it and the node that keeps it there;
+    allow_host_compute compiles it with a warning, and the host runs it in float."""
+    import onnx2fpga
+
+    path = save(float_softmax_mlp(), tmp_path / "sig.onnx")
+    cal = np.random.default_rng(1).standard_normal((20, 1, 16)).astype(np.float32)
+    with pytest.raises(UnsupportedError, match=(
+            r"^Node 'fc1' \(MatMul, opset 13\): a compute operator on the host \(tail\), in "
+            r"float: its input comes from Node 'act' \(Softmax, opset 13\), which does not "
+            r"run in hardware \(the hardware runs Add, .*\); to run it there, pass "
+            r"--allow-host-compute \(allow_host_compute=True\)$")):
+        onnx2fpga.compile(path, tmp_path / "refused", calibration=cal)
+    assert not (tmp_path / "refused").exists()
+    with pytest.warns(Onnx2FpgaWarning, match=r"^1 compute node run on the host in float "
+                      r"\(allowed\): Node 'fc1' \(MatMul, opset 13\)"):
+        d = onnx2fpga.compile(path, tmp_path / "allowed", calibration=cal,
+                              allow_host_compute=True, stop_after="lower")
+    assert [n.op for n in d.design.tail if n.op in ("MatMul", "Softmax")] == \
+        ["Softmax", "MatMul"]
+    x = cal[:10]
+    np.testing.assert_allclose(run_design(d.design, x), _ort(path, x), atol=0.05)

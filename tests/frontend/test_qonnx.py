@@ -440,7 +440,8 @@ def _one_quant(**kw):
 
 @pytest.mark.parametrize("kw,message", [
     (dict(bits=2.5), r"bit width \[2\.5\] is not an integer"),
-    (dict(bits=17), r"bit width 17 is not supported \(integers 1 to 16\)"),
+    (dict(bits=17), r"bit width 17 is not supported \(integers 1 to 16; up to 32 for a "
+                    r"constant\)"),
     (dict(zp=0.5), r"zero point \[0\.5\] is not an integer"),
     (dict(rounding="UP"), r"rounding_mode 'UP' is not supported \(supported: ROUND, HALF_EVEN, "
                           r"HALF_UP, FLOOR, CEIL, DOWN\)"),

@@ -11,6 +11,9 @@ __all__ = ["float_mlp", "ort_qdq_mlp", "qdq_matmul", "save", "CNN_KINDS", "float
            "ort_qdq_cnn", "skl2onnx_mlp"]
 
 
+           "ort_qdq_cnn", "float_softmax_mlp"]
+
+
 def float_mlp(sizes=(16, 12, 6), *, kind="gemm", opset=13, softmax=True, seed=0,
               trans_b=False):
     """A float MLP: Gemm (or MatMul + Add) layers with Relu between, optional Softmax."""
@@ -388,3 +391,25 @@ def skl2onnx_mlp(tmp_path, *, scaler=False, zipmap=False, quantize=True, hidden=
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                     per_channel=True)
     return q, x
+
+
+def float_softmax_mlp(seed=6):
+    """A float MatMul 'fc0' -> Softmax 'act' -> MatMul 'fc1' (16 -> 12 -> 6): the Softmax (over
+    the whole vector, not a function of one element) has no hardware layer, so 'fc1' cannot
+    go to hardware."""
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array((rng.standard_normal((16, 12)) / 4).astype(np.float32),
+                                     "W0"),
+             numpy_helper.from_array((rng.standard_normal((12, 6)) / 4).astype(np.float32),
+                                     "W1")]
+    nodes = [helper.make_node("MatMul", ["x", "W0"], ["h"], name="fc0"),
+             helper.make_node("Softmax", ["h"], ["s"], name="act", axis=-1),
+             helper.make_node("MatMul", ["s", "W1"], ["y"], name="fc1")]
+    graph = helper.make_graph(
+        nodes, "sig", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="onnx2fpga-tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
