@@ -8,10 +8,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["float_mlp", "ort_qdq_mlp", "qdq_matmul", "save", "CNN_KINDS", "float_cnn",
-           "ort_qdq_cnn", "skl2onnx_mlp"]
-
-
-           "ort_qdq_cnn", "float_softmax_mlp"]
+           "ort_qdq_cnn", "skl2onnx_mlp", "float_softmax_mlp"]
 
 
 def float_mlp(sizes=(16, 12, 6), *, kind="gemm", opset=13, softmax=True, seed=0,
