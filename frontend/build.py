@@ -51,7 +51,7 @@ from .epilogue import (
     requant_params,
     requant_stage,
 )
-from .groups import VIEW_OPS, Group, QdqGraph
+from .groups import REDUCE_OPS, VIEW_OPS, Group, QdqGraph
 from .ir import Node, logical_shape
 
 __all__ = ["HardwarePart", "build_layers", "build_group", "add_views", "dense_layer",
@@ -216,11 +216,11 @@ def build_group(hw: HardwarePart, grp: Group) -> None:
     out = grp.quant.outputs[0]
     op = core.op if core is not None else None
     if "trunc_shift" in grp.quant.attrs and op not in (None, "AveragePool",
-                                                       "GlobalAveragePool"):
+                                                       "GlobalAveragePool", "ReduceMean"):
         raise UnsupportedError([f"{grp.quant.describe()}: a Trunc after {op} is not "
                                 f"supported (only after an average pool or on its own)"])
     if core is not None and "_geometry" in core.attrs and "kernel" in core.attrs[
-            "_geometry"] and op not in ("GlobalAveragePool", "GlobalMaxPool"):
+            "_geometry"] and op not in ("GlobalAveragePool", "GlobalMaxPool") + REDUCE_OPS:
         kh, kw = core.attrs["_geometry"]["kernel"]
         if max(kh, kw) > MAX_KERNEL:
             raise UnsupportedError([f"{core.describe()}: kernel {kh}x{kw} is unsupported; "
@@ -236,7 +236,7 @@ def build_group(hw: HardwarePart, grp: Group) -> None:
         layer = dense_layer(hw, grp, srcs[0], infos[0], aff, final)
     elif op == "Conv":
         layer = conv_layer(hw, grp, srcs[0], infos[0], aff, final)
-    elif op in ("MaxPool", "GlobalMaxPool", "AveragePool", "GlobalAveragePool"):
+    elif op in ("MaxPool", "GlobalMaxPool", "AveragePool", "GlobalAveragePool") + REDUCE_OPS:
         layer = _pool_layer(hw, grp, srcs[0], infos[0], aff, final)
     elif op == "Add":
         layer = _add_layer(hw, grp, srcs, infos, aff, final)
@@ -431,7 +431,7 @@ def _pool_layer(hw, grp, src, qi, aff, out):
     geo = core.attrs["_geometry"]
     in_shape = logical_shape(hw.graph.shape(core.inputs[0]))
     _, s_out, _ = out_quant(grp)
-    is_max = core.op in ("MaxPool", "GlobalMaxPool")
+    is_max = core.op in ("MaxPool", "GlobalMaxPool", "ReduceMax")
     common = dict(kernel=tuple(geo["kernel"]), stride=tuple(geo["stride"]),
                   dilation=tuple(geo["dilation"]), pads=tuple(geo["pads"]),
                   inputs=[src], output=out)

@@ -11,8 +11,9 @@ that find them:
   activation and starts at the ``DequantizeLinear`` nodes of earlier quantized activations.
 
 A group is ``[views] core [epilogue] [views]``: the core is MatMul / Gemm / Conv with a
-constant weight, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Resize / Upsample,
-Pad, Add of two activations, Concat, or nothing (an elementwise group); the epilogue is any of
+constant weight, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean /
+ReduceMax / ReduceSum over the spatial axes (global pools), Resize / Upsample, Pad, Add of two
+activations, Concat, or nothing (an elementwise group); the epilogue is any of
 constant Add / Sub / Mul / Div and BatchNormalization, then Relu / Clip / LeakyRelu; a
 constant Pad in front of a convolution joins the convolution's group.
 """
@@ -28,15 +29,17 @@ from ..sim import golden
 from .ir import Graph, Node
 
 __all__ = ["Group", "QdqGraph", "float_groups", "find_groups", "onnx_domain", "VIEW_OPS",
-           "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "HW_OPS", "QDQ"]
+           "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "HW_OPS", "QDQ", "REDUCE_OPS"]
 
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose")
 EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip",
                 "LeakyRelu")
 #: The epilogue operators that end it: after one of them, only another may follow.
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu")
+#: Reductions over the spatial axes: global pools (their ``_geometry`` says so).
+REDUCE_OPS = ("ReduceMean", "ReduceMax", "ReduceSum")
 CORE_OPS = ("MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
-            "GlobalMaxPool", "Resize", "Upsample", "Pad", "Add", "Concat")
+            "GlobalMaxPool", "Resize", "Upsample", "Pad", "Add", "Concat") + REDUCE_OPS
 #: Every operator a group of the hardware part may hold (besides QuantizeLinear and
 #: DequantizeLinear).
 HW_OPS = tuple(sorted(set(VIEW_OPS + EPILOGUE_OPS + CORE_OPS)))
@@ -134,7 +137,7 @@ def _is_float_core(graph: Graph, n: Node) -> bool:
             not (n.op != "Conv" and graph.constants[n.inputs[1]].ndim != 2) and \
             all(_is_const(graph, i) for i in n.inputs[2:])
     if n.op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
-                "Upsample", "Pad"):
+                "Upsample", "Pad") + REDUCE_OPS:
         return all(_is_const(graph, i) for i in n.inputs[1:]) and \
             len([o for o in n.outputs if o]) == 1
     if n.op == "Add":

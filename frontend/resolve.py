@@ -1,7 +1,9 @@
 """Resolve the geometry of windowed operators once, for every stage after the import.
 
 :func:`resolve_geometry` gives every Conv, ConvInteger, QLinearConv, MaxPool, AveragePool,
-GlobalMaxPool, GlobalAveragePool, Resize, Upsample and Pad node an attribute ``_geometry``
+GlobalMaxPool, GlobalAveragePool, Resize, Upsample and Pad node (and every ReduceMean,
+ReduceMax and ReduceSum, which must reduce the spatial axes: a global pooling) an attribute
+``_geometry``
 with the exact geometry :mod:`onnx2fpga.frontend.geometry` derives from its ONNX attributes,
 shapes and constant inputs (explicit pads as ``(top, left, bottom, right)``, window counts,
 index maps). The host interpreter (calibration, the host parts around the accelerator) and
@@ -22,7 +24,8 @@ from .ir import Graph, Node
 __all__ = ["resolve_geometry", "GEOMETRY_OPS"]
 
 GEOMETRY_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool",
-                "Resize", "Upsample", "Pad", "ConvInteger", "QLinearConv")
+                "Resize", "Upsample", "Pad", "ConvInteger", "QLinearConv", "ReduceMean",
+                "ReduceMax", "ReduceSum")
 # Operators with a weight matrix: an empty weight (a 0 dimension, which a real exporter
 # writes for nn.Linear(n, 0)) or an empty output is refused by name.
 _MATRIX_OPS = ("MatMul", "Gemm", "Conv", "MatMulInteger", "ConvInteger", "QLinearMatMul",
@@ -58,6 +61,14 @@ def _geometry_of(graph: Graph, node: Node) -> dict:
         g = geometry.pool_geometry(op, attrs, shape, version, outputs=outputs)
         out = {"kernel": g.kernel, "stride": g.stride, "dilation": g.dilation,
                "pads": g.pads}
+        if g.counts is not None:
+            out["counts"] = np.asarray(g.counts, dtype=np.int64)
+        return out
+    if op in geometry.REDUCE_AXES_INPUT:
+        axes = _const(graph, node, 1, "axes") if version >= geometry.REDUCE_AXES_INPUT[op] \
+            else None
+        g = geometry.reduce_geometry(op, attrs, shape, version, axes=axes)
+        out = {"kernel": g.kernel, "stride": g.stride, "dilation": g.dilation, "pads": g.pads}
         if g.counts is not None:
             out["counts"] = np.asarray(g.counts, dtype=np.int64)
         return out

@@ -222,6 +222,15 @@ def _global(fn):
     return op
 
 
+def _spatial_reduce(fn):
+    """ONNX ReduceMean / ReduceMax / ReduceSum over the spatial axes, the only ones the
+    frontend lets through (:func:`onnx2fpga.frontend.geometry.reduce_geometry`)."""
+    def op(x, axes=None, *, keepdims=1, version=13, **attrs):
+        x = np.asarray(x)
+        return fn(x, axis=tuple(range(2, x.ndim)), keepdims=bool(keepdims)).astype(x.dtype)
+    return op
+
+
 def batch_normalization(x, scale, bias, mean, var, *, epsilon=1e-5, version=15, **_):
     """ONNX BatchNormalization-9/14/15 in inference mode."""
     x = np.asarray(x, np.float32)
@@ -354,6 +363,9 @@ HOST_OPS = {
     "AveragePool": average_pool,
     "GlobalAveragePool": _global(np.mean),
     "GlobalMaxPool": _global(np.max),
+    "ReduceMean": _spatial_reduce(np.mean),
+    "ReduceMax": _spatial_reduce(np.max),
+    "ReduceSum": _spatial_reduce(np.sum),
     "BatchNormalization": batch_normalization,
     "LeakyRelu": leaky_relu,
     "Concat": concat,

@@ -1,0 +1,116 @@
+"""Operators exporters write around convolutions, judged against onnxruntime: global
+reductions (ReduceMean / ReduceMax / ReduceSum over the spatial axes, as pools), channel
+splits and slices, joins of two activations (Sub, Mul, Min, Max).
+
+Models: PyTorch 2.13 exports (legacy and dynamo) quantized by onnxruntime's quantize_static
+(QDQ): every hardware layer's integers against onnxruntime's own quantized tensors, on
+onnxruntime's integers at its input; and onnx.helper models for the attribute forms and the
+refusals.
+"""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnx2fpga
+from onnx2fpga.errors import UnsupportedError
+from onnx2fpga.sim import golden
+from onnx2fpga.sim.model import run_design, run_head
+
+torch = pytest.importorskip("torch")
+
+from tests.helpers.torch_models import SHAPE, ort_quantized_tensors, torch_qdq  # noqa: E402
+
+
+def check_layers_against_onnxruntime(path, n=40, seed=7):
+    """Compile the QDQ model at ``path``; run every layer on onnxruntime's integers at its
+    inputs and compare with onnxruntime's integers at its output. Returns the dataflow's
+    layer kinds and ``{layer name: fraction exact}``."""
+    d = onnx2fpga.compile(path, stop_after="lower")
+    df = d.design.dataflow
+    x = np.random.default_rng(seed).standard_normal((n, 1) + SHAPE).astype(np.float32)
+    ref = ort_quantized_tensors(path, x)
+    env = dict(ref)
+    env.setdefault(df.input.name, run_head(d.design, x))
+    exact = {}
+    for layer in df.layers:
+        got = golden.run_layer(layer, *(env[t] for t in layer.inputs)).reshape(n, -1)
+        if layer.output in ref:
+            diff = np.abs(got - ref[layer.output])
+            assert diff.max() <= 1, layer.name
+            exact[layer.name] = float(np.mean(diff == 0))
+        else:
+            env[layer.output] = got
+    return [ly.kind for ly in df.layers], exact
+
+
+@pytest.mark.parametrize("pattern, dynamo", [("adaptive", True), ("mean", False),
+                                             ("amax", True), ("sum", False)])
+def test_reductions_are_global_pools(tmp_path, pattern, dynamo):
+    _, path, _ = torch_qdq(tmp_path, pattern, dynamo=dynamo)
+    ops = {n.op_type for n in onnx.load(path).graph.node}
+    assert ops & {"ReduceMean", "ReduceMax", "ReduceSum"}
+    kinds, exact = check_layers_against_onnxruntime(path)
+    assert kinds.count("pool") == 1 and kinds[0] == "conv" and kinds[-1] == "dense"
+    assert len(exact) >= 2 and min(exact.values()) >= 0.99
+
+
+def _reduce_model(op, opset, axes, keepdims, *, as_input):
+    """Conv (2 -> 3 channels) then ``op`` on a (1, 2, 5, 4) input, float."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((3, 2, 3, 3)).astype(np.float32), "w")
+    inits = [w]
+    ins = ["h"]
+    attrs = {"keepdims": keepdims}
+    if as_input:
+        inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+        ins.append("axes")
+    else:
+        attrs["axes"] = axes
+    nodes = [helper.make_node("Conv", ["x", "w"], ["h"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node(op, ins, ["y"], name="reduce", **attrs)]
+    out_shape = [1 if a in [k % 4 for k in axes] else d for a, d in enumerate([1, 3, 5, 4])
+                 if keepdims or a not in [k % 4 for k in axes]]
+    graph = helper.make_graph(
+        nodes, "reduce", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("op, opset, as_input, keepdims", [
+    ("ReduceMean", 13, False, 1), ("ReduceMean", 18, True, 0), ("ReduceMax", 13, False, 0),
+    ("ReduceSum", 11, False, 1), ("ReduceSum", 13, True, 0)])
+def test_reduction_forms_match_the_float_model(op, opset, as_input, keepdims):
+    """Axes as an attribute or an input, negative axes, keepdims 0 and 1: at 16 bits the
+    golden model follows onnxruntime's float model within a fraction of its range."""
+    import onnxruntime as ort
+
+    model = _reduce_model(op, opset, [-2, -1] if as_input else [2, 3], keepdims,
+                          as_input=as_input)
+    x = np.random.default_rng(1).standard_normal((40, 1, 2, 5, 4)).astype(np.float32)
+    d = onnx2fpga.compile(model, calibration=x, weight_bits=16, activation_bits=16,
+                          multiplier_bits=24, stop_after="lower")
+    assert [ly.kind for ly in d.design.dataflow.layers] == ["conv", "pool"]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = np.stack([sess.run(None, {"x": s})[0] for s in x])
+    got = run_design(d.design, x).reshape(ref.shape)
+    assert np.abs(got - ref).max() < 2e-3 * float(np.ptp(ref))
+
+
+@pytest.mark.parametrize("op, opset, axes, message", [
+    ("ReduceMean", 13, [1], "axes=[1] of a rank-4 input is unsupported; only the spatial "
+                            "axes [2, 3] of an (N, C, ...) image (a global pooling)"),
+    ("ReduceMax", 18, [1, 2, 3], "axes=[1, 2, 3] of a rank-4 input is unsupported; only the "
+                                 "spatial axes [2, 3] of an (N, C, ...) image (a global "
+                                 "pooling)"),
+    ("ReduceSum", 13, [3], "axes=[3] of a rank-4 input is unsupported; only the spatial "
+                           "axes [2, 3] of an (N, C, ...) image (a global pooling)")])
+def test_other_reduction_axes_are_refused_by_name(op, opset, axes, message):
+    model = _reduce_model(op, opset, axes, 1, as_input=opset >= 18 or op == "ReduceSum")
+    x = np.zeros((4, 1, 2, 5, 4), np.float32)
+    with pytest.raises(UnsupportedError) as e:
+        onnx2fpga.compile(model, calibration=x)
+    assert str(e.value) == f"Node 'reduce' ({op}, opset {opset}): {message}"
