@@ -12,8 +12,8 @@ that find them:
 
 A group is ``[views] core [epilogue] [views]``: the core is MatMul / Gemm / Conv with a
 constant weight, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean /
-ReduceMax / ReduceSum over the spatial axes (global pools), Resize / Upsample, Pad, Add of two
-activations, Concat, or nothing (an elementwise group); the epilogue is any of
+ReduceMax / ReduceSum over the spatial axes (global pools), Resize / Upsample, Pad, Add /
+Sub / Mul / Min / Max of two activations, Concat, or nothing (an elementwise group); the epilogue is any of
 constant Add / Sub / Mul / Div and BatchNormalization, then Relu / Clip / LeakyRelu; a
 constant Pad in front of a convolution joins the convolution's group.
 """
@@ -29,17 +29,20 @@ from ..sim import golden
 from .ir import Graph, Node
 
 __all__ = ["Group", "QdqGraph", "float_groups", "find_groups", "onnx_domain", "VIEW_OPS",
-           "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "HW_OPS", "QDQ", "REDUCE_OPS"]
+           "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "HW_OPS", "QDQ", "REDUCE_OPS",
+           "JOIN_OPS"]
 
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose")
 EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip",
                 "LeakyRelu")
 #: The epilogue operators that end it: after one of them, only another may follow.
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu")
+#: Joins of two activations (an AddLayer with its ``op``).
+JOIN_OPS = ("Add", "Sub", "Mul", "Min", "Max")
 #: Reductions over the spatial axes: global pools (their ``_geometry`` says so).
 REDUCE_OPS = ("ReduceMean", "ReduceMax", "ReduceSum")
 CORE_OPS = ("MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
-            "GlobalMaxPool", "Resize", "Upsample", "Pad", "Add", "Concat") + REDUCE_OPS
+            "GlobalMaxPool", "Resize", "Upsample", "Pad", "Concat") + JOIN_OPS + REDUCE_OPS
 #: Every operator a group of the hardware part may hold (besides QuantizeLinear and
 #: DequantizeLinear).
 HW_OPS = tuple(sorted(set(VIEW_OPS + EPILOGUE_OPS + CORE_OPS)))
@@ -116,7 +119,7 @@ class Group:
         """The activation tensors a group of a float graph reads: the non-constant inputs
         of an Add or Concat core, else the first input of the first node (the Pad, the core
         or the first epilogue node)."""
-        if self.core is not None and self.core.op in ("Add", "Concat"):
+        if self.core is not None and self.core.op in JOIN_OPS + ("Concat",):
             return [i for i in self.core.inputs if i and i not in graph.constants]
         first = self.pad or (self.core if self.core is not None else self.after[0])
         return [first.inputs[0]]
@@ -140,8 +143,8 @@ def _is_float_core(graph: Graph, n: Node) -> bool:
                 "Upsample", "Pad") + REDUCE_OPS:
         return all(_is_const(graph, i) for i in n.inputs[1:]) and \
             len([o for o in n.outputs if o]) == 1
-    if n.op == "Add":
-        return not any(_is_const(graph, i) for i in n.inputs)
+    if n.op in JOIN_OPS:
+        return len(n.inputs) == 2 and not any(_is_const(graph, i) for i in n.inputs)
     if n.op == "Concat":
         return not any(_is_const(graph, i) for i in n.inputs)
     return False
@@ -337,7 +340,7 @@ class QdqGraph:
         elif n.op in CORE_OPS:
             grp.core = n
             members.append(n)
-            if n.op in ("Add", "Concat"):
+            if n.op in JOIN_OPS + ("Concat",):
                 ins = [i for i in n.inputs if i]
             else:
                 ins = [n.inputs[0]]

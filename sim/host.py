@@ -9,6 +9,8 @@ dequantize nodes carry their parameters as attributes (``scale``, ``zero_point``
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import golden
@@ -363,6 +365,8 @@ HOST_OPS = {
     "AveragePool": average_pool,
     "GlobalAveragePool": _global(np.mean),
     "GlobalMaxPool": _global(np.max),
+    "Min": lambda *xs, version=13, **_: functools.reduce(np.minimum, xs),
+    "Max": lambda *xs, version=13, **_: functools.reduce(np.maximum, xs),
     "ReduceMean": _spatial_reduce(np.mean),
     "ReduceMax": _spatial_reduce(np.max),
     "ReduceSum": _spatial_reduce(np.sum),

@@ -31,17 +31,21 @@ def check_layers_against_onnxruntime(path, n=40, seed=7):
     df = d.design.dataflow
     x = np.random.default_rng(seed).standard_normal((n, 1) + SHAPE).astype(np.float32)
     ref = ort_quantized_tensors(path, x)
+    # A view's output is compared with the QuantizeLinear that reads it (same integers).
+    quantizer = {nd.input[0]: nd.output[0] for nd in onnx.load(path).graph.node
+                 if nd.op_type == "QuantizeLinear"}
     env = dict(ref)
     env.setdefault(df.input.name, run_head(d.design, x))
     exact = {}
     for layer in df.layers:
         got = golden.run_layer(layer, *(env[t] for t in layer.inputs)).reshape(n, -1)
-        if layer.output in ref:
-            diff = np.abs(got - ref[layer.output])
+        name = layer.output if layer.output in ref else quantizer.get(layer.output)
+        if name in ref:
+            diff = np.abs(got - ref[name])
             assert diff.max() <= 1, layer.name
             exact[layer.name] = float(np.mean(diff == 0))
-        else:
-            env[layer.output] = got
+        # The next layers read onnxruntime's integers where there are any.
+        env[layer.output] = ref[name] if name in ref else got
     return [ly.kind for ly in df.layers], exact
 
 
@@ -114,3 +118,22 @@ def test_other_reduction_axes_are_refused_by_name(op, opset, axes, message):
     with pytest.raises(UnsupportedError) as e:
         onnx2fpga.compile(model, calibration=x)
     assert str(e.value) == f"Node 'reduce' ({op}, opset {opset}): {message}"
+
+
+@pytest.mark.parametrize("pattern, dynamo", [("mul", True), ("sub", False), ("min", True),
+                                             ("max", False)])
+def test_joins_of_two_activations(tmp_path, pattern, dynamo):
+    """Mul, Sub, Min and Max of two convolutions' outputs: one AddLayer with its op, equal
+    to onnxruntime's DequantizeLinear -> float op -> QuantizeLinear."""
+    _, path, _ = torch_qdq(tmp_path, pattern, dynamo=dynamo)
+    kinds, exact = check_layers_against_onnxruntime(path)
+    assert kinds == ["conv", "conv", "add", "view", "dense"]
+    assert len(exact) >= 4 and min(exact.values()) >= 0.99
+
+
+def test_squeeze_excitation_broadcast_is_refused_by_name(tmp_path):
+    _, path, _ = torch_qdq(tmp_path, "se", dynamo=False)
+    with pytest.raises(UnsupportedError) as e:
+        onnx2fpga.compile(path, stop_after="lower")
+    assert str(e.value) == ("Node '/Mul' (Mul, opset 13): broadcasting (8, 6, 6) and (8, 1, 1) "
+                            "is not supported; only two tensors of the same shape")
