@@ -29,6 +29,7 @@ from ..ir import (
     RequantLayer,
     RequantStage,
     ResizeLayer,
+    SliceLayer,
     ThresholdStage,
     ViewLayer,
 )
@@ -51,7 +52,7 @@ from .epilogue import (
     requant_params,
     requant_stage,
 )
-from .groups import JOIN_OPS, REDUCE_OPS, VIEW_OPS, Group, QdqGraph
+from .groups import JOIN_OPS, REDUCE_OPS, SLICE_OPS, VIEW_OPS, Group, QdqGraph
 from .ir import Node, logical_shape
 
 __all__ = ["HardwarePart", "build_layers", "build_group", "add_views", "dense_layer",
@@ -251,6 +252,8 @@ def build_group(hw: HardwarePart, grp: Group) -> None:
         layer = _resize_layer(hw, grp, srcs[0], infos[0], aff, final)
     elif op == "Pad":
         layer = _pad_layer(hw, grp, srcs[0], infos[0], aff, final)
+    elif op in SLICE_OPS:
+        layer = _slice_layer(hw, grp, srcs[0], infos[0], aff, final)
     else:
         layer = _eltwise_layer(hw, grp, srcs[0], infos[0], aff, final)
     if layer is None:
@@ -585,6 +588,18 @@ def _pad_layer(hw, grp, src, qi, aff, out):
     return PadLayer(hw.next_name("pad"), qi.type,
                     logical_shape(hw.graph.shape(core.inputs[0])), tuple(geo["pads"]), value,
                     inputs=[src], output=out)
+
+
+def _slice_layer(hw, grp, src, qi, aff, out):
+    core = grp.core
+    if not is_identity(qi, grp, aff):
+        raise UnsupportedError([f"{core.describe()}: a channel slice that also requantizes is "
+                                f"not supported (the same scale and zero point before and "
+                                f"after)"])
+    geo = core.attrs["_geometry"]
+    return SliceLayer(hw.next_name("slice"), qi.type,
+                      logical_shape(hw.graph.shape(core.inputs[0])), geo["start"], geo["stop"],
+                      inputs=[src], output=out)
 
 
 def _eltwise_layer(hw, grp, src, qi, aff, out):

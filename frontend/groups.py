@@ -13,7 +13,8 @@ that find them:
 A group is ``[views] core [epilogue] [views]``: the core is MatMul / Gemm / Conv with a
 constant weight, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean /
 ReduceMax / ReduceSum over the spatial axes (global pools), Resize / Upsample, Pad, Add /
-Sub / Mul / Min / Max of two activations, Concat, or nothing (an elementwise group); the epilogue is any of
+Sub / Mul / Min / Max of two activations, Concat, Slice / Split on the channel axis, or
+nothing (an elementwise group); the epilogue is any of
 constant Add / Sub / Mul / Div and BatchNormalization, then Relu / Clip / LeakyRelu; a
 constant Pad in front of a convolution joins the convolution's group.
 """
@@ -30,7 +31,7 @@ from .ir import Graph, Node
 
 __all__ = ["Group", "QdqGraph", "float_groups", "find_groups", "onnx_domain", "VIEW_OPS",
            "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "HW_OPS", "QDQ", "REDUCE_OPS",
-           "JOIN_OPS"]
+           "JOIN_OPS", "SLICE_OPS"]
 
 VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose")
 EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip",
@@ -39,10 +40,14 @@ EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip"
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu")
 #: Joins of two activations (an AddLayer with its ``op``).
 JOIN_OPS = ("Add", "Sub", "Mul", "Min", "Max")
+#: Channel ranges: a Slice, or one output of a Split (split by
+#: :func:`~onnx2fpga.frontend.resolve.resolve_geometry` into one node per output).
+SLICE_OPS = ("Slice", "Split")
 #: Reductions over the spatial axes: global pools (their ``_geometry`` says so).
 REDUCE_OPS = ("ReduceMean", "ReduceMax", "ReduceSum")
 CORE_OPS = ("MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
-            "GlobalMaxPool", "Resize", "Upsample", "Pad", "Concat") + JOIN_OPS + REDUCE_OPS
+            "GlobalMaxPool", "Resize", "Upsample", "Pad", "Concat") + JOIN_OPS + REDUCE_OPS + \
+    SLICE_OPS
 #: Every operator a group of the hardware part may hold (besides QuantizeLinear and
 #: DequantizeLinear).
 HW_OPS = tuple(sorted(set(VIEW_OPS + EPILOGUE_OPS + CORE_OPS)))
@@ -140,7 +145,7 @@ def _is_float_core(graph: Graph, n: Node) -> bool:
             not (n.op != "Conv" and graph.constants[n.inputs[1]].ndim != 2) and \
             all(_is_const(graph, i) for i in n.inputs[2:])
     if n.op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
-                "Upsample", "Pad") + REDUCE_OPS:
+                "Upsample", "Pad") + REDUCE_OPS + SLICE_OPS:
         return all(_is_const(graph, i) for i in n.inputs[1:]) and \
             len([o for o in n.outputs if o]) == 1
     if n.op in JOIN_OPS:

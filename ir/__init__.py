@@ -37,6 +37,7 @@ from .layers import (
     PoolLayer,
     RequantLayer,
     ResizeLayer,
+    SliceLayer,
     ViewLayer,
     align_params,
     image_shape,
@@ -50,7 +51,7 @@ from .types import FLOAT_ROUNDINGS, ROUNDINGS, IntType, acc_type_for
 __all__ = [
     "IntType", "ROUNDINGS", "FLOAT_ROUNDINGS", "RequantStage", "ThresholdStage", "DenseLayer",
     "RequantLayer", "ConvLayer", "PoolLayer", "AddLayer", "ConcatLayer", "ResizeLayer",
-    "PadLayer", "ViewLayer",
+    "PadLayer", "ViewLayer", "SliceLayer",
     "LAYER_TYPES", "Port", "Dataflow", "HostNode", "Design", "acc_type_for", "save_design",
     "load_design", "image_shape", "align_params", "window_out_size", "MULTIPLIERS",
     "product_mapping",

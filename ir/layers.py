@@ -11,7 +11,7 @@ from .types import IntType, acc_type_for
 
 __all__ = [
     "DenseLayer", "RequantLayer", "ConvLayer", "PoolLayer", "AddLayer", "ConcatLayer",
-    "ResizeLayer", "PadLayer", "ViewLayer", "LAYER_TYPES", "MULTIPLIERS", "product_mapping",
+    "ResizeLayer", "PadLayer", "ViewLayer", "SliceLayer", "LAYER_TYPES", "MULTIPLIERS", "product_mapping",
     "image_shape", "align_params", "window_out_size", "JOIN_OPS",
 ]
 
@@ -637,6 +637,39 @@ class ConcatLayer(_Lanes):
 
 
 @dataclass
+class SliceLayer(_OneInput, _Lanes):
+    """Channels ``start .. stop - 1`` of a tensor (ONNX Slice on the channel axis with step
+    1, or one output of a Split on it): ``y = x[start:stop]`` along the first logical axis
+    (the channels of a ``(C, H, W)`` or ``(C, W)`` image, the features of a vector)."""
+    name: str
+    in_type: IntType
+    in_shape: tuple
+    start: int
+    stop: int
+    lanes: int = 1
+    nodes: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    output: str = ""
+
+    kind = "slice"
+
+    def __post_init__(self):
+        self.in_shape = tuple(int(d) for d in self.in_shape)
+        self.start, self.stop = int(self.start), int(self.stop)
+        if not self.in_shape or not 0 <= self.start < self.stop <= self.in_shape[0]:
+            raise ValueError(f"Layer {self.name!r}: channels {self.start}..{self.stop} are "
+                             f"not a range of {self.in_shape}")
+
+    @property
+    def out_shape(self) -> tuple:
+        return (self.stop - self.start,) + self.in_shape[1:]
+
+    @property
+    def out_type(self) -> IntType:
+        return self.in_type
+
+
+@dataclass
 class ResizeLayer(_OneInput, _Lanes):
     """Nearest-neighbour resizing of a ``(C, H, W)`` (or ``(C, W)``) image (ONNX Resize /
     Upsample, ``mode="nearest"``): ``y[c, i, j] = x[c, rows[i], cols[j]]``, then ``requant``
@@ -752,4 +785,4 @@ class ViewLayer(_OneInput):
 
 
 LAYER_TYPES = (DenseLayer, RequantLayer, ConvLayer, PoolLayer, AddLayer, ConcatLayer,
-               ResizeLayer, PadLayer, ViewLayer)
+               ResizeLayer, PadLayer, ViewLayer, SliceLayer)

@@ -12,6 +12,7 @@ from .plumbing import CastTiming, ConvertTiming, FifoTiming
 from .reduce import ReduceTiming
 from .requant import RequantTiming
 from .resize import ReorderTiming, ResizeTiming
+from .slice import SliceTiming
 from .stage import CoreKind, Stage
 from .thresholds import ThresholdTiming
 from .window import WindowTiming
@@ -23,7 +24,7 @@ CORE_KINDS: dict[str, CoreKind] = {
     kind: model for model in (
         MatVecTiming(), RequantTiming(), ThresholdTiming(), FifoTiming(), ConvertTiming(),
         CastTiming(), WindowTiming(), ReduceTiming(), DepthwiseTiming(), ForkTiming(),
-        AddTiming(), ResizeTiming(), ReorderTiming())
+        AddTiming(), ResizeTiming(), ReorderTiming(), SliceTiming())
     for kind in model.kinds}
 
 

@@ -24,6 +24,7 @@ from ..ir.layers import (
     PoolLayer,
     RequantLayer,
     ResizeLayer,
+    SliceLayer,
     ViewLayer,
     align_params,
     image_shape,
@@ -360,6 +361,10 @@ def _pad_layer(layer, ins, out_shape):
     return pad(_images(ins[0], layer.in_shape), layer.pads, layer.value).reshape(out_shape)
 
 
+def _slice_layer(layer, ins, out_shape):
+    return ins[0][:, layer.start:layer.stop].reshape(out_shape)
+
+
 def _view_layer(layer, ins, out_shape):
     x = ins[0]
     y = x if layer.perm is None else x.transpose((0,) + tuple(a + 1 for a in layer.perm))
@@ -368,7 +373,8 @@ def _view_layer(layer, ins, out_shape):
 
 _LAYERS = {DenseLayer: _dense_layer, RequantLayer: _requant_layer, ConvLayer: _conv_layer,
            PoolLayer: _pool_layer, AddLayer: _add_layer, ConcatLayer: _concat_layer,
-           ResizeLayer: _resize_layer, PadLayer: _pad_layer, ViewLayer: _view_layer}
+           ResizeLayer: _resize_layer, PadLayer: _pad_layer, ViewLayer: _view_layer,
+           SliceLayer: _slice_layer}
 
 
 def run_dataflow(dataflow: Dataflow, x, trace: dict | None = None) -> np.ndarray:

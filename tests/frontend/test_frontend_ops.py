@@ -137,3 +137,58 @@ def test_squeeze_excitation_broadcast_is_refused_by_name(tmp_path):
         onnx2fpga.compile(path, stop_after="lower")
     assert str(e.value) == ("Node '/Mul' (Mul, opset 13): broadcasting (8, 6, 6) and (8, 1, 1) "
                             "is not supported; only two tensors of the same shape")
+
+
+@pytest.mark.parametrize("pattern, dynamo", [("split", True), ("slice", False)])
+def test_channel_split_and_slice(tmp_path, pattern, dynamo):
+    """A Split on the channel axis becomes one SliceLayer per output; a Slice one."""
+    _, path, _ = torch_qdq(tmp_path, pattern, dynamo=dynamo)
+    kinds, exact = check_layers_against_onnxruntime(path)
+    assert kinds.count("slice") == (2 if pattern == "split" else 1)
+    assert len(exact) >= 4 and min(exact.values()) == 1.0
+
+
+def _channel_op_model(op, opset, inputs, **attrs):
+    """Conv (2 -> 6 channels) on a (1, 2, 4, 4) input, then ``op`` with constant
+    ``inputs`` (name -> int64 array) and ``attrs``, float."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 2, 1, 1)).astype(np.float32), "w")]
+    inits += [numpy_helper.from_array(np.asarray(v, np.int64), k) for k, v in inputs.items()]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["h"], name="conv"),
+             helper.make_node(op, ["h"] + list(inputs), ["y"], name="cut", **attrs)]
+    graph = helper.make_graph(
+        nodes, "cut", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("op, opset, inputs, attrs, message", [
+    ("Slice", 13, {"s": [0], "e": [2], "a": [2]}, {},
+     "axes=[2], starts=[0], ends=[2], steps=[1] on shape (1, 6, 4, 4) is unsupported; only a "
+     "slice of the channel axis 1 with step 1"),
+    ("Slice", 13, {"s": [0], "e": [6], "a": [1], "st": [2]}, {},
+     "axes=[1], starts=[0], ends=[6], steps=[2] on shape (1, 6, 4, 4) is unsupported; only a "
+     "slice of the channel axis 1 with step 1"),
+    ("Split", 11, {}, {"axis": 3, "split": [4]},
+     "axis=3 of a rank-4 input is unsupported; only a split of the channel axis 1")])
+def test_other_slices_are_refused_by_name(op, opset, inputs, attrs, message):
+    model = _channel_op_model(op, opset, inputs, **attrs)
+    with pytest.raises(UnsupportedError) as e:
+        onnx2fpga.compile(model, calibration=np.zeros((4, 1, 2, 4, 4), np.float32))
+    assert str(e.value) == f"Node 'cut' ({op}, opset {opset}): {message}"
+
+
+def test_a_channel_slice_of_a_float_model_matches_it():
+    import onnxruntime as ort
+
+    model = _channel_op_model("Slice", 13, {"s": [-4], "e": [5], "a": [-3]})
+    x = np.random.default_rng(3).standard_normal((30, 1, 2, 4, 4)).astype(np.float32)
+    d = onnx2fpga.compile(model, calibration=x, weight_bits=16, activation_bits=16,
+                          multiplier_bits=24, stop_after="lower")
+    assert [ly.kind for ly in d.design.dataflow.layers] == ["conv", "slice"]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = np.stack([sess.run(None, {"x": s})[0] for s in x])
+    got = run_design(d.design, x).reshape(ref.shape)
+    assert np.abs(got - ref).max() < 2e-3 * float(np.ptp(ref))
