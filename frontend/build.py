@@ -178,6 +178,11 @@ def add_views(hw: HardwarePart, chain, src: str, qi: QuantInfo, names: list) -> 
 
 def _add_view(hw: HardwarePart, n: Node, src: str, qi: QuantInfo, names: list) -> str:
     in_shape, out_shape = hw.graph.shape(n.inputs[0]), hw.graph.shape(n.outputs[0])
+    if n.op == "Expand" and np.prod(in_shape, dtype=np.int64) != np.prod(out_shape,
+                                                                         dtype=np.int64):
+        raise UnsupportedError([f"{n.describe()}: expanding {in_shape} to {out_shape} copies "
+                                f"data; only an Expand that keeps the elements (adds unit "
+                                f"axes) is supported"])
     perm = None
     if n.op == "Transpose":
         perm = tuple(int(p) for p in n.attrs.get("perm", range(len(in_shape))[::-1]))

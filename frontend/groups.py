@@ -33,7 +33,9 @@ __all__ = ["Group", "QdqGraph", "float_groups", "find_groups", "onnx_domain", "V
            "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "HW_OPS", "QDQ", "REDUCE_OPS",
            "JOIN_OPS", "SLICE_OPS"]
 
-VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose")
+#: Operators that only change the stream order or add unit axes (an Expand that copies data
+#: is refused when its view is built, :func:`onnx2fpga.frontend.build.add_views`).
+VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Expand")
 EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip",
                 "LeakyRelu")
 #: The epilogue operators that end it: after one of them, only another may follow.

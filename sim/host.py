@@ -391,6 +391,9 @@ HOST_OPS = {
     "GlobalMaxPool": _global(np.max),
     "Min": lambda *xs, version=13, **_: functools.reduce(np.minimum, xs),
     "Max": lambda *xs, version=13, **_: functools.reduce(np.maximum, xs),
+    "Expand": lambda x, shape, *, version=13, **_: np.broadcast_to(
+        x, np.broadcast_shapes(np.shape(x), tuple(int(d) for d in np.reshape(shape, -1)))
+    ).copy(),
     "Slice": _channel_slice,
     "Split": _channel_slice,
     "ReduceMean": _spatial_reduce(np.mean),

@@ -192,3 +192,50 @@ def test_a_channel_slice_of_a_float_model_matches_it():
     ref = np.stack([sess.run(None, {"x": s})[0] for s in x])
     got = run_design(d.design, x).reshape(ref.shape)
     assert np.abs(got - ref).max() < 2e-3 * float(np.ptp(ref))
+
+
+def _expand_model(pool: bool):
+    """Conv (2 -> 6, 1x1), Relu, [GlobalAveragePool], Expand to (1, 1, 4, 4) or, after the
+    pool, to (1, 6, 4, 4), Flatten, Gemm (96 -> 3): float, opset 13."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 2, 1, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([1, 6 if pool else 1, 4, 4], np.int64), "shape"),
+             numpy_helper.from_array(rng.standard_normal((96, 3)).astype(np.float32), "fw")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["h"], name="conv"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu")]
+    t = "r"
+    if pool:
+        nodes.append(helper.make_node("GlobalAveragePool", ["r"], ["g"], name="pool"))
+        t = "g"
+    nodes += [helper.make_node("Expand", [t, "shape"], ["e"], name="expand"),
+              helper.make_node("Flatten", ["e"], ["f"], name="flatten"),
+              helper.make_node("Gemm", ["f", "fw"], ["y"], name="fc")]
+    graph = helper.make_graph(
+        nodes, "expand", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def test_an_expand_that_keeps_the_elements_is_a_view():
+    import onnxruntime as ort
+
+    model = _expand_model(pool=False)
+    x = np.random.default_rng(4).standard_normal((30, 1, 2, 4, 4)).astype(np.float32)
+    d = onnx2fpga.compile(model, calibration=x, weight_bits=16, activation_bits=16,
+                          multiplier_bits=24, stop_after="lower")
+    assert [ly.kind for ly in d.design.dataflow.layers] == ["conv", "view", "dense"]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = np.stack([sess.run(None, {"x": s})[0] for s in x])
+    got = run_design(d.design, x).reshape(ref.shape)
+    assert np.abs(got - ref).max() < 2e-3 * float(np.ptp(ref))
+
+
+def test_an_expand_that_copies_is_refused_by_name():
+    x = np.random.default_rng(4).standard_normal((8, 1, 2, 4, 4)).astype(np.float32)
+    with pytest.raises(UnsupportedError) as e:
+        onnx2fpga.compile(_expand_model(pool=True), calibration=x, stop_after="lower")
+    assert str(e.value) == ("Node 'expand' (Expand, opset 13): expanding (1, 6, 1, 1) to "
+                            "(1, 6, 4, 4) copies data; only an Expand that keeps the elements "
+                            "(adds unit axes) is supported")
