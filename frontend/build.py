@@ -32,6 +32,7 @@ from ..ir import (
     SliceLayer,
     ThresholdStage,
     ViewLayer,
+    image_shape,
 )
 from ..sim import golden
 from .epilogue import (
@@ -479,9 +480,7 @@ def _add_layer(hw, grp, srcs, infos, aff, out):
                                 f"of two"])
     shapes = [logical_shape(hw.graph.shape(i)) for i in core.inputs]
     if shapes[0] != shapes[1]:
-        raise UnsupportedError([f"{core.describe()}: broadcasting {shapes[0]} and "
-                                f"{shapes[1]} is not supported; only two tensors of the same "
-                                f"shape"])
+        srcs, shapes = _broadcast_channels(hw, core, srcs, infos, shapes)
     a = np.asarray(aff.a).reshape(-1)
     if a.size != 1:
         raise UnsupportedError([f"{core.describe()}: a per-channel scale after an "
@@ -520,6 +519,30 @@ def _add_layer(hw, grp, srcs, infos, aff, out):
     return AddLayer(hw.next_name("add"), [qi.type for qi in infos],
                     [qi.zero_point for qi in infos], shapes[0],
                     [int(ms[0]), int(ms[1])], [st], inputs=srcs, output=out, op=op)
+
+
+def _broadcast_channels(hw, core, srcs, infos, shapes):
+    """A join of an image ``(C, H, W)`` (or ``(C, W)``) with one value per channel
+    (``(C, 1, 1)``, ``(C, 1)``; a squeeze-and-excitation scale): the per-channel tensor is
+    repeated over the image by a nearest :class:`~onnx2fpga.ir.ResizeLayer` of its 1 x 1
+    image, appended here, before the join."""
+    big = 0 if int(np.prod(shapes[0])) >= int(np.prod(shapes[1])) else 1
+    small = 1 - big
+    s, b = shapes[small], shapes[big]
+    if len(s) != len(b) or len(b) not in (2, 3) or s[0] != b[0] or any(d != 1 for d in s[1:]):
+        raise UnsupportedError([f"{core.describe()}: broadcasting {shapes[0]} and "
+                                f"{shapes[1]} is not supported; only two tensors of the same "
+                                f"shape, or an image and one value per channel"])
+    _, h, w = image_shape(b)
+    out = f"{core.outputs[0]}__broadcast{small}"
+    hw.layers.append(ResizeLayer(hw.next_name("resize"), infos[small].type, s,
+                                 np.zeros(h, np.int64), np.zeros(w, np.int64),
+                                 nodes=[core.name or core.outputs[0]], inputs=[srcs[small]],
+                                 output=out))
+    hw.qinfo[out] = infos[small]
+    srcs = list(srcs)
+    srcs[small] = out
+    return srcs, [b, b]
 
 
 def _mul_layer(hw, grp, srcs, infos, aff, out, shape, s_out):

@@ -131,12 +131,34 @@ def test_joins_of_two_activations(tmp_path, pattern, dynamo):
     assert len(exact) >= 4 and min(exact.values()) >= 0.99
 
 
-def test_squeeze_excitation_broadcast_is_refused_by_name(tmp_path):
+def test_squeeze_excitation_repeats_the_scale_over_the_image(tmp_path):
+    """x * relu(fc(relu(fc(pool(x))))): the (8, 1, 1) scale is repeated over the (8, 6, 6)
+    image by a nearest resize of its 1 x 1 image, then multiplied."""
     _, path, _ = torch_qdq(tmp_path, "se", dynamo=False)
+    kinds, exact = check_layers_against_onnxruntime(path)
+    assert kinds == ["conv", "pool", "conv", "conv", "resize", "add", "pool", "dense"]
+    assert len(exact) >= 6 and min(exact.values()) >= 0.99
+
+
+def test_other_broadcasts_are_refused_by_name():
+    """A Mul of a (1, 6, 4, 4) and a (1, 1, 4, 4) activation (a broadcast over channels)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 2, 1, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((1, 2, 1, 1)).astype(np.float32), "v")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="conv_a"),
+             helper.make_node("Conv", ["x", "v"], ["b"], name="conv_b"),
+             helper.make_node("Mul", ["a", "b"], ["y"], name="mul")]
+    graph = helper.make_graph(
+        nodes, "bcast", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 4, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = np.random.default_rng(1).standard_normal((8, 1, 2, 4, 4)).astype(np.float32)
     with pytest.raises(UnsupportedError) as e:
-        onnx2fpga.compile(path, stop_after="lower")
-    assert str(e.value) == ("Node '/Mul' (Mul, opset 13): broadcasting (8, 6, 6) and (8, 1, 1) "
-                            "is not supported; only two tensors of the same shape")
+        onnx2fpga.compile(model, calibration=x, stop_after="lower")
+    assert str(e.value) == ("Node 'mul' (Mul, opset 13): broadcasting (6, 4, 4) and (1, 4, 4) "
+                            "is not supported; only two tensors of the same shape, or an image "
+                            "and one value per channel")
 
 
 @pytest.mark.parametrize("pattern, dynamo", [("split", True), ("slice", False)])
