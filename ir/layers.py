@@ -11,8 +11,8 @@ from .types import IntType, acc_type_for
 
 __all__ = [
     "DenseLayer", "RequantLayer", "ConvLayer", "PoolLayer", "AddLayer", "ConcatLayer",
-    "ResizeLayer", "PadLayer", "ViewLayer", "SliceLayer", "LAYER_TYPES", "MULTIPLIERS", "product_mapping",
-    "image_shape", "align_params", "window_out_size", "JOIN_OPS",
+    "ResizeLayer", "PadLayer", "ViewLayer", "SliceLayer", "LAYER_TYPES", "MULTIPLIERS",
+    "product_mapping", "image_shape", "align_params", "window_out_size", "JOIN_OPS",
 ]
 
 

@@ -1,7 +1,8 @@
 """End to end for the operators exporters write around convolutions: a float model with a
 channel Split, a Mul of its two halves, a squeeze-and-excitation Mul (a per-channel scale
-broadcast over the image) and a ReduceMean over the spatial axes, calibrated by us -> design -> Verilator with random stalls on both AXI-Stream sides == golden model, and
-the manifest's cycles are what the RTL does."""
+broadcast over the image) and a ReduceMean over the spatial axes, calibrated by us ->
+design -> Verilator with random stalls on both AXI-Stream sides == golden model, and the
+manifest's cycles are what the RTL does."""
 
 import numpy as np
 import onnx
@@ -15,8 +16,9 @@ SHAPE = (2, 5, 5)
 
 def split_mul_mean_model():
     """Conv(2 -> 6, 3x3, pads 1), Relu, Split into 3 + 3 channels, Mul of the halves ``m``,
-    ``m * Relu(Conv1x1(GlobalAveragePool(m)))`` (squeeze and excitation), ReduceMean over (2, 3) with keepdims 0 (what torch's dynamo exporter writes
-    for ``x.mean((2, 3))``, opset 18: axes as an input), Gemm (3 -> 4)."""
+    ``m * Relu(Conv1x1(GlobalAveragePool(m)))`` (squeeze and excitation), ReduceMean over
+    (2, 3) with keepdims 0 (what torch's dynamo exporter writes for ``x.mean((2, 3))``,
+    opset 18: axes as an input), Gemm (3 -> 4)."""
     rng = np.random.default_rng(0)
     c = lambda name, a: numpy_helper.from_array(np.asarray(a), name)  # noqa: E731
     inits = [c("w", (rng.standard_normal((6, 2, 3, 3)) / 3).astype(np.float32)),
