@@ -261,3 +261,32 @@ def test_an_expand_that_copies_is_refused_by_name():
     assert str(e.value) == ("Node 'expand' (Expand, opset 13): expanding (1, 6, 1, 1) to "
                             "(1, 6, 4, 4) copies data; only an Expand that keeps the elements "
                             "(adds unit axes) is supported")
+
+
+@pytest.mark.parametrize("opset, inputs, attrs", [
+    (11, {}, {"split": [2, 4]}), (13, {"sizes": [4, 2]}, {}), (18, {}, {"num_outputs": 2})])
+def test_split_forms_match_the_float_model(opset, inputs, attrs):
+    """Split-11 (sizes as an attribute), -13 (as an input), -18 (num_outputs), its two parts
+    concatenated in the other order: two slices and a concatenation."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 2, 1, 1)).astype(np.float32), "w")]
+    inits += [numpy_helper.from_array(np.asarray(v, np.int64), k) for k, v in inputs.items()]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["h"], name="conv"),
+             helper.make_node("Split", ["h"] + list(inputs), ["p", "q"], name="split", axis=1,
+                              **attrs),
+             helper.make_node("Concat", ["q", "p"], ["y"], name="concat", axis=1)]
+    graph = helper.make_graph(
+        nodes, "split", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 4, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    x = np.random.default_rng(5).standard_normal((30, 1, 2, 4, 4)).astype(np.float32)
+    d = onnx2fpga.compile(model, calibration=x, weight_bits=16, activation_bits=16,
+                          multiplier_bits=24, stop_after="lower")
+    assert [ly.kind for ly in d.design.dataflow.layers] == ["conv", "slice", "slice", "concat"]
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = np.stack([sess.run(None, {"x": s})[0] for s in x])
+    got = run_design(d.design, x).reshape(ref.shape)
+    assert np.abs(got - ref).max() < 2e-3 * float(np.ptp(ref))
