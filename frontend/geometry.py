@@ -31,8 +31,9 @@ import numpy as np
 
 __all__ = [
     "ConvGeometry", "PoolGeometry", "conv_geometry", "pool_geometry", "avg_counts",
-    "resize_nearest_maps", "pad_geometry", "CONV_ATTRIBUTES", "POOL_ATTRIBUTES",
-    "RESIZE_ATTRIBUTES", "PAD_ATTRIBUTES",
+    "resize_nearest_maps", "pad_geometry", "reduce_geometry", "CONV_ATTRIBUTES",
+    "POOL_ATTRIBUTES", "RESIZE_ATTRIBUTES", "PAD_ATTRIBUTES", "REDUCE_ATTRIBUTES",
+    "REDUCE_AXES_INPUT",
 ]
 
 # The attributes each (operator, since_version) defines (ONNX operator schemas, onnx 1.23).
@@ -65,6 +66,16 @@ RESIZE_ATTRIBUTES = {
 
 PAD_ATTRIBUTES = {("Pad", 2): frozenset({"mode", "pads", "value"}),
                   **{("Pad", v): frozenset({"mode"}) for v in (11, 13, 18, 19, 21, 23, 24, 25)}}
+
+_REDUCE_OLD = frozenset({"axes", "keepdims"})
+_REDUCE_NEW = frozenset({"keepdims", "noop_with_empty_axes"})
+#: The first version of each reduction that takes ``axes`` as an input, not an attribute.
+REDUCE_AXES_INPUT = {"ReduceMean": 18, "ReduceMax": 18, "ReduceSum": 13}
+REDUCE_ATTRIBUTES = {
+    (op, v): (_REDUCE_NEW if v >= REDUCE_AXES_INPUT[op] else _REDUCE_OLD)
+    for op, versions in (("ReduceMean", (1, 11, 13, 18)), ("ReduceMax", (1, 11, 12, 13, 18, 20)),
+                         ("ReduceSum", (1, 11, 13)))
+    for v in versions}
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -722,3 +733,55 @@ def pad_geometry(attrs, in_shape, version, *, pads=None, axes=None) -> tuple[int
             raise ValueError(f"{name}: padding the {what} axis (pads={list(pads)}) is "
                              f"unsupported; only the spatial axes")
     return _pads_2d(full[2:rank], full[rank + 2:])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions over the spatial axes (global pooling)
+
+def reduce_geometry(op: str, attrs, in_shape, version, *, axes=None) -> PoolGeometry:
+    """Geometry of an ONNX ``ReduceMean``, ``ReduceMax`` or ``ReduceSum`` over the spatial
+    axes of an ``(N, C, W)`` or ``(N, C, H, W)`` tensor: a global pooling (ONNX operator
+    specification, sections ReduceMean / ReduceMax / ReduceSum). ``axes`` is an attribute
+    before ReduceMean-18, ReduceMax-18 and ReduceSum-13 and the optional second input
+    (``axes=``) from then on; absent or empty, every axis is reduced (unless
+    ``noop_with_empty_axes=1``: then nothing is). ``keepdims`` only shapes the output, which
+    holds the same ``N * C`` values either way.
+
+    ``counts`` is the divisor of the one output pixel: ``H * W`` for a mean, 1 for a sum
+    (the sum is an average with divisor 1); None for a maximum.
+
+    Raises
+    ------
+    ValueError
+        Axes other than exactly the spatial ones (named in the message), an axes input
+        before the version that has it, an input that is not an image.
+    """
+    name = _name(op, version, REDUCE_ATTRIBUTES)
+    _check_attrs(name, attrs, REDUCE_ATTRIBUTES[(op, version)])
+    in_shape = _shape(name, "input shape", in_shape)
+    rank = len(in_shape)
+    spatial = tuple(range(2, rank))
+    what = (f"only the spatial axes {list(spatial)} of an (N, C, ...) image (a global "
+            f"pooling)" if rank in (3, 4) else
+            "only the spatial axes of an (N, C, W) or (N, C, H, W) image (a global pooling)")
+    if version >= REDUCE_AXES_INPUT[op]:
+        noop = _flag(name, "noop_with_empty_axes", attrs.get("noop_with_empty_axes", 0))
+    else:
+        if axes is not None:
+            raise ValueError(f"{name}: axes is an attribute, not an input")
+        axes, noop = attrs.get("axes"), False
+    axes = () if axes is None else _ints(name, "axes", np.asarray(axes).reshape(-1))
+    if not axes:
+        if noop:
+            raise ValueError(f"{name}: noop_with_empty_axes=1 with no axes (an identity) is "
+                             f"unsupported; {what}")
+        axes = tuple(range(rank))
+    norm = tuple(sorted(a + rank if a < 0 else a for a in axes))
+    if rank not in (3, 4) or norm != spatial:
+        raise ValueError(f"{name}: axes={list(axes)} of a rank-{rank} input is unsupported; "
+                         f"{what}")
+    _flag(name, "keepdims", attrs.get("keepdims", 1))
+    kernel = _to_2d(in_shape[2:], 1)
+    counts = None if op == "ReduceMax" else np.full(
+        (1, 1), kernel[0] * kernel[1] if op == "ReduceMean" else 1, dtype=np.int64)
+    return PoolGeometry(kernel, (1, 1), (1, 1), (0, 0, 0, 0), False, counts, (1, 1))

@@ -11,8 +11,10 @@ that find them:
   activation and starts at the ``DequantizeLinear`` nodes of earlier quantized activations.
 
 A group is ``[views] core [epilogue] [views]``: the core is MatMul / Gemm / Conv with a
-constant weight, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Resize / Upsample,
-Pad, Add of two activations, Concat, or nothing (an elementwise group); the epilogue is any of
+constant weight, MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, ReduceMean /
+ReduceMax / ReduceSum over the spatial axes (global pools), Resize / Upsample, Pad, Add /
+Sub / Mul / Min / Max of two activations, Concat, Slice / Split on the channel axis, or
+nothing (an elementwise group); the epilogue is any of
 constant Add / Sub / Mul / Div and BatchNormalization, then Relu / Clip / LeakyRelu; a
 constant Pad in front of a convolution joins the convolution's group. A *function group* is
 any other elementwise function of one quantized tensor (:data:`FUNCTION_OPS`: a Sigmoid, a
@@ -30,15 +32,26 @@ from ..sim import golden, host
 from .ir import Graph, Node
 
 __all__ = ["Group", "QdqGraph", "float_groups", "find_groups", "onnx_domain", "VIEW_OPS",
-           "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "FUNCTION_OPS", "HW_OPS", "QDQ"]
+           "EPILOGUE_OPS", "ACTIVATION_OPS", "CORE_OPS", "FUNCTION_OPS", "HW_OPS", "QDQ",
+           "REDUCE_OPS", "JOIN_OPS", "SLICE_OPS"]
 
-VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose")
+#: Operators that only change the stream order or add unit axes (an Expand that copies data
+#: is refused when its view is built, :func:`onnx2fpga.frontend.build.add_views`).
+VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Expand")
 EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip",
                 "LeakyRelu")
 #: The epilogue operators that end it: after one of them, only another may follow.
 ACTIVATION_OPS = ("Relu", "Clip", "LeakyRelu")
+#: Joins of two activations (an AddLayer with its ``op``).
+JOIN_OPS = ("Add", "Sub", "Mul", "Min", "Max")
+#: Channel ranges: a Slice, or one output of a Split (split by
+#: :func:`~onnx2fpga.frontend.resolve.resolve_geometry` into one node per output).
+SLICE_OPS = ("Slice", "Split")
+#: Reductions over the spatial axes: global pools (their ``_geometry`` says so).
+REDUCE_OPS = ("ReduceMean", "ReduceMax", "ReduceSum")
 CORE_OPS = ("MatMul", "Gemm", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool",
-            "GlobalMaxPool", "Resize", "Upsample", "Pad", "Add", "Concat")
+            "GlobalMaxPool", "Resize", "Upsample", "Pad", "Concat") + JOIN_OPS + REDUCE_OPS + \
+    SLICE_OPS
 #: Elementwise operators of a *function group*: between the DequantizeLinear of one quantized
 #: tensor and a QuantizeLinear, nodes of these (and QuantizeLinear / DequantizeLinear pairs)
 #: reading only that tensor and constants compute a function of its integer, which the
@@ -128,7 +141,7 @@ class Group:
         """The activation tensors a group of a float graph reads: the non-constant inputs
         of an Add or Concat core, else the first input of the first node (the Pad, the core
         or the first epilogue node)."""
-        if self.core is not None and self.core.op in ("Add", "Concat"):
+        if self.core is not None and self.core.op in JOIN_OPS + ("Concat",):
             return [i for i in self.core.inputs if i and i not in graph.constants]
         if self.function:
             return [next(i for i in self.after[0].inputs if not _is_const(graph, i))]
@@ -151,11 +164,11 @@ def _is_float_core(graph: Graph, n: Node) -> bool:
             not (n.op != "Conv" and graph.constants[n.inputs[1]].ndim != 2) and \
             all(_is_const(graph, i) for i in n.inputs[2:])
     if n.op in ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Resize",
-                "Upsample", "Pad"):
+                "Upsample", "Pad") + REDUCE_OPS + SLICE_OPS:
         return all(_is_const(graph, i) for i in n.inputs[1:]) and \
             len([o for o in n.outputs if o]) == 1
-    if n.op == "Add":
-        return not any(_is_const(graph, i) for i in n.inputs)
+    if n.op in JOIN_OPS:
+        return len(n.inputs) == 2 and not any(_is_const(graph, i) for i in n.inputs)
     if n.op == "Concat":
         return not any(_is_const(graph, i) for i in n.inputs)
     return False
@@ -423,7 +436,7 @@ class QdqGraph:
         elif n.op in CORE_OPS:
             grp.core = n
             members.append(n)
-            if n.op in ("Add", "Concat"):
+            if n.op in JOIN_OPS + ("Concat",):
                 ins = [i for i in n.inputs if i]
             else:
                 ins = [n.inputs[0]]

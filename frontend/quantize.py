@@ -30,7 +30,8 @@ from .load import QONNX_DOMAINS, QONNX_OPS
 __all__ = ["quantize_graph", "is_quantized", "calibrate", "fold_constants",
            "quantize_float_inputs"]
 
-_SAME_RANGE = ("MaxPool", "GlobalMaxPool", "Resize", "Upsample", "Pad")
+_SAME_RANGE = ("MaxPool", "GlobalMaxPool", "ReduceMax", "Resize", "Upsample", "Pad", "Slice",
+               "Split")
 
 
 def is_quantized(graph: Graph) -> bool:

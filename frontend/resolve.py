@@ -1,7 +1,9 @@
 """Resolve the geometry of windowed operators once, for every stage after the import.
 
 :func:`resolve_geometry` gives every Conv, ConvInteger, QLinearConv, MaxPool, AveragePool,
-GlobalMaxPool, GlobalAveragePool, Resize, Upsample and Pad node an attribute ``_geometry``
+GlobalMaxPool, GlobalAveragePool, Resize, Upsample and Pad node (and every ReduceMean,
+ReduceMax and ReduceSum, which must reduce the spatial axes: a global pooling, and every Slice
+and Split of an activation, which must cut the channel axis) an attribute ``_geometry``
 with the exact geometry :mod:`onnx2fpga.frontend.geometry` derives from its ONNX attributes,
 shapes and constant inputs (explicit pads as ``(top, left, bottom, right)``, window counts,
 index maps). The host interpreter (calibration, the host parts around the accelerator) and
@@ -16,13 +18,14 @@ import re
 import numpy as np
 
 from ..errors import UnsupportedError
-from . import geometry
+from . import geometry, slices
 from .ir import Graph, Node
 
 __all__ = ["resolve_geometry", "GEOMETRY_OPS"]
 
 GEOMETRY_OPS = ("Conv", "MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool",
-                "Resize", "Upsample", "Pad", "ConvInteger", "QLinearConv")
+                "Resize", "Upsample", "Pad", "ConvInteger", "QLinearConv", "ReduceMean",
+                "ReduceMax", "ReduceSum")
 # Operators with a weight matrix: an empty weight (a 0 dimension, which a real exporter
 # writes for nn.Linear(n, 0)) or an empty output is refused by name.
 _MATRIX_OPS = ("MatMul", "Gemm", "Conv", "MatMulInteger", "ConvInteger", "QLinearMatMul",
@@ -61,6 +64,14 @@ def _geometry_of(graph: Graph, node: Node) -> dict:
         if g.counts is not None:
             out["counts"] = np.asarray(g.counts, dtype=np.int64)
         return out
+    if op in geometry.REDUCE_AXES_INPUT:
+        axes = _const(graph, node, 1, "axes") if version >= geometry.REDUCE_AXES_INPUT[op] \
+            else None
+        g = geometry.reduce_geometry(op, attrs, shape, version, axes=axes)
+        out = {"kernel": g.kernel, "stride": g.stride, "dilation": g.dilation, "pads": g.pads}
+        if g.counts is not None:
+            out["counts"] = np.asarray(g.counts, dtype=np.int64)
+        return out
     if op in ("Resize", "Upsample"):
         if op == "Resize" and version >= 11:
             scales, sizes = _const(graph, node, 2, "scales"), _const(graph, node, 3, "sizes")
@@ -86,6 +97,49 @@ def _geometry_of(graph: Graph, node: Node) -> dict:
     raise AssertionError(op)  # pragma: no cover
 
 
+def _channel_ranges(graph: Graph, node: Node) -> list[tuple[int, int]]:
+    shape = graph.tensors[node.inputs[0]].shape
+    if shape is None or any(not isinstance(d, int) for d in shape):
+        raise ValueError("the input shape is unknown after shape inference")
+    attrs = _attrs(node)
+    if node.op == "Slice":
+        if node.version < 10:
+            return [slices.slice_channels(attrs, shape, node.version)]
+        return [slices.slice_channels(attrs, shape, node.version,
+                                      **{k: _const(graph, node, i, k) for i, k in
+                                         enumerate(("starts", "ends", "axes", "steps"), 1)})]
+    split = _const(graph, node, 1, "split") if node.version >= slices.SPLIT_INPUT_VERSION \
+        else None
+    return slices.split_channels(attrs, shape, node.version, len(node.outputs), split=split)
+
+
+def _resolve_channel_ops(graph: Graph, problems: list) -> None:
+    """Slices and Splits of an activation (a tensor that is not a constant) get their channel
+    range as ``_geometry`` (``start``, ``stop``); a Split becomes one single-output Split per
+    output (same name, each with its range), so that every later stage sees one output."""
+    nodes = []
+    for node in graph.nodes:
+        if node.op not in ("Slice", "Split") or node.domain not in ("", "ai.onnx") or \
+                "_geometry" in node.attrs or not node.inputs or \
+                node.inputs[0] in graph.constants:
+            nodes.append(node)
+            continue
+        try:
+            ranges = _channel_ranges(graph, node)
+        except (ValueError, TypeError) as e:
+            msg = re.sub(rf"^{node.op}-\d+: ", "", str(e))
+            problems.append(f"{node.describe()}: {msg}")
+            nodes.append(node)
+            continue
+        for out, (start, stop) in zip(node.outputs, ranges):
+            if node.op == "Split" and not out:
+                continue
+            attrs = dict(node.attrs, _geometry={"start": start, "stop": stop})
+            nodes.append(Node(node.op, list(node.inputs), [out], attrs, node.name,
+                              node.domain, node.version, node.opset))
+    graph.nodes = nodes
+
+
 def resolve_geometry(graph: Graph) -> Graph:
     """Add ``_geometry`` to every windowed node of ``graph`` (in place; also returned).
 
@@ -97,6 +151,7 @@ def resolve_geometry(graph: Graph) -> Graph:
         and every MatMul, Gemm or convolution with an empty weight or output (a 0 dimension).
     """
     problems = []
+    _resolve_channel_ops(graph, problems)
     for node in graph.nodes:
         if node.op in _MATRIX_OPS and node.domain in ("", "ai.onnx"):
             empty = [f"{t!r} {tuple(graph.tensors[t].shape)}" for t in node.inputs + node.outputs

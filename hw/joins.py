@@ -21,10 +21,11 @@ per cycle per port; a transfer leaves ``BROADCAST_LATENCY``, ``ADD_LATENCY`` or
 from __future__ import annotations
 
 import numpy as np
-from amaranth import C, Module, Shape, Signal
+from amaranth import C, Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..ir.layers import JOIN_OPS
 from ..plan.checks import check_count
 from ..plan.joins import (
     add_cycles,
@@ -144,10 +145,10 @@ class BroadcastCore(wiring.Component):
 
 
 class AddCore(wiring.Component):
-    """Element-wise sum of two quantized streams in multiplier form, exactly as
-    :func:`onnx2fpga.sim.golden.add`::
+    """Element-wise join of two quantized streams in multiplier form, exactly as
+    :func:`onnx2fpga.sim.golden.join`: with ``ta = (a - za) * ma`` and ``tb = (b - zb) * mb``,
 
-        v = (a - za) * ma + (b - zb) * mb
+        v = ta + tb  (op "add"),  ta * tb  ("mul"),  min(ta, tb)  ("min"),  max(ta, tb)  ("max")
 
     with integer constants (the requantization of ``v`` is a separate
     :class:`~onnx2fpga.hw.requant.RequantCore`). Lane ``j`` of output transfer ``t`` is the sum
@@ -163,6 +164,8 @@ class AddCore(wiring.Component):
         ``(za, zb)``.
     multipliers : pair of int
         ``(ma, mb)``, one value for all elements.
+    op : str
+        One of ``"add"``, ``"mul"``, ``"min"``, ``"max"``.
 
     Members
     -------
@@ -186,10 +189,11 @@ class AddCore(wiring.Component):
         """The core of an ``"add"`` :class:`~onnx2fpga.plan.stage.Stage`."""
         p = stage.params
         return cls(stage.in_type, p["b_type"], stage.in_lanes, p["zero_points"],
-                   p["multipliers"])
+                   p["multipliers"], p.get("op", "add"))
 
     @quiet_if_invalid
-    def __init__(self, a_shape, b_shape, lanes, zero_points=(0, 0), multipliers=(1, 1)):
+    def __init__(self, a_shape, b_shape, lanes, zero_points=(0, 0), multipliers=(1, 1),
+                 op="add"):
         self._a_shape = int_shape(a_shape)
         self._b_shape = int_shape(b_shape)
         self._lanes = check_count("Lanes", lanes)
@@ -199,12 +203,26 @@ class AddCore(wiring.Component):
                 raise TypeError(f"{what} must be a pair of integers, not {pair!r}")
         self._zero_points = (int(zero_points[0]), int(zero_points[1]))
         self._multipliers = (int(multipliers[0]), int(multipliers[1]))
-        lo = hi = 0
+        if op not in JOIN_OPS:
+            raise ValueError(f"Op must be one of {', '.join(JOIN_OPS)}, not {op!r}")
+        self._op = op
+        terms = []
         for shape, z, mult in zip((self._a_shape, self._b_shape), self._zero_points,
                                   self._multipliers, strict=True):
             x_lo, x_hi = shape_range(shape)
             ends = ((x_lo - z) * mult, (x_hi - z) * mult)
-            lo, hi = lo + min(ends), hi + max(ends)
+            terms.append((min(ends), max(ends)))
+        (alo, ahi), (blo, bhi) = terms
+        if op == "add":
+            lo, hi = alo + blo, ahi + bhi
+        elif op == "mul":
+            ends = [x * y for x in (alo, ahi) for y in (blo, bhi)]
+            lo, hi = min(ends), max(ends)
+        elif op == "max":
+            lo, hi = max(alo, blo), max(ahi, bhi)
+        else:
+            lo, hi = min(alo, blo), min(ahi, bhi)
+        self._term_ranges = tuple(terms)
         self._out_range = (lo, hi)
         self._out_shape = range_shape(lo, hi)
         super().__init__({
@@ -232,6 +250,10 @@ class AddCore(wiring.Component):
     @property
     def multipliers(self) -> tuple[int, int]:
         return self._multipliers
+
+    @property
+    def op(self) -> str:
+        return self._op
 
     @property
     def out_range(self) -> tuple[int, int]:
@@ -270,6 +292,9 @@ class AddCore(wiring.Component):
         def scaled(x, mult):
             return x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult)
 
+        if self._op != "add":
+            return self._elaborate_join(m, take, advance, o_valid)
+
         # Stage 0: the inputs in registers (an input may come straight from a block RAM, too
         # slow to meet a multiplier in the same cycle); stage 1: the two products of each
         # lane (constant multiplies).
@@ -293,6 +318,35 @@ class AddCore(wiring.Component):
                     # Truncation to out_shape is exact: the sum lies within out_range.
                     o_payload[j].eq(pa + pb + C(const)),
                 ]
+        m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
+        return m
+
+    def _elaborate_join(self, m, take, advance, o_valid):
+        """Product, minimum or maximum of the terms: the same three stages as the sum, the
+        terms ``(x - z) * mult`` computed in stage 1."""
+        i_a, i_b, o_stream = self.i_a, self.i_b, self.o_stream
+        (za, zb), (ma, mb) = self._zero_points, self._multipliers
+        a_reg = Signal.like(i_a.payload, name="a_reg")
+        b_reg = Signal.like(i_b.payload, name="b_reg")
+        s0_valid, s1_valid = Signal(), Signal()
+        o_payload = Signal(data.ArrayLayout(self._out_shape, self._lanes))
+        (alo, ahi), (blo, bhi) = self._term_ranges
+        with m.If(advance):
+            m.d.sync += [a_reg.eq(i_a.payload), b_reg.eq(i_b.payload),
+                         s0_valid.eq(take), s1_valid.eq(s0_valid), o_valid.eq(s1_valid)]
+            for j in range(self._lanes):
+                ta = Signal(range_shape(alo, ahi), name=f"ta_{j}")
+                tb = Signal(range_shape(blo, bhi), name=f"tb_{j}")
+                m.d.sync += [ta.eq((a_reg[j] - C(za)) * C(ma)),
+                             tb.eq((b_reg[j] - C(zb)) * C(mb))]
+                if self._op == "mul":
+                    v = ta * tb
+                elif self._op == "max":
+                    v = Mux(ta >= tb, ta, tb)
+                else:
+                    v = Mux(ta <= tb, ta, tb)
+                # Truncation to out_shape is exact: v lies within out_range.
+                m.d.sync += o_payload[j].eq(v)
         m.d.comb += [o_stream.valid.eq(o_valid), o_stream.payload.eq(o_payload)]
         return m
 

@@ -18,6 +18,7 @@ from .plumbing import StreamFIFO, WidthConverter
 from .reduce import WindowReduceCore
 from .requant import RequantCore
 from .resize import ReorderCore, ResizeCore
+from .slice import SliceCore
 from .threshold import ThresholdCore
 from .window import SlidingWindowCore
 
@@ -199,7 +200,7 @@ CORES = {
     "fifo": StreamFIFO, "convert": WidthConverter, "window": SlidingWindowCore,
     "reduce": WindowReduceCore, "depthwise": DepthwiseCore, "add": AddCore,
     "concat": ConcatCore, "broadcast": BroadcastCore, "resize": ResizeCore,
-    "reorder": ReorderCore, "lut": LutCore,
+    "reorder": ReorderCore, "lut": LutCore, "slice": SliceCore,
 }
 
 

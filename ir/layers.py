@@ -11,8 +11,8 @@ from .types import IntType, acc_type_for
 
 __all__ = [
     "DenseLayer", "RequantLayer", "ConvLayer", "PoolLayer", "AddLayer", "ConcatLayer",
-    "ResizeLayer", "PadLayer", "ViewLayer", "LAYER_TYPES", "MULTIPLIERS", "product_mapping",
-    "image_shape", "align_params", "window_out_size",
+    "ResizeLayer", "PadLayer", "ViewLayer", "SliceLayer", "LAYER_TYPES", "MULTIPLIERS",
+    "product_mapping", "image_shape", "align_params", "window_out_size", "JOIN_OPS",
 ]
 
 
@@ -488,16 +488,25 @@ class PoolLayer(_Windowed, _Lanes):
         return self.requant[-1].out_type if self.requant else self.in_type
 
 
+#: The joins of two tensors an :class:`AddLayer` computes (its ``op``).
+JOIN_OPS = ("add", "mul", "min", "max")
+
+
 @dataclass
 class AddLayer(_Lanes):
-    """The sum of two tensors of the same shape, requantized (ONNX Add of two quantized
-    activations, a residual join)::
+    """An elementwise join of two tensors of the same shape, requantized (ONNX Add, Sub,
+    Mul, Min or Max of two quantized activations; a residual join). With the terms
+    ``ta = (a - in_zero_points[0]) * multipliers[0]`` and
+    ``tb = (b - in_zero_points[1]) * multipliers[1]``, ``v`` is, by ``op``:
 
-        v = (a - in_zero_points[0]) * multipliers[0] + (b - in_zero_points[1]) * multipliers[1]
+    * ``"add"``: ``ta + tb`` (a Sub is an add with a negative ``multipliers[1]``);
+    * ``"mul"``: ``ta * tb``;
+    * ``"min"``, ``"max"``: ``min(ta, tb)``, ``max(ta, tb)``;
 
-    then every stage of ``requant`` (the first one usually with multiplier 1: its offset,
-    shift, zero point and clip finish the sum). ``multipliers`` are integers, or arrays
-    aligned on the left with ``shape``.
+    then every stage of ``requant`` (for an add, a min or a max usually with multiplier 1:
+    its offset, shift, zero point and clip finish the value on the terms' common scale; for
+    a product, the multiplier of ``s_a * s_b / s_out``). ``multipliers`` are integers, or
+    arrays aligned on the left with ``shape``.
     """
     name: str
     in_types: list[IntType]
@@ -509,6 +518,7 @@ class AddLayer(_Lanes):
     nodes: list[str] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
     output: str = ""
+    op: str = "add"
 
     kind = "add"
 
@@ -520,18 +530,33 @@ class AddLayer(_Lanes):
         if len(self.in_types) != 2 or len(self.in_zero_points) != 2 or \
                 len(self.multipliers) != 2:
             raise ValueError(f"Layer {self.name!r}: an add has two inputs")
+        if self.op not in JOIN_OPS:
+            raise ValueError(f"Layer {self.name!r}: op must be one of {JOIN_OPS}, "
+                             f"not {self.op!r}")
         if not self.requant:
             raise ValueError(f"Layer {self.name!r}: an add needs a requantization stage")
 
-    @property
-    def sum_type(self) -> IntType:
-        """Exact type of ``v``."""
-        lo = hi = 0
+    def term_ranges(self) -> list[tuple[int, int]]:
+        """The smallest and largest value of ``ta`` and of ``tb``."""
+        out = []
         for t, z, m in zip(self.in_types, self.in_zero_points, self.multipliers):
             ends = [int(mm) * (v - z) for mm in (int(m.min()), int(m.max()))
                     for v in (t.lo, t.hi)]
-            lo, hi = lo + min(ends), hi + max(ends)
-        return IntType.for_range(lo, hi)
+            out.append((min(ends), max(ends)))
+        return out
+
+    @property
+    def sum_type(self) -> IntType:
+        """Exact type of ``v`` (over the input types)."""
+        (alo, ahi), (blo, bhi) = self.term_ranges()
+        if self.op == "add":
+            return IntType.for_range(alo + blo, ahi + bhi)
+        if self.op == "mul":
+            ends = [x * y for x in (alo, ahi) for y in (blo, bhi)]
+            return IntType.for_range(min(ends), max(ends))
+        if self.op == "max":
+            return IntType.for_range(max(alo, blo), max(ahi, bhi))
+        return IntType.for_range(min(alo, blo), min(ahi, bhi))
 
     @property
     def in_type(self) -> IntType:
@@ -609,6 +634,39 @@ class ConcatLayer(_Lanes):
     @property
     def out_size(self) -> int:
         return _prod(self.out_shape)
+
+
+@dataclass
+class SliceLayer(_OneInput, _Lanes):
+    """Channels ``start .. stop - 1`` of a tensor (ONNX Slice on the channel axis with step
+    1, or one output of a Split on it): ``y = x[start:stop]`` along the first logical axis
+    (the channels of a ``(C, H, W)`` or ``(C, W)`` image, the features of a vector)."""
+    name: str
+    in_type: IntType
+    in_shape: tuple
+    start: int
+    stop: int
+    lanes: int = 1
+    nodes: list[str] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    output: str = ""
+
+    kind = "slice"
+
+    def __post_init__(self):
+        self.in_shape = tuple(int(d) for d in self.in_shape)
+        self.start, self.stop = int(self.start), int(self.stop)
+        if not self.in_shape or not 0 <= self.start < self.stop <= self.in_shape[0]:
+            raise ValueError(f"Layer {self.name!r}: channels {self.start}..{self.stop} are "
+                             f"not a range of {self.in_shape}")
+
+    @property
+    def out_shape(self) -> tuple:
+        return (self.stop - self.start,) + self.in_shape[1:]
+
+    @property
+    def out_type(self) -> IntType:
+        return self.in_type
 
 
 @dataclass
@@ -727,4 +785,4 @@ class ViewLayer(_OneInput):
 
 
 LAYER_TYPES = (DenseLayer, RequantLayer, ConvLayer, PoolLayer, AddLayer, ConcatLayer,
-               ResizeLayer, PadLayer, ViewLayer)
+               ResizeLayer, PadLayer, ViewLayer, SliceLayer)

@@ -13,6 +13,7 @@ from .plumbing import CastTiming, ConvertTiming, FifoTiming
 from .reduce import ReduceTiming
 from .requant import RequantTiming
 from .resize import ReorderTiming, ResizeTiming
+from .slice import SliceTiming
 from .stage import CoreKind, Stage
 from .thresholds import ThresholdTiming
 from .window import WindowTiming
@@ -24,7 +25,7 @@ CORE_KINDS: dict[str, CoreKind] = {
     kind: model for model in (
         MatVecTiming(), RequantTiming(), ThresholdTiming(), FifoTiming(), ConvertTiming(),
         CastTiming(), WindowTiming(), ReduceTiming(), DepthwiseTiming(), ForkTiming(),
-        AddTiming(), ResizeTiming(), ReorderTiming(), LutTiming())
+        AddTiming(), ResizeTiming(), ReorderTiming(), LutTiming(), SliceTiming())
     for kind in model.kinds}
 
 

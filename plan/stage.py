@@ -19,7 +19,7 @@ class Stage:
         ``"matvec"``, ``"requant"``, ``"threshold"``, ``"fifo"``, ``"convert"``, ``"cast"`` (a
         value-preserving change of element type, wires only), ``"window"``, ``"reduce"``,
         ``"depthwise"``, ``"add"``, ``"concat"``, ``"broadcast"``, ``"resize"``,
-        ``"reorder"`` or ``"lut"``.
+        ``"reorder"``, ``"lut"`` or ``"slice"``.
     name : str
         A readable name, used for the submodule.
     in_type, out_type : IntType
@@ -43,9 +43,10 @@ class Stage:
         ``"window"``: ``channels``, ``height``, ``width``, ``kernel``, ``stride``,
         ``dilation``, ``pads``, ``pad_value``. ``"reduce"``: ``op``, ``channels``,
         ``window``. ``"depthwise"``: ``channels``, ``window``, ``weight``, ``bias``.
-        ``"add"``: ``zero_points``, ``multipliers``. ``"concat"``: ``chunks``.
+        ``"add"``: ``zero_points``, ``multipliers``, ``op``. ``"concat"``: ``chunks``.
         ``"broadcast"``: ``outputs``. ``"resize"``: ``channels``, ``height``, ``width``,
-        ``rows``, ``cols``. ``"reorder"``: ``order``.
+        ``rows``, ``cols``. ``"reorder"``: ``order``. ``"slice"``: ``period``, ``start``,
+        ``stop`` (in transfers).
     inputs, outputs : tuple of str
         The nets the stage reads and writes.
     in_size : int

@@ -24,6 +24,7 @@ from ..ir.layers import (
     PoolLayer,
     RequantLayer,
     ResizeLayer,
+    SliceLayer,
     ViewLayer,
     align_params,
     image_shape,
@@ -32,7 +33,7 @@ from ..ir.stages import LutStage, RequantStage, ThresholdStage
 
 __all__ = [
     "round_shift", "requant", "requant_stages", "dense", "conv", "max_pool", "window_sum",
-    "add", "resize_nearest", "pad", "run_layer", "run_dataflow", "quantize_linear",
+    "add", "join", "resize_nearest", "pad", "run_layer", "run_dataflow", "quantize_linear",
     "dequantize_linear", "round_float", "ROUNDINGS", "SHIFT_ROUNDINGS", "threshold", "lookup",
     "trunc",
     "matmul_integer", "conv_integer", "qlinear_matmul", "qlinear_conv", "requantize_float",
@@ -250,6 +251,36 @@ def add(a, b, zero_points, multipliers) -> np.ndarray:
     return out
 
 
+def join(a, b, zero_points, multipliers, op: str = "add") -> np.ndarray:
+    """An elementwise join of two integer tensors (the value an
+    :class:`~onnx2fpga.ir.AddLayer` requantizes): with ``ta = (a - za) * ma`` and
+    ``tb = (b - zb) * mb`` (multipliers aligned as in :func:`add`), ``op`` ``"add"`` gives
+    :func:`add`, ``"mul"`` ``ta * tb``, ``"min"`` / ``"max"`` the smaller / larger term.
+    Requantizing the result follows ONNX's Add, Sub, Mul, Min and Max on the dequantized
+    inputs (float, then QuantizeLinear): a product's scale is the product of the scales, and
+    a minimum or maximum commutes with the (increasing) requantization."""
+    if op == "add":
+        return add(a, b, zero_points, multipliers)
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    ndim = max(a.ndim - 1, 0)
+    terms = []
+    for v, z, m in ((a, zero_points[0], multipliers[0]), (b, zero_points[1], multipliers[1])):
+        mm = align_params(np.asarray(m, np.int64), ndim)
+        mm = mm.reshape((1,) + mm.shape) if mm.ndim else mm
+        _check_bound(int(np.abs(v - z).max(initial=0)) * int(np.abs(mm).max(initial=0)),
+                     "Term")
+        terms.append((v - z) * mm)
+    if op == "mul":
+        _check_bound(int(np.abs(terms[0]).max(initial=0)) *
+                     int(np.abs(terms[1]).max(initial=0)), "Product")
+        return terms[0] * terms[1]
+    if op == "min":
+        return np.minimum(terms[0], terms[1])
+    if op == "max":
+        return np.maximum(terms[0], terms[1])
+    raise ValueError(f"Join op must be one of add, mul, min, max, not {op!r}")
+
+
 def resize_nearest(x, rows, cols) -> np.ndarray:
     """``y[b, c, i, j] = x[b, c, rows[i], cols[j]]`` on images ``(batch, C, H, W)``."""
     x = np.asarray(x)
@@ -327,8 +358,8 @@ def _pool_layer(layer, ins, out_shape):
 
 
 def _add_layer(layer, ins, out_shape):
-    return requant_stages(add(ins[0], ins[1], layer.in_zero_points, layer.multipliers),
-                          layer.requant)
+    return requant_stages(join(ins[0], ins[1], layer.in_zero_points, layer.multipliers,
+                               layer.op), layer.requant)
 
 
 def _concat_layer(layer, ins, out_shape):
@@ -347,6 +378,10 @@ def _pad_layer(layer, ins, out_shape):
     return pad(_images(ins[0], layer.in_shape), layer.pads, layer.value).reshape(out_shape)
 
 
+def _slice_layer(layer, ins, out_shape):
+    return ins[0][:, layer.start:layer.stop].reshape(out_shape)
+
+
 def _view_layer(layer, ins, out_shape):
     x = ins[0]
     y = x if layer.perm is None else x.transpose((0,) + tuple(a + 1 for a in layer.perm))
@@ -355,7 +390,8 @@ def _view_layer(layer, ins, out_shape):
 
 _LAYERS = {DenseLayer: _dense_layer, RequantLayer: _requant_layer, ConvLayer: _conv_layer,
            PoolLayer: _pool_layer, AddLayer: _add_layer, ConcatLayer: _concat_layer,
-           ResizeLayer: _resize_layer, PadLayer: _pad_layer, ViewLayer: _view_layer}
+           ResizeLayer: _resize_layer, PadLayer: _pad_layer, ViewLayer: _view_layer,
+           SliceLayer: _slice_layer}
 
 
 def run_dataflow(dataflow: Dataflow, x, trace: dict | None = None) -> np.ndarray:

@@ -225,6 +225,39 @@ def _global(fn):
     return op
 
 
+def _spatial_reduce(fn):
+    """ONNX ReduceMean / ReduceMax / ReduceSum over the spatial axes, the only ones the
+    frontend lets through (:func:`onnx2fpga.frontend.geometry.reduce_geometry`)."""
+    def op(x, axes=None, *, keepdims=1, version=13, **attrs):
+        x = np.asarray(x)
+        return fn(x, axis=tuple(range(2, x.ndim)), keepdims=bool(keepdims)).astype(x.dtype)
+    return op
+
+
+def _channel_slice(x, *args, version=13, **attrs):
+    """ONNX Slice or one output of a Split of an activation along the channel axis, the
+    range the frontend resolved (``_geometry``: ``start``, ``stop``); a Slice of constants
+    (a shape computation) on any axes, steps included."""
+    x = np.asarray(x)
+    geo = attrs.get("_geometry")
+    if geo is not None:
+        return x[:, geo["start"]:geo["stop"]]
+    if version < 10:
+        starts, ends, axes, steps = attrs["starts"], attrs["ends"], attrs.get("axes"), None
+    else:
+        starts, ends = args[0], args[1]
+        axes = args[2] if len(args) > 2 else None
+        steps = args[3] if len(args) > 3 else None
+    starts = np.asarray(starts).reshape(-1).tolist()
+    ends = np.asarray(ends).reshape(-1).tolist()
+    axes = list(range(len(starts))) if axes is None else np.asarray(axes).reshape(-1).tolist()
+    steps = [1] * len(starts) if steps is None else np.asarray(steps).reshape(-1).tolist()
+    index = [slice(None)] * x.ndim
+    for b, e, a, s in zip(starts, ends, axes, steps):
+        index[int(a)] = slice(int(b), int(e), int(s))
+    return x[tuple(index)]
+
+
 def batch_normalization(x, scale, bias, mean, var, *, epsilon=1e-5, version=15, **_):
     """ONNX BatchNormalization-9/14/15 in inference mode."""
     x = np.asarray(x, np.float32)
@@ -426,6 +459,14 @@ HOST_OPS = {
     "AveragePool": average_pool,
     "GlobalAveragePool": _global(np.mean),
     "GlobalMaxPool": _global(np.max),
+    "Expand": lambda x, shape, *, version=13, **_: np.broadcast_to(
+        x, np.broadcast_shapes(np.shape(x), tuple(int(d) for d in np.reshape(shape, -1)))
+    ).copy(),
+    "Slice": _channel_slice,
+    "Split": _channel_slice,
+    "ReduceMean": _spatial_reduce(np.mean),
+    "ReduceMax": _spatial_reduce(np.max),
+    "ReduceSum": _spatial_reduce(np.sum),
     "BatchNormalization": batch_normalization,
     "LeakyRelu": leaky_relu,
     "Concat": concat,

@@ -17,13 +17,14 @@ from .pad import Pad
 from .pool import Pool
 from .requant import Requant
 from .resize import Resize
+from .slice import Slice
 from .view import View
 
 __all__ = ["KINDS", "kind_of", "LayerKind"]
 
 #: IR layer dataclass -> its kind, in the order of ``onnx2fpga.ir.LAYER_TYPES``.
 KINDS = {kind.layer_type: kind for kind in (
-    Dense(), Requant(), Conv(), Pool(), Add(), Concat(), Resize(), Pad(), View())}
+    Dense(), Requant(), Conv(), Pool(), Add(), Concat(), Resize(), Pad(), View(), Slice())}
 
 
 def kind_of(layer) -> LayerKind:

@@ -1,4 +1,4 @@
-"""Adds of two activations (a residual join)."""
+"""Joins of two activations: add (a residual join), sub, mul, min, max."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ __all__ = ["Add"]
 
 class Add(LayerKind):
     """An :class:`~onnx2fpga.ir.AddLayer`: ``add`` joining both inputs (the second in the
-    first's stream order), then ``requant``. Folding: ``lanes`` elements per transfer."""
+    first's stream order) by the layer's ``op``, then ``requant``. Folding: ``lanes``
+    elements per transfer."""
     layer_type = AddLayer
 
     def check(self, layer) -> None:
@@ -36,7 +37,8 @@ class Add(LayerKind):
         net = b.add("add", f"add_{k}", [a, c], layer.sum_type, layer.lanes, layer.out_size,
                     layer=layer,
                     params={"b_type": b.nets[c][0], "zero_points": tuple(layer.in_zero_points),
-                            "multipliers": tuple(int(m[0]) for m in layer.multipliers)})
+                            "multipliers": tuple(int(m[0]) for m in layer.multipliers),
+                            "op": layer.op})
         net = b.requant(net, layer.requant, layer.shape, orders[0], f"requant_{k}", layer)
         return finish_layer(b, net, out_net)
 
@@ -50,6 +52,6 @@ class Add(LayerKind):
         return [k + 1, k + 1]
 
     def manifest(self, layer) -> dict:
-        return {**super().manifest(layer),
+        return {**super().manifest(layer), "op": layer.op,
                 "in_zero_points": layer.in_zero_points,
                 "multipliers": [int(m[0]) for m in layer.multipliers]}

@@ -196,6 +196,35 @@ def test_add_out_shape(case):
     Fragment.get(dut, None)               # elaborates at this width (and counts as used)
 
 
+# (op, case): products, minima and maxima of the terms, through the same three stages.
+JOIN_CASES = [("mul", ADD_CASES[1]), ("mul", ADD_CASES[2]), ("min", ADD_CASES[0]),
+              ("max", ADD_CASES[2]), ("max", ADD_CASES[7]), ("min", ADD_CASES[3])]
+
+
+@pytest.mark.parametrize("seed,op,case", [(s, op, c) for s, (op, c) in enumerate(JOIN_CASES)])
+def test_join_matches_golden(seed, op, case):
+    a_type, b_type, lanes, zps, mults, image = case
+    dut = AddCore(a_type, b_type, lanes, zero_points=zps, multipliers=mults, op=op)
+    a, b = add_inputs(np.random.default_rng(seed), a_type, b_type, image, 3)
+    expected = channels_last(golden.join(a, b, zps, mults, op))
+    got = []
+    simulate(dut,
+             sender(dut.i_a, to_transfers(channels_last(a), lanes),
+                    np.random.default_rng([seed, 1]), IDLE_PHASES, []),
+             sender(dut.i_b, to_transfers(channels_last(b), lanes),
+                    np.random.default_rng([seed, 2]), rotated(IDLE_PHASES, 2), []),
+             receiver(dut.o_stream, expected.size // lanes, np.random.default_rng([seed, 3]),
+                      STALL_PHASES, got))
+    np.testing.assert_array_equal(np.array(got).reshape(expected.shape), expected)
+    # The output range is the exact one over every pair of input values.
+    lo_a, hi_a = shape_range(a_type)
+    lo_b, hi_b = shape_range(b_type)
+    va, vb = np.meshgrid(np.arange(lo_a, hi_a + 1), np.arange(lo_b, hi_b + 1))
+    v = golden.join(va.reshape(-1, 1), vb.reshape(-1, 1), zps, mults, op)
+    assert dut.out_range == (v.min(), v.max())
+    assert dut.out_shape == narrowest(v.min(), v.max())
+
+
 @pytest.mark.parametrize("case", ADD_CASES[:4])
 def test_add_timing(case):
     a_type, b_type, lanes, zps, mults, image = case
@@ -430,6 +459,8 @@ def test_join_errors():
     with pytest.raises(TypeError, match=r"^Element shape must be an IntType or an integer "
                                         r"shape, not None$"):
         AddCore(signed(8), None, 1)
+    with pytest.raises(ValueError, match=r"^Op must be one of add, mul, min, max, not 'sub'$"):
+        AddCore(signed(8), signed(8), 1, op="sub")
     with pytest.raises(ValueError, match=r"^Chunks must have at least 2 entries, not \[3\]$"):
         ConcatCore(signed(8), 1, [3])
     with pytest.raises(TypeError, match=r"^Chunks must be a list of integers, not 3$"):

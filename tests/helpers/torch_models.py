@@ -1,0 +1,194 @@
+"""Small PyTorch models exported the way users export them (``torch.onnx.export``, legacy or
+dynamo) and quantized by onnxruntime's ``quantize_static`` (QDQ, MinMax, per-channel int8
+weights), for the operators exporters write around convolutions: reductions, channel
+splits and slices, joins of two activations.
+
+Import only inside a test that has called ``pytest.importorskip("torch")``.
+"""
+
+import logging
+import warnings
+
+import numpy as np
+
+__all__ = ["TORCH_PATTERNS", "SHAPE", "torch_model", "export", "ort_quantize", "torch_qdq",
+           "ort_quantized_tensors"]
+
+#: The input shape (without the batch) of every model here.
+SHAPE = (3, 6, 6)
+
+
+def _modules():
+    import torch
+    from torch import nn
+
+    class Reduce(nn.Module):
+        """Conv, Relu, a global reduction (``mode``), Linear."""
+
+        def __init__(self, mode):
+            super().__init__()
+            self.c, self.fc, self.mode = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8, 5), mode
+            self.pool = nn.AdaptiveAvgPool2d(1)
+
+        def forward(self, x):
+            h = torch.relu(self.c(x))
+            if self.mode == "adaptive":
+                h = torch.flatten(self.pool(h), 1)
+            elif self.mode == "mean":
+                h = h.mean((2, 3))
+            elif self.mode == "amax":
+                h = h.amax((2, 3))
+            else:
+                h = h.sum((2, 3))
+            return self.fc(h)
+
+    class Split(nn.Module):
+        """Conv, Relu, split 3 + 5 channels, a 1x1 Conv on each, Concat, mean, Linear."""
+
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(3, 8, 3, padding=1)
+            self.a, self.b = nn.Conv2d(3, 4, 1), nn.Conv2d(5, 4, 1)
+            self.fc = nn.Linear(8, 5)
+
+        def forward(self, x):
+            h = torch.relu(self.c(x))
+            p, q = torch.split(h, [3, 5], dim=1)
+            h = torch.cat([torch.relu(self.a(p)), torch.relu(self.b(q))], 1)
+            return self.fc(h.mean((2, 3)))
+
+    class Slice(nn.Module):
+        """Conv, Relu, channels 2..5, a 1x1 Conv, Flatten, Linear."""
+
+        def __init__(self):
+            super().__init__()
+            self.c, self.a = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(4, 4, 1)
+            self.fc = nn.Linear(4 * 36, 5)
+
+        def forward(self, x):
+            h = torch.relu(self.c(x))
+            return self.fc(torch.flatten(torch.relu(self.a(h[:, 2:6])), 1))
+
+    class Join(nn.Module):
+        """Two Convs (one with Relu) joined by ``op``, Flatten, Linear."""
+
+        def __init__(self, op):
+            super().__init__()
+            self.c, self.d = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(3, 8, 3, padding=1)
+            self.fc, self.op = nn.Linear(8 * 36, 5), op
+
+        def forward(self, x):
+            a, b = torch.relu(self.c(x)), self.d(x)
+            y = {"mul": lambda: a * b, "sub": lambda: a - b,
+                 "min": lambda: torch.minimum(a, b), "max": lambda: torch.maximum(a, b)}
+            return self.fc(torch.flatten(y[self.op](), 1))
+
+    class SqueezeExcite(nn.Module):
+        """Conv, Relu, x * relu(fc(relu(fc(pool(x))))) (squeeze-and-excitation with a
+        broadcast), mean, Linear."""
+
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(3, 8, 3, padding=1)
+            self.f1, self.f2 = nn.Conv2d(8, 4, 1), nn.Conv2d(4, 8, 1)
+            self.fc = nn.Linear(8, 5)
+
+        def forward(self, x):
+            h = torch.relu(self.c(x))
+            w = torch.nn.functional.adaptive_avg_pool2d(h, 1)
+            w = torch.relu(self.f2(torch.relu(self.f1(w))))
+            return self.fc((h * w).mean((2, 3)))
+
+    return {"adaptive": lambda: Reduce("adaptive"), "mean": lambda: Reduce("mean"),
+            "amax": lambda: Reduce("amax"), "sum": lambda: Reduce("sum"), "split": Split,
+            "slice": Slice, "mul": lambda: Join("mul"), "sub": lambda: Join("sub"),
+            "min": lambda: Join("min"), "max": lambda: Join("max"), "se": SqueezeExcite}
+
+
+#: The patterns :func:`torch_model` builds.
+TORCH_PATTERNS = ("adaptive", "mean", "amax", "sum", "split", "slice", "mul", "sub", "min",
+                  "max", "se")
+
+
+def torch_model(pattern: str, *, seed: int = 0):
+    """The module of ``pattern`` (one of :data:`TORCH_PATTERNS`), seeded, in eval mode."""
+    import torch
+
+    torch.manual_seed(seed)
+    return _modules()[pattern]().eval()
+
+
+def export(module, path, *, dynamo: bool) -> str:
+    """``torch.onnx.export`` of ``module`` on a ``(1, *SHAPE)`` input named ``x`` (output
+    ``y``): the dynamo exporter (its default opset) or the legacy one at opset 13."""
+    import torch
+
+    x = torch.randn(1, *SHAPE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if dynamo:
+            torch.onnx.export(module, (x,), str(path), dynamo=True, input_names=["x"],
+                              output_names=["y"], verbose=False)
+        else:
+            torch.onnx.export(module, (x,), str(path), dynamo=False, input_names=["x"],
+                              output_names=["y"], opset_version=13)
+    return str(path)
+
+
+def ort_quantize(fp: str, path, calibration: np.ndarray) -> str:
+    """onnxruntime ``quantize_static`` of ``fp``: QDQ, MinMax, int8 activations and
+    per-channel int8 weights, one calibration sample at a time."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter({"x": c} for c in calibration)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    logging.disable(logging.WARNING)
+    try:
+        quantize_static(fp, str(path), Reader(), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                        per_channel=True, calibrate_method=CalibrationMethod.MinMax)
+    finally:
+        logging.disable(logging.NOTSET)
+    return str(path)
+
+
+def torch_qdq(tmp_path, pattern: str, *, dynamo: bool, samples: int = 32):
+    """Export ``pattern`` and quantize it: ``(float path, QDQ path, calibration inputs
+    (samples, 1, *SHAPE))``."""
+    tag = f"{pattern}_{'dynamo' if dynamo else 'legacy'}"
+    fp = export(torch_model(pattern), tmp_path / f"{tag}_fp.onnx", dynamo=dynamo)
+    cal = np.random.default_rng(1).standard_normal((samples, 1) + SHAPE).astype(np.float32)
+    return fp, ort_quantize(fp, tmp_path / f"{tag}_qdq.onnx", cal), cal
+
+
+def ort_quantized_tensors(path, x) -> dict:
+    """onnxruntime's own value of every QuantizeLinear output of the model at ``path``, for
+    each sample of ``x`` (input ``x``): tensor name -> int64 ``(samples, size)``."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    m = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in m.graph.value_info}
+    names = []
+    for n in m.graph.node:
+        if n.op_type == "QuantizeLinear" and n.output[0] in types:
+            names.append(n.output[0])
+            m.graph.output.append(helper.make_tensor_value_info(n.output[0],
+                                                                types[n.output[0]], None))
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = [dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": s})))
+            for s in x]
+    return {t: np.stack([o[t] for o in outs]).reshape(len(x), -1).astype(np.int64)
+            for t in names}
