@@ -74,6 +74,16 @@ def torch_patterns():
             y = self.body(x)
             return y, torch.softmax(y, -1)
 
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(64, 32), nn.ReLU())
+            self.cls, self.aux = nn.Linear(32, 10), nn.Linear(32, 4)
+
+        def forward(self, x):
+            h = self.body(x)
+            return self.cls(h), self.aux(h)
+
     def mlp(act):
         return nn.Sequential(nn.Linear(64, 32), act, nn.Linear(32, 10))
 
@@ -94,6 +104,7 @@ def torch_patterns():
             nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), SE(8),
             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)),
         "two-outputs": TwoOut,
+        "two-heads": TwoHeads,
     }
 
 
@@ -113,8 +124,8 @@ def train(net, x, y, steps=60):
 
 def export_torch(net, path, dynamo: bool):
     import torch
-    n_out = 2 if type(net).__name__ == "TwoOut" else 1
-    names = ["y"] if n_out == 1 else ["logits", "probs"]
+    names = {"TwoOut": ["logits", "probs"], "TwoHeads": ["logits", "aux"]}.get(
+        type(net).__name__, ["y"])
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
         kw = {"dynamo": dynamo, "input_names": ["x"], "output_names": names}
@@ -127,9 +138,12 @@ def ort_quantize(src, dst, calib):
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, \
         quantize_static
 
+    import onnx
+    name = onnx.load(str(src)).graph.input[0].name
+
     class Reader(CalibrationDataReader):
         def __init__(self):
-            self.it = iter([{"x": calib[i:i + 1]} for i in range(len(calib))])
+            self.it = iter([{name: calib[i:i + 1]} for i in range(len(calib))])
 
         def get_next(self):
             return next(self.it, None)
@@ -156,7 +170,10 @@ def compute_nodes(path) -> int:
     return sum(n.op_type in COMPUTE for n in m.graph.node)
 
 
-def run_case(model_path, x, reference, *, calibration=None, qdq: bool, out_scale=None):
+def run_case(model_path, x, reference, *, calibration=None, qdq: bool, out_scale=None,
+             output=None):
+    """Compile, run the golden model on ``x`` and compare its first output (or the output
+    named ``output`` of a model with several) with ``reference``."""
     import onnx2fpga
     from onnx2fpga.errors import Onnx2FpgaError
     total = compute_nodes(model_path)
@@ -173,8 +190,9 @@ def run_case(model_path, x, reference, *, calibration=None, qdq: bool, out_scale
         got = design.simulate(x, engine="golden")
     row = {"compiles": "yes", "hw": f"{total - host_compute}/{total}",
            "host": ",".join(sorted(set(host))) or "-"}
-    got = got if isinstance(got, (list, tuple, dict)) else [got]
-    got = list(got.values()) if isinstance(got, dict) else list(got)
+    if isinstance(got, dict):
+        got = [got[output]] if output else list(got.values())
+    got = got if isinstance(got, (list, tuple)) else [got]
     ref = reference if isinstance(reference, (list, tuple)) else [reference]
     g, r = np.asarray(got[0], np.float64), np.asarray(ref[0], np.float64)
     if g.shape != r.shape:
@@ -323,7 +341,7 @@ def brevitas_rows(x, y, test, work, only):
 
 def sklearn_rows(x, y, test, calib, work, only):
     name = "skl2onnx/mlp-classifier"
-    if only not in name and only not in name + "+ortqdq":
+    if only not in name + "+calib" and only not in name + "+ortqdq":
         return
     try:
         from skl2onnx import to_onnx
@@ -341,8 +359,14 @@ def sklearn_rows(x, y, test, calib, work, only):
         f.write(onx.SerializeToString())
     ref = ort_run(path, test)
     # The probabilities (second output) are what can be compared in float.
-    yield name + "+calib", run_case(path, test, ref[1:] + ref[:1], calibration=calib,
-                                    qdq=False), t0
+    yield name + "+calib", run_case(path, test, ref[1], calibration=calib, qdq=False,
+                                    output="probabilities"), t0
+    t0 = time.monotonic()
+    qpath = path.replace(".onnx", "-qdq.onnx")
+    ort_quantize(path, qpath, calib[:100])
+    qref = ort_run(qpath, test)
+    yield name + "+ortqdq", run_case(qpath, test, qref[1], qdq=False,
+                                     output="probabilities"), t0
 
 
 if __name__ == "__main__":
