@@ -209,6 +209,8 @@ def host_compute(hw: HardwarePart, part: Partition) -> list[str]:
 
 
 def _host_reason(qg: QdqGraph, hw: HardwarePart, n: Node, where: str) -> str:
+    if id(n) in hw.host_reasons:
+        return hw.host_reasons[id(n)]
     if where == "head":
         return ("it reads the model's float input before the first quantized activation "
                 "(quantize its input: calibration data quantizes the float inputs of a "

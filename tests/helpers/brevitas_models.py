@@ -21,12 +21,14 @@ EXPORTERS = {
 }
 
 
-def brevitas_mlp(seed=0, sizes=(64, 32, 10), bias="float"):
+def brevitas_mlp(seed=0, sizes=(64, 32, 10), bias="float", act="relu"):
     """QuantIdentity -> QuantLinear -> QuantReLU -> QuantLinear, default quantizers (8-bit
     per-tensor weights, a float bias, no output quantizer on the last layer: it leaves
     through a float bias). ``bias``: ``"float"`` (the default), ``"int32"`` (Brevitas'
     ``Int32Bias``, on the accumulator's grid) or ``None`` (no bias: torch writes the
-    weight's Transpose and a MatMul)."""
+    weight's Transpose and a MatMul). ``act``: ``"relu"``, ``"sigmoid"`` or ``"tanh"``
+    (QuantSigmoid / QuantTanh quantize only their output: the first layer's float result,
+    bias included, goes through the float function before it is quantized)."""
     import torch
     import torch.nn as nn
     import brevitas.nn as qnn
@@ -42,7 +44,8 @@ def brevitas_mlp(seed=0, sizes=(64, 32, 10), bias="float"):
             super().__init__()
             self.inp = qnn.QuantIdentity(return_quant_tensor=True)
             self.fc0 = qnn.QuantLinear(sizes[0], sizes[1], **kw)
-            self.relu = qnn.QuantReLU(return_quant_tensor=True)
+            self.relu = {"relu": qnn.QuantReLU, "sigmoid": qnn.QuantSigmoid,
+                         "tanh": qnn.QuantTanh}[act](return_quant_tensor=True)
             self.fc1 = qnn.QuantLinear(sizes[1], sizes[2], **kw)
 
         def forward(self, x):
