@@ -98,9 +98,9 @@ class HardwarePart:
         After a dense or convolution layer built without a quantizer: the accumulator's
         real scale per channel and the float bias left for the host.
     host_reasons : dict of int to str
-        Why a MatMul / Gemm / Conv core (by ``id``) whose function of the accumulator
-        (:attr:`~onnx2fpga.frontend.groups.Group.func`) could not be built stays on the
-        host (see :func:`~onnx2fpga.frontend.partition.host_compute`).
+        Why a MatMul / Gemm / Conv core and its function of the accumulator
+        (:attr:`~onnx2fpga.frontend.groups.Group.func`), by ``id``, could not be built
+        (see :func:`~onnx2fpga.frontend.partition.host_compute`).
     """
     graph: QdqGraph
     options: RequantOptions
@@ -163,7 +163,8 @@ def build_layers(qg: QdqGraph, found: list, entry: Node, opts: RequantOptions) -
                 build_group(hw, item)
             except UnsupportedError as e:
                 if item.func:       # on the host, refused there unless asked (with why)
-                    hw.host_reasons[id(item.core)] = "; ".join(e.problems)
+                    for m in [item.core] + item.func:
+                        hw.host_reasons[id(m)] = "; ".join(e.problems)
                 else:
                     problems.extend(e.problems)
                 continue

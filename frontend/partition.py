@@ -222,6 +222,9 @@ def _host_reason(qg: QdqGraph, hw: HardwarePart, n: Node, where: str) -> str:
     while m is not None and onnx_domain(m) and (m.op in QDQ or m.op in VIEW_OPS) and \
             m.inputs and m.inputs[0] not in hw.qinfo:
         m = qg.prod.get(m.inputs[0])
+    if m is not None and id(m) in hw.host_reasons:
+        return f"its input comes from {m.describe()}, which does not run in hardware: " + \
+            hw.host_reasons[id(m)]
     if m is not None and m.op not in QDQ and m.op not in VIEW_OPS and \
             id(m) not in hw.used:
         return (f"its input comes from {m.describe()}, which does not run in hardware (the "
