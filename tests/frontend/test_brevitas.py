@@ -14,6 +14,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:GR-05")   # exporters list initi
 
 from tests.helpers.brevitas_models import (  # noqa: E402
     EXPORTERS,
+    brevitas_bn_tanh_cnn,
     brevitas_cnn,
     brevitas_gap_cnn,
     brevitas_mlp,
@@ -31,17 +32,19 @@ COMPUTE = ("Conv", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinearCon
 # "sigmoid" / "tanh": QuantSigmoid / QuantTanh after the first QuantLinear, which has no
 # output quantizer: its float result (bias included) goes through the float function, then
 # the activation's quantizer; the hardware counts thresholds on the exact accumulator.
+# "bntanh": the same after a QuantConv2d and a BatchNorm2d with negative scales.
 CASES = [("mlp", e) for e in EXPORTERS] + [
     ("cnn", "qonnx-dynamo"), ("cnn", "qcdq-legacy"), ("nobias", "qcdq-legacy"),
     ("int32bias", "qonnx-legacy"), ("gap", "qcdq-legacy"), ("sigmoid", "qonnx-legacy"),
-    ("sigmoid", "qcdq-legacy"), ("tanh", "qonnx-dynamo"), ("tanh", "qcdq-dynamo")]
+    ("sigmoid", "qcdq-legacy"), ("tanh", "qonnx-dynamo"), ("tanh", "qcdq-dynamo"),
+    ("bntanh", "qcdq-legacy")]
 KINDS = {"mlp": ["dense", "dense"], "cnn": ["conv", "pool", "conv", "view", "dense"],
-         "gap": ["conv", "pool", "view", "dense"]}
+         "gap": ["conv", "pool", "view", "dense"], "bntanh": ["conv", "view", "dense"]}
 MODELS = {"mlp": brevitas_mlp, "cnn": brevitas_cnn, "gap": brevitas_gap_cnn,
           "nobias": lambda: brevitas_mlp(bias=None),
           "int32bias": lambda: brevitas_mlp(bias="int32"),
           "sigmoid": lambda: brevitas_mlp(act="sigmoid"),
-          "tanh": lambda: brevitas_mlp(act="tanh")}
+          "tanh": lambda: brevitas_mlp(act="tanh"), "bntanh": brevitas_bn_tanh_cnn}
 #: The host's share: the accumulator's DequantizeLinear, and the Add of a float bias.
 TAILS = {"nobias": ["DequantizeLinear"], "int32bias": ["DequantizeLinear"]}
 
@@ -58,7 +61,7 @@ def test_brevitas_defaults_run_in_hardware_and_equal_torch(tmp_path, model, expo
     # float bias (Brevitas' default QuantLinear: no output quantizer).
     assert [n.op for n in d.tail] == TAILS.get(model, ["DequantizeLinear", "Add"])
     assert d.dataflow.output.type == d.dataflow.layers[-1].acc_type
-    if model in ("sigmoid", "tanh"):
+    if model in ("sigmoid", "tanh", "bntanh"):
         assert [type(st).__name__ for st in d.dataflow.layers[0].requant] == \
             ["ThresholdStage"]
     x = np.random.default_rng(5).standard_normal((50, *shape[1:])).astype(np.float32)
