@@ -53,7 +53,7 @@ from .epilogue import (
     requant_params,
     requant_stage,
 )
-from .function import function_table
+from .function import accumulator_flips, accumulator_thresholds, function_table
 from .groups import JOIN_OPS, REDUCE_OPS, SLICE_OPS, VIEW_OPS, Group, QdqGraph
 from .ir import Node, logical_shape
 
@@ -97,6 +97,10 @@ class HardwarePart:
     accumulator : tuple or None
         After a dense or convolution layer built without a quantizer: the accumulator's
         real scale per channel and the float bias left for the host.
+    host_reasons : dict of int to str
+        Why a MatMul / Gemm / Conv core and its function of the accumulator
+        (:attr:`~onnx2fpga.frontend.groups.Group.func`), by ``id``, could not be built
+        (see :func:`~onnx2fpga.frontend.partition.host_compute`).
     """
     graph: QdqGraph
     options: RequantOptions
@@ -106,6 +110,7 @@ class HardwarePart:
     used: set = field(default_factory=set)
     count: int = 0
     accumulator: tuple | None = None
+    host_reasons: dict = field(default_factory=dict)
 
     def name(self, t) -> str:
         """The tensor that carries ONNX tensor ``t``."""
@@ -157,7 +162,11 @@ def build_layers(qg: QdqGraph, found: list, entry: Node, opts: RequantOptions) -
             try:
                 build_group(hw, item)
             except UnsupportedError as e:
-                problems.extend(e.problems)
+                if item.func:       # on the host, refused there unless asked (with why)
+                    for m in [item.core] + item.func:
+                        hw.host_reasons[id(m)] = "; ".join(e.problems)
+                else:
+                    problems.extend(e.problems)
                 continue
             hw.used.update(id(m) for m in item.nodes)
         elif item.inputs[0] in hw.qinfo:
@@ -261,7 +270,7 @@ def build_group(hw: HardwarePart, grp: Group) -> None:
     tail_views = grp.post
     final = out if not tail_views else f"{out}__pre_view"
     nodes = names + [n.name or n.outputs[0] for n in
-                     ([core] if core else []) + grp.after]
+                     ([core] if core else []) + grp.after + grp.func]
     if grp.function:
         layer = _function_layer(hw, grp, srcs[0], infos[0], final)
     elif op in ("MatMul", "Gemm"):
@@ -353,8 +362,29 @@ def _finish_core(hw: HardwarePart, layer, acc_scale, bias_real, aff, grp, channe
     if grp.quant is None:
         hw.accumulator = (acc_scale, bias_real)
         return layer
+    if grp.func:
+        return _function_of_accumulator(hw, layer, acc_scale, bias_real, grp, channels)
     layer.requant = [acc_stage(acc_scale, bias_real, aff, grp, hw.options, channels, flip,
                                value_range=(layer.acc_type.lo, layer.acc_type.hi))]
+    return layer
+
+
+def _function_of_accumulator(hw, layer, acc_scale, bias_real, grp, channels):
+    """A function operator on the float result (thresholds on the accumulator, see
+    :func:`~onnx2fpga.frontend.function.accumulator_thresholds`); channels where it falls
+    get their weights and bias negated first."""
+    qg = hw.graph
+    rank = len(qg.shape(grp.core.outputs[0]))
+    acc = layer.acc_type
+    flip = accumulator_flips(qg, grp, acc_scale, bias_real, channels, rank, (acc.lo, acc.hi))
+    if flip is not None:
+        sel = flip.reshape((-1,) + (1,) * (layer.weight.ndim - 1))
+        layer.weight = np.where(sel, -layer.weight, layer.weight)
+        layer.weight_type = weight_type(layer.weight)
+        layer.bias = np.where(flip, -layer.bias, layer.bias)
+        acc = layer.acc_type
+    layer.requant = [accumulator_thresholds(qg, grp, acc_scale, bias_real, channels, rank,
+                                            (acc.lo, acc.hi), flip)]
     return layer
 
 

@@ -102,6 +102,11 @@ class Group:
         Per core input, the views or Pad in front of the core, in order.
     dqs : list of Node
         Per core input, its DequantizeLinear (QDQ graphs).
+    func : list of Node
+        After a MatMul / Gemm / Conv core with no quantizer on its result: the function
+        operators (and what follows them) between the epilogue ``after`` and ``quant``, in
+        order (a float Sigmoid on a layer's float result), computed as thresholds on the
+        accumulator (:func:`onnx2fpga.frontend.function.accumulator_thresholds`).
     function : bool
         A function group (:meth:`QdqGraph.match_function`, :func:`float_groups`): ``after``
         holds every node between the input's DequantizeLinear (``dqs[0]``) and ``quant``, in
@@ -113,13 +118,15 @@ class Group:
     post: list = field(default_factory=list)
     pre: list = field(default_factory=list)
     dqs: list = field(default_factory=list)
+    func: list = field(default_factory=list)
     function: bool = False
 
     @property
     def nodes(self) -> list:
         """Every node of the group, in order (without the DequantizeLinear nodes)."""
         out = [n for chain in self.pre for n in chain]
-        out += ([self.core] if self.core is not None else []) + self.after + self.post
+        out += ([self.core] if self.core is not None else []) + self.after + self.func + \
+            self.post
         return out + ([self.quant] if self.quant is not None else [])
 
     @property
@@ -134,7 +141,7 @@ class Group:
     @property
     def output(self) -> str:
         """The tensor the group computes."""
-        last = self.quant or (self.post or self.after or [self.core])[-1]
+        last = self.quant or (self.post or self.func or self.after or [self.core])[-1]
         return last.outputs[0]
 
     def inputs(self, graph: Graph) -> list[str]:
@@ -422,7 +429,9 @@ class QdqGraph:
             t = n.inputs[0]
             n = self.prod.get(t)
         while n is not None and onnx_domain(n) and self.activation_input(n) is not None \
-                and (n.op in EPILOGUE_OPS or (n.op in VIEW_OPS and self.channel_view(n))):
+                and (n.op in EPILOGUE_OPS or (n.op in VIEW_OPS and self.channel_view(n)) or
+                     (n.op in FUNCTION_OPS and n.op not in VIEW_OPS and
+                      len([o for o in n.outputs if o]) == 1)):
             grp.after.append(n)
             members.append(n)
             t = self.activation_input(n)
@@ -431,6 +440,13 @@ class QdqGraph:
         grp.after.reverse()                # so that a long chain stays linear
         if n is None or not onnx_domain(n):
             return None
+        # A function operator (not an epilogue's) starts `func`: only on an accumulator.
+        k = next((i for i, m in enumerate(grp.after) if m.op not in EPILOGUE_OPS and
+                  m.op not in VIEW_OPS), None)
+        if k is not None:
+            if n.op not in ("MatMul", "Gemm", "Conv"):
+                return None
+            grp.after, grp.func = grp.after[:k], grp.after[k:]
         if n.op == "DequantizeLinear":
             ins = [t]
         elif n.op in CORE_OPS:

@@ -209,6 +209,8 @@ def host_compute(hw: HardwarePart, part: Partition) -> list[str]:
 
 
 def _host_reason(qg: QdqGraph, hw: HardwarePart, n: Node, where: str) -> str:
+    if id(n) in hw.host_reasons:
+        return hw.host_reasons[id(n)]
     if where == "head":
         return ("it reads the model's float input before the first quantized activation "
                 "(quantize its input: calibration data quantizes the float inputs of a "
@@ -220,6 +222,9 @@ def _host_reason(qg: QdqGraph, hw: HardwarePart, n: Node, where: str) -> str:
     while m is not None and onnx_domain(m) and (m.op in QDQ or m.op in VIEW_OPS) and \
             m.inputs and m.inputs[0] not in hw.qinfo:
         m = qg.prod.get(m.inputs[0])
+    if m is not None and id(m) in hw.host_reasons:
+        return f"its input comes from {m.describe()}, which does not run in hardware: " + \
+            hw.host_reasons[id(m)]
     if m is not None and m.op not in QDQ and m.op not in VIEW_OPS and \
             id(m) not in hw.used:
         return (f"its input comes from {m.describe()}, which does not run in hardware (the "

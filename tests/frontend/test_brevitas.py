@@ -14,6 +14,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:GR-05")   # exporters list initi
 
 from tests.helpers.brevitas_models import (  # noqa: E402
     EXPORTERS,
+    brevitas_bn_tanh_cnn,
     brevitas_cnn,
     brevitas_gap_cnn,
     brevitas_mlp,
@@ -28,14 +29,22 @@ COMPUTE = ("Conv", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinearCon
 # a bias quantized by Int32Bias (a 32-bit QONNX Quant of a constant); "gap" a float
 # AdaptiveAvgPool2d(1) between a QuantReLU and a QuantLinear (GlobalAveragePool; dynamo
 # writes ReduceMean instead). QCDQ through dynamo refuses quantized biases (Brevitas 0.13).
+# "sigmoid" / "tanh": QuantSigmoid / QuantTanh after the first QuantLinear, which has no
+# output quantizer: its float result (bias included) goes through the float function, then
+# the activation's quantizer; the hardware counts thresholds on the exact accumulator.
+# "bntanh": the same after a QuantConv2d and a BatchNorm2d with negative scales.
 CASES = [("mlp", e) for e in EXPORTERS] + [
     ("cnn", "qonnx-dynamo"), ("cnn", "qcdq-legacy"), ("nobias", "qcdq-legacy"),
-    ("int32bias", "qonnx-legacy"), ("gap", "qcdq-legacy")]
+    ("int32bias", "qonnx-legacy"), ("gap", "qcdq-legacy"), ("sigmoid", "qonnx-legacy"),
+    ("sigmoid", "qcdq-legacy"), ("tanh", "qonnx-dynamo"), ("tanh", "qcdq-dynamo"),
+    ("bntanh", "qcdq-legacy")]
 KINDS = {"mlp": ["dense", "dense"], "cnn": ["conv", "pool", "conv", "view", "dense"],
-         "gap": ["conv", "pool", "view", "dense"]}
+         "gap": ["conv", "pool", "view", "dense"], "bntanh": ["conv", "view", "dense"]}
 MODELS = {"mlp": brevitas_mlp, "cnn": brevitas_cnn, "gap": brevitas_gap_cnn,
           "nobias": lambda: brevitas_mlp(bias=None),
-          "int32bias": lambda: brevitas_mlp(bias="int32")}
+          "int32bias": lambda: brevitas_mlp(bias="int32"),
+          "sigmoid": lambda: brevitas_mlp(act="sigmoid"),
+          "tanh": lambda: brevitas_mlp(act="tanh"), "bntanh": brevitas_bn_tanh_cnn}
 #: The host's share: the accumulator's DequantizeLinear, and the Add of a float bias.
 TAILS = {"nobias": ["DequantizeLinear"], "int32bias": ["DequantizeLinear"]}
 
@@ -52,12 +61,17 @@ def test_brevitas_defaults_run_in_hardware_and_equal_torch(tmp_path, model, expo
     # float bias (Brevitas' default QuantLinear: no output quantizer).
     assert [n.op for n in d.tail] == TAILS.get(model, ["DequantizeLinear", "Add"])
     assert d.dataflow.output.type == d.dataflow.layers[-1].acc_type
+    if model in ("sigmoid", "tanh", "bntanh"):
+        assert [type(st).__name__ for st in d.dataflow.layers[0].requant] == \
+            ["ThresholdStage"]
     x = np.random.default_rng(5).standard_normal((50, *shape[1:])).astype(np.float32)
     want = torch_output(module, x)
     got = run_design(d, x[:, None]).reshape(want.shape)
     # Brevitas sums float32 products of the dequantized operands; the host scales the exact
     # integer accumulator in float32. Both are the same real number up to float32 rounding
-    # (measured: under 0.02 of one accumulator step, 1e-7 absolute); one accumulator step
+    # (measured: under 0.02 of one accumulator step, 1e-7 absolute; 0.033 after QuantSigmoid
+    # and 0.016 after QuantTanh on 2000 inputs: the thresholds gave every hidden code
+    # Brevitas computes, 64000 of 64000); one accumulator step
     # wrong (s_in * s_w, about 5e-6 here) would fail. After the 16-position average pool the
     # step is 16 times finer (the pool's sum on the grid s_in / 16; measured 0.28 step,
     # 1.2e-7 absolute, one float32 rounding at the outputs' size): there one step, and one

@@ -8,8 +8,8 @@ import warnings
 
 import numpy as np
 
-__all__ = ["EXPORTERS", "brevitas_mlp", "brevitas_cnn", "brevitas_gap_cnn", "export",
-           "torch_output"]
+__all__ = ["EXPORTERS", "brevitas_mlp", "brevitas_cnn", "brevitas_gap_cnn",
+           "brevitas_bn_tanh_cnn", "export", "torch_output"]
 
 #: ``name -> (function name in brevitas.export, dynamo)``: QONNX and QCDQ, each through the
 #: legacy TorchScript exporter and through dynamo (export_qonnx's default on torch >= 2.9).
@@ -21,12 +21,14 @@ EXPORTERS = {
 }
 
 
-def brevitas_mlp(seed=0, sizes=(64, 32, 10), bias="float"):
+def brevitas_mlp(seed=0, sizes=(64, 32, 10), bias="float", act="relu"):
     """QuantIdentity -> QuantLinear -> QuantReLU -> QuantLinear, default quantizers (8-bit
     per-tensor weights, a float bias, no output quantizer on the last layer: it leaves
     through a float bias). ``bias``: ``"float"`` (the default), ``"int32"`` (Brevitas'
     ``Int32Bias``, on the accumulator's grid) or ``None`` (no bias: torch writes the
-    weight's Transpose and a MatMul)."""
+    weight's Transpose and a MatMul). ``act``: ``"relu"``, ``"sigmoid"`` or ``"tanh"``
+    (QuantSigmoid / QuantTanh quantize only their output: the first layer's float result,
+    bias included, goes through the float function before it is quantized)."""
     import torch
     import torch.nn as nn
     import brevitas.nn as qnn
@@ -42,7 +44,8 @@ def brevitas_mlp(seed=0, sizes=(64, 32, 10), bias="float"):
             super().__init__()
             self.inp = qnn.QuantIdentity(return_quant_tensor=True)
             self.fc0 = qnn.QuantLinear(sizes[0], sizes[1], **kw)
-            self.relu = qnn.QuantReLU(return_quant_tensor=True)
+            self.relu = {"relu": qnn.QuantReLU, "sigmoid": qnn.QuantSigmoid,
+                         "tanh": qnn.QuantTanh}[act](return_quant_tensor=True)
             self.fc1 = qnn.QuantLinear(sizes[1], sizes[2], **kw)
 
         def forward(self, x):
@@ -92,6 +95,27 @@ def brevitas_gap_cnn(seed=0):
                            qnn.QuantReLU(return_quant_tensor=True), nn.AdaptiveAvgPool2d(1),
                            nn.Flatten(), qnn.QuantLinear(4, 10, bias=True))
     return module.eval(), (1, 1, 6, 6)
+
+
+def brevitas_bn_tanh_cnn(seed=0):
+    """QuantConv2d (no output quantizer) -> BatchNorm2d (two channels with a negative scale)
+    -> QuantTanh -> Flatten -> QuantLinear, on 8 x 8 inputs: the float convolution result,
+    normalized, goes through the float Tanh before it is quantized."""
+    import torch
+    import torch.nn as nn
+    import brevitas.nn as qnn
+
+    torch.manual_seed(seed)
+    module = nn.Sequential(qnn.QuantIdentity(return_quant_tensor=True),
+                           qnn.QuantConv2d(1, 4, 3, bias=True), nn.BatchNorm2d(4),
+                           qnn.QuantTanh(return_quant_tensor=True), nn.Flatten(),
+                           qnn.QuantLinear(4 * 6 * 6, 10, bias=True))
+    bn = module[2]
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor([1.0, -0.5, 2.0, -1.0]))
+        bn.running_mean.uniform_(-0.3, 0.3)
+        bn.running_var.uniform_(0.5, 2.0)
+    return module.eval(), (1, 1, 8, 8)
 
 
 def export(module, shape, path, exporter):
