@@ -51,6 +51,7 @@ from ..ir import (
     DenseLayer,
     Design,
     HostNode,
+    IntType,
     PadLayer,
     Port,
     RequantLayer,
@@ -60,12 +61,13 @@ from ..ir import (
 from .build import HardwarePart, build_layers
 from .epilogue import RequantOptions
 from .groups import QdqGraph, find_groups
-from .ir import Graph, Node
+from .ir import Graph, Node, logical_shape
 from .check import Onnx2FpgaWarning
 from .partition import Partition, extend_accumulator_tail, find_entry, host_compute, partition
 from .qdq import exact_average_pools, integer_max_pools
 
-__all__ = ["lower", "assemble_design", "fuse_requants", "absorb_multiplier_signs"]
+__all__ = ["lower", "assemble_design", "multiplex_outputs", "fuse_requants",
+           "absorb_multiplier_signs"]
 
 
 def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even",
@@ -149,22 +151,27 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
         computes them all from the one output port), and the model's metadata.
     """
     g = hw.graph.graph
-    layers = fuse_requants(hw.layers)
-    hw_out = part.output
     qi_in = hw.qinfo[entry.outputs[0]]
     in_port = Port(entry.outputs[0], hw.graph.shape(entry.outputs[0]), qi_in.type,
                    qi_in.scale, qi_in.zero_point)
-    qi_out = hw.qinfo[hw_out]
-    out_t = hw.name(hw_out)
-    out_type = next(ly.out_type for ly in layers if ly.output == out_t) \
-        if out_t != entry.outputs[0] else qi_in.type
-    out_port = Port(out_t, hw.graph.shape(hw_out), out_type, qi_out.scale, qi_out.zero_point)
-    if out_t != hw_out:
-        # The tail reads the tensor under its ONNX name: the host gives it that name.
-        tail = [HostNode("Identity", [out_t], [hw_out], {}, f"{hw_out}__alias")] + \
-            [_host(n) for n in part.tail]
+    extra = {}
+    if len(part.outputs) > 1:
+        out_port, split = multiplex_outputs(hw, in_port, part.outputs, extra)
+        layers = fuse_requants(hw.layers)
+        tail = split + [_host(n) for n in part.tail]
     else:
+        layers = fuse_requants(hw.layers)
+        hw_out = part.output
+        qi_out = hw.qinfo[hw_out]
+        out_t = hw.name(hw_out)
+        out_type = next(ly.out_type for ly in layers if ly.output == out_t) \
+            if out_t != entry.outputs[0] else qi_in.type
+        out_port = Port(out_t, hw.graph.shape(hw_out), out_type, qi_out.scale,
+                        qi_out.zero_point)
         tail = [_host(n) for n in part.tail]
+        if out_t != hw_out:
+            # The tail reads the tensor under its ONNX name: the host gives it that name.
+            tail.insert(0, HostNode("Identity", [out_t], [hw_out], {}, f"{hw_out}__alias"))
     # Outputs a pass renamed get the model's names back from the tail node computing them
     # (or an Identity where the tail computes none).
     names = {o: g.output_names[o] for o in g.outputs if o in g.output_names}
@@ -176,15 +183,68 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
              for o, name in names.items() if name not in made]
     head = part.head
     needed = {i for n in head + tail for i in n.inputs if i in g.constants}
+    constants = {k: np.asarray(g.constants[k]) for k in sorted(needed)}
+    constants.update(extra)
     return Design(
         dataflow=Dataflow(layers, in_port, out_port),
         head=[_host(n) for n in head],
         tail=tail,
-        constants={k: np.asarray(g.constants[k]) for k in sorted(needed)},
+        constants=dict(sorted(constants.items())),
         inputs=[_io(g, g.inputs[0])],
         outputs=[_io(g, name, g.output_names.get(name, name)) for name in g.outputs],
         metadata=dict(g.metadata, graph_name=g.name),
     )
+
+
+def multiplex_outputs(hw: HardwarePart, in_port: Port, outputs: list, constants: dict):
+    """Several results of the hardware part leave through its one output stream: each is
+    viewed as a flat vector in its logical C order (a :class:`~onnx2fpga.ir.ViewLayer`) and
+    the vectors are concatenated in ``outputs``' order (a :class:`~onnx2fpga.ir.ConcatLayer`
+    without requantization, into the narrowest type holding every part's type: exact, each
+    part keeps its own scale and zero point). The host splits the stream back.
+
+    ``hw.layers`` gains the layers; ``constants`` the host's reshape targets.
+
+    Returns
+    -------
+    tuple
+        The output :class:`~onnx2fpga.ir.Port` (scale 1, zero point 0, ``parts`` describing
+        the layout) and the host nodes that recover each ONNX tensor of ``outputs`` (a Slice
+        of the stream and a Reshape to its ONNX shape) for the tail.
+    """
+    types = {ly.output: (ly.out_type, tuple(ly.out_shape)) for ly in hw.layers}
+    types.setdefault(in_port.name, (in_port.type, logical_shape(in_port.shape)))
+    flats, in_types, in_shapes, parts, split = [], [], [], [], []
+    offset = 0
+    stream = "hardware_outputs__stream"
+    for t in outputs:
+        src = hw.name(t)
+        typ, shape = types[src]
+        size = int(np.prod(shape, dtype=np.int64))
+        flat = src
+        if len(shape) != 1:
+            flat = f"{t}__flat"
+            hw.layers.append(ViewLayer(hw.next_name("view"), typ, shape, (size,),
+                                       nodes=[], inputs=[src], output=flat))
+        flats.append(flat)
+        in_types.append(typ)
+        in_shapes.append((size,))
+        qi = hw.qinfo[t]
+        onnx_shape = [int(d) for d in hw.graph.shape(t)]
+        parts.append({"tensor": t, "offset": offset, "size": size, "shape": onnx_shape,
+                      "type": typ.name, "scale": np.asarray(qi.scale, float).tolist(),
+                      "zero_point": np.asarray(qi.zero_point).tolist()})
+        constants[f"{t}__shape"] = np.asarray(onnx_shape, np.int64)
+        split += [HostNode("Slice", [stream], [f"{t}__part"],
+                           {"starts": [offset], "ends": [offset + size], "axes": [1]},
+                           f"{t}__demultiplex", "", 1),
+                  HostNode("Reshape", [f"{t}__part", f"{t}__shape"], [t], {},
+                           f"{t}__reshape", "", 14)]
+        offset += size
+    out_type = IntType.for_range(min(x.lo for x in in_types), max(x.hi for x in in_types))
+    hw.layers.append(ConcatLayer(hw.next_name("concat"), in_types, in_shapes, 0, out_type,
+                                 [[] for _ in in_types], inputs=flats, output=stream))
+    return Port(stream, (1, offset), out_type, 1.0, 0, parts=parts), split
 
 
 def _io(g: Graph, name, label=None):

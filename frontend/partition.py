@@ -4,9 +4,11 @@
   the model input, ending with its ``QuantizeLinear``;
 * :func:`extend_accumulator_tail`: a last MatMul / Gemm / Conv without a quantizer after it
   runs in hardware up to its integer accumulator;
-* :func:`partition`: the hardware part's one output, and the **tail** (host): everything after
-  it (a float Softmax, scaling, an ArgMax and a class label lookup...), which computes every
-  graph output from that one stream; layers whose results do not reach it are dropped;
+* :func:`partition`: the hardware part's outputs (the results the host reads: several are
+  multiplexed onto the one output stream by :func:`~onnx2fpga.frontend.lower.assemble_design`),
+  and the **tail** (host): everything after them (a float Softmax, scaling, an ArgMax and a
+  class label lookup...), which computes every graph output; layers whose results reach none
+  of them are dropped;
 * :func:`host_compute`: the compute operators (Conv, Gemm, MatMul and their integer forms) the
   host would run, each with the reason it is not in hardware: never silently, the lowering
   refuses them unless asked to run them on the host.
@@ -37,10 +39,16 @@ COMPUTE_OPS = ("Conv", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinea
 @dataclass
 class Partition:
     """The host's share of a graph: the nodes before the hardware part (``head``) and after
-    it (``tail``), in graph order, and the ONNX tensor the hardware part outputs."""
+    it (``tail``), in graph order, and the ONNX tensors the hardware part outputs (in the
+    order the tail reads them)."""
     head: list
     tail: list
-    output: str
+    outputs: list
+
+    @property
+    def output(self) -> str:
+        """The first (usually the one) tensor the hardware part outputs."""
+        return self.outputs[0]
 
 
 def find_entry(qg: QdqGraph) -> Node:
@@ -165,7 +173,7 @@ def extend_accumulator_tail(hw: HardwarePart, head: list) -> None:
 
 
 def partition(hw: HardwarePart, entry: Node, head: list) -> Partition:
-    """Split off the host's tail and find the hardware part's one output.
+    """Split off the host's tail and find the hardware part's outputs.
 
     DequantizeLinear nodes (of activations, weights, biases) read only by hardware layers
     join the hardware part; every other node after the head is the tail's. Layers whose
@@ -174,9 +182,9 @@ def partition(hw: HardwarePart, entry: Node, head: list) -> Partition:
     Raises
     ------
     UnsupportedError
-        No layer that computes; a tail node the host cannot run; the tail reading more than
-        one tensor of the hardware part, or one from inside it; a layer whose result leaves
-        the hardware part other than through the output.
+        No layer that computes; a tail node the host cannot run; the tail reading a tensor
+        from inside the hardware part that is not an integer result; a layer whose result
+        leaves the hardware part other than through the outputs.
     """
     g = hw.graph.graph
     if not [ly for ly in hw.layers if not isinstance(ly, ViewLayer)]:
@@ -190,9 +198,9 @@ def partition(hw: HardwarePart, entry: Node, head: list) -> Partition:
             used.add(id(n))
             hw.used.add(id(n))
     tail = [n for n in g.nodes if id(n) not in used]
-    hw_out = _check_tail(hw, tail)
-    _prune(hw, hw.name(hw_out))
-    return Partition(head, tail, hw_out)
+    hw_outs = _check_tail(hw, tail)
+    _prune(hw, {hw.name(t) for t in hw_outs})
+    return Partition(head, tail, hw_outs)
 
 
 def host_compute(hw: HardwarePart, part: Partition) -> list[str]:
@@ -233,8 +241,8 @@ def _host_reason(qg: QdqGraph, hw: HardwarePart, n: Node, where: str) -> str:
             "layer (only the last layer may end in its accumulator)")
 
 
-def _check_tail(hw: HardwarePart, tail) -> str:
-    """The one integer tensor the tail reads from the hardware part."""
+def _check_tail(hw: HardwarePart, tail) -> list[str]:
+    """The integer tensors the tail reads from the hardware part, in the order it reads them."""
     g = hw.graph.graph
     problems = []
     for n in tail:
@@ -263,22 +271,17 @@ def _check_tail(hw: HardwarePart, tail) -> str:
         problems.append(f"Tensor {t!r}: the host part after the accelerator reads it from "
                         f"inside the hardware part; only one stream leaves the "
                         f"accelerator")
-    if len(hw_reads) > 1:
-        problems.append(f"Tensors {', '.join(map(repr, hw_reads))}: the host part reads "
-                        f"{len(hw_reads)} results of the hardware part; only one stream "
-                        f"leaves the accelerator (several graph outputs are supported when "
-                        f"the host computes them all from that one stream)")
     if problems:
         raise UnsupportedError(problems)
     if not hw_reads:
         raise UnsupportedError([f"Graph {g.name!r}: the hardware part's result is "
                                 f"not used"])
-    return hw_reads[0]
+    return hw_reads
 
 
-def _prune(hw: HardwarePart, out: str) -> None:
-    """Drop layers whose results never reach the output (refuse if any computes)."""
-    need, keep = {out}, []
+def _prune(hw: HardwarePart, outs: set) -> None:
+    """Drop layers whose results never reach an output (refuse if any computes)."""
+    need, keep = set(outs), []
     for layer in reversed(hw.layers):
         if layer.output in need:
             keep.append(layer)
@@ -288,7 +291,7 @@ def _prune(hw: HardwarePart, out: str) -> None:
     if dead:
         raise UnsupportedError([f"Layer {ly.name!r} (nodes {', '.join(ly.nodes)}): its "
                                 f"result leaves the hardware part other than through its "
-                                f"one output; only one stream leaves the accelerator"
+                                f"outputs (a result the host reads)"
                                 for ly in dead])
     hw.layers = list(reversed(keep))
 
