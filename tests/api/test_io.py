@@ -52,20 +52,6 @@ def test_calibration_npz_must_name_the_input(tmp_path):
     assert not (tmp_path / "design").exists()
 
 
-def test_two_outputs_computed_in_hardware_are_refused_by_name(tmp_path):
-    """A hidden activation that is also a graph output would need a second stream."""
-    path, _ = ort_qdq_mlp(tmp_path, sizes=(12, 8, 4))
-    m = onnx.load(path)
-    hidden = next(n.output[0] for n in m.graph.node if n.op_type == "DequantizeLinear"
-                  and n.input[0].startswith("r0"))
-    m.graph.output.append(helper.make_tensor_value_info(hidden, TensorProto.FLOAT, [1, 8]))
-    with pytest.raises(UnsupportedError, match=(
-            r"^Tensors '[^']+', '[^']+': the host part reads 2 results of the hardware part; "
-            r"only one stream leaves the accelerator \(several graph outputs are supported "
-            r"when the host computes them all from that one stream\)$")):
-        run_frontend(m)
-
-
 def test_two_inputs_are_refused_naming_them(tmp_path):
     path, _ = ort_qdq_mlp(tmp_path, sizes=(12, 8, 4))
     m = onnx.load(path)

@@ -1,0 +1,86 @@
+"""Several inputs and outputs of the hardware part multiplexed onto its one input and one
+output stream (flattened in C order and concatenated, each part with its own scale and zero
+point; the manifest's port ``parts`` give the layout): golden against onnxruntime on its own
+quantize_static models, dicts through the API and ``.npz`` files through the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+import onnx2fpga
+from tests.helpers.cli import run_cli
+from tests.helpers.models import ort_qdq_multi_io
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _lsb(model, output):
+    """The scale of the DequantizeLinear that makes graph output ``output``."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    dq = next(n for n in model.graph.node if n.output[0] == output)
+    assert dq.op_type == "DequantizeLinear"
+    return float(inits[dq.input[1]])
+
+
+def _agree(model, got, want):
+    """Golden equal to onnxruntime: >= 99 % of the output codes exact, the rest within 1."""
+    for name, ref in want.items():
+        diff = np.rint(np.abs(got[name].reshape(ref.shape) - ref) / _lsb(model, name))
+        assert diff.max() <= 1, name
+        assert (diff == 0).mean() >= 0.99, name
+
+
+def _ort(path, feeds):
+    sess = ort.InferenceSession(path)
+    names = [o.name for o in sess.get_outputs()]
+    outs = [np.stack([sess.run([n], {k: v[j] for k, v in feeds.items()})[0]
+                      for j in range(len(next(iter(feeds.values()))))]) for n in names]
+    return dict(zip(names, outs))
+
+
+@pytest.mark.parametrize("kind, outputs", [("two_heads", ["a", "b"]),
+                                           ("hidden_out", ["y", "h"])])
+def test_several_hardware_results_leave_through_one_stream(tmp_path, capsys, kind, outputs):
+    path, cal = ort_qdq_multi_io(tmp_path, kind)
+    d = onnx2fpga.compile(path, tmp_path / "design")
+    port = d.manifest["ports"]["m_axis"]
+    parts = port["parts"]
+    assert sorted(p["size"] for p in parts) == ([3, 4] if kind == "two_heads" else [4, 8])
+    assert [p["offset"] for p in parts] == [0, parts[0]["size"]]
+    assert port["shape"] == [1, sum(p["size"] for p in parts)]
+    assert port["scale"] == 1.0 and port["zero_point"] == 0
+    got = d.simulate(cal["x"], engine="golden")
+    assert list(got) == outputs
+    _agree(onnx.load(path), got, _ort(path, cal))
+    np.save(tmp_path / "x.npy", cal["x"][:5])
+    code, stdout, _ = run_cli(capsys, "simulate", tmp_path / "design", "--engine", "golden",
+                              "--inputs", tmp_path / "x.npy", "--outputs", tmp_path / "y.npz")
+    assert code == 0, stdout
+    with np.load(tmp_path / "y.npz") as y:
+        assert sorted(y.files) == sorted(outputs)
+        for name in outputs:
+            np.testing.assert_array_equal(y[name], got[name][:5])
+
+
+def test_two_inputs_enter_through_one_stream(tmp_path, capsys):
+    path, cal = ort_qdq_multi_io(tmp_path, "two_inputs")
+    out = tmp_path / "design"
+    code, stdout, _ = run_cli(capsys, "compile", path, "-o", out)
+    assert code == 0, stdout
+    parts = json.loads((out / "manifest.json").read_text())["ports"]["s_axis"]["parts"]
+    assert [(p["offset"], p["size"], p["shape"]) for p in parts] == \
+        [(0, 12, [1, 12]), (12, 6, [1, 6])]
+    d = onnx2fpga.load(out)
+    got = d.simulate(cal, engine="golden")            # a dict in, a dict out
+    want = _ort(path, cal)
+    _agree(onnx.load(path), got, want)
+    np.savez(tmp_path / "x.npz", **cal)
+    code, stdout, _ = run_cli(capsys, "simulate", out, "--engine", "golden", "--inputs",
+                              tmp_path / "x.npz", "--outputs", tmp_path / "y.npy")
+    assert code == 0, stdout
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), got["y"])
