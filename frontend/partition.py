@@ -1,7 +1,7 @@
 """Where the hardware part of a QDQ graph starts and ends: host head | hardware | host tail.
 
-* :func:`find_entry`: the first quantized activation, which the **head** (host) computes from
-  the model input, ending with its ``QuantizeLinear``;
+* :func:`find_entries`: per model input the first quantized activation, which the **head**
+  (host) computes from it, ending with its ``QuantizeLinear``;
 * :func:`extend_accumulator_tail`: a last MatMul / Gemm / Conv without a quantizer after it
   runs in hardware up to its integer accumulator;
 * :func:`partition`: the hardware part's outputs (the results the host reads: several are
@@ -28,7 +28,7 @@ from .epilogue import Epilogue, QuantInfo
 from .groups import HW_OPS, QDQ, VIEW_OPS, Group, QdqGraph, onnx_domain
 from .ir import Node, TensorInfo
 
-__all__ = ["Partition", "find_entry", "extend_accumulator_tail", "partition", "host_compute",
+__all__ = ["Partition", "find_entry", "find_entries", "extend_accumulator_tail", "partition", "host_compute",
            "COMPUTE_OPS"]
 
 #: The operators that compute (a product with a weight): on the host only when asked to.
@@ -52,40 +52,65 @@ class Partition:
 
 
 def find_entry(qg: QdqGraph) -> Node:
-    """The QuantizeLinear of the hardware part's input: the first one of a non-constant
-    tensor, or one standing for a graph input that is already quantized (see
-    :func:`_integer_entry`).
+    """The QuantizeLinear of the hardware part's input (a graph of one input); see
+    :func:`find_entries`."""
+    return find_entries(qg)[0]
+
+
+def find_entries(qg: QdqGraph) -> list[Node]:
+    """The QuantizeLinear of the hardware part's input for each graph input, in the graph's
+    input order: the first one of a non-constant tensor (with several inputs: of a tensor
+    computed from that input alone), or one standing for a graph input that is already
+    quantized (see :func:`_integer_entry`). Several inputs are multiplexed onto the one
+    input stream (:func:`~onnx2fpga.frontend.lower.multiplex_inputs`).
 
     Raises
     ------
     UnsupportedError
-        Not exactly one graph input; no quantized activation; a per-axis quantized input.
+        No graph input; an input with no quantized activation; a per-axis quantized input;
+        inputs quantized to different integer types.
     """
     g = qg.graph
-    if len(g.inputs) != 1:
-        raise UnsupportedError([f"Graph {g.name!r}: {len(g.inputs)} inputs "
-                                f"({', '.join(map(repr, g.inputs))}); one input is "
-                                f"supported (and any number of outputs the host computes "
-                                f"from the accelerator's one output stream)"])
-    entry = _integer_entry(qg)
-    if entry is None:
-        entry = next((n for n in g.nodes if n.op == "QuantizeLinear" and onnx_domain(n)
-                      and n.inputs[0] not in g.constants), None)
-    if entry is None:
-        raise UnsupportedError([f"Graph {g.name!r}: no quantized activation found; "
-                                f"quantize the model or pass calibration data"])
-    if np.asarray(entry.attrs["scale"]).size != 1:
-        raise UnsupportedError([f"{entry.describe()}: per-axis activation quantization "
-                                f"is not supported"])
-    return entry
+    if not g.inputs:
+        raise UnsupportedError([f"Graph {g.name!r}: no input"])
+    deps = {i: {i} for i in g.inputs}
+    for n in g.nodes:
+        d = set().union(*(deps.get(i, set()) for i in n.inputs))
+        for o in n.outputs:
+            deps[o] = d
+    entries = []
+    for name in g.inputs:
+        entry = _integer_entry(qg, name)
+        if entry is None:
+            entry = next((n for n in g.nodes if n.op == "QuantizeLinear" and onnx_domain(n)
+                          and n.inputs[0] not in g.constants and
+                          (len(g.inputs) == 1 or deps.get(n.inputs[0]) == {name})), None)
+        if entry is None:
+            what = f"input {name!r}" if len(g.inputs) > 1 else "no quantized activation"
+            raise UnsupportedError([f"Graph {g.name!r}: {what} found; quantize the model or "
+                                    f"pass calibration data"] if len(g.inputs) == 1 else
+                                   [f"Graph {g.name!r}: {what} reaches no quantized "
+                                    f"activation of its own (QuantizeLinear); each of "
+                                    f"several inputs must be quantized to enter the "
+                                    f"hardware part"])
+        if np.asarray(entry.attrs["scale"]).size != 1:
+            raise UnsupportedError([f"{entry.describe()}: per-axis activation quantization "
+                                    f"is not supported"])
+        entries.append(entry)
+    types = {e.attrs["qtype"] for e in entries}
+    if len(types) > 1:
+        kinds = ", ".join(e.attrs["qtype"].name for e in entries)
+        raise UnsupportedError([f"Graph {g.name!r}: inputs {', '.join(map(repr, g.inputs))} "
+                                f"are quantized to {kinds}; several inputs share one input "
+                                f"stream and must have one integer type"])
+    return entries
 
 
-def _integer_entry(qg: QdqGraph) -> Node | None:
+def _integer_entry(qg: QdqGraph, name: str) -> Node | None:
     """The graph input, if it is already quantized: an integer tensor read only by
     DequantizeLinear nodes with the same per-tensor parameters (the input of a QLinear
     operator, say). Returned as a QuantizeLinear node outside the graph that stands for
     the quantization done before the model; None otherwise."""
-    name = qg.graph.inputs[0]
     info = qg.graph.tensors.get(name)
     readers = qg.cons.get(name, [])
     if info is None or not info.dtype.startswith(("int", "uint")) or not readers or \

@@ -253,7 +253,8 @@ def _compile(args):
 
 
 def _read_inputs(args, design):
-    """``args.inputs`` as an array (from ``.npy``, or from ``.npz`` by input name), after
+    """``args.inputs`` as an array (from ``.npy``, or from ``.npz`` by input name; a dict
+    of them for a model of several inputs), after
     refusing to overwrite an existing ``args.outputs`` without ``--force``, to write into a
     folder that cannot take it, or to write a model's several outputs into one ``.npy``
     (checked first, so nothing runs before the refusal)."""
@@ -271,7 +272,8 @@ def _read_inputs(args, design):
     x = read_arrays(args.inputs, "inputs", InputError)
     if isinstance(x, dict):
         stack_inputs(design.design, x)          # the names checked
-        x = x[design.design.inputs[0]["name"]]
+        if len(design.design.inputs) == 1:
+            x = x[design.design.inputs[0]["name"]]
     return x
 
 

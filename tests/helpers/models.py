@@ -419,7 +419,7 @@ def float_multi_io(kind="two_heads", seed=0):
     * ``two_heads``: x(12) -> Gemm 8 -> Relu -> h; outputs Gemm 4 (``a``) and Gemm 3 (``b``)
       of h (two classifier heads on a shared hidden layer);
     * ``hidden_out``: x(12) -> Gemm 8 -> Relu -> h -> Gemm 4 -> y; outputs y and h;
-    * ``two_inputs``: Gemm 8 of x(12) plus Gemm 8 of z(6) -> Relu -> Gemm 4 -> y.
+    * ``two_inputs``: Gemm 8 of x(12) and Gemm 8 of z(6) concatenated -> Relu -> Gemm 4 -> y.
     """
     rng = np.random.default_rng(seed)
     inits, nodes = [], []
@@ -440,18 +440,20 @@ def float_multi_io(kind="two_heads", seed=0):
         inputs.append(vi("z", 6))
         gemm("x", 12, 8, "gx")
         gemm("z", 6, 8, "gz")
-        nodes.append(helper.make_node("Add", ["gx", "gz"], ["s"], name="add"))
+        nodes.append(helper.make_node("Concat", ["gx", "gz"], ["s"], name="concat", axis=1))
         nodes.append(helper.make_node("Relu", ["s"], ["h"], name="relu"))
+        gemm("h", 16, 4, "y")
+        outputs = [vi("y", 4)]
     else:
         gemm("x", 12, 8, "g0")
         nodes.append(helper.make_node("Relu", ["g0"], ["h"], name="relu"))
-    if kind == "two_heads":
-        gemm("h", 8, 4, "a")
-        gemm("h", 8, 3, "b")
-        outputs = [vi("a", 4), vi("b", 3)]
-    else:
-        gemm("h", 8, 4, "y")
-        outputs = [vi("y", 4)] + ([vi("h", 8)] if kind == "hidden_out" else [])
+        if kind == "two_heads":
+            gemm("h", 8, 4, "a")
+            gemm("h", 8, 3, "b")
+            outputs = [vi("a", 4), vi("b", 3)]
+        else:
+            gemm("h", 8, 4, "y")
+            outputs = [vi("y", 4)] + ([vi("h", 8)] if kind == "hidden_out" else [])
     graph = helper.make_graph(nodes, kind, inputs, outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
                               producer_name="onnx2fpga-tests")
