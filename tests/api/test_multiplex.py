@@ -85,3 +85,33 @@ def test_two_inputs_enter_through_one_stream(tmp_path, capsys):
                               tmp_path / "x.npz", "--outputs", tmp_path / "y.npy")
     assert code == 0, stdout
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), got["y"])
+
+
+@pytest.mark.rtl
+def test_hidden_activation_and_accumulator_outputs_rtl_equal_golden(tmp_path):
+    """A hidden int8 activation and the last Gemm's accumulator (no output quantizer: it runs
+    to its accumulator in hardware, the host dequantizes it) leave through one stream of the
+    wider type; RTL equal to golden under stalls, golden equal to onnxruntime."""
+    path, cal = ort_qdq_multi_io(tmp_path, "hidden_out")
+    m = onnx.load(path)
+    prod = {o: n for n in m.graph.node for o in n.output}
+    dq = prod["y"]
+    q = prod[dq.input[0]]
+    prod[q.input[0]].output[0] = "y"
+    m.graph.node.remove(q)
+    m.graph.node.remove(dq)
+    path = str(tmp_path / "acc.onnx")
+    onnx.save(m, path)
+    d = onnx2fpga.compile(path, tmp_path / "design")
+    port = d.manifest["ports"]["m_axis"]
+    assert [p["type"] for p in port["parts"]] == ["int8", port["type"]] != ["int8", "int8"]
+    x = cal["x"][:10]
+    golden = d.simulate(x, engine="golden")
+    sess = ort.InferenceSession(path)
+    for name in ("y", "h"):
+        want = np.stack([sess.run([name], {"x": s})[0] for s in x])
+        np.testing.assert_allclose(golden[name], want, rtol=1e-5, atol=1e-6)
+    for seed, stall in ((1, 0.3), (2, 0.6)):
+        rtl = d.simulate(x, engine="rtl", seed=seed, stall_in=stall, stall_out=stall)
+        for name in ("y", "h"):
+            np.testing.assert_array_equal(rtl[name], golden[name])
