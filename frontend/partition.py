@@ -28,8 +28,8 @@ from .epilogue import Epilogue, QuantInfo
 from .groups import HW_OPS, QDQ, VIEW_OPS, Group, QdqGraph, onnx_domain
 from .ir import Node, TensorInfo
 
-__all__ = ["Partition", "find_entry", "find_entries", "extend_accumulator_tail", "partition", "host_compute",
-           "COMPUTE_OPS"]
+__all__ = ["Partition", "find_entry", "find_entries", "extend_accumulator_tail", "partition",
+           "host_compute", "COMPUTE_OPS"]
 
 #: The operators that compute (a product with a weight): on the host only when asked to.
 COMPUTE_OPS = ("Conv", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinearConv",
