@@ -28,11 +28,13 @@ The graph is partitioned into three parts:
 4. :func:`~onnx2fpga.frontend.partition.extend_accumulator_tail`: a last layer without a
    quantizer joins the hardware up to its accumulator;
 5. :func:`~onnx2fpga.frontend.partition.partition`: layers -> the host tail and the hardware
-   part's one output (:class:`~onnx2fpga.frontend.partition.Partition`); a compute operator
+   part's outputs (:class:`~onnx2fpga.frontend.partition.Partition`); a compute operator
    left on the host is refused (:func:`~onnx2fpga.frontend.partition.host_compute`) unless
    allowed;
 6. :func:`assemble_design`: layers and partition -> the :class:`~onnx2fpga.ir.Design`, with
-   elementwise layers fused into the layer before them (:func:`fuse_requants`);
+   several inputs or outputs multiplexed onto the one stream each way
+   (:func:`multiplex_inputs`, :func:`multiplex_outputs`) and elementwise layers fused into
+   the layer before them (:func:`fuse_requants`);
 7. :func:`absorb_multiplier_signs` on every layer.
 """
 
