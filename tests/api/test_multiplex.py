@@ -13,6 +13,8 @@ import pytest
 from onnx import numpy_helper
 
 import onnx2fpga
+from onnx2fpga.errors import InputError, UnsupportedError
+from tests.api.test_fuzz import run_frontend
 from tests.helpers.cli import run_cli
 from tests.helpers.models import ort_qdq_multi_io
 
@@ -115,3 +117,26 @@ def test_hidden_activation_and_accumulator_outputs_rtl_equal_golden(tmp_path):
         rtl = d.simulate(x, engine="rtl", seed=seed, stall_in=stall, stall_out=stall)
         for name in ("y", "h"):
             np.testing.assert_array_equal(rtl[name], golden[name])
+
+
+def test_inputs_of_two_integer_types_are_refused_and_a_bare_array_too(tmp_path):
+    path, cal = ort_qdq_multi_io(tmp_path, "two_inputs")
+    d = onnx2fpga.compile(path, tmp_path / "design")
+    with pytest.raises(InputError, match=r"^The model has 2 inputs \('x', 'z'\): pass a dict "
+                                         r"\(a \.npz file\) of one array per input name$"):
+        d.simulate(cal["x"], engine="golden")
+    with pytest.raises(InputError, match=r"^Inputs 'x', 'z' must hold the same number of "
+                                         r"samples in the same layout, not shapes "
+                                         r"\(64, 1, 12\), \(3, 1, 6\)$"):
+        d.simulate({"x": cal["x"], "z": cal["z"][:3]}, engine="golden")
+    m = onnx.load(path)
+    inits = {i.name: i for i in m.graph.initializer}
+    q = next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "z")
+    zp = numpy_helper.to_array(inits[q.input[2]])
+    inits[q.input[2]].CopyFrom(numpy_helper.from_array((zp.astype(np.int16) + 128)
+                                                       .astype(np.uint8), q.input[2]))
+    with pytest.raises(UnsupportedError, match=r"^Graph '[^']+': inputs 'x', 'z' are "
+                                               r"quantized to int8, uint8; several inputs "
+                                               r"share one input stream and must have one "
+                                               r"integer type$"):
+        run_frontend(m)
