@@ -56,6 +56,9 @@ def test_several_hardware_results_leave_through_one_stream(tmp_path, capsys, kin
     assert [p["offset"] for p in parts] == [0, parts[0]["size"]]
     assert port["shape"] == [1, sum(p["size"] for p in parts)]
     assert port["scale"] == 1.0 and port["zero_point"] == 0
+    report = (tmp_path / "design" / "report.md").read_text()
+    for p in parts:
+        assert f"| m_axis | {p['tensor']} | {p['offset']} | {p['size']} |" in report
     got = d.simulate(cal["x"], engine="golden")
     assert list(got) == outputs
     _agree(onnx.load(path), got, _ort(path, cal))
