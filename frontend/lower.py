@@ -246,7 +246,7 @@ def multiplex_inputs(hw: HardwarePart, entries: list, constants: dict):
                       "type": typ.name, "scale": float(qi.scale),
                       "zero_point": int(qi.zero_point)})
         join.append(HostNode("Reshape", [t, "hardware_inputs__row"], [f"{t}__row"], {},
-                             f"{t}__flatten", "", 14))
+                             f"{t}__multiplex", "", 14))
         offset += size
     join.append(HostNode("Concat", [f"{e.outputs[0]}__row" for e in entries], [stream],
                          {"axis": 1}, "inputs__multiplex", "", 13))
@@ -297,7 +297,7 @@ def multiplex_outputs(hw: HardwarePart, in_port: Port, outputs: list, constants:
                            {"starts": [offset], "ends": [offset + size], "axes": [1]},
                            f"{t}__demultiplex", "", 1),
                   HostNode("Reshape", [f"{t}__part", f"{t}__shape"], [t], {},
-                           f"{t}__reshape", "", 14)]
+                           f"{t}__demultiplex_shape", "", 14)]
         offset += size
     out_type = IntType.for_range(min(x.lo for x in in_types), max(x.hi for x in in_types))
     hw.layers.append(ConcatLayer(hw.next_name("concat"), in_types, in_shapes, 0, out_type,

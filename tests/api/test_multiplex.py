@@ -14,6 +14,7 @@ from onnx import numpy_helper
 
 import onnx2fpga
 from onnx2fpga.errors import InputError, UnsupportedError
+from onnx2fpga.steps import partition_text
 from tests.api.test_fuzz import run_frontend
 from tests.helpers.cli import run_cli
 from tests.helpers.models import ort_qdq_multi_io
@@ -81,6 +82,8 @@ def test_two_inputs_enter_through_one_stream(tmp_path, capsys):
     assert [(p["offset"], p["size"], p["shape"]) for p in parts] == \
         [(0, 12, [1, 12]), (12, 6, [1, 6])]
     d = onnx2fpga.load(out)
+    assert partition_text(d.design) == ("host: quantize and dequantize only; hardware: 6 "
+                                        "layers; 2 inputs multiplexed")
     assert [ly.kind for ly in d.design.dataflow.layers][:4] == ["slice", "slice", "dense",
                                                                 "dense"]
     got = {"y": d.simulate(cal, engine="golden")}     # a dict in (one output: an array out)
