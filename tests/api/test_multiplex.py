@@ -10,10 +10,11 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 import onnx2fpga
 from onnx2fpga.errors import InputError, UnsupportedError
+from onnx2fpga.sim.model import run_design
 from onnx2fpga.steps import partition_text
 from tests.api.test_fuzz import run_frontend
 from tests.helpers.cli import run_cli
@@ -127,14 +128,14 @@ def test_hidden_activation_and_accumulator_outputs_rtl_equal_golden(tmp_path):
 
 def test_inputs_of_two_integer_types_are_refused_and_a_bare_array_too(tmp_path):
     path, cal = ort_qdq_multi_io(tmp_path, "two_inputs")
-    d = onnx2fpga.compile(path, tmp_path / "design")
+    design = run_frontend(path)
     with pytest.raises(InputError, match=r"^The model has 2 inputs \('x', 'z'\): pass a dict "
                                          r"\(a \.npz file\) of one array per input name$"):
-        d.simulate(cal["x"], engine="golden")
+        run_design(design, cal["x"])
     with pytest.raises(InputError, match=r"^Inputs 'x', 'z' must hold the same number of "
                                          r"samples in the same layout, not shapes "
                                          r"\(64, 1, 12\), \(3, 1, 6\)$"):
-        d.simulate({"x": cal["x"], "z": cal["z"][:3]}, engine="golden")
+        run_design(design, {"x": cal["x"], "z": cal["z"][:3]})
     m = onnx.load(path)
     inits = {i.name: i for i in m.graph.initializer}
     q = next(n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "z")
@@ -146,3 +147,70 @@ def test_inputs_of_two_integer_types_are_refused_and_a_bare_array_too(tmp_path):
                                                r"share one input stream and must have one "
                                                r"integer type$"):
         run_frontend(m)
+
+
+def _two_image_model():
+    """Conv of x (2x5x4) and of z (1x5x4) concatenated on channels -> Relu -> two Conv heads
+    a (2 channels) and b (3): images in and out, in C order on the host, channels last in
+    the streams."""
+    rng = np.random.default_rng(0)
+    inits, nodes = [], []
+
+    def conv(src, cin, cout, out):
+        k = len(inits) // 2
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((cout, cin, 3, 3)) / 3).astype(np.float32), f"W{k}"))
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal(cout) * 0.1).astype(np.float32), f"B{k}"))
+        nodes.append(helper.make_node("Conv", [src, f"W{k}", f"B{k}"], [out],
+                                      pads=[1, 1, 1, 1], name=f"conv{k}"))
+
+    conv("x", 2, 3, "cx")
+    conv("z", 1, 3, "cz")
+    nodes += [helper.make_node("Concat", ["cx", "cz"], ["s"], axis=1, name="concat"),
+              helper.make_node("Relu", ["s"], ["h"], name="relu")]
+    conv("h", 6, 2, "a")
+    conv("h", 6, 3, "b")
+
+    def vi(name, c):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, c, 5, 4])
+
+    graph = helper.make_graph(nodes, "two_images", [vi("x", 2), vi("z", 1)],
+                              [vi("a", 2), vi("b", 3)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def test_image_inputs_and_outputs_are_multiplexed_in_c_order(tmp_path):
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    rng = np.random.default_rng(1)
+    cal = {"x": rng.standard_normal((32, 1, 2, 5, 4)).astype(np.float32),
+           "z": rng.standard_normal((32, 1, 1, 5, 4)).astype(np.float32)}
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter({k: v[j] for k, v in cal.items()} for j in range(32))
+
+        def get_next(self):
+            return next(self.it, None)
+
+    fp, path = str(tmp_path / "fp.onnx"), str(tmp_path / "qdq.onnx")
+    onnx.save(_two_image_model(), fp)
+    quantize_static(fp, path, Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax)
+    d = onnx2fpga.compile(path, tmp_path / "design")
+    assert [ly.kind for ly in d.design.dataflow.layers] == [
+        "slice", "view", "slice", "view", "conv", "conv", "concat", "conv", "conv", "view",
+        "view", "concat"]
+    got = d.simulate(cal, engine="golden")
+    _agree(onnx.load(path), got, _ort(path, cal))
