@@ -123,7 +123,7 @@ class HardwarePart:
         return name
 
 
-def build_layers(qg: QdqGraph, found: list, entry: Node, opts: RequantOptions) -> HardwarePart:
+def build_layers(qg: QdqGraph, found: list, entry, opts: RequantOptions) -> HardwarePart:
     """Build the layers of every group and integer operator, in order.
 
     Parameters
@@ -132,8 +132,8 @@ def build_layers(qg: QdqGraph, found: list, entry: Node, opts: RequantOptions) -
         The graph.
     found : list of Group or Node
         What :func:`~onnx2fpga.frontend.groups.find_groups` found.
-    entry : Node
-        The QuantizeLinear of the hardware part's input.
+    entry : Node or list of Node
+        The QuantizeLinear of the hardware part's input (one per graph input).
     opts : RequantOptions
         How requantization stages are built.
 
@@ -150,8 +150,9 @@ def build_layers(qg: QdqGraph, found: list, entry: Node, opts: RequantOptions) -
         view whose shape is unknown.
     """
     hw = HardwarePart(qg, opts)
-    qa = entry.attrs
-    hw.qinfo[entry.outputs[0]] = QuantInfo(qa["qtype"],
+    for e in entry if isinstance(entry, list) else [entry]:
+        qa = e.attrs
+        hw.qinfo[e.outputs[0]] = QuantInfo(qa["qtype"],
                                            float(np.asarray(qa["scale"]).reshape(())),
                                            int(np.asarray(qa["zero_point"]).reshape(())))
     problems = []

@@ -554,16 +554,16 @@ class QdqGraph:
         return [n for n in self.graph.nodes if id(n) in need]
 
 
-def find_groups(qg: QdqGraph, entry: Node, head: list[Node]) -> list[Group | Node]:
+def find_groups(qg: QdqGraph, entry, head: list[Node]) -> list[Group | Node]:
     """The groups of a QDQ graph, and the integer operators between them, in graph order.
 
     Parameters
     ----------
     qg : QdqGraph
         The graph.
-    entry : Node
-        The QuantizeLinear of the first quantized activation
-        (:func:`onnx2fpga.frontend.partition.find_entry`).
+    entry : Node or list of Node
+        The QuantizeLinear of the first quantized activation, or one per graph input
+        (:func:`onnx2fpga.frontend.partition.find_entries`).
     head : list of Node
         The host's nodes before it, which are skipped.
 
@@ -576,7 +576,7 @@ def find_groups(qg: QdqGraph, entry: Node, head: list[Node]) -> list[Group | Nod
         (:meth:`QdqGraph.integer_op`). Nodes of no group are left out: they run on the host
         or are reported by the partition.
     """
-    quantized = {entry.outputs[0]}
+    quantized = {e.outputs[0] for e in (entry if isinstance(entry, list) else [entry])}
     skip = {id(n) for n in head}
     found = []
     for n in qg.graph.nodes:

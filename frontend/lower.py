@@ -18,8 +18,8 @@ The graph is partitioned into three parts:
    with no quantizer after it moves in front of its DequantizeLinear (it keeps the grid);
    :func:`~onnx2fpga.frontend.qdq.exact_average_pools`: a global average pool there gets
    the quantizer that keeps it exact (its sum on the grid ``s / N``);
-1. :func:`~onnx2fpga.frontend.partition.find_entry`: graph -> the first quantized activation;
-   the head is everything it depends on;
+1. :func:`~onnx2fpga.frontend.partition.find_entries`: graph -> per input the first quantized
+   activation; the head is everything they depend on;
 2. :func:`~onnx2fpga.frontend.groups.find_groups`: graph -> the groups and integer operators,
    in order;
 3. :func:`~onnx2fpga.frontend.build.build_layers`: groups -> the integer layers
@@ -28,11 +28,13 @@ The graph is partitioned into three parts:
 4. :func:`~onnx2fpga.frontend.partition.extend_accumulator_tail`: a last layer without a
    quantizer joins the hardware up to its accumulator;
 5. :func:`~onnx2fpga.frontend.partition.partition`: layers -> the host tail and the hardware
-   part's one output (:class:`~onnx2fpga.frontend.partition.Partition`); a compute operator
+   part's outputs (:class:`~onnx2fpga.frontend.partition.Partition`); a compute operator
    left on the host is refused (:func:`~onnx2fpga.frontend.partition.host_compute`) unless
    allowed;
 6. :func:`assemble_design`: layers and partition -> the :class:`~onnx2fpga.ir.Design`, with
-   elementwise layers fused into the layer before them (:func:`fuse_requants`);
+   several inputs or outputs multiplexed onto the one stream each way
+   (:func:`multiplex_inputs`, :func:`multiplex_outputs`) and elementwise layers fused into
+   the layer before them (:func:`fuse_requants`);
 7. :func:`absorb_multiplier_signs` on every layer.
 """
 
@@ -51,21 +53,24 @@ from ..ir import (
     DenseLayer,
     Design,
     HostNode,
+    IntType,
     PadLayer,
     Port,
     RequantLayer,
     RequantStage,
+    SliceLayer,
     ViewLayer,
 )
 from .build import HardwarePart, build_layers
 from .epilogue import RequantOptions
 from .groups import QdqGraph, find_groups
-from .ir import Graph, Node
+from .ir import Graph, Node, logical_shape
 from .check import Onnx2FpgaWarning
-from .partition import Partition, extend_accumulator_tail, find_entry, host_compute, partition
+from .partition import Partition, extend_accumulator_tail, find_entries, host_compute, partition
 from .qdq import exact_average_pools, integer_max_pools
 
-__all__ = ["lower", "assemble_design", "fuse_requants", "absorb_multiplier_signs"]
+__all__ = ["lower", "assemble_design", "multiplex_inputs", "multiplex_outputs",
+           "fuse_requants", "absorb_multiplier_signs"]
 
 
 def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even",
@@ -108,12 +113,13 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
     integer_max_pools(graph)
     exact_average_pools(graph)
     qg = QdqGraph(graph)
-    entry = find_entry(qg)
-    head = qg.ancestors(entry)
-    found = find_groups(qg, entry, head)
-    hw = build_layers(qg, found, entry, opts)
+    entries = find_entries(qg)
+    head_ids = {id(n) for e in entries for n in qg.ancestors(e)}
+    head = [n for n in graph.nodes if id(n) in head_ids]
+    found = find_groups(qg, entries, head)
+    hw = build_layers(qg, found, entries, opts)
     extend_accumulator_tail(hw, head)
-    part = partition(hw, entry, head)
+    part = partition(hw, entries[0], head)
     on_host = host_compute(hw, part)
     if on_host and not allow_host_compute:
         raise UnsupportedError([f"{line}; to run it there, pass --allow-host-compute "
@@ -122,23 +128,25 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
         warnings.warn(f"{len(on_host)} compute node{'s' if len(on_host) > 1 else ''} run on "
                       f"the host in float (allowed): {'; '.join(on_host)}", Onnx2FpgaWarning,
                       stacklevel=2)
-    design = assemble_design(hw, entry, part)
+    design = assemble_design(hw, entries if len(entries) > 1 else entries[0], part)
     for layer in design.dataflow.layers:
         absorb_multiplier_signs(layer)
     return design
 
 
-def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
+def assemble_design(hw: HardwarePart, entry, part: Partition) -> Design:
     """The :class:`~onnx2fpga.ir.Design` of a partitioned graph.
 
     Parameters
     ----------
     hw : HardwarePart
         The hardware part's layers (fused here, :func:`fuse_requants`).
-    entry : Node
-        The QuantizeLinear of its input.
+    entry : Node or list of Node
+        The QuantizeLinear of its input, or a list of several (one per graph input,
+        multiplexed by :func:`multiplex_inputs`).
     part : Partition
-        The host's head and tail, and the hardware part's output.
+        The host's head and tail, and the hardware part's outputs (several are multiplexed
+        by :func:`multiplex_outputs`).
 
     Returns
     -------
@@ -149,22 +157,33 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
         computes them all from the one output port), and the model's metadata.
     """
     g = hw.graph.graph
-    layers = fuse_requants(hw.layers)
-    hw_out = part.output
-    qi_in = hw.qinfo[entry.outputs[0]]
-    in_port = Port(entry.outputs[0], hw.graph.shape(entry.outputs[0]), qi_in.type,
-                   qi_in.scale, qi_in.zero_point)
-    qi_out = hw.qinfo[hw_out]
-    out_t = hw.name(hw_out)
-    out_type = next(ly.out_type for ly in layers if ly.output == out_t) \
-        if out_t != entry.outputs[0] else qi_in.type
-    out_port = Port(out_t, hw.graph.shape(hw_out), out_type, qi_out.scale, qi_out.zero_point)
-    if out_t != hw_out:
-        # The tail reads the tensor under its ONNX name: the host gives it that name.
-        tail = [HostNode("Identity", [out_t], [hw_out], {}, f"{hw_out}__alias")] + \
-            [_host(n) for n in part.tail]
+    extra = {}
+    head = [_host(n) for n in part.head]
+    if isinstance(entry, list):
+        in_port, join = multiplex_inputs(hw, entry, extra)
+        head += join
+        entry = entry[0]
     else:
+        qi_in = hw.qinfo[entry.outputs[0]]
+        in_port = Port(entry.outputs[0], hw.graph.shape(entry.outputs[0]), qi_in.type,
+                       qi_in.scale, qi_in.zero_point)
+    if len(part.outputs) > 1:
+        out_port, split = multiplex_outputs(hw, in_port, part.outputs, extra)
+        layers = fuse_requants(hw.layers)
+        tail = split + [_host(n) for n in part.tail]
+    else:
+        layers = fuse_requants(hw.layers)
+        hw_out = part.output
+        qi_out = hw.qinfo[hw_out]
+        out_t = hw.name(hw_out)
+        out_type = next(ly.out_type for ly in layers if ly.output == out_t) \
+            if out_t != entry.outputs[0] else in_port.type
+        out_port = Port(out_t, hw.graph.shape(hw_out), out_type, qi_out.scale,
+                        qi_out.zero_point)
         tail = [_host(n) for n in part.tail]
+        if out_t != hw_out:
+            # The tail reads the tensor under its ONNX name: the host gives it that name.
+            tail.insert(0, HostNode("Identity", [out_t], [hw_out], {}, f"{hw_out}__alias"))
     # Outputs a pass renamed get the model's names back from the tail node computing them
     # (or an Identity where the tail computes none).
     names = {o: g.output_names[o] for o in g.outputs if o in g.output_names}
@@ -174,17 +193,116 @@ def assemble_design(hw: HardwarePart, entry: Node, part: Partition) -> Design:
     made = {o for n in tail for o in n.outputs}
     tail += [HostNode("Identity", [o], [name], {}, f"{name}__output")
              for o, name in names.items() if name not in made]
-    head = part.head
     needed = {i for n in head + tail for i in n.inputs if i in g.constants}
+    constants = {k: np.asarray(g.constants[k]) for k in sorted(needed)}
+    constants.update(extra)
     return Design(
         dataflow=Dataflow(layers, in_port, out_port),
-        head=[_host(n) for n in head],
+        head=head,
         tail=tail,
-        constants={k: np.asarray(g.constants[k]) for k in sorted(needed)},
-        inputs=[_io(g, g.inputs[0])],
+        constants=dict(sorted(constants.items())),
+        inputs=[_io(g, name) for name in g.inputs],
         outputs=[_io(g, name, g.output_names.get(name, name)) for name in g.outputs],
         metadata=dict(g.metadata, graph_name=g.name),
     )
+
+
+def multiplex_inputs(hw: HardwarePart, entries: list, constants: dict):
+    """Several graph inputs enter through the hardware part's one input stream: the host
+    quantizes each (its own scale and zero point), flattens it in C order and concatenates
+    them in graph-input order; in hardware a :class:`~onnx2fpga.ir.SliceLayer` takes each
+    one's range of the stream and a :class:`~onnx2fpga.ir.ViewLayer` gives it its shape
+    again. The inputs share one integer type (:func:`~onnx2fpga.frontend.partition.
+    find_entries`).
+
+    ``hw.layers`` gains the layers in front; ``constants`` the host's reshape target.
+
+    Returns
+    -------
+    tuple
+        The input :class:`~onnx2fpga.ir.Port` (scale 1, zero point 0, ``parts`` describing
+        the layout) and the host nodes that make the stream from the quantized inputs, for
+        the head.
+    """
+    stream = "hardware_inputs__stream"
+    typ = hw.qinfo[entries[0].outputs[0]].type
+    sizes = [int(np.prod(hw.graph.shape(e.outputs[0]), dtype=np.int64)) for e in entries]
+    total = sum(sizes)
+    layers, parts, join = [], [], []
+    constants["hardware_inputs__row"] = np.asarray([1, -1], np.int64)
+    offset = 0
+    for e, size in zip(entries, sizes):
+        t = e.outputs[0]
+        onnx_shape = [int(d) for d in hw.graph.shape(t)]
+        shape = logical_shape(onnx_shape)
+        qi = hw.qinfo[t]
+        part = t if len(shape) == 1 else f"{t}__part"
+        layers.append(SliceLayer(hw.next_name("slice"), typ, (total,), offset, offset + size,
+                                 inputs=[stream], output=part))
+        if part != t:
+            layers.append(ViewLayer(hw.next_name("view"), typ, (size,), shape, nodes=[],
+                                    inputs=[part], output=t))
+        parts.append({"tensor": t, "offset": offset, "size": size, "shape": onnx_shape,
+                      "type": typ.name, "scale": float(qi.scale),
+                      "zero_point": int(qi.zero_point)})
+        join.append(HostNode("Reshape", [t, "hardware_inputs__row"], [f"{t}__row"], {},
+                             f"{t}__multiplex", "", 14))
+        offset += size
+    join.append(HostNode("Concat", [f"{e.outputs[0]}__row" for e in entries], [stream],
+                         {"axis": 1}, "inputs__multiplex", "", 13))
+    hw.layers[:0] = layers
+    return Port(stream, (1, total), typ, 1.0, 0, parts=parts), join
+
+
+def multiplex_outputs(hw: HardwarePart, in_port: Port, outputs: list, constants: dict):
+    """Several results of the hardware part leave through its one output stream: each is
+    viewed as a flat vector in its logical C order (a :class:`~onnx2fpga.ir.ViewLayer`) and
+    the vectors are concatenated in ``outputs``' order (a :class:`~onnx2fpga.ir.ConcatLayer`
+    without requantization, into the narrowest type holding every part's type: exact, each
+    part keeps its own scale and zero point). The host splits the stream back.
+
+    ``hw.layers`` gains the layers; ``constants`` the host's reshape targets.
+
+    Returns
+    -------
+    tuple
+        The output :class:`~onnx2fpga.ir.Port` (scale 1, zero point 0, ``parts`` describing
+        the layout) and the host nodes that recover each ONNX tensor of ``outputs`` (a Slice
+        of the stream and a Reshape to its ONNX shape) for the tail.
+    """
+    types = {ly.output: (ly.out_type, tuple(ly.out_shape)) for ly in hw.layers}
+    types.setdefault(in_port.name, (in_port.type, logical_shape(in_port.shape)))
+    flats, in_types, in_shapes, parts, split = [], [], [], [], []
+    offset = 0
+    stream = "hardware_outputs__stream"
+    for t in outputs:
+        src = hw.name(t)
+        typ, shape = types[src]
+        size = int(np.prod(shape, dtype=np.int64))
+        flat = src
+        if len(shape) != 1:
+            flat = f"{t}__flat"
+            hw.layers.append(ViewLayer(hw.next_name("view"), typ, shape, (size,),
+                                       nodes=[], inputs=[src], output=flat))
+        flats.append(flat)
+        in_types.append(typ)
+        in_shapes.append((size,))
+        qi = hw.qinfo[t]
+        onnx_shape = [int(d) for d in hw.graph.shape(t)]
+        parts.append({"tensor": t, "offset": offset, "size": size, "shape": onnx_shape,
+                      "type": typ.name, "scale": np.asarray(qi.scale, float).tolist(),
+                      "zero_point": np.asarray(qi.zero_point).tolist()})
+        constants[f"{t}__shape"] = np.asarray(onnx_shape, np.int64)
+        split += [HostNode("Slice", [stream], [f"{t}__part"],
+                           {"starts": [offset], "ends": [offset + size], "axes": [1]},
+                           f"{t}__demultiplex", "", 1),
+                  HostNode("Reshape", [f"{t}__part", f"{t}__shape"], [t], {},
+                           f"{t}__demultiplex_shape", "", 14)]
+        offset += size
+    out_type = IntType.for_range(min(x.lo for x in in_types), max(x.hi for x in in_types))
+    hw.layers.append(ConcatLayer(hw.next_name("concat"), in_types, in_shapes, 0, out_type,
+                                 [[] for _ in in_types], inputs=flats, output=stream))
+    return Port(stream, (1, offset), out_type, 1.0, 0, parts=parts), split
 
 
 def _io(g: Graph, name, label=None):

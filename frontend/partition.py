@@ -1,12 +1,14 @@
 """Where the hardware part of a QDQ graph starts and ends: host head | hardware | host tail.
 
-* :func:`find_entry`: the first quantized activation, which the **head** (host) computes from
-  the model input, ending with its ``QuantizeLinear``;
+* :func:`find_entries`: per model input the first quantized activation, which the **head**
+  (host) computes from it, ending with its ``QuantizeLinear``;
 * :func:`extend_accumulator_tail`: a last MatMul / Gemm / Conv without a quantizer after it
   runs in hardware up to its integer accumulator;
-* :func:`partition`: the hardware part's one output, and the **tail** (host): everything after
-  it (a float Softmax, scaling, an ArgMax and a class label lookup...), which computes every
-  graph output from that one stream; layers whose results do not reach it are dropped;
+* :func:`partition`: the hardware part's outputs (the results the host reads: several are
+  multiplexed onto the one output stream by :func:`~onnx2fpga.frontend.lower.assemble_design`),
+  and the **tail** (host): everything after them (a float Softmax, scaling, an ArgMax and a
+  class label lookup...), which computes every graph output; layers whose results reach none
+  of them are dropped;
 * :func:`host_compute`: the compute operators (Conv, Gemm, MatMul and their integer forms) the
   host would run, each with the reason it is not in hardware: never silently, the lowering
   refuses them unless asked to run them on the host.
@@ -26,8 +28,8 @@ from .epilogue import Epilogue, QuantInfo
 from .groups import HW_OPS, QDQ, VIEW_OPS, Group, QdqGraph, onnx_domain
 from .ir import Node, TensorInfo
 
-__all__ = ["Partition", "find_entry", "extend_accumulator_tail", "partition", "host_compute",
-           "COMPUTE_OPS"]
+__all__ = ["Partition", "find_entry", "find_entries", "extend_accumulator_tail", "partition",
+           "host_compute", "COMPUTE_OPS"]
 
 #: The operators that compute (a product with a weight): on the host only when asked to.
 COMPUTE_OPS = ("Conv", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinearConv",
@@ -37,47 +39,78 @@ COMPUTE_OPS = ("Conv", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinea
 @dataclass
 class Partition:
     """The host's share of a graph: the nodes before the hardware part (``head``) and after
-    it (``tail``), in graph order, and the ONNX tensor the hardware part outputs."""
+    it (``tail``), in graph order, and the ONNX tensors the hardware part outputs (in the
+    order the tail reads them)."""
     head: list
     tail: list
-    output: str
+    outputs: list
+
+    @property
+    def output(self) -> str:
+        """The first (usually the one) tensor the hardware part outputs."""
+        return self.outputs[0]
 
 
 def find_entry(qg: QdqGraph) -> Node:
-    """The QuantizeLinear of the hardware part's input: the first one of a non-constant
-    tensor, or one standing for a graph input that is already quantized (see
-    :func:`_integer_entry`).
+    """The QuantizeLinear of the hardware part's input (a graph of one input); see
+    :func:`find_entries`."""
+    return find_entries(qg)[0]
+
+
+def find_entries(qg: QdqGraph) -> list[Node]:
+    """The QuantizeLinear of the hardware part's input for each graph input, in the graph's
+    input order: the first one of a non-constant tensor (with several inputs: of a tensor
+    computed from that input alone), or one standing for a graph input that is already
+    quantized (see :func:`_integer_entry`). Several inputs are multiplexed onto the one
+    input stream (:func:`~onnx2fpga.frontend.lower.multiplex_inputs`).
 
     Raises
     ------
     UnsupportedError
-        Not exactly one graph input; no quantized activation; a per-axis quantized input.
+        No graph input; an input with no quantized activation; a per-axis quantized input;
+        inputs quantized to different integer types.
     """
     g = qg.graph
-    if len(g.inputs) != 1:
-        raise UnsupportedError([f"Graph {g.name!r}: {len(g.inputs)} inputs "
-                                f"({', '.join(map(repr, g.inputs))}); one input is "
-                                f"supported (and any number of outputs the host computes "
-                                f"from the accelerator's one output stream)"])
-    entry = _integer_entry(qg)
-    if entry is None:
-        entry = next((n for n in g.nodes if n.op == "QuantizeLinear" and onnx_domain(n)
-                      and n.inputs[0] not in g.constants), None)
-    if entry is None:
-        raise UnsupportedError([f"Graph {g.name!r}: no quantized activation found; "
-                                f"quantize the model or pass calibration data"])
-    if np.asarray(entry.attrs["scale"]).size != 1:
-        raise UnsupportedError([f"{entry.describe()}: per-axis activation quantization "
-                                f"is not supported"])
-    return entry
+    if not g.inputs:
+        raise UnsupportedError([f"Graph {g.name!r}: no input"])
+    deps = {i: {i} for i in g.inputs}
+    for n in g.nodes:
+        d = set().union(*(deps.get(i, set()) for i in n.inputs))
+        for o in n.outputs:
+            deps[o] = d
+    entries = []
+    for name in g.inputs:
+        entry = _integer_entry(qg, name)
+        if entry is None:
+            entry = next((n for n in g.nodes if n.op == "QuantizeLinear" and onnx_domain(n)
+                          and n.inputs[0] not in g.constants and
+                          (len(g.inputs) == 1 or deps.get(n.inputs[0]) == {name})), None)
+        if entry is None:
+            what = f"input {name!r}" if len(g.inputs) > 1 else "no quantized activation"
+            raise UnsupportedError([f"Graph {g.name!r}: {what} found; quantize the model or "
+                                    f"pass calibration data"] if len(g.inputs) == 1 else
+                                   [f"Graph {g.name!r}: {what} reaches no quantized "
+                                    f"activation of its own (QuantizeLinear); each of "
+                                    f"several inputs must be quantized to enter the "
+                                    f"hardware part"])
+        if np.asarray(entry.attrs["scale"]).size != 1:
+            raise UnsupportedError([f"{entry.describe()}: per-axis activation quantization "
+                                    f"is not supported"])
+        entries.append(entry)
+    types = {e.attrs["qtype"] for e in entries}
+    if len(types) > 1:
+        kinds = ", ".join(e.attrs["qtype"].name for e in entries)
+        raise UnsupportedError([f"Graph {g.name!r}: inputs {', '.join(map(repr, g.inputs))} "
+                                f"are quantized to {kinds}; several inputs share one input "
+                                f"stream and must have one integer type"])
+    return entries
 
 
-def _integer_entry(qg: QdqGraph) -> Node | None:
+def _integer_entry(qg: QdqGraph, name: str) -> Node | None:
     """The graph input, if it is already quantized: an integer tensor read only by
     DequantizeLinear nodes with the same per-tensor parameters (the input of a QLinear
     operator, say). Returned as a QuantizeLinear node outside the graph that stands for
     the quantization done before the model; None otherwise."""
-    name = qg.graph.inputs[0]
     info = qg.graph.tensors.get(name)
     readers = qg.cons.get(name, [])
     if info is None or not info.dtype.startswith(("int", "uint")) or not readers or \
@@ -165,7 +198,7 @@ def extend_accumulator_tail(hw: HardwarePart, head: list) -> None:
 
 
 def partition(hw: HardwarePart, entry: Node, head: list) -> Partition:
-    """Split off the host's tail and find the hardware part's one output.
+    """Split off the host's tail and find the hardware part's outputs.
 
     DequantizeLinear nodes (of activations, weights, biases) read only by hardware layers
     join the hardware part; every other node after the head is the tail's. Layers whose
@@ -174,9 +207,9 @@ def partition(hw: HardwarePart, entry: Node, head: list) -> Partition:
     Raises
     ------
     UnsupportedError
-        No layer that computes; a tail node the host cannot run; the tail reading more than
-        one tensor of the hardware part, or one from inside it; a layer whose result leaves
-        the hardware part other than through the output.
+        No layer that computes; a tail node the host cannot run; the tail reading a tensor
+        from inside the hardware part that is not an integer result; a layer whose result
+        leaves the hardware part other than through the outputs.
     """
     g = hw.graph.graph
     if not [ly for ly in hw.layers if not isinstance(ly, ViewLayer)]:
@@ -190,9 +223,9 @@ def partition(hw: HardwarePart, entry: Node, head: list) -> Partition:
             used.add(id(n))
             hw.used.add(id(n))
     tail = [n for n in g.nodes if id(n) not in used]
-    hw_out = _check_tail(hw, tail)
-    _prune(hw, hw.name(hw_out))
-    return Partition(head, tail, hw_out)
+    hw_outs = _check_tail(hw, tail)
+    _prune(hw, {hw.name(t) for t in hw_outs})
+    return Partition(head, tail, hw_outs)
 
 
 def host_compute(hw: HardwarePart, part: Partition) -> list[str]:
@@ -238,8 +271,8 @@ def _host_reason(qg: QdqGraph, hw: HardwarePart, n: Node, where: str) -> str:
             "layer (only the last layer may end in its accumulator)")
 
 
-def _check_tail(hw: HardwarePart, tail) -> str:
-    """The one integer tensor the tail reads from the hardware part."""
+def _check_tail(hw: HardwarePart, tail) -> list[str]:
+    """The integer tensors the tail reads from the hardware part, in the order it reads them."""
     g = hw.graph.graph
     problems = []
     for n in tail:
@@ -268,22 +301,17 @@ def _check_tail(hw: HardwarePart, tail) -> str:
         problems.append(f"Tensor {t!r}: the host part after the accelerator reads it from "
                         f"inside the hardware part; only one stream leaves the "
                         f"accelerator")
-    if len(hw_reads) > 1:
-        problems.append(f"Tensors {', '.join(map(repr, hw_reads))}: the host part reads "
-                        f"{len(hw_reads)} results of the hardware part; only one stream "
-                        f"leaves the accelerator (several graph outputs are supported when "
-                        f"the host computes them all from that one stream)")
     if problems:
         raise UnsupportedError(problems)
     if not hw_reads:
         raise UnsupportedError([f"Graph {g.name!r}: the hardware part's result is "
                                 f"not used"])
-    return hw_reads[0]
+    return hw_reads
 
 
-def _prune(hw: HardwarePart, out: str) -> None:
-    """Drop layers whose results never reach the output (refuse if any computes)."""
-    need, keep = {out}, []
+def _prune(hw: HardwarePart, outs: set) -> None:
+    """Drop layers whose results never reach an output (refuse if any computes)."""
+    need, keep = set(outs), []
     for layer in reversed(hw.layers):
         if layer.output in need:
             keep.append(layer)
@@ -293,7 +321,7 @@ def _prune(hw: HardwarePart, out: str) -> None:
     if dead:
         raise UnsupportedError([f"Layer {ly.name!r} (nodes {', '.join(ly.nodes)}): its "
                                 f"result leaves the hardware part other than through its "
-                                f"one output; only one stream leaves the accelerator"
+                                f"outputs (a result the host reads)"
                                 for ly in dead])
     hw.layers = list(reversed(keep))
 

@@ -21,6 +21,10 @@ class Port:
     scale``); ``lanes`` elements travel per transfer, packed as in the module docstring.
     ``order`` is the stream order (``order[p]``: logical flat index of stream position ``p``;
     ``None``: C order), set by folding from the layers the port feeds or is fed by.
+    ``parts`` describes a multiplexed port (several graph inputs, or several results of the
+    hardware part, flattened in C order and concatenated): one dict per tensor with its
+    ``tensor``, ``offset``, ``size``, ``shape``, ``type``, ``scale`` and ``zero_point``
+    (``scale`` and ``zero_point`` of the port itself are then 1 and 0); None for one tensor.
     """
     name: str
     shape: tuple[int, ...]
@@ -29,6 +33,7 @@ class Port:
     zero_point: int
     lanes: int = 1
     order: np.ndarray | None = None
+    parts: list | None = None
 
     def __post_init__(self):
         self.shape = tuple(int(d) for d in self.shape)

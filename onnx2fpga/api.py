@@ -165,7 +165,8 @@ class CompiledDesign:
                  stall_out: float = 0.3, seed: int = 0, progress: bool = False):
         """Run the model on a batch ``x`` (stacked along axis 0) and return its outputs.
 
-        ``x`` is an array, or a dict holding it under the graph input's name. A model with
+        ``x`` is an array, or a dict holding it under the graph input's name (a model of
+        several inputs takes a dict of one array per input name). A model with
         one output returns one array; a model with several returns a dict of arrays by
         graph output name (``manifest["outputs"]`` lists them, in graph order), each
         stacked like ``x``.
@@ -301,12 +302,15 @@ def _self_check(d: str, design: Design, manifest: dict) -> None:
     from .sim.model import run_design
 
     try:
-        spec = design.inputs[0]
-        dtype = np.dtype(spec.get("dtype", "float32")) if isinstance(spec, dict) else \
-            np.float32
-        shape = tuple(spec["shape"]) if isinstance(spec, dict) else ()
+        zeros = {}
+        for spec in design.inputs:
+            dtype = np.dtype(spec.get("dtype", "float32")) if isinstance(spec, dict) else \
+                np.float32
+            shape = tuple(spec["shape"]) if isinstance(spec, dict) else ()
+            zeros[spec["name"] if isinstance(spec, dict) else ""] = \
+                np.zeros((1, *shape), dtype)
         with np.errstate(all="ignore"):
-            run_design(design, np.zeros((1, *shape), dtype))
+            run_design(design, zeros if len(zeros) > 1 else next(iter(zeros.values())))
         want = run_fields(design)
     except Exception as e:  # noqa: BLE001 - whatever the damage, one line
         raise DesignDirError(f"{d}: the design files do not describe a design this onnx2fpga "

@@ -253,7 +253,8 @@ def _compile(args):
 
 
 def _read_inputs(args, design):
-    """``args.inputs`` as an array (from ``.npy``, or from ``.npz`` by input name), after
+    """``args.inputs`` as an array (from ``.npy``, or from ``.npz`` by input name; a dict
+    of them for a model of several inputs), after
     refusing to overwrite an existing ``args.outputs`` without ``--force``, to write into a
     folder that cannot take it, or to write a model's several outputs into one ``.npy``
     (checked first, so nothing runs before the refusal)."""
@@ -271,7 +272,8 @@ def _read_inputs(args, design):
     x = read_arrays(args.inputs, "inputs", InputError)
     if isinstance(x, dict):
         stack_inputs(design.design, x)          # the names checked
-        x = x[design.design.inputs[0]["name"]]
+        if len(design.design.inputs) == 1:
+            x = x[design.design.inputs[0]["name"]]
     return x
 
 
@@ -283,6 +285,11 @@ def _save_outputs(path: str, design, y) -> None:
     if path.endswith(".npz") and not isinstance(y, dict):
         y = {design.design.outputs[0]["name"]: y}
     save_array(path, y)
+
+
+def _batch(x) -> int:
+    """The number of samples in ``x`` (an array, or a dict of arrays by input name)."""
+    return int(len(next(iter(x.values())) if isinstance(x, dict) else x))
 
 
 def _shapes(y) -> str:
@@ -310,7 +317,7 @@ def _simulate(args):
         y = d.simulate(x, engine=args.engine, seed=args.seed, progress=True)
     except ValueError as e:
         raise Onnx2FpgaError(str(e)) from None
-    result = {"engine": args.engine, "inferences": int(len(x)), **_shape_fields(y)}
+    result = {"engine": args.engine, "inferences": _batch(x), **_shape_fields(y)}
     status = 0
     if args.engine == "rtl":
         result.update(d.last_run)
@@ -319,17 +326,17 @@ def _simulate(args):
         if args.check:
             g = run_design(d.design, x)
             gs, ys = (g, y) if isinstance(y, dict) else ({"": g}, {"": y})
-            same = np.ones(len(x), bool)
+            same = np.ones(_batch(x), bool)
             for k in ys:
-                same &= np.all((gs[k] == ys[k]).reshape(len(x), -1), axis=1)
+                same &= np.all((gs[k] == ys[k]).reshape(_batch(x), -1), axis=1)
             exact = int(np.sum(same))
-            result["golden_match"] = f"{exact}/{len(x)}"
-            status = 0 if exact == len(x) else 1
+            result["golden_match"] = f"{exact}/{_batch(x)}"
+            status = 0 if exact == _batch(x) else 1
     _save_outputs(args.outputs, d, y)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        line = f"{args.engine}: {len(x)} inferences -> {args.outputs} {_shapes(y)}"
+        line = f"{args.engine}: {_batch(x)} inferences -> {args.outputs} {_shapes(y)}"
         if args.engine == "rtl":
             line += (f"; {result['cycles_per_inference']} cycles per inference, latency "
                      f"{result['latency_cycles']} cycles")
@@ -412,16 +419,16 @@ def _run(args):
         seconds = time.monotonic() - start
     _save_outputs(args.outputs, design, y)
     stats = board.link.stats
-    result = {"board": "simulated" if args.sim else args.port, "inferences": int(len(x)),
+    result = {"board": "simulated" if args.sim else args.port, "inferences": _batch(x),
               **_shape_fields(y),
               "design_id": board.info.design_id.hex(), "seconds": round(seconds, 3),
-              "inferences_per_second": round(len(x) / seconds, 2) if seconds > 0 else None,
+              "inferences_per_second": round(_batch(x) / seconds, 2) if seconds > 0 else None,
               "retries": stats["retries"], "crc_errors": stats["crc_errors"],
               "error_replies": stats["error_replies"], "timeouts": stats["timeouts"]}
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"{result['board']}: {len(x)} inferences -> {args.outputs} {_shapes(y)} in "
+        print(f"{result['board']}: {_batch(x)} inferences -> {args.outputs} {_shapes(y)} in "
               f"{seconds:.2f} s; {stats['retries']} retries ({stats['crc_errors']} bad CRC, "
               f"{sum(stats['error_replies'].values())} ERROR replies, {stats['timeouts']} "
               f"timeouts)")

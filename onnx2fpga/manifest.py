@@ -45,6 +45,7 @@ def _port_json(port) -> dict:
         "lanes": port.lanes, "tdata_width": port.tdata_width, "beats": port.beats,
         "packing": "element j of a beat at tdata bits [j*bits, (j+1)*bits), little-endian",
         "tlast": "high on the last beat of each tensor",
+        **({"parts": port.parts} if port.parts else {}),
     }
 
 

@@ -316,6 +316,18 @@ def _port_rows(m: dict) -> tuple[list, list]:
     return head, rows
 
 
+def _part_rows(m: dict) -> tuple[list, list]:
+    """The tensors of a multiplexed port (several inputs or hardware results), if any."""
+    head = ["port", "tensor", "offset", "size", "shape", "type", "scale", "zero point"]
+    rows = []
+    for name in ("s_axis", "m_axis"):
+        for q in m["ports"][name].get("parts") or []:
+            scale = q["scale"] if not isinstance(q["scale"], list) else "per channel"
+            rows.append([name, q["tensor"], q["offset"], q["size"], _shape(q["shape"]),
+                         q["type"], _fmt(scale, 6), q["zero_point"]])
+    return head, rows
+
+
 def _stream_rows(m: dict) -> tuple[list, list, list]:
     """The tensors between cores (manifests before ``streams`` existed have none) and the
     skip-edge FIFOs."""
@@ -623,8 +635,13 @@ def render_html(manifest: dict, builds: dict) -> str:
     head, rows = _port_rows(m)
     parts += ['<h2 id="ports">Ports</h2>', _html_table(head, rows),
               '<p class="note">real = (q − zero point) × scale; element j of a beat at tdata '
-              'bits [j·bits, (j+1)·bits).</p>',
-              '<h2 id="partition">Partition</h2>',
+              'bits [j·bits, (j+1)·bits).</p>']
+    head, rows = _part_rows(m)
+    if rows:
+        parts += ['<p class="note">Multiplexed: each tensor flattened in C order at its '
+                  'offset in the stream, with its own scale and zero point.</p>',
+                  _html_table(head, rows)]
+    parts += ['<h2 id="partition">Partition</h2>',
               _html_table(["part", "operators"], _partition_rows(m)),
               "</body>", "</html>", ""]
     return "\n".join(parts)
@@ -690,6 +707,10 @@ def render_markdown(manifest: dict, builds: dict) -> str:
     head, rows = _quant_rows(m)
     if rows:
         parts += ["## Quantization error per layer", "", _md_table(head, rows), ""]
-    parts += ["## Ports", "", _md_table(*_port_rows(m)), "", "## Partition", "",
-              _md_table(["part", "operators"], _partition_rows(m)), ""]
+    parts += ["## Ports", "", _md_table(*_port_rows(m)), ""]
+    head, rows = _part_rows(m)
+    if rows:
+        parts += ["Multiplexed: each tensor flattened in C order at its offset in the stream, "
+                  "with its own scale and zero point.", "", _md_table(head, rows), ""]
+    parts += ["## Partition", "", _md_table(["part", "operators"], _partition_rows(m)), ""]
     return "\n".join(parts)

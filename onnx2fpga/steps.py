@@ -558,20 +558,25 @@ def _lower(c: Compilation, say) -> None:
 
 def partition_text(design) -> str:
     """The partition in one line: the host's operators before and after the hardware part
-    (its quantizers, dequantizers and renames left out) and the number of hardware layers,
-    e.g. ``host: Softmax (tail); hardware: 3 layers``."""
+    (its quantizers, dequantizers, renames and the (de)multiplexing of several inputs or
+    results left out) and the number of hardware layers, e.g. ``host: Softmax (tail);
+    hardware: 3 layers``, then how many tensors share each stream where several do."""
     def ops(nodes):
         seen = []
         for n in nodes:
             if n.op not in ("QuantizeLinear", "DequantizeLinear", "Identity") and \
-                    n.op not in seen:
+                    n.op not in seen and "multiplex" not in n.name:
                 seen.append(n.op)
         return ", ".join(seen)
     host = [f"{text} ({where})" for where, text in (("head", ops(design.head)),
                                                      ("tail", ops(design.tail))) if text]
     k = len(design.dataflow.layers)
+    shared = [f"{len(port.parts)} {what} multiplexed" for port, what in
+              ((design.dataflow.input, "inputs"), (design.dataflow.output, "results"))
+              if port.parts]
     return (f"host: {', '.join(host) if host else 'quantize and dequantize only'}; "
-            f"hardware: {k} layer{'s' if k != 1 else ''}")
+            f"hardware: {k} layer{'s' if k != 1 else ''}" +
+            "".join(f"; {text}" for text in shared))
 
 
 def _fold(c: Compilation, say) -> None:

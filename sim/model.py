@@ -36,25 +36,45 @@ def first_bad_element(x: np.ndarray, allow_inf: bool = True) -> str | None:
             f"is {x[first]}{more}")
 
 
-def stack_inputs(design: Design, x) -> tuple[np.ndarray, bool]:
+def stack_inputs(design: Design, x) -> tuple:
     """Check a batch of model inputs; return it as ``(batch, *input_shape)`` and whether the
     caller stacked samples on a new axis (True) or concatenated them along the batch axis.
 
     ``x`` holds samples stacked along axis 0: shape ``(batch, *input_shape)``; when the
     model's batch dimension is 1, ``(batch, *input_shape[1:])`` is accepted too (and the
     outputs then come back without their batch dimension of 1). ``x`` may also be a dict
-    holding that array under the input's name. A NaN is refused
-    (:class:`~onnx2fpga.errors.InputError` naming its sample and element): it has no
-    quantized value. Infinities saturate as onnxruntime's QuantizeLinear does.
+    holding that array under the input's name; a model of several inputs takes a dict of one
+    such array per input name (the same batch and layout for all) and gets back a dict of
+    ``(batch, *shape)`` arrays. A NaN is refused (:class:`~onnx2fpga.errors.InputError`
+    naming its sample and element): it has no quantized value. Infinities saturate as
+    onnxruntime's QuantizeLinear does.
     """
-    spec = design.inputs[0]
-    shape = tuple(spec["shape"])
+    names = [d["name"] for d in design.inputs]
     if isinstance(x, dict):
-        names = [d["name"] for d in design.inputs]
         if sorted(map(str, x)) != sorted(names):
             raise InputError(f"Inputs must be named {', '.join(map(repr, names))}, not "
                              f"{', '.join(map(repr, x)) or 'none'}")
-        x = x[spec["name"]]
+    elif len(names) > 1:
+        raise InputError(f"The model has {len(names)} inputs ({', '.join(map(repr, names))}): "
+                         f"pass a dict (a .npz file) of one array per input name")
+    else:
+        x = {names[0]: x}
+    out = {}
+    for spec in design.inputs:
+        out[spec["name"]] = _stack_one(spec, x[spec["name"]])
+    layouts = {stacked for _, stacked in out.values()}
+    batches = {len(v) for v, _ in out.values()}
+    if len(layouts) > 1 or len(batches) > 1:
+        raise InputError(f"Inputs {', '.join(map(repr, names))} must hold the same number of "
+                         f"samples in the same layout, not shapes "
+                         f"{', '.join(str(tuple(np.shape(x[n]))) for n in names)}")
+    if len(names) == 1:
+        return out[names[0]]
+    return {n: v for n, (v, _) in out.items()}, layouts.pop()
+
+
+def _stack_one(spec: dict, x) -> tuple[np.ndarray, bool]:
+    shape = tuple(spec["shape"])
     x = np.asarray(x)
     dtype = np.dtype(spec["dtype"])
     if x.dtype != dtype and not (np.issubdtype(dtype, np.floating)
@@ -85,13 +105,16 @@ def accepted_layouts(shape) -> list[str]:
     return out
 
 
-def run_head(design: Design, x_stacked: np.ndarray) -> np.ndarray:
-    """Model inputs ``(batch, *shape)`` to the accelerator's input integers ``(batch, n)``."""
-    name = design.inputs[0]["name"]
+def run_head(design: Design, x_stacked) -> np.ndarray:
+    """Model inputs ``(batch, *shape)`` (a dict of them by name for several inputs, as
+    :func:`stack_inputs` gives) to the accelerator's input integers ``(batch, n)``."""
+    xs = x_stacked if isinstance(x_stacked, dict) else {design.inputs[0]["name"]: x_stacked}
     port = design.dataflow.input
-    out = np.empty((len(x_stacked), port.size), dtype=np.int64)
-    for k, sample in enumerate(x_stacked):
-        env = host.run_nodes(design.head, {name: sample}, design.constants)
+    batch = len(next(iter(xs.values())))
+    out = np.empty((batch, port.size), dtype=np.int64)
+    for k in range(batch):
+        env = host.run_nodes(design.head, {n: v[k] for n, v in xs.items()},
+                             design.constants)
         out[k] = np.asarray(env[port.name]).reshape(-1)
     return out
 

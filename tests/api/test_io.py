@@ -1,6 +1,6 @@
 """Several graph outputs computed by the host from the accelerator's one output stream
-(logits and their softmax), what is refused when the graph asks for more than one stream, and
-the safe reading of ``.npz`` input files."""
+(logits and their softmax), a second input the hardware never reads (refused), and the safe
+reading of ``.npz`` input files."""
 
 from __future__ import annotations
 
@@ -52,21 +52,9 @@ def test_calibration_npz_must_name_the_input(tmp_path):
     assert not (tmp_path / "design").exists()
 
 
-def test_two_outputs_computed_in_hardware_are_refused_by_name(tmp_path):
-    """A hidden activation that is also a graph output would need a second stream."""
-    path, _ = ort_qdq_mlp(tmp_path, sizes=(12, 8, 4))
-    m = onnx.load(path)
-    hidden = next(n.output[0] for n in m.graph.node if n.op_type == "DequantizeLinear"
-                  and n.input[0].startswith("r0"))
-    m.graph.output.append(helper.make_tensor_value_info(hidden, TensorProto.FLOAT, [1, 8]))
-    with pytest.raises(UnsupportedError, match=(
-            r"^Tensors '[^']+', '[^']+': the host part reads 2 results of the hardware part; "
-            r"only one stream leaves the accelerator \(several graph outputs are supported "
-            r"when the host computes them all from that one stream\)$")):
-        run_frontend(m)
-
-
-def test_two_inputs_are_refused_naming_them(tmp_path):
+def test_a_second_input_that_feeds_no_hardware_is_refused_naming_it(tmp_path):
+    """Several inputs are multiplexed onto the input stream (tests/api/test_multiplex.py);
+    one read only by the host's tail is not."""
     path, _ = ort_qdq_mlp(tmp_path, sizes=(12, 8, 4))
     m = onnx.load(path)
     out = m.graph.output[0]
@@ -74,9 +62,9 @@ def test_two_inputs_are_refused_naming_them(tmp_path):
     m.graph.node.append(helper.make_node("Add", [out.name, "z"], ["s"], name="add_z"))
     out.name = "s"
     with pytest.raises(UnsupportedError, match=(
-            r"^Graph '[^']+': 2 inputs \('x', 'z'\); one input is supported \(and any "
-            r"number of outputs the host computes from the accelerator's one output "
-            r"stream\)$")):
+            r"^Graph '[^']+': input 'z' reaches no quantized activation of its own "
+            r"\(QuantizeLinear\); each of several inputs must be quantized to enter the "
+            r"hardware part$")):
         run_frontend(m)
 
 

@@ -8,7 +8,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["float_mlp", "ort_qdq_mlp", "qdq_matmul", "save", "CNN_KINDS", "float_cnn",
-           "ort_qdq_cnn", "skl2onnx_mlp", "float_softmax_mlp"]
+           "ort_qdq_cnn", "skl2onnx_mlp", "float_softmax_mlp", "float_multi_io",
+           "ort_qdq_multi_io"]
 
 
 def float_mlp(sizes=(16, 12, 6), *, kind="gemm", opset=13, softmax=True, seed=0,
@@ -410,3 +411,84 @@ def float_softmax_mlp(seed=6):
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
     return model
+
+
+def float_multi_io(kind="two_heads", seed=0):
+    """Float Gemm graphs with several inputs or outputs (batch 1):
+
+    * ``two_heads``: x(12) -> Gemm 8 -> Relu -> h; outputs Gemm 4 (``a``) and Gemm 3 (``b``)
+      of h (two classifier heads on a shared hidden layer);
+    * ``hidden_out``: x(12) -> Gemm 8 -> Relu -> h -> Gemm 4 -> y; outputs y and h;
+    * ``two_inputs``: Gemm 8 of x(12) and Gemm 8 of z(6) concatenated -> Relu -> Gemm 4 -> y.
+    """
+    rng = np.random.default_rng(seed)
+    inits, nodes = [], []
+
+    def gemm(src, n_in, n_out, out):
+        k = len(inits) // 2
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32), f"W{k}"))
+        inits.append(numpy_helper.from_array(
+            (rng.standard_normal(n_out) * 0.1).astype(np.float32), f"B{k}"))
+        nodes.append(helper.make_node("Gemm", [src, f"W{k}", f"B{k}"], [out], name=f"fc{k}"))
+
+    def vi(name, n):
+        return helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, n])
+
+    inputs = [vi("x", 12)]
+    if kind == "two_inputs":
+        inputs.append(vi("z", 6))
+        gemm("x", 12, 8, "gx")
+        gemm("z", 6, 8, "gz")
+        nodes.append(helper.make_node("Concat", ["gx", "gz"], ["s"], name="concat", axis=1))
+        nodes.append(helper.make_node("Relu", ["s"], ["h"], name="relu"))
+        gemm("h", 16, 4, "y")
+        outputs = [vi("y", 4)]
+    else:
+        gemm("x", 12, 8, "g0")
+        nodes.append(helper.make_node("Relu", ["g0"], ["h"], name="relu"))
+        if kind == "two_heads":
+            gemm("h", 8, 4, "a")
+            gemm("h", 8, 3, "b")
+            outputs = [vi("a", 4), vi("b", 3)]
+        else:
+            gemm("h", 8, 4, "y")
+            outputs = [vi("y", 4)] + ([vi("h", 8)] if kind == "hidden_out" else [])
+    graph = helper.make_graph(nodes, kind, inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                              producer_name="onnx2fpga-tests")
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def ort_qdq_multi_io(tmp_path, kind="two_heads", seed=0, samples=64):
+    """quantize_static (QDQ, MinMax, int8) of :func:`float_multi_io`; returns (path,
+    calibration as a dict of ``(samples, 1, n)`` arrays by input name)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    model = float_multi_io(kind, seed)
+    rng = np.random.default_rng(seed + 100)
+    cal = {i.name: rng.standard_normal(
+        (samples, 1, i.type.tensor_type.shape.dim[1].dim_value)).astype(np.float32)
+        for i in model.graph.input}
+    fp = save(model, tmp_path / f"fp_{kind}.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter({k: v[j] for k, v in cal.items()} for j in range(samples))
+
+        def get_next(self):
+            return next(self.it, None)
+
+    q = str(tmp_path / f"qdq_{kind}.onnx")
+    quantize_static(fp, q, Reader(), quant_format=QuantFormat.QDQ,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax)
+    return q, cal
