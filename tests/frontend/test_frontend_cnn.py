@@ -13,7 +13,6 @@ import logging
 import warnings
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -23,7 +22,7 @@ from onnx2fpga.errors import UnsupportedError
 from onnx2fpga.ir.layers import ConvLayer
 from onnx2fpga.sim import golden
 from onnx2fpga.sim.model import run_head
-from tests.helpers.models import CNN_KINDS, float_cnn, ort_qdq_cnn
+from tests.helpers.models import CNN_KINDS, float_cnn, ort_qdq_cnn, ort_quantized_tensors
 
 KINDS = list(CNN_KINDS)
 
@@ -42,23 +41,6 @@ def _inputs(kind, n, seed):
         np.float32)
 
 
-def _ort_quantized_tensors(path, x):
-    """onnxruntime's own value of every QuantizeLinear output of the model, per sample."""
-    m = onnx.shape_inference.infer_shapes(onnx.load(path))
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in m.graph.value_info}
-    names = []
-    for n in m.graph.node:
-        if n.op_type == "QuantizeLinear" and n.output[0] in types:
-            names.append(n.output[0])
-            m.graph.output.append(helper.make_tensor_value_info(n.output[0],
-                                                                types[n.output[0]], None))
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    outs = [dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": s})))
-            for s in x]
-    return {t: np.stack([o[t] for o in outs]).reshape(len(x), -1).astype(np.int64)
-            for t in names}
-
-
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("activation, opset", [("int8", 13), ("uint8", 21)])
 def test_ort_qdq_cnn_layers_match_onnxruntime(tmp_path, kind, activation, opset):
@@ -66,7 +48,7 @@ def test_ort_qdq_cnn_layers_match_onnxruntime(tmp_path, kind, activation, opset)
     d = onnx2fpga.compile(path)
     df = d.design.dataflow
     x = _inputs(kind, 60, 1)
-    ref = _ort_quantized_tensors(path, x)
+    ref = ort_quantized_tensors(path, x)
     # Each layer on onnxruntime's own input integers, against onnxruntime's output integers.
     env = {t: v for t, v in ref.items()}
     env.setdefault(df.input.name, run_head(d.design, x))

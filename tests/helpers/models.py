@@ -492,3 +492,23 @@ def ort_qdq_multi_io(tmp_path, kind="two_heads", seed=0, samples=64):
                     activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                     calibrate_method=CalibrationMethod.MinMax)
     return q, cal
+
+
+def ort_quantized_tensors(path, x) -> dict:
+    """onnxruntime's own value of every QuantizeLinear output of the model at ``path``, for
+    each sample of ``x`` (input ``x``): tensor name -> int64 ``(samples, size)``."""
+    import onnxruntime as ort
+
+    m = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in m.graph.value_info}
+    names = []
+    for n in m.graph.node:
+        if n.op_type == "QuantizeLinear" and n.output[0] in types:
+            names.append(n.output[0])
+            m.graph.output.append(helper.make_tensor_value_info(n.output[0],
+                                                                types[n.output[0]], None))
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = [dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": s})))
+            for s in x]
+    return {t: np.stack([o[t] for o in outs]).reshape(len(x), -1).astype(np.int64)
+            for t in names}

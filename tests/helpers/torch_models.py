@@ -11,6 +11,8 @@ import warnings
 
 import numpy as np
 
+from .models import ort_quantized_tensors
+
 __all__ = ["TORCH_PATTERNS", "SHAPE", "torch_model", "export", "ort_quantize", "torch_qdq",
            "ort_quantized_tensors"]
 
@@ -170,25 +172,3 @@ def torch_qdq(tmp_path, pattern: str, *, dynamo: bool, samples: int = 32):
     fp = export(torch_model(pattern), tmp_path / f"{tag}_fp.onnx", dynamo=dynamo)
     cal = np.random.default_rng(1).standard_normal((samples, 1) + SHAPE).astype(np.float32)
     return fp, ort_quantize(fp, tmp_path / f"{tag}_qdq.onnx", cal), cal
-
-
-def ort_quantized_tensors(path, x) -> dict:
-    """onnxruntime's own value of every QuantizeLinear output of the model at ``path``, for
-    each sample of ``x`` (input ``x``): tensor name -> int64 ``(samples, size)``."""
-    import onnx
-    import onnxruntime as ort
-    from onnx import helper
-
-    m = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in m.graph.value_info}
-    names = []
-    for n in m.graph.node:
-        if n.op_type == "QuantizeLinear" and n.output[0] in types:
-            names.append(n.output[0])
-            m.graph.output.append(helper.make_tensor_value_info(n.output[0],
-                                                                types[n.output[0]], None))
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-    outs = [dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": s})))
-            for s in x]
-    return {t: np.stack([o[t] for o in outs]).reshape(len(x), -1).astype(np.int64)
-            for t in names}
