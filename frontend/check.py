@@ -716,18 +716,22 @@ def _fold_shape_subgraphs(model) -> None:
 
     opset = {("" if o.domain == "ai.onnx" else o.domain): o.version
              for o in model.opset_import}.get("", MIN_OPSET)
-    for _ in range(8):
-        try:
-            inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
-        except _onnx_errors():
-            return
-        g = inferred.graph
+    # Only a Shape or Size needs inferred shapes, and only a folded one can make another
+    # static: without them, one pass and no shape inference.
+    reads_shapes = any(n.op_type in ("Shape", "Size") for n in model.graph.node)
+    for _ in range(8 if reads_shapes else 1):
         shapes = {}
-        for vi in list(g.input) + list(g.value_info) + list(g.output):
-            tt = vi.type.tensor_type
-            if vi.type.HasField("tensor_type") and tt.HasField("shape") and \
-                    all(d.HasField("dim_value") for d in tt.shape.dim):
-                shapes[vi.name] = [d.dim_value for d in tt.shape.dim]
+        if reads_shapes:
+            try:
+                inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+            except _onnx_errors():
+                return
+            g = inferred.graph
+            for vi in list(g.input) + list(g.value_info) + list(g.output):
+                tt = vi.type.tensor_type
+                if vi.type.HasField("tensor_type") and tt.HasField("shape") and \
+                        all(d.HasField("dim_value") for d in tt.shape.dim):
+                    shapes[vi.name] = [d.dim_value for d in tt.shape.dim]
         known = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
                  if t.data_type == onnx.TensorProto.INT64 and
                  int(np.prod(t.dims, dtype=np.int64)) <= _SHAPE_VALUE_LIMIT}
