@@ -21,6 +21,8 @@ onnx2fpga_simulate : function
     a failing test shows them in its "onnx2fpga" section.
 onnx2fpga_assert_equal : function
     :func:`assert_outputs_equal`.
+onnx2fpga_options : session
+    The session's :class:`SimulationOptions`.
 
 Options (command line; ini keys without the dashes, ``onnx2fpga_stall_in`` ...)
 -------------------------------------------------------------------------------

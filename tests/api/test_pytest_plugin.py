@@ -129,9 +129,10 @@ def test_engine_and_seed_from_the_options(design, onnx2fpga_simulate):
     x = np.load("calibration.npy")[:5, 0]
     y = onnx2fpga_simulate(design, x)
     np.testing.assert_array_equal(y, design.simulate(x, engine="golden"))
+    np.testing.assert_array_equal(onnx2fpga_simulate(design.directory, x[:2]), y[:2])
     assert onnx2fpga_simulate.options.seed == 3
     assert [(r["engine"], r["seed"], r["inferences"]) for r in onnx2fpga_simulate.runs] == \\
-        [("golden", 3, 5)]
+        [("golden", 3, 5), ("golden", 3, 2)]
 
 
 def test_wrong_expectation(design, onnx2fpga_simulate, onnx2fpga_assert_equal):
