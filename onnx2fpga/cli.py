@@ -119,7 +119,14 @@ def _parser():
     s.add_argument("--engine", choices=("rtl", "golden"), default="rtl",
                    help="rtl: Verilator with random AXI-Stream stalls (default); golden: "
                    "the integer numpy model")
-    s.add_argument("--seed", type=int, default=0, help="seed of the stall pattern")
+    s.add_argument("--stall-in", type=float, default=0.3, metavar="P",
+                   help="with --engine rtl: probability in [0, 1) that the testbench holds "
+                   "back the input stream (tvalid low) in a cycle (default 0.3)")
+    s.add_argument("--stall-out", type=float, default=0.3, metavar="P",
+                   help="with --engine rtl: probability in [0, 1) that the testbench does not "
+                   "take the output stream (tready low) in a cycle (default 0.3)")
+    s.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="with --engine rtl: seed of the stall pattern (default 0)")
     s.add_argument("--check", action="store_true", help="with --engine rtl, also run the "
                    "golden model and fail unless every output is identical")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -314,13 +321,15 @@ def _simulate(args):
     d = load(args.dir)
     x = _read_inputs(args, d)
     try:
-        y = d.simulate(x, engine=args.engine, seed=args.seed, progress=True)
+        y = d.simulate(x, engine=args.engine, stall_in=args.stall_in,
+                       stall_out=args.stall_out, seed=args.seed, progress=True)
     except ValueError as e:
         raise Onnx2FpgaError(str(e)) from None
     result = {"engine": args.engine, "inferences": _batch(x), **_shape_fields(y)}
     status = 0
     if args.engine == "rtl":
         result.update(d.last_run)
+        result.update(stall_in=args.stall_in, stall_out=args.stall_out, seed=args.seed)
         result["manifest_cycles_per_inference"] = d.manifest["cycles_per_inference"]
         result["manifest_latency_cycles"] = d.manifest["latency_cycles"]
         if args.check:

@@ -147,6 +147,37 @@ def test_simulate_refuses_to_overwrite_outputs(tmp_path, capsys, float_model):
     assert (tmp_path / "y.npy").read_bytes() == b"keep"
 
 
+def test_simulate_passes_stalls_and_seed_to_the_simulation(tmp_path, capsys, float_model,
+                                                          monkeypatch):
+    """--stall-in, --stall-out and --seed reach CompiledDesign.simulate (whose RTL runs with
+    them are tested in tests/api/test_pytest_plugin.py) and the --json figures."""
+    import onnx2fpga.api
+
+    path, cal_path, cal = float_model
+    _run(capsys, "compile", path, "-o", tmp_path / "d", "--calibration", cal_path)
+    np.save(tmp_path / "x.npy", cal[:3])
+    calls = []
+
+    def simulate(self, x, engine="rtl", **options):      # golden outputs, RTL's figures
+        calls.append((engine, options))
+        self.last_run = {"cycles_per_inference": 1.0, "latency_cycles": 1, "total_cycles": 9,
+                         "inferences": len(x)}
+        return run_design(self.design, x)
+    monkeypatch.setattr(onnx2fpga.api.CompiledDesign, "simulate", simulate)
+    code, stdout, err = _run(capsys, "simulate", tmp_path / "d", "--inputs", tmp_path / "x.npy",
+                             "--outputs", tmp_path / "y.npy", "--stall-in", "0.75",
+                             "--stall-out", "0", "--seed", "12", "--json")
+    assert code == 0, err
+    assert calls == [("rtl", {"stall_in": 0.75, "stall_out": 0.0, "seed": 12,
+                              "progress": True})]
+    result = json.loads(stdout)
+    assert (result["stall_in"], result["stall_out"], result["seed"]) == (0.75, 0.0, 12)
+    calls.clear()
+    _run(capsys, "simulate", tmp_path / "d", "--inputs", tmp_path / "x.npy", "--outputs",
+         tmp_path / "y.npy", "--force")
+    assert calls == [("rtl", {"stall_in": 0.3, "stall_out": 0.3, "seed": 0, "progress": True})]
+
+
 def test_simulate_on_a_non_design_directory(tmp_path, capsys):
     code, _, err = _run(capsys, "simulate", tmp_path, "--inputs", "x.npy", "--outputs", "y.npy")
     assert code == 2

@@ -282,6 +282,12 @@ def test_simulate_and_run_option_values(tmp_path, capsys, mlp):
     for argv, message in [
         (["simulate", design, "--engine", "golden", "--seed", "-1"],
          "seed must be a non-negative integer, not -1"),
+        (["simulate", design, "--stall-in", "1.0"],
+         "stall_in must be a probability in [0, 1), not 1.0"),
+        (["simulate", design, "--stall-out", "nan"],
+         "stall_out must be a probability in [0, 1), not nan"),
+        (["simulate", design, "--stall-in", "-0.5", "--engine", "golden"],
+         "stall_in must be a probability in [0, 1), not -0.5"),
         (["run", design, *no_port, "--retries", "-1"],
          "retries must be a non-negative integer, not -1"),
         (["run", design, *no_port, "--timeout", "0"],
