@@ -22,7 +22,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from amaranth.hdl import Elaboratable
 
 from ..designdir import atomic_write
 from ..errors import Onnx2FpgaError
+from ..log import get_logger, say
 from ..plan.devices import is_shift_register_buffer
 from .clocking import ClockedTop, UsbClockedTop, plan_pll
 from .framed import FramedBridge
@@ -145,9 +145,11 @@ def _himbaechel_argv(argv, clock_mhz):
     return out + ["--freq", f"{clock_mhz:g}"]
 
 
+_log = get_logger(__name__)
+
+
 def _progress(enabled, message):
-    if enabled:
-        print(f"[onnx2fpga] {message}", file=sys.stderr, flush=True)
+    say(_log, message, enabled)
 
 
 def _tail(path: Path, lines=_LOG_TAIL_LINES) -> str:
@@ -721,7 +723,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     }
     report["wall_seconds"] = round(time.monotonic() - start, 2)
     atomic_write(build_dir / REPORT, json.dumps(report, indent=1) + "\n")
-    _progress(progress, format_report(report).replace("\n", "\n[onnx2fpga]   "))
+    _progress(progress, format_report(report))
     return report
 
 

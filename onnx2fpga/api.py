@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import tempfile
 import time
 
@@ -26,18 +25,22 @@ from .designdir import FolderLock, check_target, publish, verify
 from .errors import DesignDirError, OptionError
 from .ir.dataflow import Design
 from .ir.serialize import load_design
+from .log import get_logger, say
 from .manifest import run_fields
 from .report import write_report
 from .steps import STEPS, Compilation, check_options, fold_options, run_steps, write_artifacts
 
 __all__ = ["compile", "load", "CompiledDesign", "progress"]
 
+_log = get_logger(__name__)
+
 _FILES = ("top.v", "manifest.json", "design.json", "design.npz")
 
 
 def progress(msg: str) -> None:
-    """Progress lines go to stderr so that ``--json`` output on stdout stays clean."""
-    print(f"[onnx2fpga] {msg}", file=sys.stderr, flush=True)
+    """Progress lines go to stderr so that ``--json`` output on stdout stays clean (and to
+    the ``onnx2fpga.api`` logger: :mod:`onnx2fpga.log`)."""
+    say(_log, msg)
 
 
 _say = progress      # for the methods whose ``progress`` argument hides this function
@@ -213,7 +216,7 @@ class CompiledDesign:
 
     def build(self, board: str, *, seed: int | list[int] | None = None, progress: bool = True,
               clock_mhz: float | None = None, baud: int = 115200,
-              link: str | None = None) -> dict:
+              link: str | None = None, fit_check: bool = True) -> dict:
         """Build a bitstream for ``board``; writes ``build/<board>/report.json`` and returns
         it. A design that misses timing has ``timing_met`` false. The accelerator sits behind
         the framed host link (:mod:`onnx2fpga.boards.framed`), which answers HELLO with the
@@ -224,8 +227,12 @@ class CompiledDesign:
         the report). ``link``: ``"uart"`` or ``"usb"`` (the board's own USB port as a CDC-ACM
         serial device; the OrangeCrab's default), ``None`` for the board's default. ``seed``:
         nextpnr's placement seed, or a list of seeds to place and route with, keeping the best
-        run (see :func:`onnx2fpga.boards.build.build_bitstream`)."""
+        run (see :func:`onnx2fpga.boards.build.build_bitstream`). ``fit_check``: refuse,
+        before synthesis, a design whose estimated resources exceed the board's device
+        (:func:`onnx2fpga.boards.fit.check_fit`, a :class:`~onnx2fpga.errors.SizeError`);
+        false builds anyway, for when the estimate is wrong."""
         from .boards.build import build_bitstream
+        from .boards.fit import check_fit
         from .boards.targets import get_board
         from .hw.top import Accelerator
 
@@ -246,6 +253,8 @@ class CompiledDesign:
         say = _say if progress else None
         with FolderLock(self.directory, shared=True, say=say):
             verify(self.directory, self.manifest)
+            if fit_check:
+                check_fit(self.manifest, target.name)
             try:
                 os.makedirs(board_dir, exist_ok=True)
             except OSError as e:
