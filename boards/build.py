@@ -48,6 +48,7 @@ from .pnr import (
 )
 from .protocol import design_id_from_sha256
 from .targets import get_board
+from .toollog import ToolProgress, format_seconds
 from .uart import uart_divisor
 from .wrapper import UartBridge
 
@@ -63,7 +64,10 @@ REPORT = "report.json"
 
 _NAME = "top"
 _LOG_TAIL_LINES = 25
-_HEARTBEAT_SECONDS = 30
+#: While a tool runs, its log is read this often (seconds) ...
+POLL_SECONDS = 2.0
+#: ... and a line of progress (phase, figures, time left: :mod:`.toollog`) printed this often.
+PROGRESS_SECONDS = 20.0
 
 # What each tool of an Amaranth command template does, for progress messages and logs.
 _STAGES = {
@@ -203,7 +207,11 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board):
     command = [env.get(tool_env_var(tool)) or tool, *argv[1:]]
     log_path = build_dir / log_name
     _progress(progress, f"{board}: {stage} ({command[0]}) ...")
+    if tool in _TOOL_LOGS:      # an earlier build's log must not pass for this one's
+        (build_dir / _TOOL_LOGS[tool]).unlink(missing_ok=True)
     start = time.monotonic()
+    watch = ToolProgress(tool, build_dir / _TOOL_LOGS[tool] if tool in _TOOL_LOGS else None,
+                         start)
     with open(log_path, "w") as log:
         log.write("$ " + shlex.join(command) + "\n")
         log.flush()
@@ -215,18 +223,22 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board):
                 _progress(progress, f"{board}: {stage} skipped: {command[0]!r} not found")
                 return stage, None
             raise _missing_tool(stage, tool, command[0]) from None
+        next_line = start + PROGRESS_SECONDS
         while True:
             try:
-                returncode = proc.wait(timeout=_HEARTBEAT_SECONDS)
+                returncode = proc.wait(timeout=POLL_SECONDS)
                 break
             except subprocess.TimeoutExpired:
-                _progress(progress, f"{board}: {stage} still running, "
-                                    f"{time.monotonic() - start:.0f} s")
+                now = time.monotonic()
+                next_line = _report_progress(watch, now, next_line, progress,
+                                             f"{board}: {stage}", start)
             except BaseException:
                 proc.kill()
                 proc.wait()
                 raise
     seconds = time.monotonic() - start
+    watch.poll(start + seconds)
+    phases = watch.summary(start + seconds)
     if returncode != 0:
         tool_log = _tail(build_dir / _TOOL_LOGS[tool]) if tool in _TOOL_LOGS else ""
         output = _tail(log_path)
@@ -236,8 +248,24 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board):
         raise BuildError(f"{stage} failed: {command[0]} exited with code {returncode} after "
                          f"{seconds:.1f} s{headline} (logs in {build_dir}); last lines:\n{tail}",
                          stage=stage, log_tail=tail)
-    _progress(progress, f"{board}: {stage} done in {seconds:.1f} s")
+    _progress(progress, f"{board}: {stage} done in {seconds:.1f} s"
+                        + (f" ({phases})" if phases else ""))
     return stage, seconds
+
+
+def _report_progress(watch, now, next_line, progress, what, start):
+    """Read the tool's log; log a change of phase (debug), and every
+    :data:`PROGRESS_SECONDS` a line of progress. Returns when the next line is due."""
+    phase = watch.phase
+    watch.poll(now)
+    status = watch.status(now)
+    if watch.phase != phase and status:
+        _log.debug("%s: %s", what, status)
+    if now < next_line:
+        return next_line
+    _progress(progress, f"{what}: {status} [{format_seconds(now - start)}]" if status else
+              f"{what} still running [{format_seconds(now - start)}]")
+    return now + PROGRESS_SECONDS
 
 
 #: The place-and-route tools a seed sweep runs (:func:`_run_seeds`).
@@ -267,8 +295,8 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
     _progress(progress, f"{board}: {stage} ({program}) with seeds "
                         f"{', '.join(map(str, seeds))}, {jobs} at a time ...")
     start = time.monotonic()
-    next_beat = start + _HEARTBEAT_SECONDS
-    pending, running, done = list(seeds), {}, {}
+    next_beat = start + PROGRESS_SECONDS
+    pending, running, done, watches = list(seeds), {}, {}, {}
 
     def launch(seed):
         d = build_dir / f"seed{seed}"
@@ -293,6 +321,7 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
             log.close()
             raise _missing_tool(stage, tool, program) from None
         running[seed] = (proc, log, time.monotonic())
+        watches[seed] = ToolProgress(tool, d / _TOOL_LOGS[tool], running[seed][2])
 
     try:
         while pending or running:
@@ -301,11 +330,16 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
             finished = [s for s, (proc, _, _) in running.items() if proc.poll() is not None]
             if not finished:
                 time.sleep(1)
-                if time.monotonic() >= next_beat:
-                    next_beat += _HEARTBEAT_SECONDS
-                    _progress(progress, f"{board}: {stage} still running, "
-                                        f"{time.monotonic() - start:.0f} s (seeds done: "
-                                        f"{', '.join(map(str, done)) or 'none'})")
+                now = time.monotonic()
+                if now >= next_beat:
+                    next_beat = now + PROGRESS_SECONDS
+                    for s in running:
+                        watches[s].poll(now)
+                    states = "; ".join(f"seed {s}: {watches[s].status(now) or 'starting'}"
+                                       for s in sorted(running))
+                    _progress(progress, f"{board}: {stage}: {states} "
+                                        f"[{format_seconds(now - start)}; seeds done: "
+                                        f"{', '.join(map(str, done)) or 'none'}]")
                 continue
             for seed in finished:
                 proc, log, t0 = running.pop(seed)

@@ -79,7 +79,8 @@ def check_fit(manifest: dict, board) -> None:
         todo = "it was compiled for it: fold it slower (compile --folding or --target-fps)"
     else:
         todo = f"compile with --board {target.name} to fold it for this device"
-    larger = [t.name for t in sorted(map(get_board, list_boards()), key=lambda t: (t.limits.lut, t.name))
+    boards = sorted(map(get_board, list_boards()), key=lambda t: (t.limits.lut, t.name))
+    larger = [t.name for t in boards
               if t.family == target.family and not overflows(estimate, t)]
     if larger:
         todo += f", or build for a larger board ({', '.join(larger[:2])} would fit)"

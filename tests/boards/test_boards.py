@@ -470,9 +470,12 @@ def _have_tools(*tools):
     ("icebreaker", ("YOSYS", "NEXTPNR_ICE40", "ICEPACK"), "top.bin"),
     ("ulx3s-85f", ("YOSYS", "NEXTPNR_ECP5", "ECPPACK"), "top.bit"),
 ])
-def test_build_bitstream(board, tools, bitstream, tmp_path, capsys):
+def test_build_bitstream(board, tools, bitstream, tmp_path, capsys, monkeypatch):
     if not _have_tools(*tools):
         pytest.skip(f"needs {', '.join(tools)} (pip install onnx2fpga[boards])")
+    # A line of progress at every look at the tools' logs, to see the phases of a short build.
+    monkeypatch.setattr("onnx2fpga.boards.build.POLL_SECONDS", 0.2)
+    monkeypatch.setattr("onnx2fpga.boards.build.PROGRESS_SECONDS", 0.0)
     port = Port("x", (4,), IntType(8, False), scale=1.0, zero_point=0, lanes=2)
     report = build_bitstream(lambda: ByteIncrement(16), port, port, board, tmp_path, seed=3,
                              cycles_per_inference=2, latency_cycles=1)
@@ -504,6 +507,13 @@ def test_build_bitstream(board, tools, bitstream, tmp_path, capsys):
     err = capsys.readouterr().err
     for stage in ("synthesis", "place and route", "packing"):
         assert f"{board}: {stage} done in" in err
+    # Phases and progress read from yosys' and nextpnr's logs while they ran.
+    # (yosys takes seconds, nextpnr about one on this design: the time per phase at its end
+    # has them all, the lines while it ran whatever the looks at its log caught)
+    assert re.search(rf"{board}: synthesis: synth_{target.family}: pass 2\.\d+ [A-Z]", err)
+    assert re.search(rf"{board}: place and route: (packing|placement|routing)", err)
+    assert re.search(r"place and route done in [\d.]+ s \(packing \d+ s, placement \d+ s, "
+                     r"routing \d+ s", err)
 
 
 def test_tool_environment_gowin_defaults():
