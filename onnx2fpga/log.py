@@ -99,4 +99,4 @@ def say(logger: logging.Logger, message: str, enabled: bool = True) -> None:
     if enabled and not _terminal_installed():
         print(f"{PREFIX} " + message.replace("\n", f"\n{PREFIX}   "), file=sys.stderr,
               flush=True)
-    logger.log(logging.INFO if enabled else logging.DEBUG, message)
+    logger.log(logging.INFO if enabled else logging.DEBUG, message, stacklevel=2)
