@@ -7,7 +7,8 @@ a figure of progress and, where the log gives enough to go on, an estimate of th
 - yosys: the numbered pass running (``2.43. Executing ABC9 pass.``) and for how long; the
   phases are the script's top-level steps (``synth_ice40``, the JSON backend).
 - nextpnr (iCE40, ECP5, Himbaechel; 0.7x): packing; placement, by the analytic placer
-  (``at iteration #12, type ALL: ... legal = 21749``) and the annealing refinement
+  (``at iteration #12, type ALL: ... legal = 21749``: with the best so far and the count of
+  iterations without improvement, five of which end it) and the annealing refinement
   (``at iteration #5: temp = ..., wirelen = 16068``); routing, by router1 (its table of arcs
   still to route and its own clock: the time left is the arcs left over the rate at which they
   went in the last rows) or router2 (``iter=9 wires=... overused=193``: the time left is the
@@ -30,8 +31,11 @@ __all__ = ["ToolProgress", "format_seconds"]
 _YOSYS_STEP = re.compile(r"^(\d+(?:\.\d+)*)\. Executing (.+?)\.?$")
 _INFO = re.compile(r"^(?:Info|Warning): ?")
 _HEAP_INITIAL = re.compile(r"at initial placer iter (\d+), wirelen = (\d+)")
-_HEAP = re.compile(r"at iteration #(\d+), type \S+: wirelen solved = (\d+), spread = (\d+), "
-                   r"legal = (\d+)")
+_HEAP = re.compile(r"at iteration #(\d+), type (\S+): wirelen solved = (\d+), "
+                   r"spread = (\d+), legal = (\d+)")
+# The analytic placer stops after this many iterations without a better legal wirelength
+# (nextpnr's placer_heap.cc), or once the solved wirelength passes 80 % of the legal one.
+_HEAP_STALL = 5
 _ANNEAL = re.compile(r"at iteration #(\d+): temp = [\d.e+-]+, timing cost = \d+, "
                      r"wirelen = (\d+)")
 _ARCS = re.compile(r"^Routing (\d+) arcs\.")
@@ -82,6 +86,7 @@ class ToolProgress:
         self._arcs = None           # router1: arcs to route
         self._rows = []             # recent router rows
         self._router = None
+        self._best, self._stalled = None, 0     # analytic placer: best legal wirelength
 
     # -- input --------------------------------------------------------------------------------
 
@@ -155,7 +160,16 @@ class ToolProgress:
         elif m := _HEAP_INITIAL.search(line):
             self.detail = f"initial placement, iteration {m[1]}"
         elif m := _HEAP.search(line):
-            self.detail = f"analytic placer iteration {m[1]}, wirelength {int(m[4]):,}"
+            legal = int(m[5])
+            if m[2] == "ALL":       # the last run of an iteration, which nextpnr judges by
+                if self._best is None or legal < self._best:
+                    self._best, self._stalled = legal, 0
+                else:
+                    self._stalled += 1
+            self.detail = f"analytic placer iteration {m[1]}, wirelength {legal:,}"
+            if self._best is not None:
+                self.detail += (f", best {self._best:,} (no gain for {self._stalled} "
+                                f"iterations; it stops at {_HEAP_STALL})")
         elif m := _ANNEAL.search(line):
             self.detail = f"annealing iteration {m[1]}, wirelength {int(m[2]):,}"
         elif self.phase == "routing":

@@ -53,7 +53,17 @@ def test_yosys_pass_and_phases():
 def test_nextpnr_placement():
     progress, now = _follow("nextpnr-ice40", "nextpnr_ice40.tim", until="at iteration #12,")
     assert progress.status(now).startswith("placement: analytic placer iteration 12, "
-                                           "wirelength 21,749; ")
+                                           "wirelength 21,749, best 21,749 (no gain for 0 "
+                                           "iterations; it stops at 5); ")
+    progress, now = _follow("nextpnr-ice40", "nextpnr_ice40.tim", until="at iteration #30,")
+    assert progress.detail == ("analytic placer iteration 30, wirelength 20,390, best 19,679 "
+                               "(no gain for 3 iterations; it stops at 5)")
+    # The last iteration is the fifth without gain: nextpnr's analytic placer stopped there.
+    lines = _lines("nextpnr_ice40.tim")
+    last = max(i for i, x in enumerate(lines) if ", type ALL: " in x)
+    assert lines[last + 1].startswith("Info: HeAP Placer Time")
+    progress, now = _follow("nextpnr-ice40", "nextpnr_ice40.tim", until=lines[last])
+    assert progress.detail.endswith("(no gain for 5 iterations; it stops at 5)")
     progress, now = _follow("nextpnr-ice40", "nextpnr_ice40.tim",
                             until="at iteration #5: temp")
     assert progress.status(now).startswith("placement: annealing iteration 5, "
