@@ -5,7 +5,8 @@ silent by default (a :class:`logging.NullHandler` on the ``onnx2fpga`` logger, a
 logging HOWTO asks of libraries): what it logs reaches the user only through handlers the
 user configures. The exception is a call with ``progress=True`` (``build``, ``simulate``,
 ``compile(verbose=True)``): :func:`say` prints its progress lines on standard error, as the
-package always has, and logs them too (``INFO``; ``DEBUG`` when progress is off).
+package always has. Progress lines are logged at ``INFO`` either way, so that an application
+that configures logging gets them there (with ``progress=False``, only there).
 
 The command line installs a handler for the terminal (:func:`terminal_handler`): progress and
 warnings on standard error, ``-v`` adds ``DEBUG`` messages (each tool's full progress, the
@@ -93,10 +94,10 @@ def remove_handler(handler: logging.Handler) -> None:
 
 
 def say(logger: logging.Logger, message: str, enabled: bool = True) -> None:
-    """A progress line: logged at ``INFO`` (``DEBUG`` when ``enabled`` is false) and, when
-    ``enabled`` and the command line's handler is not installed, printed on standard error
-    (library calls with ``progress=True``)."""
+    """A progress line: logged at ``INFO`` and, when ``enabled`` and the command line's
+    handler is not installed, printed on standard error (library calls with
+    ``progress=True``)."""
     if enabled and not _terminal_installed():
         print(f"{PREFIX} " + message.replace("\n", f"\n{PREFIX}   "), file=sys.stderr,
               flush=True)
-    logger.log(logging.INFO if enabled else logging.DEBUG, message, stacklevel=2)
+    logger.info(message, stacklevel=2)

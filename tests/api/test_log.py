@@ -1,5 +1,6 @@
 """Logging: silent in library use (a NullHandler, nothing on stderr, not even warnings), but
-``progress=True`` lines printed as before; the CLI's handler (tested in test_cli.py)."""
+``progress=True`` lines printed as before, and progress logged for applications that configure
+logging; the CLI's handler is tested in test_cli.py."""
 
 import os
 import subprocess
@@ -24,6 +25,8 @@ def test_progress_lines_are_printed_and_logged():
                "from onnx2fpga.log import get_logger, say\n"
                "say(get_logger('onnx2fpga.boards.build'), 'synthesis ...\\nsecond line')\n"
                "logging.basicConfig(level=logging.INFO, format='%(name)s %(message)s')\n"
-               "say(get_logger('boards.build'), 'logged too')\n")
+               "say(get_logger('boards.build'), 'logged too')\n"
+               "say(get_logger('boards.build'), 'logged only', False)\n")
     assert err == ("[onnx2fpga] synthesis ...\n[onnx2fpga]   second line\n"
-                   "[onnx2fpga] logged too\nonnx2fpga.boards.build logged too\n")
+                   "[onnx2fpga] logged too\nonnx2fpga.boards.build logged too\n"
+                   "onnx2fpga.boards.build logged only\n")
