@@ -218,7 +218,10 @@ def _missing_tool(stage: str, tool: str, program: str) -> BuildError:
                       f"install it; {hint})", stage=stage)
 
 
-def _run_step(argv, tool, build_dir: Path, env, progress, board):
+def _run_step(argv, tool, build_dir: Path, env, progress, board, phases=None):
+    """Run one step of the build plan; returns ``(stage, seconds)``, ``seconds`` ``None`` if an
+    optional tool is missing. ``phases[stage]`` receives the seconds per phase of the tool's
+    log (:mod:`.toollog`)."""
     stage, log_name = _STAGES.get(tool, (f"post-processing ({tool})", f"{tool}.log"))
     command = [*tool_command(tool, env), *argv[1:]]
     log_path = build_dir / log_name
@@ -254,7 +257,9 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board):
                 raise
     seconds = time.monotonic() - start
     watch.poll(start + seconds)
-    phases = watch.summary(start + seconds)
+    summary = watch.summary(start + seconds)
+    if phases is not None and summary:
+        phases[stage] = _rounded(watch.phase_seconds(start + seconds))
     if returncode != 0:
         tool_log = _tail(build_dir / _TOOL_LOGS[tool]) if tool in _TOOL_LOGS else ""
         output = _tail(log_path)
@@ -265,8 +270,12 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board):
                          f"{seconds:.1f} s{headline} (logs in {build_dir}); last lines:\n{tail}",
                          stage=stage, log_tail=tail)
     _progress(progress, f"{board}: {stage} done in {seconds:.1f} s"
-                        + (f" ({phases})" if phases else ""))
+                        + (f" ({summary})" if summary else ""))
     return stage, seconds
+
+
+def _rounded(seconds: dict) -> dict:
+    return {k: round(v, 1) for k, v in seconds.items()}
 
 
 def _report_progress(watch, now, next_line, progress, what, start):
@@ -299,12 +308,14 @@ def _with_seed(argv, seed: int) -> list:
     return out
 
 
-def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_mhz):
+def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_mhz,
+               phases=None):
     """Run the place-and-route command ``argv`` once per seed in ``build_dir/seed<N>/``,
     ``os.cpu_count()`` at a time, and keep the best run: timing met first, then the highest
     Fmax, then the lowest seed (so the choice depends only on the runs' results). Its outputs
     are copied into ``build_dir``. Returns ``(stage, seconds, sweep)``, ``sweep`` a list of
-    ``{"seed", "fmax_mhz", "timing_met", "seconds"}`` per seed, best first."""
+    ``{"seed", "fmax_mhz", "timing_met", "seconds"}`` per seed, best first; ``phases[stage]``
+    receives the kept run's seconds per phase."""
     stage, log_name = _STAGES[tool]
     program = tool_command(tool, env)
     jobs = max(1, min(len(seeds), os.cpu_count() or 1))
@@ -312,7 +323,7 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
                         f"{', '.join(map(str, seeds))}, {jobs} at a time ...")
     start = time.monotonic()
     next_beat = start + PROGRESS_SECONDS
-    pending, running, done, watches = list(seeds), {}, {}, {}
+    pending, running, done, watches, ends = list(seeds), {}, {}, {}, {}
 
     def launch(seed):
         d = build_dir / f"seed{seed}"
@@ -360,6 +371,8 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
             for seed in finished:
                 proc, log, t0 = running.pop(seed)
                 log.close()
+                ends[seed] = time.monotonic()
+                watches[seed].poll(ends[seed])
                 d = build_dir / f"seed{seed}"
                 fmax = met = None
                 if proc.returncode == 0:
@@ -401,6 +414,9 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
     sweep = [best] + sorted((r for r in done.values() if r is not best),
                             key=lambda r: r["seed"])
     seconds = time.monotonic() - start
+    kept = watches[best["seed"]]
+    if phases is not None and kept.phase is not None:
+        phases[stage] = _rounded(kept.phase_seconds(ends[best["seed"]]))
     _progress(progress, f"{board}: {stage} done in {seconds:.1f} s; seed {best['seed']} kept")
     return stage, seconds, [{k: v for k, v in r.items() if k != "returncode"} for r in sweep]
 
@@ -668,7 +684,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         raise BuildError(f"{target.name}: a seed sweep needs nextpnr-ecp5 or nextpnr-ice40",
                          stage="setup")
     for attempt in range(2):
-        stage_seconds, skipped, tools = {}, [], []
+        stage_seconds, phase_seconds, skipped, tools = {}, {}, [], []
         try:
             for argv in commands:
                 if argv[0] == "nextpnr-gowin":
@@ -677,11 +693,12 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                 tools.append(tool)
                 if len(seeds) > 1 and tool in _SWEEP_TOOLS:
                     stage, seconds, sweep = _run_seeds(argv, tool, build_dir, env, progress,
-                                                       target.name, seeds, clock_mhz)
+                                                       target.name, seeds, clock_mhz,
+                                                       phase_seconds)
                     seed = sweep[0]["seed"]
                 else:
                     stage, seconds = _run_step(argv, tool, build_dir, env, progress,
-                                               target.name)
+                                               target.name, phase_seconds)
                 if seconds is None:
                     skipped.append(tool)
                 else:
@@ -770,6 +787,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         nextpnr_opts.replace(f"--seed {seeds[0]}", f"--seed {seed}"),
         "skipped_steps": skipped,
         "stage_seconds": stage_seconds,
+        # Per stage, the seconds of each phase its tool's log showed (yosys' top-level steps;
+        # nextpnr's packing, placement, routing, timing report).
+        "phase_seconds": phase_seconds,
         "tools": _tool_versions(tools, env),
     }
     report["wall_seconds"] = round(time.monotonic() - start, 2)

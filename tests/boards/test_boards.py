@@ -538,6 +538,11 @@ def test_build_bitstream(board, tools, bitstream, tmp_path, capsys, monkeypatch)
     assert re.search(rf"{board}: place and route: (packing|placement|routing)", err)
     assert re.search(r"place and route done in [\d.]+ s \(packing \d+ s, placement \d+ s, "
                      r"routing \d+ s", err)
+    phases = report["phase_seconds"]
+    assert list(phases) == ["synthesis", "place and route"]
+    assert list(phases["place and route"])[:3] == ["packing", "placement", "routing"]
+    for stage, seconds in phases.items():
+        assert sum(seconds.values()) <= report["stage_seconds"][stage] + 0.2
 
 
 def test_tool_environment_gowin_defaults():
