@@ -13,7 +13,8 @@ named by an environment variable as Amaranth names them, the tool's name in capi
 (:mod:`.toollog`).
 
 Numbers in ``report.json`` come from nextpnr's JSON report (``--report``) and from the
-synthesized netlist, never from log text.
+synthesized netlist, never from log text (but ``phase_seconds``, the time between the phases
+the logs show).
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ from .wrapper import UartBridge
 
 __all__ = [
     "BuildError", "build_bitstream", "tool_environment", "tool_env_var", "tool_command",
-    "NEXTPNR_REPORT",
-    "REPORT", "logic_memory_script",
+    "NEXTPNR_REPORT", "REPORT", "logic_memory_script", "POLL_SECONDS", "PROGRESS_SECONDS",
 ]
+
+_log = get_logger(__name__)
 
 #: nextpnr's JSON report, inside ``build_dir``.
 NEXTPNR_REPORT = "report_pnr.json"
@@ -164,9 +166,6 @@ def _himbaechel_argv(argv, clock_mhz):
             out.append(arg)
     # The apicula flow writes no clock constraint nextpnr reads; time the board clock.
     return out + ["--freq", f"{clock_mhz:g}"]
-
-
-_log = get_logger(__name__)
 
 
 def _progress(enabled, message):
