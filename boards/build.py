@@ -37,6 +37,7 @@ from ..errors import Onnx2FpgaError
 from ..log import get_logger, say
 from ..plan.devices import is_shift_register_buffer
 from .clocking import ClockedTop, UsbClockedTop, plan_pll
+from .fit import check_fit
 from .framed import FramedBridge
 from .link import LINKS, USB_PID, USB_VID
 from .pnr import (
@@ -504,7 +505,8 @@ def logic_memory_script(names) -> str:
 def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, build_dir, *,
                     seed=None, progress=True, cycles_per_inference=None, latency_cycles=None,
                     baud=115200, ice40_dsp=False, design_id=None, clock_mhz=None,
-                    link=None, logic_memories=()) -> dict:
+                    link=None, logic_memories=(), resource_estimate=None,
+                    folded_for=None) -> dict:
     """Build a bitstream of an accelerator behind the UART wrapper and write ``report.json``.
 
     Parameters
@@ -557,6 +559,11 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     logic_memories : sequence of str
         Memories built in soft logic instead of block RAM (:func:`logic_memory_script`;
         :attr:`Dataflow.logic_memories <onnx2fpga.ir.Dataflow>`).
+    resource_estimate : dict, optional
+        The design's estimated resources, as the manifest's ``resources``. With it, a design
+        whose estimate exceeds the device is refused once the options are checked, before
+        the accelerator is made (:func:`.fit.check_fit`; ``folded_for``: the board it was
+        compiled for, for the advice).
 
     Returns
     -------
@@ -572,6 +579,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         A tool failed or is missing; the message holds the tail of its log.
     ClockError
         The PLL cannot make ``clock_mhz`` (before any tool runs).
+    SizeError
+        The design does not fit the device, by ``resource_estimate`` (before any tool runs).
 
     Notes
     -----
@@ -623,6 +632,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         link_options = {"uart": target.uart}
     else:
         link_options = {"link": "usb", "usb": target.usb}
+
+    if resource_estimate is not None:
+        check_fit(resource_estimate, target.name, folded_for)
 
     if isinstance(accelerator_factory_or_component, Elaboratable):
         accelerator = accelerator_factory_or_component

@@ -26,11 +26,12 @@ _WORDS = {"logic cells": "logic cells", "lut": "LUTs", "ff": "flip-flops",
           "dsp": "hard multipliers", "bram": "block RAMs"}
 
 
-def estimate_for(manifest: dict, family: str) -> dict | None:
-    """The manifest's estimate of the design and board wrapper on ``family`` (``lut``, ``ff``,
-    ``dsp``, ``bram``), or ``None`` where it has none (a Gowin device; an older manifest)."""
+def estimate_for(resources: dict, family: str) -> dict | None:
+    """The estimate of the design and board wrapper on ``family`` (``lut``, ``ff``, ``dsp``,
+    ``bram``) from ``resources`` (the manifest's), or ``None`` where it has none (a Gowin
+    device; an older manifest)."""
     try:
-        board = manifest["resources"][family]["board"]
+        board = resources[family]["board"]
         return {k: int(board[k]) for k in ("lut", "ff", "dsp", "bram")}
     except (KeyError, TypeError, ValueError):
         return None
@@ -52,8 +53,12 @@ def overflows(estimate: dict, target: BoardTarget) -> list[tuple[str, int, int]]
     return out
 
 
-def check_fit(manifest: dict, board) -> None:
+def check_fit(resources: dict, board, folded_for: str | None = None) -> None:
     """Refuse, before any tool runs, a design whose estimate exceeds the board's device.
+
+    ``resources`` is the manifest's ``resources`` (per family, ``"board"``: the design with
+    the board wrapper); ``folded_for`` the board the design was compiled for (the manifest's
+    ``folding["board"]``), which changes the advice.
 
     Raises
     ------
@@ -63,7 +68,7 @@ def check_fit(manifest: dict, board) -> None:
         estimate fits), or a larger board of the family where one fits, or building anyway.
     """
     target = get_board(board)
-    estimate = estimate_for(manifest, target.family)
+    estimate = estimate_for(resources, target.family)
     if estimate is None:
         _log.debug("%s: no %s resource estimate in the manifest; fit not checked",
                    target.name, target.family)
@@ -74,7 +79,6 @@ def check_fit(manifest: dict, board) -> None:
         return
     figures = ", ".join(f"{used:,} {_WORDS[name]} > {available:,} available"
                         for name, used, available in over)
-    folded_for = (manifest.get("folding") or {}).get("board")
     if folded_for == target.name:
         todo = "it was compiled for it: fold it slower (compile --folding or --target-fps)"
     else:

@@ -229,10 +229,10 @@ class CompiledDesign:
         nextpnr's placement seed, or a list of seeds to place and route with, keeping the best
         run (see :func:`onnx2fpga.boards.build.build_bitstream`). ``fit_check``: refuse,
         before synthesis, a design whose estimated resources exceed the board's device
-        (:func:`onnx2fpga.boards.fit.check_fit`, a :class:`~onnx2fpga.errors.SizeError`);
-        false builds anyway, for when the estimate is wrong."""
+        (:func:`onnx2fpga.boards.fit.check_fit`, a :class:`~onnx2fpga.errors.SizeError`,
+        after the clock and link options are checked); false builds anyway, for when the
+        estimate is wrong."""
         from .boards.build import build_bitstream
-        from .boards.fit import check_fit
         from .boards.targets import get_board
         from .hw.top import Accelerator
 
@@ -253,8 +253,6 @@ class CompiledDesign:
         say = _say if progress else None
         with FolderLock(self.directory, shared=True, say=say):
             verify(self.directory, self.manifest)
-            if fit_check:
-                check_fit(self.manifest, target.name)
             try:
                 os.makedirs(board_dir, exist_ok=True)
             except OSError as e:
@@ -268,7 +266,9 @@ class CompiledDesign:
                     cycles_per_inference=self.manifest["cycles_per_inference"],
                     latency_cycles=self.manifest["latency_cycles"],
                     design_id=self.manifest["top"]["verilog_sha256"], clock_mhz=clock_mhz,
-                    baud=baud, link=link, logic_memories=df.logic_memories)
+                    baud=baud, link=link, logic_memories=df.logic_memories,
+                    resource_estimate=self.manifest.get("resources") if fit_check else None,
+                    folded_for=(self.manifest.get("folding") or {}).get("board"))
             write_report(self.directory)      # now with this build's measured figures
         return report
 

@@ -85,11 +85,13 @@ def test_full_capacity_not_the_utilization_target():
     assert overflows({"lut": 5016, "ff": 0, "dsp": 0, "bram": 30}, target) == []
     assert overflows({"lut": 4000, "ff": 2562, "dsp": 8, "bram": 31}, target) == [
         ("logic cells", 5281, 5280), ("bram", 31, 30)]
-    ecp5 = {"resources": {"ecp5": {"board": {"lut": 30000, "ff": 100, "dsp": 0, "bram": 0}}},
-            "folding": {"board": None}}
+    ecp5 = {"ecp5": {"board": {"lut": 30000, "ff": 100, "dsp": 0, "bram": 0}}}
     with pytest.raises(SizeError, match=r"^Design does not fit the ulx3s-25f "
                        r"\(LFE5U-25F-BG381\): estimated 30,000 LUTs > 24,288 available; "
                        r"compile with --board ulx3s-25f to fold it for this device, or build "
                        r"for a larger board \(ulx3s-45f, orangecrab-85f would fit\) "):
         check_fit(ecp5, "ulx3s-25f")
-    check_fit({"resources": {}}, "tangnano9k")     # no Gowin estimate: nothing to check
+    with pytest.raises(SizeError, match=r"; it was compiled for it: fold it slower \(compile "
+                       r"--folding or --target-fps\), or build for a larger board"):
+        check_fit(ecp5, "ulx3s-25f", folded_for="ulx3s-25f")
+    check_fit({}, "tangnano9k")     # no Gowin estimate: nothing to check
