@@ -229,8 +229,7 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board, phases=None):
     if tool in _TOOL_LOGS:      # an earlier build's log must not pass for this one's
         (build_dir / _TOOL_LOGS[tool]).unlink(missing_ok=True)
     start = time.monotonic()
-    watch = ToolProgress(tool, build_dir / _TOOL_LOGS[tool] if tool in _TOOL_LOGS else None,
-                         start)
+    watch = ToolProgress(tool, build_dir / _TOOL_LOGS[tool] if tool in _TOOL_LOGS else None)
     with open(log_path, "w") as log:
         log.write("$ " + shlex.join(command) + "\n")
         log.flush()
@@ -348,7 +347,7 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
             log.close()
             raise _missing_tool(stage, tool, program[0]) from None
         running[seed] = (proc, log, time.monotonic())
-        watches[seed] = ToolProgress(tool, d / _TOOL_LOGS[tool], running[seed][2])
+        watches[seed] = ToolProgress(tool, d / _TOOL_LOGS[tool])
 
     try:
         while pending or running:

@@ -68,11 +68,12 @@ class ToolProgress:
     path : str or Path, optional
         The log file, read by :meth:`poll` from where the last read stopped. Without it, lines
         come through :meth:`feed` only.
-    start : float
-        The clock reading (``time.monotonic()``) at which the tool started.
+
+    Times are clock readings (``time.monotonic()``) passed in by the caller: when a line was
+    seen, not when the tool wrote it, so a phase's time is good to the interval between reads.
     """
 
-    def __init__(self, tool: str, path=None, start: float = 0.0):
+    def __init__(self, tool: str, path=None):
         self.kind = ("yosys" if tool == "yosys" else
                      "nextpnr" if tool.startswith("nextpnr") else None)
         self.path = None if path is None else Path(path)
@@ -81,11 +82,9 @@ class ToolProgress:
         self.detail = ""            # where it is in it
         self.eta = None             # seconds left in the phase, where they can be estimated
         self._starts = []           # [(phase, clock when first seen), ...]
-        self._start = start
         self._step = None           # yosys: (number, name, clock when started)
         self._arcs = None           # router1: arcs to route
         self._rows = []             # recent router rows
-        self._router = None
         self._best, self._stalled = None, 0     # analytic placer: best legal wirelength
 
     # -- input --------------------------------------------------------------------------------
@@ -150,8 +149,6 @@ class ToolProgress:
             self.detail = "annealing"
         elif line.startswith("Routing..") or line.startswith("Running router2"):
             self._enter("routing", now)
-            if line.startswith("Running router2"):
-                self._router = "router2"
         elif line.startswith("Routing complete"):
             self.detail, self.eta = "complete", None
         elif self.phase == "routing" and (line.startswith("Critical path report")
