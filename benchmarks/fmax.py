@@ -36,6 +36,7 @@ import numpy as np
 
 import onnx2fpga
 from onnx2fpga.boards.build import BuildError
+from onnx2fpga.errors import SizeError
 
 __all__ = ["DESIGNS", "compile_design", "build_row", "format_row", "main"]
 
@@ -70,7 +71,7 @@ def build_row(design, name: str, board: str, seed: int, clock_mhz=None) -> dict:
     start = time.monotonic()
     try:
         report = design.build(board, seed=seed, progress=False, clock_mhz=clock_mhz)
-    except BuildError as e:
+    except (BuildError, SizeError) as e:       # SizeError: the estimate does not fit the device
         row["error"] = str(e).splitlines()[0]
         return row
     row["fmax_mhz"] = report["fmax_mhz"]

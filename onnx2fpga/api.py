@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 import tempfile
 import time
 
@@ -26,18 +25,22 @@ from .designdir import FolderLock, check_target, publish, verify
 from .errors import DesignDirError, OptionError
 from .ir.dataflow import Design
 from .ir.serialize import load_design
+from .log import get_logger, say
 from .manifest import run_fields
 from .report import write_report
 from .steps import STEPS, Compilation, check_options, fold_options, run_steps, write_artifacts
 
 __all__ = ["compile", "load", "CompiledDesign", "progress"]
 
+_log = get_logger(__name__)
+
 _FILES = ("top.v", "manifest.json", "design.json", "design.npz")
 
 
 def progress(msg: str) -> None:
-    """Progress lines go to stderr so that ``--json`` output on stdout stays clean."""
-    print(f"[onnx2fpga] {msg}", file=sys.stderr, flush=True)
+    """Progress lines go to stderr so that ``--json`` output on stdout stays clean (and to
+    the ``onnx2fpga.api`` logger: :mod:`onnx2fpga.log`)."""
+    say(_log, msg)
 
 
 _say = progress      # for the methods whose ``progress`` argument hides this function
@@ -213,7 +216,7 @@ class CompiledDesign:
 
     def build(self, board: str, *, seed: int | list[int] | None = None, progress: bool = True,
               clock_mhz: float | None = None, baud: int = 115200,
-              link: str | None = None) -> dict:
+              link: str | None = None, fit_check: bool = True) -> dict:
         """Build a bitstream for ``board``; writes ``build/<board>/report.json`` and returns
         it. A design that misses timing has ``timing_met`` false. The accelerator sits behind
         the framed host link (:mod:`onnx2fpga.boards.framed`), which answers HELLO with the
@@ -224,7 +227,11 @@ class CompiledDesign:
         the report). ``link``: ``"uart"`` or ``"usb"`` (the board's own USB port as a CDC-ACM
         serial device; the OrangeCrab's default), ``None`` for the board's default. ``seed``:
         nextpnr's placement seed, or a list of seeds to place and route with, keeping the best
-        run (see :func:`onnx2fpga.boards.build.build_bitstream`)."""
+        run (see :func:`onnx2fpga.boards.build.build_bitstream`). ``fit_check``: refuse,
+        before synthesis, a design whose estimated resources exceed the board's device
+        (:func:`onnx2fpga.boards.fit.check_fit`, a :class:`~onnx2fpga.errors.SizeError`,
+        after the clock and link options are checked); false builds anyway, for when the
+        estimate is wrong."""
         from .boards.build import build_bitstream
         from .boards.targets import get_board
         from .hw.top import Accelerator
@@ -259,7 +266,9 @@ class CompiledDesign:
                     cycles_per_inference=self.manifest["cycles_per_inference"],
                     latency_cycles=self.manifest["latency_cycles"],
                     design_id=self.manifest["top"]["verilog_sha256"], clock_mhz=clock_mhz,
-                    baud=baud, link=link, logic_memories=df.logic_memories)
+                    baud=baud, link=link, logic_memories=df.logic_memories,
+                    resource_estimate=self.manifest.get("resources") if fit_check else None,
+                    folded_for=(self.manifest.get("folding") or {}).get("board"))
             write_report(self.directory)      # now with this build's measured figures
         return report
 

@@ -15,6 +15,7 @@ import threading
 import warnings
 
 from .errors import Onnx2FpgaError
+from .log import remove_handler, terminal_handler
 
 __all__ = ["main"]
 
@@ -149,6 +150,9 @@ def _parser():
     b.add_argument("--link", choices=("uart", "usb"), default=None,
                    help="host link: the board's UART, or its own USB port as a CDC-ACM serial "
                    "device (default: the board's; USB on the OrangeCrab)")
+    b.add_argument("--no-fit-check", action="store_true",
+                   help="build even if the design's estimated resources exceed the board's "
+                   "device (for when the estimate is wrong)")
     b.add_argument("--json", action="store_true", help="print the report as JSON")
 
     sub.add_parser("boards", help="list the supported boards")
@@ -207,6 +211,13 @@ def _parser():
     k.add_argument("--golden-only", action="store_true",
                    help="do not compile and simulate the tests that map to hardware")
     k.add_argument("--json", action="store_true", help="print the results as JSON")
+    for command in sub.choices.values():
+        talk = command.add_mutually_exclusive_group()
+        talk.add_argument("-v", "--verbose", action="count", default=0,
+                          help="also print debug messages (each tool's progress, the figures "
+                          "of checks)")
+        talk.add_argument("-q", "--quiet", action="store_true",
+                          help="print warnings and errors only, no progress")
     return p
 
 
@@ -369,7 +380,7 @@ def _build(args):
     from .api import load
     d = load(args.dir)
     report = d.build(args.board, seed=args.seed, clock_mhz=args.clock_mhz, baud=args.baud,
-                     link=args.link)
+                     link=args.link, fit_check=not args.no_fit_check)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -507,10 +518,12 @@ def main(argv=None) -> int:
     def show(message, category, filename, lineno, file=None, line=None):
         print(f"warning: {message}", file=sys.stderr)
     warnings.showwarning = show
+    handler = None
     try:
         from .designdir import INTERRUPTED
         INTERRUPTED.clear()
         args = _parser().parse_args(argv)
+        handler = terminal_handler(-1 if args.quiet else args.verbose)
         return {"compile": _compile, "simulate": _simulate, "build": _build,
                 "boards": _boards, "report": _report, "run": _run, "flash": _flash,
                 "conformance": _conformance}[args.command](args)
@@ -522,8 +535,10 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     finally:
-        for sig, handler in old_handlers.items():
-            signal.signal(sig, handler)
+        if handler is not None:
+            remove_handler(handler)
+        for sig, old in old_handlers.items():
+            signal.signal(sig, old)
         sys.unraisablehook = old_hook
 
 

@@ -49,7 +49,7 @@ from .ir.dataflow import Design
 from .ir.layers import product_mapping
 from .ir.serialize import save_design
 from .manifest import make_manifest
-from .plan.devices import FAMILIES
+from .plan.devices import FAMILIES, logic_cells
 from .report import write_report
 from .sim.model import accepted_layouts, first_bad_element
 
@@ -155,12 +155,6 @@ def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                               f"--target-fps) and build for {target.name}")
         opts["fits"] = device_check(target, utilization, pinned)
     return opts
-
-
-def logic_cells(res: dict) -> int:
-    """Logic cells of an estimate: LUTs plus half the flip-flops (an iCE40 logic cell holds
-    one of each; flip-flops that do not pack with their LUT take cells of their own)."""
-    return res["lut"] + res["ff"] // 2
 
 
 def cheapest_cover(items, need: int) -> list:

@@ -15,12 +15,18 @@ __all__ = [
     "FAMILIES", "const_multiplier_bits", "multiplier_dsps", "MemoryMap", "memory_mapping",
     "varying_columns", "is_shift_register_buffer", "logic_cost", "logic_memory_cost",
     "LUT_PRODUCT_MAX_BITS", "ECP5_DSP_BITS", "ICE40_DSP_BITS", "ice40_registered_product",
-    "ice40_paired_product", "ice40_matvec_dsps", "LOGIC_ROM_LUTS_PER_BIT",
+    "ice40_paired_product", "ice40_matvec_dsps", "LOGIC_ROM_LUTS_PER_BIT", "logic_cells",
 ]
 
 
 #: The device families the model knows.
 FAMILIES = ("ice40", "ecp5")
+
+
+def logic_cells(res: dict) -> int:
+    """Logic cells of an estimate: LUTs plus half the flip-flops (an iCE40 logic cell holds
+    one of each; flip-flops that do not pack with their LUT take cells of their own)."""
+    return res["lut"] + res["ff"] // 2
 
 
 def check_family(family):

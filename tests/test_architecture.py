@@ -37,8 +37,8 @@ PACKAGES = {"onnx2fpga": "onnx2fpga", "ir": "onnx2fpga.ir", "plan": "onnx2fpga.p
             "boards": "onnx2fpga.boards"}
 
 #: Layer of each package -> the project packages its modules may import (besides itself).
-#: ``errors``, ``version`` and ``designdir`` (files, locks) are leaves of the root package that
-#: every layer may use; the rest of the root package (API, CLI, report, runtime) is the top,
+#: ``errors``, ``version``, ``log`` (logging) and ``designdir`` (files, locks) are leaves of the
+#: root package that every layer may use; the rest of the root package (API, CLI, report, runtime) is the top,
 #: imported by no layer below.
 ALLOWED = {
     "onnx2fpga.ir": set(),
@@ -48,7 +48,7 @@ ALLOWED = {
     "onnx2fpga.hw": {"onnx2fpga.ir", "onnx2fpga.sim", "onnx2fpga.plan"},
     "onnx2fpga.boards": {"onnx2fpga.ir", "onnx2fpga.sim", "onnx2fpga.plan", "onnx2fpga.hw"},
 }
-LEAVES = {"onnx2fpga.errors", "onnx2fpga.version", "onnx2fpga.designdir"}
+LEAVES = {"onnx2fpga.errors", "onnx2fpga.version", "onnx2fpga.log", "onnx2fpga.designdir"}
 
 #: Third-party imports a package must never make.
 FORBIDDEN = {

@@ -292,3 +292,30 @@ def test_folding_option_errors(tmp_path, capsys, float_model, argv, message):
     assert code == 2
     assert re.fullmatch(message, err.strip()) if "\\d" in message else err.strip() == message
     assert not (tmp_path / "e").exists()
+
+
+def test_build_verbose_and_quiet(tmp_path, capsys, float_model, monkeypatch):
+    # Progress lines through the terminal handler, each once; -q hides them, -v adds the debug
+    # messages (here the fit check's figures); the handler goes away after the command.
+    import logging
+    import shutil
+    path, cal_path, _ = float_model
+    out = tmp_path / "d"
+    assert main(["compile", str(path), "-o", str(out), "--calibration", str(cal_path),
+                 "-q"]) == 0
+    assert "[onnx2fpga]" not in capsys.readouterr().err
+    false = shutil.which("false")
+    monkeypatch.setenv("YOSYS", false)
+    assert main(["build", str(out), "--board", "ulx3s-85f", "-v"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"^\[onnx2fpga\] ulx3s-85f: estimated \{'lut': \d+", err, re.M)
+    assert err.count(f"[onnx2fpga] ulx3s-85f: synthesis ({false}) ...") == 1
+    assert "\nerror: synthesis failed: " in err
+    assert main(["build", str(out), "--board", "ulx3s-85f"]) == 2
+    err = capsys.readouterr().err
+    assert "estimated {" not in err and f"[onnx2fpga] ulx3s-85f: synthesis ({false}) ..." in err
+    assert main(["build", str(out), "--board", "ulx3s-85f", "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith("error: synthesis failed: ")
+    package = logging.getLogger("onnx2fpga")
+    assert [type(h) for h in package.handlers] == [logging.NullHandler]
+    assert package.level == logging.NOTSET

@@ -4,6 +4,7 @@ import gc
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -457,6 +458,28 @@ def test_tool_environment_respects_user_values():
     assert env["ICEPACK"] == "yowasp-icepack" and env["ECPPACK"] == "yowasp-ecppack"
 
 
+def test_tool_variable_holds_a_path_or_a_command_line(tmp_path, monkeypatch):
+    from onnx2fpga.boards.build import tool_command
+    spaced = tmp_path / "my tools" / "yosys"
+    spaced.parent.mkdir()
+    spaced.write_text("")
+    assert tool_command("yosys", {"YOSYS": str(spaced)}) == [str(spaced)]
+    assert tool_command("nextpnr-ecp5", {"NEXTPNR_ECP5": "python3 -m my_pnr --x"}) == [
+        "python3", "-m", "my_pnr", "--x"]
+    assert tool_command("dfu-util", {"DFU_UTIL": " "}) == ["dfu-util"]
+    assert tool_command("icepack", {}) == ["icepack"]
+    # A build runs the command line: here a script through the interpreter, which records its
+    # arguments and fails at once.
+    script = tmp_path / "fake_yosys.py"
+    script.write_text(f"import json, sys\njson.dump(sys.argv[1:], open({str(tmp_path / 'a')!r}, "
+                      f"'w'))\nsys.exit(1)\n")
+    monkeypatch.setenv("YOSYS", f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}")
+    with pytest.raises(BuildError, match="^synthesis failed: "):
+        build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "icebreaker", tmp_path / "b",
+                        progress=False)
+    assert json.loads((tmp_path / "a").read_text()) == ["-q", "-l", "top.rpt", "top.ys"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Real builds (yosys + nextpnr through YoWASP): one per family
 
@@ -470,9 +493,12 @@ def _have_tools(*tools):
     ("icebreaker", ("YOSYS", "NEXTPNR_ICE40", "ICEPACK"), "top.bin"),
     ("ulx3s-85f", ("YOSYS", "NEXTPNR_ECP5", "ECPPACK"), "top.bit"),
 ])
-def test_build_bitstream(board, tools, bitstream, tmp_path, capsys):
+def test_build_bitstream(board, tools, bitstream, tmp_path, capsys, monkeypatch):
     if not _have_tools(*tools):
         pytest.skip(f"needs {', '.join(tools)} (pip install onnx2fpga[boards])")
+    # A line of progress at every look at the tools' logs, to see the phases of a short build.
+    monkeypatch.setattr("onnx2fpga.boards.build.POLL_SECONDS", 0.2)
+    monkeypatch.setattr("onnx2fpga.boards.build.PROGRESS_SECONDS", 0.0)
     port = Port("x", (4,), IntType(8, False), scale=1.0, zero_point=0, lanes=2)
     report = build_bitstream(lambda: ByteIncrement(16), port, port, board, tmp_path, seed=3,
                              cycles_per_inference=2, latency_cycles=1)
@@ -504,6 +530,19 @@ def test_build_bitstream(board, tools, bitstream, tmp_path, capsys):
     err = capsys.readouterr().err
     for stage in ("synthesis", "place and route", "packing"):
         assert f"{board}: {stage} done in" in err
+    # Phases and progress read from yosys' and nextpnr's logs while they ran.
+    # (yosys takes seconds, nextpnr about one on this design: the time per phase at its end
+    # has them all, the lines while it ran whatever the looks at its log caught)
+    # (synth_ecp5 runs as SYNTH_LATTICE in yosys 0.70)
+    assert re.search(rf"{board}: synthesis: synth_(ice40|lattice): pass 2\.\d+ [A-Z]", err)
+    assert re.search(rf"{board}: place and route: (packing|placement|routing)", err)
+    assert re.search(r"place and route done in [\d.]+ s \(packing \d+ s, placement \d+ s, "
+                     r"routing \d+ s", err)
+    phases = report["phase_seconds"]
+    assert list(phases) == ["synthesis", "place and route"]
+    assert list(phases["place and route"])[:3] == ["packing", "placement", "routing"]
+    for stage, seconds in phases.items():
+        assert sum(seconds.values()) <= report["stage_seconds"][stage] + 0.2
 
 
 def test_tool_environment_gowin_defaults():

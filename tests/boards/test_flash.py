@@ -90,7 +90,32 @@ def test_missing_programmer_says_how_to_install(tmp_path, capfd, monkeypatch):
     code, _, err = _run(capfd, "flash", d, "--board", "ulx3s-85f")
     assert code == 2
     assert err.splitlines()[-1] == ("error: programmer 'openFPGALoader' not found on PATH; "
-                                    "install it (apt install openfpgaloader)")
+                                    "install it (apt install openfpgaloader) or name it with "
+                                    "OPENFPGALOADER")
+
+
+@pytest.mark.parametrize("board, var", [("icebreaker", "ICEPROG"), ("icesugar", "ICESPROG"),
+                                        ("ulx3s-85f", "OPENFPGALOADER"),
+                                        ("orangecrab-25f", "DFU_UTIL")])
+def test_programmer_variable_replaces_the_default(board, var, tmp_path, capfd, monkeypatch):
+    d, bitstream = _design(tmp_path, board)
+    args = [a.format(bit=bitstream) for a in COMMANDS[board][1:]]
+    # A path to a program (here with a space in it) ...
+    fake = tmp_path / "my tools" / "prog"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > '{tmp_path / 'argv.txt'}'\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv(var, str(fake))
+    code, out, err = _run(capfd, "flash", d, "--board", board, "--dry-run")
+    assert (code, err) == (0, "")
+    assert out == f"'{fake}' " + " ".join(args) + "\n"
+    code, _, err = _run(capfd, "flash", d, "--board", board)
+    assert code == 0 and err.startswith(f"$ '{fake}' ")
+    assert (tmp_path / "argv.txt").read_text().splitlines() == args
+    # ... or a command line.
+    monkeypatch.setenv(var, "sudo -E my-programmer --verbose")
+    code, out, _ = _run(capfd, "flash", d, "--board", board, "--dry-run")
+    assert out == "sudo -E my-programmer --verbose " + " ".join(args) + "\n"
 
 
 @pytest.mark.parametrize("board, message", [
