@@ -63,7 +63,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         renamed into place when complete (:func:`onnx2fpga.designdir.publish`).
     calibration : array, dict, or path to .npy or .npz, optional
         A batch of real inputs (stacked along axis 0; a dict or .npz holds it under the
-        graph input's name) for post-training quantization of a float model. Ignored, with a warning, for models that are already quantized.
+        graph input's name) for post-training quantization of a float model. Ignored, with
+        a warning, for models that are already quantized.
     lenient : bool
         Accept the common exporter deviations from the ONNX spec (see ``frontend.load``).
     allow_host_compute : bool
@@ -160,6 +161,25 @@ class CompiledDesign:
     @property
     def verilog_path(self) -> str:
         return os.path.join(self.directory, "top.v")
+
+    def component(self):
+        """The accelerator as an Amaranth ``wiring.Component`` with ``amaranth.lib.stream``
+        ports, to instantiate inside an Amaranth design
+        (:class:`~onnx2fpga.hw.top.StreamAccelerator`).
+
+        Its members are ``i_stream: In(stream.Signature(payload))`` and ``o_stream:
+        Out(...)``, the payload a ``data.StructLayout`` of ``data`` (one transfer: an array of
+        the port's ``lanes`` elements of its type, in the manifest's element order) and
+        ``last`` (1 on the last transfer of each output tensor; always 1 when one transfer is
+        the whole tensor; ignored on the input). Connect it with ``wiring.connect(m,
+        producer.o, accel.i_stream)``; a producer of another payload is refused by
+        ``wiring.connect``. It elaborates to the same hardware as the design's Verilog: the
+        integers in and out are those of ``simulate(x, engine="golden")``'s hardware part.
+        The clock and reset are the ``sync`` domain's. A new component on every call.
+        """
+        from .hw.top import StreamAccelerator
+
+        return StreamAccelerator(self.design.dataflow)
 
     def simulate(self, x, engine: str = "rtl", *, stall_in: float = 0.3,
                  stall_out: float = 0.3, seed: int = 0, progress: bool = False):
