@@ -43,7 +43,7 @@ from ..sim.verilator_build import new_run_dir, shared_simulator
 from .framed import FramedBridge
 from .protocol import design_id_from_sha256
 
-__all__ = ["VerilogAccelerator", "SimBoard", "SimBoardError", "board_verilog",
+__all__ = ["VerilogAccelerator", "SimBoard", "SimBoardError", "board_verilog", "board_source",
            "SIM_DIVISOR", "SIM_CLOCK_HZ"]
 
 #: Clock cycles per UART bit in simulation (fast, yet every bit is still shifted).
@@ -117,6 +117,38 @@ def board_verilog(manifest: dict) -> str:
         bridge.framing_error, bridge.tlast_error, bridge.frames_ok, bridge.frames_bad])
 
 
+def board_source(directory, manifest: dict) -> str:
+    """The Verilog the simulated board runs for the design folder ``directory``: the
+    design's ``NAME.v`` (checked against ``manifest``) with its module renamed
+    ``onnx2fpga_accelerator``, then :func:`board_verilog`'s module ``board``.
+
+    Raises
+    ------
+    SimBoardError
+        If ``NAME.v`` cannot be read, differs from the manifest's hash or has no module
+        ``NAME``.
+    """
+    # Verilator names its classes after the prefix "Vtop" that cocotb's runner uses; a
+    # module called "top" below the toplevel collides with them, so the accelerator's
+    # module is renamed, and its submodules with it (``\NAME.matvec_0``: NAME could be
+    # the wrapper's own "board"); the body is the design's NAME.v as it is.
+    directory = Path(directory)
+    try:    # what runs is what the manifest names, and nothing a simulator would execute
+        name = module_name(manifest, str(directory))
+        path = directory / design_files(name)["verilog"]
+        text = check_top(path.read_bytes(), manifest, str(path))
+    except OSError as e:
+        raise SimBoardError(f"{directory}: cannot read the design ({e})") from None
+    except DesignDirError as e:
+        raise SimBoardError(str(e)) from None
+    top, count = re.subn(rf"^module {name}\(", f"module {_ACCEL_MODULE}(", text, count=1,
+                         flags=re.M)
+    if count != 1:
+        raise SimBoardError(f"{path} has no module {name!r}")
+    top = top.replace(f"\\{name}.", f"\\{_ACCEL_MODULE}.")
+    return top + "\n" + board_verilog(manifest)
+
+
 class SimBoard:
     """Start the simulated board for a design directory; use it as a transport.
 
@@ -171,24 +203,7 @@ class SimBoard:
     # -- starting and stopping -----------------------------------------------------------------
 
     def _source_text(self) -> str:
-        # Verilator names its classes after the prefix "Vtop" that cocotb's runner uses; a
-        # module called "top" below the toplevel collides with them, so the accelerator's
-        # module is renamed, and its submodules with it (``\NAME.matvec_0``: NAME could be
-        # the wrapper's own "board"); the body is the design's NAME.v as it is.
-        try:    # what runs is what the manifest names, and nothing a simulator would execute
-            name = module_name(self.manifest, str(self.directory))
-            path = self.directory / design_files(name)["verilog"]
-            text = check_top(path.read_bytes(), self.manifest, str(path))
-        except OSError as e:
-            raise SimBoardError(f"{self.directory}: cannot read the design ({e})") from None
-        except DesignDirError as e:
-            raise SimBoardError(str(e)) from None
-        top, count = re.subn(rf"^module {name}\(", f"module {_ACCEL_MODULE}(", text, count=1,
-                             flags=re.M)
-        if count != 1:
-            raise SimBoardError(f"{path} has no module {name!r}")
-        top = top.replace(f"\\{name}.", f"\\{_ACCEL_MODULE}.")
-        return top + "\n" + board_verilog(self.manifest)
+        return board_source(self.directory, self.manifest)
 
     def _start(self):
         self._stack = contextlib.ExitStack()

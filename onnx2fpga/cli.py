@@ -162,7 +162,7 @@ def _parser():
                        description="Send the inputs in X.npy (stacked along axis 0, in the "
                        "model's input dtype and shape) to the board running the design in DIR "
                        "and write the model's outputs to Y.npy. The board must answer HELLO "
-                       "with this design's hash. --sim runs the board wrapper and top.v in "
+                       "with this design's hash. --sim runs the board wrapper and NAME.v in "
                        "Verilator behind the same serial protocol.")
     r.add_argument("dir", metavar="DIR")
     where = r.add_mutually_exclusive_group(required=True)

@@ -16,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 import onnx2fpga
+from onnx2fpga.boards.simboard import board_source
 from onnx2fpga.cli import main
 from onnx2fpga.designdir import LOCK_NAME
 from onnx2fpga.errors import DesignDirError
@@ -317,3 +318,15 @@ def test_rtl_simulation_of_a_named_design(named):
     np.testing.assert_array_equal(a.simulate(x, engine="rtl", stall_in=0.2, stall_out=0.2),
                                   a.simulate(x, engine="golden"))
     assert a.last_run["inferences"] == 20
+
+
+def test_simulated_board_source_of_a_design_named_board(tmp_path, monkeypatch):
+    """The simulated board renames the accelerator's module and submodules, so a design may
+    be called even ``board``, as the wrapper is: yosys reads the whole without collisions."""
+    path, cal = _small(tmp_path, (6, 5, 3), 4)
+    d = onnx2fpga.compile(path, tmp_path / "d", calibration=np.load(cal), name="board")
+    text = board_source(d.directory, d.manifest)
+    assert "\\board.matvec_0 " not in text and "\\onnx2fpga_accelerator.matvec_0 " in text
+    (tmp_path / "sim.v").write_text(text)
+    code, log = _yosys("read_verilog sim.v; hierarchy -check -top board", tmp_path, monkeypatch)
+    assert code == 0, log
