@@ -279,6 +279,19 @@ def test_named_files_are_checked_against_the_manifest(named, tmp_path):
         onnx2fpga.load(copy)
 
 
+def test_a_manifest_naming_no_identifier_is_refused(named, tmp_path):
+    copy = tmp_path / "a"
+    shutil.copytree(named[0].directory, copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    m["top"]["module"] = "../a"
+    (copy / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(DesignDirError, match=(
+            rf"^{copy}: manifest.json names the top module '\.\./a', which is not a Verilog "
+            r"identifier \(a letter or underscore, then letters, digits or underscores; at "
+            r"most 64 characters; no Verilog keyword\); compile the model again$")):
+        onnx2fpga.load(copy)
+
+
 def test_force_replaces_a_folder_of_another_name(named, tmp_path):
     a = named[0]
     copy = tmp_path / "d"
