@@ -1,7 +1,7 @@
-"""A simulated board: the framed board wrapper around ``top.v``, in Verilator through cocotb,
+"""A simulated board: the framed board wrapper around ``NAME.v``, in Verilator through cocotb,
 reached over a local socket with the same :class:`~.protocol.Link` code as a real board.
 
-The simulator runs :class:`~.framed.FramedBridge` (with the design's own ``top.v``
+The simulator runs :class:`~.framed.FramedBridge` (with the design's own ``NAME.v``
 instantiated inside it, so the bytes on the line reach exactly the Verilog the manifest's
 hash names) and bit-bangs the UART: the cocotb test (:mod:`._cocotb_board`) shifts the bytes
 the host writes onto ``rx`` at ``divisor`` clock cycles per bit and decodes ``tx`` into bytes
@@ -37,13 +37,13 @@ from pathlib import Path
 from amaranth.back import verilog
 from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal
 
-from ..designdir import check_top
+from ..designdir import check_top, design_files, module_name
 from ..errors import DesignDirError, Onnx2FpgaError
 from ..sim.verilator_build import new_run_dir, shared_simulator
 from .framed import FramedBridge
 from .protocol import design_id_from_sha256
 
-__all__ = ["VerilogAccelerator", "SimBoard", "SimBoardError", "board_verilog",
+__all__ = ["VerilogAccelerator", "SimBoard", "SimBoardError", "board_verilog", "board_source",
            "SIM_DIVISOR", "SIM_CLOCK_HZ"]
 
 #: Clock cycles per UART bit in simulation (fast, yet every bit is still shifted).
@@ -67,7 +67,7 @@ class SimBoardError(Onnx2FpgaError, RuntimeError):
 
 
 class VerilogAccelerator(Elaboratable):
-    """The accelerator as an instance of the Verilog module ``top`` (from ``top.v``).
+    """The accelerator as an instance of the Verilog module ``module`` (from ``NAME.v``).
 
     Has the flat AXI4-Stream signals of :data:`~.wrapper.AXIS_PORTS` as attributes, so it
     drops into :class:`~.framed.FramedBridge`; ``clk`` and ``rst`` come from ``sync``.
@@ -109,11 +109,44 @@ def sim_bridge(manifest: dict, accelerator=None) -> FramedBridge:
 
 
 def board_verilog(manifest: dict) -> str:
-    """Verilog of module ``board``: the wrapper, instantiating ``top`` (not included)."""
+    """Verilog of module ``board``: the wrapper, instantiating the accelerator's module
+    renamed ``onnx2fpga_accelerator`` (not included)."""
     bridge = sim_bridge(manifest)
     return verilog.convert(bridge, name="board", ports=[
         bridge.rx, bridge.tx, bridge.activity, bridge.error_led, bridge.overrun,
         bridge.framing_error, bridge.tlast_error, bridge.frames_ok, bridge.frames_bad])
+
+
+def board_source(directory, manifest: dict) -> str:
+    """The Verilog the simulated board runs for the design folder ``directory``: the
+    design's ``NAME.v`` (checked against ``manifest``) with its module renamed
+    ``onnx2fpga_accelerator``, then :func:`board_verilog`'s module ``board``.
+
+    Raises
+    ------
+    SimBoardError
+        If ``NAME.v`` cannot be read, differs from the manifest's hash or has no module
+        ``NAME``.
+    """
+    # Verilator names its classes after the prefix "Vtop" that cocotb's runner uses; a
+    # module called "top" below the toplevel collides with them, so the accelerator's
+    # module is renamed, and its submodules with it (``\NAME.matvec_0``: NAME could be
+    # the wrapper's own "board"); the body is the design's NAME.v as it is.
+    directory = Path(directory)
+    try:    # what runs is what the manifest names, and nothing a simulator would execute
+        name = module_name(manifest, str(directory))
+        path = directory / design_files(name)["verilog"]
+        text = check_top(path.read_bytes(), manifest, str(path))
+    except OSError as e:
+        raise SimBoardError(f"{directory}: cannot read the design ({e})") from None
+    except DesignDirError as e:
+        raise SimBoardError(str(e)) from None
+    top, count = re.subn(rf"^module {name}\(", f"module {_ACCEL_MODULE}(", text, count=1,
+                         flags=re.M)
+    if count != 1:
+        raise SimBoardError(f"{path} has no module {name!r}")
+    top = top.replace(f"\\{name}.", f"\\{_ACCEL_MODULE}.")
+    return top + "\n" + board_verilog(manifest)
 
 
 class SimBoard:
@@ -122,10 +155,10 @@ class SimBoard:
     Parameters
     ----------
     directory : str or Path
-        A design directory (``top.v``, ``manifest.json``).
+        A design directory (``NAME.v``, ``manifest.json``).
     build_dir : str or Path, optional
         Where to build; default ``DIRECTORY/sim_board``. The Verilator build is reused while
-        ``top.v`` and the wrapper stay the same, and shared with other simulated boards of
+        ``NAME.v`` and the wrapper stay the same, and shared with other simulated boards of
         the design running at the same time (each has its own run folder
         ``build_dir/runs/run-XXXXXXXX``, removed by :meth:`close` unless the simulator
         failed; see :func:`~onnx2fpga.sim.verilator_build.shared_simulator`).
@@ -170,19 +203,7 @@ class SimBoard:
     # -- starting and stopping -----------------------------------------------------------------
 
     def _source_text(self) -> str:
-        # Verilator names its classes after the prefix "Vtop" that cocotb's runner uses; a
-        # module called "top" below the toplevel collides with them, so the accelerator's
-        # module is renamed (its body is the design's top.v as it is).
-        path = self.directory / "top.v"
-        try:    # what runs is what the manifest names, and nothing a simulator would execute
-            text = check_top(path.read_bytes(), self.manifest, str(path))
-        except DesignDirError as e:
-            raise SimBoardError(str(e)) from None
-        top, count = re.subn(r"^module top\(", f"module {_ACCEL_MODULE}(", text, count=1,
-                             flags=re.M)
-        if count != 1:
-            raise SimBoardError(f"{self.directory / 'top.v'} has no module 'top'")
-        return top + "\n" + board_verilog(self.manifest)
+        return board_source(self.directory, self.manifest)
 
     def _start(self):
         self._stack = contextlib.ExitStack()

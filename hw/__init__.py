@@ -14,9 +14,9 @@ from .matvec import MatVecCore
 from .plumbing import StreamFIFO, WidthConverter
 from .requant import RequantCore
 from .threshold import ThresholdCore
-from .top import Accelerator
+from .top import Accelerator, StreamAccelerator
 
 __all__ = [
     "Accelerator", "LutCore", "MatVecCore", "RequantCore", "StreamFIFO", "WidthConverter",
-    "ThresholdCore", "emit_verilog",
+    "ThresholdCore", "StreamAccelerator", "emit_verilog",
 ]

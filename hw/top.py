@@ -22,7 +22,7 @@ from .slice import SliceCore
 from .threshold import ThresholdCore
 from .window import SlidingWindowCore
 
-__all__ = ["Accelerator", "CORES", "make_core"]
+__all__ = ["Accelerator", "StreamAccelerator", "stream_signature", "CORES", "make_core"]
 
 
 class Accelerator(wiring.Component):
@@ -171,6 +171,80 @@ class Accelerator(wiring.Component):
             m.d.sync += count.eq(0)
             with m.If(~last):
                 m.d.sync += count.eq(count + 1)
+        return m
+
+
+def stream_signature(port) -> stream.Signature:
+    """The ``stream.Signature`` of a :class:`StreamAccelerator` port for ``port`` (a
+    :class:`~onnx2fpga.ir.Port`).
+
+    Its payload is a ``data.StructLayout`` of ``data`` (one transfer: a
+    ``data.ArrayLayout`` of ``port.lanes`` elements of the port's type, ``signed`` where the
+    type is signed) and ``last`` (1 bit: the last transfer of a tensor). ``last`` is there
+    even when one transfer carries the whole tensor (``port.beats == 1``), where it is always
+    1, so that every design's streams have the same form.
+    """
+    return stream.Signature(data.StructLayout({
+        "data": data.ArrayLayout(int_shape(port.type), port.lanes),
+        "last": 1,
+    }))
+
+
+class StreamAccelerator(wiring.Component):
+    """The :class:`Accelerator` of ``dataflow`` with ``amaranth.lib.stream`` ports, to
+    instantiate inside an Amaranth design and join with ``wiring.connect``.
+
+    It holds the Accelerator (the one description of the hardware, and the module the
+    emitted Verilog is made of) as its submodule ``accelerator`` and wires its AXI4-Stream
+    signals to the streams: nothing but wires, so timing and throughput are the
+    Accelerator's. The streams follow ``amaranth.lib.stream``'s rules (the accelerator's
+    ``valid`` never waits for ``ready``; its payload holds until transferred) and expect the
+    producer to follow them too.
+
+    Parameters
+    ----------
+    dataflow : Dataflow
+
+    Members
+    -------
+    i_stream : ``In(stream_signature(dataflow.input))``
+        One transfer per ``lanes`` elements of the input tensor in its stream order
+        (``dataflow.input.order``), ``dataflow.input.beats`` transfers per tensor. Tensors
+        are delimited by counting: ``payload.last`` is accepted and ignored.
+    o_stream : ``Out(stream_signature(dataflow.output))``
+        The output tensor the same way; ``payload.last`` is 1 on the last transfer of each
+        tensor (on every transfer when ``dataflow.output.beats`` is 1).
+    """
+
+    @quiet_if_invalid
+    def __init__(self, dataflow: Dataflow):
+        self._accelerator = Accelerator(dataflow)
+        self._accelerator._MustUse__used = True      # owned: only an unused wrapper warns
+        super().__init__({"i_stream": In(stream_signature(dataflow.input)),
+                          "o_stream": Out(stream_signature(dataflow.output))})
+
+    @property
+    def accelerator(self) -> Accelerator:
+        return self._accelerator
+
+    @property
+    def dataflow(self) -> Dataflow:
+        return self._accelerator.dataflow
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.accelerator = acc = self._accelerator
+        out = self.dataflow.output
+        m.d.comb += [
+            acc.s_axis_tvalid.eq(self.i_stream.valid),
+            self.i_stream.ready.eq(acc.s_axis_tready),
+            acc.s_axis_tdata.eq(self.i_stream.payload.data.as_value()),
+            acc.s_axis_tlast.eq(self.i_stream.payload.last),
+            self.o_stream.valid.eq(acc.m_axis_tvalid),
+            acc.m_axis_tready.eq(self.o_stream.ready),
+            self.o_stream.payload.data.eq(acc.m_axis_tdata[:out.lanes * out.type.bits]),
+            self.o_stream.payload.last.eq(acc.m_axis_tlast),
+        ]
         return m
 
 

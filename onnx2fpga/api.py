@@ -4,7 +4,9 @@
 >>> y = design.simulate(x, engine="rtl")                                 # doctest: +SKIP
 >>> report = design.build("icebreaker")                                  # doctest: +SKIP
 
-A design directory holds ``top.v`` (the accelerator), ``manifest.json`` (ports, element
+A design directory holds ``NAME.v`` (the accelerator, top module ``NAME``: ``top`` unless
+``compile(..., name=NAME)``) with its filelist ``NAME.f`` and FuseSoC core ``NAME.core``,
+``manifest.json`` (ports, element
 order, widths, scales and zero points, the partition between host and hardware, per-layer
 parallelism and cycle figures), ``design.json`` + ``design.npz`` (everything needed to run
 the model again without the ONNX file) and ``report.html`` + ``report.md`` (the same figures
@@ -21,7 +23,16 @@ import time
 
 import numpy as np
 
-from .designdir import FolderLock, check_target, publish, verify
+from .designdir import (
+    DEFAULT_MODULE,
+    FolderLock,
+    check_module_name,
+    check_target,
+    design_files,
+    module_name,
+    publish,
+    verify,
+)
 from .errors import DesignDirError, OptionError
 from .ir.dataflow import Design
 from .ir.serialize import load_design
@@ -34,7 +45,7 @@ __all__ = ["compile", "load", "CompiledDesign", "progress"]
 
 _log = get_logger(__name__)
 
-_FILES = ("top.v", "manifest.json", "design.json", "design.npz")
+_FILES = ("manifest.json", "design.json", "design.npz")
 
 
 def progress(msg: str) -> None:
@@ -52,7 +63,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
             folding: dict | None = None, multiplier_bits: int | None = None,
             board: str | None = None, target_fps: float | None = None,
             clock_mhz: float | None = None, utilization: float = 0.8,
-            verbose: bool = False, stop_after: str = "emit") -> CompiledDesign:
+            verbose: bool = False, stop_after: str = "emit",
+            name: str = DEFAULT_MODULE) -> CompiledDesign:
     """Compile an ONNX model into a design directory.
 
     Parameters
@@ -66,7 +78,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         renamed into place when complete (:func:`onnx2fpga.designdir.publish`).
     calibration : array, dict, or path to .npy or .npz, optional
         A batch of real inputs (stacked along axis 0; a dict or .npz holds it under the
-        graph input's name) for post-training quantization of a float model. Ignored, with a warning, for models that are already quantized.
+        graph input's name) for post-training quantization of a float model. Ignored, with
+        a warning, for models that are already quantized.
     lenient : bool
         Accept the common exporter deviations from the ONNX spec (see ``frontend.load``).
     allow_host_compute : bool
@@ -98,6 +111,14 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         Significant bits of requantization multipliers. By default 24 for models quantized
         elsewhere (the golden model then agrees with onnxruntime within one LSB) and 16 for
         our own calibration (the golden model is the only definition; cheaper hardware).
+    name : str
+        The Verilog top module's name (``top`` by default), a plain Verilog identifier
+        (:func:`onnx2fpga.designdir.check_module_name`). Every submodule carries it
+        (``NAME.matvec_0``...), so designs of different names can be read by one tool run
+        without collisions. The files are named after it: ``NAME.v``, the filelist
+        ``NAME.f`` (the Verilog, one path per line, relative to the folder) and the FuseSoC
+        CAPI2 core ``NAME.core`` (VLNV ``onnx2fpga:designs:NAME:VERSION``, targets
+        ``default`` and ``sim`` with ``toplevel: NAME``); ``manifest["top"]`` lists them.
     stop_after : str
         The last step to run (:data:`onnx2fpga.steps.STEPS`: ``"load"``, ``"quantize"``,
         ``"lower"``, ``"fold"``, ``"evaluate"``, ``"emit"``). Before ``"emit"``, what that
@@ -114,6 +135,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     if stop_after not in STEPS:
         raise OptionError(f"stop_after must be one of {', '.join(STEPS)}, not {stop_after!r}")
     check_options(weight_bits, activation_bits, multiplier_bits, folding)
+    check_module_name(name)
     fold_opts = fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                              pinned={name for name, o in (folding or {}).items()
                                      if isinstance(o, dict) and "multipliers" in o})
@@ -126,7 +148,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         "activation_bits": activation_bits, "per_channel": per_channel,
         "multiplier_bits": multiplier_bits, "board": board, "target_fps": target_fps,
         "clock_mhz": clock_mhz, "utilization": utilization, "folding": folding,
-        "fold_options": fold_opts})
+        "fold_options": fold_opts, "name": name})
     run_steps(c, stop_after, say)
     if out is None:
         out = tempfile.mkdtemp(prefix="onnx2fpga-")
@@ -161,8 +183,34 @@ class CompiledDesign:
         self.last_run = None
 
     @property
+    def module(self) -> str:
+        """The Verilog top module's name (``manifest["top"]["module"]``; ``top`` for a folder
+        written before it could be chosen)."""
+        return module_name(self.manifest)
+
+    @property
     def verilog_path(self) -> str:
-        return os.path.join(self.directory, "top.v")
+        """``NAME.v`` in the design folder (``NAME``: :attr:`module`)."""
+        return os.path.join(self.directory, design_files(self.module)["verilog"])
+
+    def component(self):
+        """The accelerator as an Amaranth ``wiring.Component`` with ``amaranth.lib.stream``
+        ports, to instantiate inside an Amaranth design
+        (:class:`~onnx2fpga.hw.top.StreamAccelerator`).
+
+        Its members are ``i_stream: In(stream.Signature(payload))`` and ``o_stream:
+        Out(...)``, the payload a ``data.StructLayout`` of ``data`` (one transfer: an array of
+        the port's ``lanes`` elements of its type, in the manifest's element order) and
+        ``last`` (1 on the last transfer of each output tensor; always 1 when one transfer is
+        the whole tensor; ignored on the input). Connect it with ``wiring.connect(m,
+        producer.o, accel.i_stream)``; a producer of another payload is refused by
+        ``wiring.connect``. It elaborates to the same hardware as the design's Verilog: the
+        integers in and out are those of ``simulate(x, engine="golden")``'s hardware part.
+        The clock and reset are the ``sync`` domain's. A new component on every call.
+        """
+        from .hw.top import StreamAccelerator
+
+        return StreamAccelerator(self.design.dataflow)
 
     def simulate(self, x, engine: str = "rtl", *, stall_in: float = 0.3,
                  stall_out: float = 0.3, seed: int = 0, progress: bool = False):
@@ -196,12 +244,12 @@ class CompiledDesign:
 
         def rtl_engine(dataflow, x_int):
             with FolderLock(self.directory, shared=True):
-                verify(self.directory, self.manifest)   # top.v as loaded, and safe to run
+                verify(self.directory, self.manifest)   # NAME.v as loaded, and safe to run
                 return rtl_run(dataflow, x_int)
 
         def rtl_run(dataflow, x_int):
             res = simulate_rtl(self.verilog_path, dataflow.input, dataflow.output, x_int,
-                               toplevel="top",
+                               toplevel=self.module,
                                build_dir=os.path.join(self.directory, "sim_build"),
                                stall_prob_in=stall_in, stall_prob_out=stall_out, seed=seed,
                                max_cycles_per_inference=10_000 + 4 * int(
@@ -276,7 +324,7 @@ class CompiledDesign:
 def load(directory) -> CompiledDesign:
     """Open a design directory written by :func:`compile`.
 
-    Every file is checked against the manifest's hashes and ``top.v`` against what the
+    Every file is checked against the manifest's hashes and ``NAME.v`` against what the
     emitter writes (:func:`onnx2fpga.designdir.verify`) before anything runs it.
     """
     d = os.fspath(directory)
@@ -294,6 +342,10 @@ def load(directory) -> CompiledDesign:
             raise DesignDirError(f"{d}: manifest.json is damaged ({e})") from None
         if not isinstance(manifest, dict) or manifest.get("format") != "onnx2fpga-manifest":
             raise DesignDirError(f"{d}: manifest.json is not an onnx2fpga manifest")
+        verilog = design_files(module_name(manifest, d))["verilog"]
+        if not os.path.isfile(os.path.join(d, verilog)):
+            raise DesignDirError(f"{d}: not a design directory (missing {verilog}); create "
+                                 f"one with 'onnx2fpga compile'")
         verify(d, manifest)
         try:
             design = load_design(os.path.join(d, "design.json"), os.path.join(d, "design.npz"))

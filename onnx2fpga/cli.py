@@ -58,8 +58,9 @@ def _parser():
 
     c = sub.add_parser("compile", help="compile an ONNX model into a design directory",
                        description="Load, check and quantize MODEL, partition it into host and "
-                       "hardware parts, and write DIR/top.v, DIR/manifest.json and the design "
-                       "data.")
+                       "hardware parts, and write DIR/NAME.v (the accelerator, top module "
+                       "NAME), its filelist DIR/NAME.f and FuseSoC core DIR/NAME.core, "
+                       "DIR/manifest.json and the design data.")
     c.add_argument("model", metavar="MODEL", help="ONNX model file")
     c.add_argument("-o", "--output", required=True, metavar="DIR", help="design directory")
     c.add_argument("--calibration", metavar="X.npy|X.npz", help="batch of real inputs, stacked "
@@ -103,6 +104,10 @@ def _parser():
                    "transfer into a convolution's window; NAME:lanes=L for pools and "
                    "elementwise layers; NAME:multipliers=lut|dsp: a layer's products in "
                    "LUTs or in hard multipliers)")
+    c.add_argument("--name", default="top", metavar="NAME",
+                   help="the Verilog top module's name (default top), a Verilog identifier; "
+                   "every submodule carries it (NAME.matvec_0, ...) and the files are named "
+                   "after it")
     c.add_argument("--stop-after", default="emit", metavar="STEP", choices=STEPS,
                    help="stop after this step of the compile and write what it produced "
                    "(load, quantize: graph.json; lower, fold, evaluate: design.json + "
@@ -168,7 +173,7 @@ def _parser():
                        description="Send the inputs in X.npy (stacked along axis 0, in the "
                        "model's input dtype and shape) to the board running the design in DIR "
                        "and write the model's outputs to Y.npy. The board must answer HELLO "
-                       "with this design's hash. --sim runs the board wrapper and top.v in "
+                       "with this design's hash. --sim runs the board wrapper and NAME.v in "
                        "Verilator behind the same serial protocol.")
     r.add_argument("dir", metavar="DIR")
     where = r.add_mutually_exclusive_group(required=True)
@@ -235,12 +240,14 @@ def _compile(args):
                  max_lanes=args.max_lanes, folding=args.folding,
                  multiplier_bits=args.multiplier_bits, board=args.board,
                  target_fps=args.target_fps, clock_mhz=args.clock,
-                 utilization=args.utilization, verbose=True, stop_after=args.stop_after)
+                 utilization=args.utilization, verbose=True, stop_after=args.stop_after,
+                 name=args.name)
     if args.stop_after != "emit":
         print(f"stopped after {args.stop_after}; wrote {os.path.abspath(args.output)}")
         return 0
     m = d.manifest
-    print(f"wrote {d.directory}: {len(m['layers'])} hardware layers, "
+    print(f"wrote {d.directory}: module {m['top']['module']} ({m['top']['file']}, "
+          f"{m['top']['filelist']}, {m['top']['core']}), {len(m['layers'])} hardware layers, "
           f"{m['cycles_per_inference']} cycles per inference, latency {m['latency_cycles']} "
           f"cycles")
     f = m["folding"]

@@ -13,10 +13,14 @@ Commands that read or write one design folder hold a lock on it (:class:`FolderL
 ``flock`` on ``DIR/.onnx2fpga.lock``): ``simulate``, ``build`` and :func:`~onnx2fpga.api.load`
 share it, a compile replacing the folder takes it alone and waits for them.
 
-:func:`verify` checks ``top.v``, ``design.json`` and ``design.npz`` against the manifest's
-SHA-256 hashes and refuses Verilog that would make a simulator run anything but the circuit
-(system tasks other than ``$signed``/``$unsigned``, compiler directives), since ``simulate``
-and ``run --sim`` compile ``top.v`` with Verilator.
+The files named after the design's top module (``NAME.v``, the filelist ``NAME.f`` and the
+FuseSoC core ``NAME.core``; ``NAME`` is ``manifest["top"]["module"]``, ``top`` by default and
+in folders written before it could be chosen) are :func:`design_files`.
+
+:func:`verify` checks ``NAME.v``, ``design.json``, ``design.npz`` and the filelist and core
+against the manifest's SHA-256 hashes and refuses Verilog that would make a simulator run
+anything but the circuit (system tasks other than ``$signed``/``$unsigned``, compiler
+directives), since ``simulate`` and ``run --sim`` compile ``NAME.v`` with Verilator.
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ import threading
 
 import numpy as np
 
-from .errors import DesignDirError
+from .errors import DesignDirError, OptionError
 
-__all__ = ["OWN_ENTRIES", "HASHED", "LOCK_NAME", "FolderLock", "check_target", "publish",
+__all__ = ["OWN_ENTRIES", "HASHED", "LOCK_NAME", "DEFAULT_MODULE", "check_module_name",
+           "module_name", "design_files", "hashed_files", "FolderLock", "check_target", "publish",
            "file_hashes", "verify", "check_verilog", "check_top", "atomic_write", "output_path",
            "save_array", "INTERRUPTED", "check_interrupted"]
 
@@ -56,14 +61,97 @@ def check_interrupted() -> None:
 #: The lock file of a design folder.
 LOCK_NAME = ".onnx2fpga.lock"
 
-#: The files whose SHA-256 the manifest records (``manifest["files"]``).
-HASHED = ("top.v", "design.json", "design.npz")
+#: The files whose SHA-256 the manifest records (``manifest["files"]``) besides those named
+#: after the top module (:func:`hashed_files`).
+HASHED = ("design.json", "design.npz")
 
-#: Everything onnx2fpga's commands write into a design folder; ``--force`` replaces a folder
-#: only if it holds nothing else.
+#: Everything onnx2fpga's commands write into a design folder besides the files named after
+#: the top module (:func:`design_files`); ``--force`` replaces a folder only if it holds
+#: nothing else.
 OWN_ENTRIES = frozenset({
     *HASHED, "manifest.json", "report.html", "report.md", "graph.json", "quantization.json",
     "build", "sim_build", "sim_board", LOCK_NAME})
+
+#: The top module's name when none is chosen (and in manifests written before it could be).
+DEFAULT_MODULE = "top"
+
+# Verilog-2005 and SystemVerilog (IEEE 1800-2017, Annex B) keywords: a module of such a
+# name cannot be read back (Verilator reads .v files as SystemVerilog).
+_KEYWORDS = frozenset("""
+    accept_on alias always always_comb always_ff always_latch and assert assign assume
+    automatic before begin bind bins binsof bit break buf bufif0 bufif1 byte case casex casez
+    cell chandle checker class clocking cmos config const constraint context continue cover
+    covergroup coverpoint cross deassign default defparam design disable dist do edge else
+    end endcase endchecker endclass endclocking endconfig endfunction endgenerate endgroup
+    endinterface endmodule endpackage endprimitive endprogram endproperty endspecify
+    endsequence endtable endtask enum event eventually expect export extends extern final
+    first_match for force foreach forever fork forkjoin function generate genvar global
+    highz0 highz1 if iff ifnone ignore_bins illegal_bins implements implies import incdir
+    include initial inout input inside instance int integer interconnect interface intersect
+    join join_any join_none large let liblist library local localparam logic longint
+    macromodule matches medium modport module nand negedge nettype new nexttime nmos nor
+    noshowcancelled not notif0 notif1 null or output package packed parameter pmos posedge
+    primitive priority program property protected pull0 pull1 pulldown pullup
+    pulsestyle_ondetect pulsestyle_onevent pure rand randc randcase randsequence rcmos real
+    realtime ref reg reject_on release repeat restrict return rnmos rpmos rtran rtranif0
+    rtranif1 s_always s_eventually s_nexttime s_until s_until_with scalared sequence shortint
+    shortreal showcancelled signed small soft solve specify specparam static string strong
+    strong0 strong1 struct super supply0 supply1 sync_accept_on sync_reject_on table tagged
+    task this throughout time timeprecision timeunit tran tranif0 tranif1 tri tri0 tri1
+    triand trior trireg type typedef union unique unique0 unsigned until until_with untyped
+    use uwire var vectored virtual void wait wait_order wand weak weak0 weak1 while wildcard
+    wire with within wor xnor xor""".split())
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_NAME_RULE = ("a Verilog identifier (a letter or underscore, then letters, digits or "
+              "underscores; at most 64 characters; no Verilog keyword)")
+
+
+def check_module_name(name) -> str:
+    """``name`` if it can name the design's top module (and its files), else raise.
+
+    The rule: a plain Verilog identifier (``[A-Za-z_][A-Za-z0-9_]*``) of at most 64
+    characters that is not a Verilog or SystemVerilog keyword: every tool reads it
+    unescaped, and it names files.
+
+    Raises
+    ------
+    OptionError
+        One line naming the value and the rule.
+    """
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name) or name in _KEYWORDS:
+        raise OptionError(f"Module name must be {_NAME_RULE}, not {name!r}")
+    return name
+
+
+def module_name(manifest, where: str | None = None) -> str:
+    """The design's top module as ``manifest["top"]["module"]`` names it (``top`` where the
+    manifest names none). ``where``: the folder, for the message.
+
+    Raises
+    ------
+    DesignDirError
+        If the manifest names a module that :func:`check_module_name` refuses.
+    """
+    top = manifest.get("top") if isinstance(manifest, dict) else None
+    name = top.get("module", DEFAULT_MODULE) if isinstance(top, dict) else DEFAULT_MODULE
+    try:
+        return check_module_name(name)
+    except OptionError:
+        raise DesignDirError(f"{where + ': ' if where else ''}manifest.json names the top "
+                             f"module {name!r}, which is not "
+                             f"{_NAME_RULE}; compile the model again") from None
+
+
+def design_files(name: str) -> dict:
+    """The files of a design folder named after its top module ``name``: ``verilog``
+    (``NAME.v``), ``filelist`` (``NAME.f``) and ``core`` (``NAME.core``)."""
+    return {"verilog": f"{name}.v", "filelist": f"{name}.f", "core": f"{name}.core"}
+
+
+def hashed_files(name: str) -> tuple:
+    """Every file whose SHA-256 a manifest of a design with top module ``name`` records."""
+    files = design_files(name)
+    return (files["verilog"], *HASHED, files["filelist"], files["core"])
 
 _MARKERS = ("manifest.json", "graph.json", "design.json")
 
@@ -85,6 +173,18 @@ def _is_design_folder(path: str, names: list[str]) -> bool:
         except (OSError, ValueError, AttributeError):
             return False
     return any(m in names for m in _MARKERS)
+
+
+def _folder_module(path: str, names: list[str]) -> str:
+    """The top module a design folder's manifest names (``top`` if it has none or it cannot
+    be read: then only the default's files count as the folder's own)."""
+    if "manifest.json" not in names:
+        return DEFAULT_MODULE
+    try:
+        with open(os.path.join(path, "manifest.json"), encoding="utf-8") as f:
+            return module_name(json.load(f))
+    except (OSError, ValueError, DesignDirError):
+        return DEFAULT_MODULE
 
 
 def check_target(output_dir, force: bool, keep=()) -> str:
@@ -115,7 +215,8 @@ def check_target(output_dir, force: bool, keep=()) -> str:
     if not force:
         raise DesignDirError(f"{out}: folder is not empty (use --force to replace a design "
                              f"folder)")
-    foreign = [n for n in names if n not in OWN_ENTRIES]
+    own = OWN_ENTRIES | set(design_files(_folder_module(out, names)).values())
+    foreign = [n for n in names if n not in own]
     if foreign or not _is_design_folder(out, names):
         what = f"holds {foreign[0]!r}, which" if foreign else "has no onnx2fpga manifest, so it"
         raise DesignDirError(f"{out}: not a design folder: it {what} onnx2fpga did not write; "
@@ -259,10 +360,10 @@ def _umask() -> int:
     return mask
 
 
-def file_hashes(directory) -> dict:
-    """SHA-256 of each of :data:`HASHED` in ``directory``."""
+def file_hashes(directory, names) -> dict:
+    """SHA-256 of each file of ``names`` in ``directory``."""
     out = {}
-    for name in HASHED:
+    for name in names:
         h = hashlib.sha256()
         with open(os.path.join(directory, name), "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -291,39 +392,44 @@ def check_verilog(text: str, where: str) -> None:
 
 
 def verify(directory, manifest: dict) -> None:
-    """Check ``top.v``, ``design.json`` and ``design.npz`` against ``manifest["files"]`` and
-    ``top.v`` with :func:`check_verilog`.
+    """Check the files ``manifest["files"]`` records against their hashes (``NAME.v``,
+    ``design.json``, ``design.npz``, ``NAME.f``, ``NAME.core``; a folder written before the
+    filelist and core were records the first three) and ``NAME.v`` with
+    :func:`check_verilog`.
 
     Raises
     ------
     DesignDirError
         A file differs from what the compile wrote, the manifest has no hashes (written
-        before they were recorded), or ``top.v`` holds what a simulator would run.
+        before they were recorded), or ``NAME.v`` holds what a simulator would run.
     """
     d = os.fspath(directory)
     want = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(want, dict) or set(want) != set(HASHED):
+    names = hashed_files(module_name(manifest, d))
+    verilog = names[0]
+    if not isinstance(want, dict) or not set(names[:3]) <= set(want) <= set(names):
         raise DesignDirError(f"{d}: manifest.json records no file hashes (written by an older "
                              f"onnx2fpga, or edited); compile the model again")
+    names = [n for n in names if n in want]
     try:
-        have = file_hashes(d)
+        have = file_hashes(d, names)
     except OSError as e:
         raise DesignDirError(f"{d}: cannot read the design ({e})") from None
-    changed = [n for n in HASHED if have[n] != want[n]]
+    changed = [n for n in names if have[n] != want[n]]
     top = manifest.get("top")
     if not changed and (not isinstance(top, dict)
-                        or top.get("verilog_sha256") != have["top.v"]):
+                        or top.get("verilog_sha256") != have[verilog]):
         changed = ["manifest.json"]
     if changed:
         raise DesignDirError(f"{d}: {', '.join(changed)} differ{'s' if len(changed) == 1 else ''}"
                              f" from what the compile wrote (manifest hashes); compile the "
                              f"model again")
-    with open(os.path.join(d, "top.v"), "rb") as f:
-        check_top(f.read(), manifest, os.path.join(d, "top.v"))
+    with open(os.path.join(d, verilog), "rb") as f:
+        check_top(f.read(), manifest, os.path.join(d, verilog))
 
 
 def check_top(raw: bytes, manifest: dict, where: str) -> str:
-    """The text of ``top.v`` read as ``raw``, after checking it is what the manifest names
+    """The text of ``NAME.v`` read as ``raw``, after checking it is what the manifest names
     (``top.verilog_sha256``) and holds nothing a simulator would run (:func:`check_verilog`);
     for a reader that compiles the text it read itself.
 

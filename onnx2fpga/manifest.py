@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+import json
 
 import numpy as np
 
+from .designdir import design_files
 from .ir.dataflow import Design
 from .version import __version__
 
 # IMPORTS-END
 
-__all__ = ["make_manifest", "run_fields"]
+__all__ = ["make_manifest", "run_fields", "filelist_text", "core_text"]
 
 
 def _folding_json(df, bottleneck) -> dict:
@@ -94,7 +96,9 @@ def _streams_json(df, plan) -> dict:
     return out
 
 
-def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
+def make_manifest(design: Design, verilog: str, quant_info: dict, name: str = "top") -> dict:
+    """The manifest of ``design`` whose Verilog (top module ``name``) is ``verilog``: ``top``
+    names the module, its files (:func:`onnx2fpga.designdir.design_files`), clock and reset."""
     from .plan import cost
     from .plan.graph import plan_graph
 
@@ -110,10 +114,13 @@ def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
                               for fam, r in resources.items()}
     hw_nodes = [n for ly in df.layers for n in ly.nodes]
     bottleneck = [f["name"] for f in figures["layers"] if f["bottleneck"]]
+    files = design_files(name)
     return {
         "format": "onnx2fpga-manifest", "version": 1, "onnx2fpga_version": __version__,
-        "top": {"module": "top", "file": "top.v", "clock": "clk", "reset": "rst (synchronous, "
-                "active high)", "verilog_sha256": hashlib.sha256(verilog.encode()).hexdigest()},
+        "top": {"module": name, "file": files["verilog"], "filelist": files["filelist"],
+                "core": files["core"], "clock": "clk",
+                "reset": "rst (synchronous, active high)",
+                "verilog_sha256": hashlib.sha256(verilog.encode()).hexdigest()},
         "model": {k: v for k, v in design.metadata.items()},
         "inputs": design.inputs, "outputs": design.outputs,
         "ports": {"s_axis": _port_json(df.input), "m_axis": _port_json(df.output)},
@@ -156,3 +163,48 @@ def _resources_json(df) -> dict:
     from .plan.devices import FAMILIES
 
     return {fam: dataflow_resources(df, fam, wrapper=True) for fam in FAMILIES}
+
+
+def filelist_text(manifest: dict) -> str:
+    """The filelist ``NAME.f``: the design's Verilog, one path per line, relative to the
+    filelist's folder (Verilator's ``-F``, yosys' ``read_verilog -f`` run in the folder)."""
+    return f"{manifest['top']['file']}\n"
+
+
+def core_text(manifest: dict) -> str:
+    """The FuseSoC CAPI2 core ``NAME.core`` of the design: VLNV
+    ``onnx2fpga:designs:NAME:VERSION`` (``VERSION``: onnx2fpga's), one fileset with the
+    Verilog as ``verilogSource``, and targets ``default`` (what a core depending on this one
+    gets) and ``sim`` (Verilator, lint only: a testbench core depending on this one runs it),
+    both with ``toplevel: NAME``."""
+    top = manifest["top"]
+    name = top["module"]
+    s_axis, m_axis = manifest["ports"]["s_axis"], manifest["ports"]["m_axis"]
+    description = (f"onnx2fpga streaming accelerator {name}: AXI4-Stream s_axis "
+                   f"({s_axis['tdata_width']} bits) to m_axis ({m_axis['tdata_width']} bits), "
+                   f"clock clk, reset rst; Verilog sha256 {top['verilog_sha256'][:16]}")
+    return "\n".join([
+        "CAPI=2:",
+        f"name: onnx2fpga:designs:{name}:{manifest['onnx2fpga_version']}",
+        f"description: {json.dumps(description)}",
+        "",
+        "filesets:",
+        "  rtl:",
+        "    files:",
+        f"      - {top['file']}",
+        "    file_type: verilogSource",
+        "",
+        "targets:",
+        "  default:",
+        "    filesets:",
+        "      - rtl",
+        f"    toplevel: {name}",
+        "  sim:",
+        "    default_tool: verilator",
+        "    filesets:",
+        "      - rtl",
+        "    tools:",
+        "      verilator:",
+        "        mode: lint-only",
+        f"    toplevel: {name}",
+        ""])

@@ -586,7 +586,9 @@ def render_html(manifest: dict, builds: dict) -> str:
              f"<title>onnx2fpga report: {_e(name)}</title>", f"<style>{_CSS}</style>",
              "</head>", "<body>",
              f"<h1>onnx2fpga report: {_e(name)}</h1>",
-             f'<p class="note">onnx2fpga {_e(m.get("onnx2fpga_version", "?"))}, top.v sha256 '
+             f'<p class="note">onnx2fpga {_e(m.get("onnx2fpga_version", "?"))}, module '
+             f'{_e(m.get("top", {}).get("module", "top"))}, '
+             f'{_e(m.get("top", {}).get("file", "top.v"))} sha256 '
              f'{_e(m.get("top", {}).get("verilog_sha256", "?")[:16])}…</p>',
              '<h2 id="summary">Summary</h2>', _html_table(["figure", "value"],
                                                           _summary_rows(m, builds)),

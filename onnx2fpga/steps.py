@@ -13,7 +13,7 @@ lower      lower the quantized graph into integer layers, host head     ``design
 fold       choose each layer's parallelism (for a board, a rate or a   ``design`` folded
            lane budget), the ports' lanes and the FIFO depths
 evaluate   a float model's quantization error on the calibration data  ``quant_info``
-emit       generate the Verilog and the manifest                        ``verilog``,
+emit       generate the Verilog (top module ``name``) and the manifest  ``verilog``,
                                                                         ``manifest``
 ========== ============================================================ ====================
 
@@ -43,12 +43,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .arrays import read_arrays
-from .designdir import check_interrupted, file_hashes
+from .designdir import DEFAULT_MODULE, check_interrupted, file_hashes, hashed_files
 from .errors import CalibrationError, OptionError, SizeError
 from .ir.dataflow import Design
 from .ir.layers import product_mapping
 from .ir.serialize import save_design
-from .manifest import make_manifest
+from .manifest import core_text, filelist_text, make_manifest
 from .plan.devices import FAMILIES, logic_cells
 from .report import write_report
 from .sim.model import accepted_layouts, first_bad_element
@@ -636,8 +636,9 @@ def _emit(c: Compilation, say) -> None:
 
     check_machine(c.design.dataflow, say)
     say("generating Verilog")
-    c.verilog = emit_verilog(c.design.dataflow, name="top")
-    c.manifest = make_manifest(c.design, c.verilog, c.quant_info)
+    name = c.options.get("name", DEFAULT_MODULE)
+    c.verilog = emit_verilog(c.design.dataflow, name=name)
+    c.manifest = make_manifest(c.design, c.verilog, c.quant_info, name)
 
 
 _RUN = {"load": _load, "quantize": _quantize, "lower": _lower, "fold": _fold,
@@ -710,10 +711,15 @@ def write_artifacts(c: Compilation, out: str) -> list[str]:
         save_design(c.design, os.path.join(out, "design.json"),
                     os.path.join(out, "design.npz"))
         return ["design.json", "design.npz", dump("quantization.json", c.quant_info)]
-    with open(os.path.join(out, "top.v"), "w", encoding="utf-8", newline="\n") as f:
-        f.write(c.verilog)
+    top = c.manifest["top"]
+    for name, text in ((top["file"], c.verilog), (top["filelist"], filelist_text(c.manifest)),
+                       (top["core"], core_text(c.manifest))):
+        with open(os.path.join(out, name), "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
     save_design(c.design, os.path.join(out, "design.json"), os.path.join(out, "design.npz"))
-    c.manifest["files"] = file_hashes(out)      # load() checks the folder against these
+    # load() checks the folder against these
+    c.manifest["files"] = file_hashes(out, hashed_files(top["module"]))
     dump("manifest.json", c.manifest)
     write_report(out)
-    return ["top.v", "manifest.json", "design.json", "design.npz", "report.html", "report.md"]
+    return [top["file"], top["filelist"], top["core"], "manifest.json", "design.json",
+            "design.npz", "report.html", "report.md"]

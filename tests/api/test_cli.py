@@ -31,7 +31,8 @@ def test_compile_then_golden_simulate(tmp_path, capsys, float_model):
     code, stdout, _ = _run(capsys, "compile", path, "-o", out, "--calibration", cal_path)
     assert code == 0, stdout
     assert sorted(os.listdir(out)) == ["design.json", "design.npz", "manifest.json",
-                                       "report.html", "report.md", "top.v"]
+                                       "report.html", "report.md", "top.core", "top.f",
+                                       "top.v"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["partition"]["host_tail"][-1] == "softmax"
     np.save(tmp_path / "x.npy", cal[:10])
@@ -49,8 +50,20 @@ def test_same_model_gives_byte_identical_files(tmp_path, capsys, float_model):
     path, cal_path, _ = float_model
     for d in ("a", "b"):
         assert _run(capsys, "compile", path, "-o", tmp_path / d, "--calibration", cal_path)[0] == 0
-    for f in ("top.v", "manifest.json", "design.json", "design.npz"):
+    for f in ("top.v", "top.f", "top.core", "manifest.json", "design.json", "design.npz"):
         assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes(), f
+
+
+@pytest.mark.parametrize("name", ["9lives", "my-top", "module", "logic", "a" * 65, ""])
+def test_name_must_be_a_verilog_identifier(tmp_path, capsys, float_model, name):
+    path, cal_path, _ = float_model
+    code, _, err = _run(capsys, "compile", path, "-o", tmp_path / "d", "--calibration",
+                        cal_path, "--name", name)
+    assert code == 2
+    assert err == (f"error: Module name must be a Verilog identifier (a letter or underscore, "
+                   f"then letters, digits or underscores; at most 64 characters; no Verilog "
+                   f"keyword), not {name!r}\n")
+    assert not (tmp_path / "d").exists()
 
 
 def test_non_empty_directory_needs_force(tmp_path, capsys, float_model):
@@ -181,8 +194,7 @@ def test_simulate_passes_stalls_and_seed_to_the_simulation(tmp_path, capsys, flo
 def test_simulate_on_a_non_design_directory(tmp_path, capsys):
     code, _, err = _run(capsys, "simulate", tmp_path, "--inputs", "x.npy", "--outputs", "y.npy")
     assert code == 2
-    assert "not a design directory (missing top.v, manifest.json, design.json, design.npz)" \
-        in err
+    assert "not a design directory (missing manifest.json, design.json, design.npz)" in err
 
 
 @pytest.mark.parametrize("command", ["compile", "simulate", "build", "boards"])
