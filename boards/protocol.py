@@ -34,6 +34,7 @@ so that the board's parser is idle again and no stale reply is mistaken for the 
 
 from __future__ import annotations
 
+import binascii
 import enum
 import struct
 import time
@@ -76,13 +77,12 @@ class ErrorCode(enum.IntEnum):
 
 
 def crc16(data: bytes, crc: int = 0xFFFF) -> int:
-    """CRC-16/CCITT-FALSE of ``data`` (continue a running CRC by passing it as ``crc``)."""
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
-            crc &= 0xFFFF
-    return crc
+    """CRC-16/CCITT-FALSE of ``data`` (continue a running CRC by passing it as ``crc``).
+
+    :func:`binascii.crc_hqx` is this CRC (polynomial 0x1021, MSB first, no reflection, no
+    final XOR) from the initial value it is given, in C: the same bits as the gateware's
+    :func:`~.framed.crc16_byte`."""
+    return binascii.crc_hqx(data, crc)
 
 
 def frame_bytes(payload_length: int) -> int:
