@@ -28,6 +28,7 @@ from .extras import require
 from .ir.dataflow import Design
 from .ir.serialize import load_design
 from .manifest import run_fields
+from .measured import write_measured
 from .report import write_report
 from .steps import STEPS, Compilation, check_options, fold_options, run_steps, write_artifacts
 
@@ -174,7 +175,8 @@ class CompiledDesign:
 
         ``engine="golden"`` runs the integer golden model; ``"rtl"`` runs the emitted Verilog
         in Verilator through cocotb with random stalls on both AXI-Stream sides (then
-        ``last_run`` holds the measured cycles). Host parts run in numpy in both cases.
+        ``last_run`` holds the measured cycles, and ``measured.json`` in the design folder
+        too, with the date and the simulator: :mod:`onnx2fpga.measured`). Host parts run in numpy in both cases.
         ``stall_in``, ``stall_out``: probabilities in [0, 1) of a stall cycle; ``seed``: a
         non-negative integer, the stall pattern's seed. Options and inputs (a NaN, the wrong
         dtype or shape: :class:`~onnx2fpga.errors.InputError`) are checked before any work.
@@ -196,7 +198,9 @@ class CompiledDesign:
         def rtl_engine(dataflow, x_int):
             with FolderLock(self.directory, shared=True):
                 verify(self.directory, self.manifest)   # top.v as loaded, and safe to run
-                return rtl_run(dataflow, x_int)
+                y = rtl_run(dataflow, x_int)
+                write_report(self.directory)            # now with the measured figures
+                return y
 
         def rtl_run(dataflow, x_int):
             res = simulate_rtl(self.verilog_path, dataflow.input, dataflow.output, x_int,
@@ -209,6 +213,9 @@ class CompiledDesign:
             self.last_run = {"cycles_per_inference": res.cycles_per_inference,
                              "latency_cycles": res.latency_cycles,
                              "total_cycles": res.total_cycles, "inferences": len(x_int)}
+            write_measured(self.directory, self.manifest, res, inputs=len(x_int),
+                           stall_in=stall_in, stall_out=stall_out, seed=int(seed),
+                           simulator=_simulator_name())
             return res.outputs
 
         return run_design(self.design, x, engine=rtl_engine)
@@ -271,6 +278,18 @@ class CompiledDesign:
                     baud=baud, link=link, logic_memories=df.logic_memories)
             write_report(self.directory)      # now with this build's measured figures
         return report
+
+
+def _simulator_name() -> str:
+    """``"Verilator 5.048"``; ``"Verilator"`` when its version cannot be read."""
+    from .errors import Onnx2FpgaError
+    from .sim.verilator_build import verilator_env
+
+    try:
+        major, minor = verilator_env().version
+    except (Onnx2FpgaError, OSError, ValueError, TypeError):
+        return "Verilator"
+    return f"Verilator {major}.{minor:03d}"
 
 
 def load(directory) -> CompiledDesign:

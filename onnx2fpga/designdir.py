@@ -63,7 +63,7 @@ HASHED = ("top.v", "design.json", "design.npz")
 #: only if it holds nothing else.
 OWN_ENTRIES = frozenset({
     *HASHED, "manifest.json", "report.html", "report.md", "graph.json", "quantization.json",
-    "build", "sim_build", "sim_board", LOCK_NAME})
+    "measured.json", "build", "sim_build", "sim_board", LOCK_NAME})
 
 _MARKERS = ("manifest.json", "graph.json", "design.json")
 

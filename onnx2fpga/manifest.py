@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 
 import numpy as np
 
@@ -112,6 +113,7 @@ def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
     bottleneck = [f["name"] for f in figures["layers"] if f["bottleneck"]]
     return {
         "format": "onnx2fpga-manifest", "version": 1, "onnx2fpga_version": __version__,
+        "amaranth_version": _amaranth_version(),   # it wrote top.v
         "top": {"module": "top", "file": "top.v", "clock": "clk", "reset": "rst (synchronous, "
                 "active high)", "verilog_sha256": hashlib.sha256(verilog.encode()).hexdigest()},
         "model": {k: v for k, v in design.metadata.items()},
@@ -133,6 +135,13 @@ def make_manifest(design: Design, verilog: str, quant_info: dict) -> dict:
         "resources": {fam: {key: r[key] for key in ("total", "edges", "wrapper", "board")}
                       for fam, r in resources.items()},
     }
+
+
+def _amaranth_version() -> str | None:
+    try:
+        return importlib.metadata.version("amaranth")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def run_fields(design: Design) -> dict:
