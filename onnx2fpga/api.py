@@ -176,7 +176,8 @@ class CompiledDesign:
         ``engine="golden"`` runs the integer golden model; ``"rtl"`` runs the emitted Verilog
         in Verilator through cocotb with random stalls on both AXI-Stream sides (then
         ``last_run`` holds the measured cycles, and ``measured.json`` in the design folder
-        too, with the date and the simulator: :mod:`onnx2fpga.measured`). Host parts run in numpy in both cases.
+        too, with the date and the simulator: :mod:`onnx2fpga.measured`). Host parts run in
+        numpy in both cases.
         ``stall_in``, ``stall_out``: probabilities in [0, 1) of a stall cycle; ``seed``: a
         non-negative integer, the stall pattern's seed. Options and inputs (a NaN, the wrong
         dtype or shape: :class:`~onnx2fpga.errors.InputError`) are checked before any work.
