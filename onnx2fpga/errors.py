@@ -55,6 +55,8 @@ class MissingExtraError(Onnx2FpgaError, ImportError):
     def __init__(self, what: str, packages, extra: str):
         self.extra = extra
         self.packages = tuple(packages)
-        super().__init__(f"{what} needs {', '.join(self.packages)}, which "
+        names = ", ".join(self.packages[:-1]) + " and " * (len(self.packages) > 1) + \
+            self.packages[-1]
+        super().__init__(f"{what} needs {names}, which "
                          f"{'is' if len(self.packages) == 1 else 'are'} not installed: "
                          f"pip install 'onnx2fpga[{extra}]'")

@@ -148,7 +148,7 @@ def _without(monkeypatch, *modules):
 
 def _message(what, packages, extra):
     verb = "is" if len(packages) == 1 else "are"
-    return (f"^{re.escape(what)} needs {re.escape(', '.join(packages))}, which {verb} not "
+    return (f"^{re.escape(what)} needs {re.escape(' and '.join(packages))}, which {verb} not "
             f"installed: pip install {re.escape(repr(f'onnx2fpga[{extra}]'))}$")
 
 
