@@ -30,6 +30,7 @@ from amaranth.hdl import Const, DomainRenamer, Module, Signal
 from amaranth.lib import fifo, io, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..errors import MissingExtraError
 from .uart import UARTRx, UARTTx
 
 __all__ = ["LINKS", "USB_VID", "USB_PID", "ByteLink", "UsbAcmLink", "UsbAcmDevice",
@@ -236,8 +237,8 @@ class UsbAcmDevice(wiring.Component):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
                 from luna.gateware.usb.devices.acm import USBSerialDevice
-        except ImportError as exc:  # pragma: no cover - luna-usb is in the boards extra
-            raise ImportError(f"The USB link needs LUNA: pip install luna-usb ({exc})") from None
+        except ImportError:
+            raise MissingExtraError("The USB link", ["luna-usb"], "usb") from None
         self._device = USBSerialDevice(bus=bus, idVendor=vid, idProduct=pid,
                                        manufacturer_string=manufacturer,
                                        product_string=product, serial_number=serial_number)

@@ -34,6 +34,7 @@ so that the board's parser is idle again and no stale reply is mistaken for the 
 
 from __future__ import annotations
 
+import binascii
 import enum
 import struct
 import time
@@ -44,7 +45,8 @@ from ..errors import Onnx2FpgaError
 __all__ = ["SYNC", "HEADER_BYTES", "OVERHEAD_BYTES", "PROTOCOL_VERSION", "FrameType",
            "ErrorCode", "BoardInfo", "crc16", "encode_frame", "FrameDecoder", "Frame",
            "LinkError", "LinkTimeout", "ProtocolVersionError", "Link", "design_id_from_sha256",
-           "frame_bytes"]
+           "frame_bytes", "UART_BITS_PER_BYTE", "USB_FS_PACKET_BYTES", "USB_FS_PACKETS_PER_MS",
+           "LinkRate", "link_rate"]
 
 SYNC = b"\xa5\x5a"
 #: Sync, type, seq and length.
@@ -52,6 +54,12 @@ HEADER_BYTES = 6
 #: Bytes of a frame besides its payload (header and CRC).
 OVERHEAD_BYTES = HEADER_BYTES + 2
 PROTOCOL_VERSION = 1
+#: Bits on the line per byte of an 8N1 UART: a start bit, 8 data bits, a stop bit.
+UART_BITS_PER_BYTE = 10
+#: USB 2.0 full speed, bulk transfers: packets of at most 64 bytes, at most 19 of them in
+#: a 1 ms frame (USB 2.0 specification, section 5.8.4, table 5-10: 1,216 bytes a frame).
+USB_FS_PACKET_BYTES = 64
+USB_FS_PACKETS_PER_MS = 19
 #: Largest HELLO reply payload the host takes, so that a board of another protocol version,
 #: whose reply may be longer, is still heard and refused by its version (the first byte).
 MAX_HELLO_PAYLOAD = 255
@@ -76,18 +84,78 @@ class ErrorCode(enum.IntEnum):
 
 
 def crc16(data: bytes, crc: int = 0xFFFF) -> int:
-    """CRC-16/CCITT-FALSE of ``data`` (continue a running CRC by passing it as ``crc``)."""
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else (crc << 1)
-            crc &= 0xFFFF
-    return crc
+    """CRC-16/CCITT-FALSE of ``data`` (continue a running CRC by passing it as ``crc``).
+
+    :func:`binascii.crc_hqx` is this CRC (polynomial 0x1021, MSB first, no reflection, no
+    final XOR) from the initial value it is given, in C: the same bits as the gateware's
+    :func:`~.framed.crc16_byte`."""
+    return binascii.crc_hqx(data, crc)
 
 
 def frame_bytes(payload_length: int) -> int:
     """Bytes on the line for a frame with ``payload_length`` payload bytes."""
     return OVERHEAD_BYTES + payload_length
+
+
+@dataclass(frozen=True)
+class LinkRate:
+    """What the host link allows: see :func:`link_rate`.
+
+    Attributes
+    ----------
+    link : str
+        ``"uart"`` or ``"usb"``.
+    bytes_in, bytes_out : int
+        Bytes on the line per inference, to the board and back (frames included).
+    seconds : float
+        Line time per inference, one request at a time.
+    assumption : str
+        How ``seconds`` was computed, in words.
+    """
+    link: str
+    bytes_in: int
+    bytes_out: int
+    seconds: float
+    assumption: str
+
+    @property
+    def inferences_per_second(self) -> float:
+        return 1.0 / self.seconds
+
+
+def link_rate(in_payload: int, out_payload: int, *, link: str = "uart", baud: int | None = None,
+              framed: bool = True) -> LinkRate:
+    """The inferences per second a host link carries, from the bytes of one inference.
+
+    The host sends a request and waits for its reply before the next (:class:`Link`), so
+    request and reply take turns on the line. ``in_payload``, ``out_payload``: the input and
+    output beats' bytes; ``framed``: each is one frame (:func:`frame_bytes`), else the raw
+    bytes alone (:class:`~.wrapper.UartBridge`).
+
+    UART (``baud`` needed): :data:`UART_BITS_PER_BYTE` bits a byte. USB (full-speed CDC-ACM):
+    an upper bound from the bus alone, every byte in bulk packets of
+    :data:`USB_FS_PACKET_BYTES` with :data:`USB_FS_PACKETS_PER_MS` packets a millisecond
+    shared by both directions; the host's scheduling (often a frame per transfer) is not
+    counted. The accelerator's own time is not counted either.
+    """
+    if link not in ("uart", "usb"):
+        raise ValueError(f"Link must be 'uart' or 'usb', not {link!r}")
+    for name, n in (("in_payload", in_payload), ("out_payload", out_payload)):
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"{name} must be a non-negative number of bytes, not {n!r}")
+    b_in, b_out = ((frame_bytes(in_payload), frame_bytes(out_payload)) if framed
+                   else (in_payload, out_payload))
+    if link == "uart":
+        if not isinstance(baud, (int, float)) or baud <= 0:
+            raise ValueError(f"A UART link needs a positive baud rate, not {baud!r}")
+        return LinkRate("uart", b_in, b_out, (b_in + b_out) * UART_BITS_PER_BYTE / baud,
+                        f"UART at {baud:g} baud, 8N1 ({UART_BITS_PER_BYTE} bits a byte), "
+                        f"request and reply in turn")
+    packets = -(-b_in // USB_FS_PACKET_BYTES) - (-b_out // USB_FS_PACKET_BYTES)
+    return LinkRate("usb", b_in, b_out, packets / (USB_FS_PACKETS_PER_MS * 1000),
+                    f"USB full speed, bulk packets of {USB_FS_PACKET_BYTES} bytes, at most "
+                    f"{USB_FS_PACKETS_PER_MS} a millisecond for both directions; the host's "
+                    f"scheduling not counted (an upper bound)")
 
 
 def encode_frame(type_: int, seq: int, payload: bytes = b"") -> bytes:

@@ -99,15 +99,25 @@ def _check_strings(model, path: str) -> None:
         msg = stack.pop()
         for field, value in msg.ListFields():
             if field.type == MESSAGE:
-                if field.is_repeated:
+                if is_repeated(field):
                     stack.extend(value)
                 else:
                     stack.append(value)
             elif field.type == STRING:
-                values = value if field.is_repeated else [value]
+                values = value if is_repeated(field) else [value]
                 if any(not isinstance(v, str) for v in values):
                     raise LoadError(f"{path}: field {field.full_name!r} holds a string that "
                                     f"is not valid UTF-8")
+
+
+def is_repeated(field) -> bool:
+    """Whether a protobuf ``FieldDescriptor`` is a repeated field, on every protobuf that
+    ``onnx>=1.16`` admits: ``is_repeated`` exists from protobuf 6.31 on, where ``label`` is
+    deprecated (and later gone); older versions have ``label`` only."""
+    flag = getattr(field, "is_repeated", None)
+    if flag is not None:
+        return bool(flag)
+    return field.label == field.LABEL_REPEATED
 
 
 def _decode_errors():

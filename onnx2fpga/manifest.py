@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 
 import numpy as np
@@ -117,6 +118,7 @@ def make_manifest(design: Design, verilog: str, quant_info: dict, name: str = "t
     files = design_files(name)
     return {
         "format": "onnx2fpga-manifest", "version": 1, "onnx2fpga_version": __version__,
+        "amaranth_version": _amaranth_version(),   # it wrote the Verilog
         "top": {"module": name, "file": files["verilog"], "filelist": files["filelist"],
                 "core": files["core"], "clock": "clk",
                 "reset": "rst (synchronous, active high)",
@@ -140,6 +142,13 @@ def make_manifest(design: Design, verilog: str, quant_info: dict, name: str = "t
         "resources": {fam: {key: r[key] for key in ("total", "edges", "wrapper", "board")}
                       for fam, r in resources.items()},
     }
+
+
+def _amaranth_version() -> str | None:
+    try:
+        return importlib.metadata.version("amaranth")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def run_fields(design: Design) -> dict:

@@ -14,7 +14,10 @@ arrows labelled with their stream order and lanes, skip FIFOs with their depths,
 head and tail as host boxes), per-layer cycles as a bar chart (bar widths proportional to the
 cycles), per-layer resource estimates (``layers[k]["resources"]`` when the manifest has them),
 estimated against measured resources per build, the per-layer quantization error (float
-models compiled with calibration data), the ports and the host/hardware partition.
+models compiled with calibration data), the ports and the host/hardware partition. Beside each
+build's rate, the rate its host link carries (:func:`onnx2fpga.boards.protocol.link_rate`)
+and which of the two limits; the cycles and latency measured by the last RTL simulation
+(``measured.json``, :mod:`onnx2fpga.measured`) beside the estimates; the tools' versions.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import re
 
 from .designdir import atomic_write
 from .errors import DesignDirError
+from .measured import MEASURED, read_measured
 
 __all__ = ["write_report", "render_html", "render_markdown", "graph_layout"]
 
@@ -92,9 +96,11 @@ def write_report(directory) -> str:
         raise TypeError(f"directory must be a path, not {directory!r}")
     directory = os.fspath(directory)
     manifest, builds = _read_inputs(directory)
+    measured = read_measured(directory, manifest)
     out = os.path.join(directory, "report.html")
     try:
-        html_text, md_text = render_html(manifest, builds), render_markdown(manifest, builds)
+        html_text = render_html(manifest, builds, measured)
+        md_text = render_markdown(manifest, builds, measured)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         # manifest.json and the build reports are JSON anybody may have edited
         raise DesignDirError(f"{directory}: manifest.json or a build report lacks what the "
@@ -187,7 +193,76 @@ def _layer_table(m: dict) -> tuple[list, list]:
     return head, rows
 
 
-def _summary_rows(m: dict, builds: dict) -> list:
+def _link(m: dict, r: dict):
+    """The host link of build report ``r``: ``(LinkRate, input payload bytes, output payload
+    bytes)``, or ``None`` for a report that does not say which link it built."""
+    link = r.get("link") or (r.get("uart") or {}).get("link")
+    baud = (r.get("uart") or {}).get("baud")
+    if link not in ("uart", "usb") or (link == "uart" and not baud):
+        return None
+    from .boards.protocol import link_rate     # imports Amaranth: only when a build has one
+
+    ports = r.get("ports") or {}
+    p_in, p_out = ((ports.get(side) or m["ports"][name]) for side, name in
+                   (("in", "s_axis"), ("out", "m_axis")))
+    n_in, n_out = (p["tdata_width"] // 8 * p["beats"] for p in (p_in, p_out))
+    return (link_rate(n_in, n_out, link=link, baud=baud,
+                      framed=r.get("host_link", "framed") == "framed"), n_in, n_out)
+
+
+def _link_rows(m: dict, board: str, r: dict, rate: float, clock: float) -> list:
+    found = _link(m, r)
+    if found is None:
+        return []
+    lr, n_in, n_out = found
+    framing = (f" ({n_in} + {lr.bytes_in - n_in} and {n_out} + {lr.bytes_out - n_out}: "
+               f"payload + frame header and CRC)" if lr.bytes_in != n_in else " (raw bytes)")
+    limit = lr.inferences_per_second
+    which = (f"the host link ({_rate(rate)} inferences/s for the accelerator alone)"
+             if limit < rate else "the accelerator")
+    turn = 1 / (lr.seconds + m["latency_cycles"] / (clock * 1e6))
+    return [[f"{board} host link", f"{lr.assumption}: {lr.bytes_in} bytes in, "
+                                   f"{lr.bytes_out} out per inference{framing}"],
+            [f"{board} link-limited rate",
+             f"{_rate(limit)} inferences/s; the rate is limited by {which}; one request at a "
+             f"time with the accelerator's latency: {_rate(turn)} inferences/s"]]
+
+
+def _rate(x: float) -> str:
+    return f"{x:.1f}"
+
+
+def _measured_rows(m: dict, meas: dict) -> tuple[list, list]:
+    """Estimated against measured cycles, and how they were measured."""
+    rows = [["cycles per inference (interval)", m["cycles_per_inference"],
+             meas.get("cycles_per_inference")],
+            ["latency (cycles)", m["latency_cycles"], meas.get("latency_cycles")]]
+    facts = [["simulator", meas.get("simulator")], ["date", meas.get("date")],
+             ["inputs", meas.get("inputs")],
+             ["random stalls", f"input {_fmt(meas.get('stall_in'))}, output "
+                               f"{_fmt(meas.get('stall_out'))}, seed {meas.get('seed')}: "
+                               f"{meas.get('stalled_cycles')} cycles for all inputs"],
+             ["total cycles", meas.get("total_cycles")]]
+    return rows, facts
+
+
+def _tool_rows(m: dict, builds: dict, meas: dict | None) -> list:
+    rows = [["onnx2fpga", m.get("onnx2fpga_version"), "compile"],
+            ["amaranth", m.get("amaranth_version"), "compile (the Verilog)"]]
+    if meas is not None:
+        name, _, version = str(meas.get("simulator") or "").partition(" ")
+        rows.append([name or "simulator", version or None, f"RTL simulation ({MEASURED})"])
+    for board, r in builds.items():
+        for tool, e in (r.get("tools") or {}).items():
+            e = e if isinstance(e, dict) else {"version": e}
+            version = e.get("version")
+            if e.get("package") and e.get("package") != version:
+                version = f"{version or '?'} ({e['package']})"
+            rows.append([tool, version, f"build for {board}"])
+    return rows
+
+
+def _summary_rows(m: dict, builds: dict, measured: dict | None = None) -> list:
     rows = [["hardware layers", len(m["layers"])],
             ["cycles per inference", m["cycles_per_inference"]],
             ["latency (cycles)", m["latency_cycles"]],
@@ -222,6 +297,12 @@ def _summary_rows(m: dict, builds: dict) -> list:
                      f" inferences/s" if fmax else "")
             rows.append([f"{board} at {_fmt(clock)} MHz",
                          f"{rate:.1f} inferences/s, latency {lat:.1f} µs{limit}"])
+            rows += _link_rows(m, board, r, rate, clock)
+    if measured is not None:
+        rows.append(["measured in RTL simulation",
+                     f"{_fmt(measured.get('cycles_per_inference'))} cycles per inference, "
+                     f"latency {_fmt(measured.get('latency_cycles'))} cycles "
+                     f"({measured.get('simulator')}, {str(measured.get('date'))[:10]})"])
     return rows
 
 
@@ -578,8 +659,9 @@ def _html_table(head: list, rows: list, *, mark=None, cell_class=None) -> str:
     return "\n".join(out)
 
 
-def render_html(manifest: dict, builds: dict) -> str:
-    """The HTML report of a manifest and its build reports (``{board: report}``)."""
+def render_html(manifest: dict, builds: dict, measured: dict | None = None) -> str:
+    """The HTML report of a manifest, its build reports (``{board: report}``) and the
+    figures of its last RTL simulation (:func:`onnx2fpga.measured.read_measured`)."""
     m = manifest
     name = m.get("model", {}).get("graph_name") or "model"
     parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
@@ -591,7 +673,7 @@ def render_html(manifest: dict, builds: dict) -> str:
              f'{_e(m.get("top", {}).get("file", "top.v"))} sha256 '
              f'{_e(m.get("top", {}).get("verilog_sha256", "?")[:16])}…</p>',
              '<h2 id="summary">Summary</h2>', _html_table(["figure", "value"],
-                                                          _summary_rows(m, builds)),
+                                                          _summary_rows(m, builds, measured)),
              '<h2 id="graph">Dataflow graph</h2>',
              '<p class="note">Rows by topological depth. Arrows: tensor · stream order · lanes '
              '(dashed: skip branch, with its FIFO depth in transfers). Red: bottleneck.</p>',
@@ -601,6 +683,11 @@ def render_html(manifest: dict, builds: dict) -> str:
              f'{m["latency_cycles"]} cycles.</p>', _svg_bars(m)]
     head, rows = _layer_table(m)
     parts += [_html_table(head, rows, mark=[ly.get("bottleneck", False) for ly in m["layers"]])]
+    if measured is not None:
+        rows, facts = _measured_rows(m, measured)
+        parts += ['<h2 id="measured">Measured in RTL simulation</h2>',
+                  _html_table(["figure", "estimated", "measured"], rows),
+                  _html_table(["figure", "value"], facts)]
     head, rows, fifos = _stream_rows(m)
     if rows:
         parts += ['<h2 id="streams">Streams</h2>', _html_table(head, rows)]
@@ -645,6 +732,8 @@ def render_html(manifest: dict, builds: dict) -> str:
                   _html_table(head, rows)]
     parts += ['<h2 id="partition">Partition</h2>',
               _html_table(["part", "operators"], _partition_rows(m)),
+              '<h2 id="tools">Tools</h2>',
+              _html_table(["tool", "version", "used for"], _tool_rows(m, builds, measured)),
               "</body>", "</html>", ""]
     return "\n".join(parts)
 
@@ -682,13 +771,18 @@ def _md_table(head: list, rows: list) -> str:
     return "\n".join(out)
 
 
-def render_markdown(manifest: dict, builds: dict) -> str:
+def render_markdown(manifest: dict, builds: dict, measured: dict | None = None) -> str:
     """The markdown twin of :func:`render_html`: the same tables, no graphics."""
     m = manifest
     name = m.get("model", {}).get("graph_name") or "model"
     parts = [f"# onnx2fpga report: {_md_text(name)}", "", "## Summary", "",
-             _md_table(["figure", "value"], _summary_rows(m, builds)), "",
+             _md_table(["figure", "value"], _summary_rows(m, builds, measured)), "",
              "## Layers", "", _md_table(*_layer_table(m)), ""]
+    if measured is not None:
+        rows, facts = _measured_rows(m, measured)
+        parts += ["## Measured in RTL simulation", "",
+                  _md_table(["figure", "estimated", "measured"], rows), "",
+                  _md_table(["figure", "value"], facts), ""]
     head, rows, fifos = _stream_rows(m)
     if rows:
         parts += ["## Streams", "", _md_table(head, rows), ""]
@@ -715,4 +809,6 @@ def render_markdown(manifest: dict, builds: dict) -> str:
         parts += ["Multiplexed: each tensor flattened in C order at its offset in the stream, "
                   "with its own scale and zero point.", "", _md_table(head, rows), ""]
     parts += ["## Partition", "", _md_table(["part", "operators"], _partition_rows(m)), ""]
+    parts += ["## Tools", "", _md_table(["tool", "version", "used for"],
+                                       _tool_rows(m, builds, measured)), ""]
     return "\n".join(parts)

@@ -27,7 +27,8 @@ from .boards.protocol import (
     design_id_from_sha256,
     frame_bytes,
 )
-from .errors import Onnx2FpgaError, OptionError
+from .errors import MissingExtraError, Onnx2FpgaError, OptionError
+from .extras import require
 
 __all__ = ["connect", "check_link_options", "Board", "SerialTransport", "BoardMismatchError",
            "LinkError", "DEFAULT_BAUD"]
@@ -55,8 +56,7 @@ class SerialTransport:
         try:
             import serial
         except ImportError:
-            raise Onnx2FpgaError("pyserial is needed to talk to a board: "
-                                 "pip install 'onnx2fpga[boards]'") from None
+            raise MissingExtraError("Talking to a board", ["pyserial"], "boards") from None
         try:
             self.serial = serial.serial_for_url(port, baudrate=baud, timeout=0)
         except (serial.SerialException, ValueError) as e:
@@ -238,6 +238,7 @@ def connect(directory, port=None, *, baud=None, sim=False, timeout=None, retries
     if sim:
         if port is not None:
             raise ValueError("Give either a port or sim=True, not both")
+        require("sim", "The simulated board")
         from .boards.simboard import SimBoard
         transport = SimBoard(design.directory, manifest=design.manifest, **(sim_options or {}))
         return Board(design, transport, timeout=timeout or 10.0, retries=retries, quiet=0.2)

@@ -1,7 +1,9 @@
 """The design report: report.html (graph, cycle bars, builds) and report.md, and the per-layer
 quantization error the compiler puts in the manifest."""
 
+import importlib.metadata
 import json
+import math
 import os
 import re
 import shutil
@@ -435,3 +437,127 @@ def test_hostile_names_neither_break_markdown_tables_nor_inject_html(tmp_path, c
     doc = _parse(tmp_path / "d" / "report.html")
     assert any("<script>alert(1)</script>" in e["text"] for e in doc.find("td")), \
         "the names are shown, as text"
+
+
+# The frame layout as boards/protocol.py documents it: sync (2) | type (1) | seq (1) |
+# length (2) | payload | crc (2); an 8N1 UART sends 10 bits a byte; USB full speed carries
+# at most 19 bulk packets of 64 bytes a millisecond (USB 2.0, table 5-10).
+_FRAME = 2 + 1 + 1 + 2 + 2
+
+
+def _link_build(m, *, link, baud=None, host_link="framed", clock=12.0):
+    r = _fake_build("b", "ice40", fmax=40.0, clock=clock, lut_used=100, paths=[])
+    ports = {side: {"tdata_width": m["ports"][name]["tdata_width"],
+                    "beats": m["ports"][name]["beats"]}
+             for side, name in (("in", "s_axis"), ("out", "m_axis"))}
+    r.update(link=link, host_link=host_link, ports=ports,
+             uart={"link": link, "baud": baud})
+    return r
+
+
+def test_link_limited_rate_beside_the_accelerator(mlp, tmp_path):
+    _, _, design = mlp
+    d = tmp_path / "d"
+    shutil.copytree(design.directory, d)
+    m = json.loads((d / "manifest.json").read_text())
+    n_in = m["ports"]["s_axis"]["tdata_width"] // 8 * m["ports"]["s_axis"]["beats"]
+    n_out = m["ports"]["m_axis"]["tdata_width"] // 8 * m["ports"]["m_axis"]["beats"]
+    cycles, latency = m["cycles_per_inference"], m["latency_cycles"]
+    builds = {"uart": _link_build(m, link="uart", baud=115200),
+              "raw": _link_build(m, link="uart", baud=9600, host_link="raw"),
+              "usb": _link_build(m, link="usb", clock=0.01),
+              "old": _fake_build("old", "ice40", fmax=40.0, clock=12.0, lut_used=1, paths=[])}
+    for board, r in builds.items():
+        (d / "build" / board).mkdir(parents=True)
+        (d / "build" / board / "report.json").write_text(json.dumps(r))
+    write_report(d)
+    summary = {r["figure"]: r["value"] for r in
+               _table(_md_tables((d / "report.md").read_text()), "figure")}
+    b_in, b_out = n_in + _FRAME, n_out + _FRAME
+    uart = 115200 / (10 * (b_in + b_out))
+    raw = 9600 / (10 * (n_in + n_out))
+    usb = 19_000 / (math.ceil(b_in / 64) + math.ceil(b_out / 64))
+    assert summary["uart host link"].endswith(
+        f": {b_in} bytes in, {b_out} out per inference ({n_in} + {_FRAME} and {n_out} + "
+        f"{_FRAME}: payload + frame header and CRC)")
+    assert summary["uart host link"].startswith("UART at 115200 baud, 8N1 (10 bits a byte)")
+    assert summary["raw host link"].endswith(f": {n_in} bytes in, {n_out} out per inference "
+                                             f"(raw bytes)")
+    assert summary["usb host link"].startswith("USB full speed")
+    for board, rate, clock in (("uart", uart, 12.0), ("raw", raw, 12.0), ("usb", usb, 0.01)):
+        accelerator = clock * 1e6 / cycles
+        turn = 1 / (1 / rate + latency / (clock * 1e6))
+        which = (f"the host link ({accelerator:.1f} inferences/s for the accelerator alone)"
+                 if rate < accelerator else "the accelerator")
+        assert summary[f"{board} link-limited rate"] == (
+            f"{rate:.1f} inferences/s; the rate is limited by {which}; one request at a time "
+            f"with the accelerator's latency: {turn:.1f} inferences/s"), board
+    assert uart < 12e6 / cycles and usb > 0.01e6 / cycles      # both verdicts are checked
+    assert "old link-limited rate" not in summary and "old at 12 MHz" in summary
+    html = (d / "report.html").read_text()
+    assert f"{uart:.1f} inferences/s; the rate is limited by the host link" in html
+
+
+def _fake_rtl(calls):
+    """simulate_rtl's stand-in: the golden model's outputs and made-up cycle figures."""
+    from types import SimpleNamespace
+
+    def fake(verilog, in_port, out_port, x, **kw):
+        calls.append(kw)
+        df = design_of[0].design.dataflow
+        return SimpleNamespace(outputs=golden.run_dataflow(df, x), cycles_per_inference=41.5,
+                               latency_cycles=97, total_cycles=12345, stalled_cycles=999,
+                               sim_seconds=0.25)
+    design_of = []
+    return fake, design_of
+
+
+def test_measured_figures_are_saved_and_shown(mlp, tmp_path, monkeypatch):
+    import onnx2fpga.sim.rtl as rtl
+    from onnx2fpga.designdir import check_target
+
+    _, cal, design = mlp
+    d = onnx2fpga.load(shutil.copytree(design.directory, tmp_path / "d"))
+    calls = []
+    fake, design_of = _fake_rtl(calls)
+    design_of.append(d)
+    monkeypatch.setattr(rtl, "simulate_rtl", fake)
+    d.simulate(cal[:5], engine="rtl", stall_in=0.25, stall_out=0.5, seed=3)
+    meas = json.loads((tmp_path / "d" / "measured.json").read_text())
+    assert {k: meas[k] for k in d.last_run if k != "inferences"} == \
+        {k: v for k, v in d.last_run.items() if k != "inferences"}
+    assert (meas["inputs"], meas["stalled_cycles"], meas["stall_in"], meas["stall_out"],
+            meas["seed"]) == (5, 999, 0.25, 0.5, 3)
+    assert meas["verilog_sha256"] == d.manifest["top"]["verilog_sha256"]
+    assert re.fullmatch(r"Verilator \d+\.\d{3}", meas["simulator"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", meas["date"])
+    tables = _md_tables((tmp_path / "d" / "report.md").read_text())   # refreshed by simulate
+    vs = next(t for t in tables if t[0] == ["figure", "estimated", "measured"])
+    assert vs[1:] == [["cycles per inference (interval)", str(d.manifest["cycles_per_inference"]),
+                       "41.5"],
+                      ["latency (cycles)", str(d.manifest["latency_cycles"]), "97"]]
+    tools = {(r["tool"], r["used for"]): r["version"] for r in _table(tables, "tool")}
+    assert tools[("onnx2fpga", "compile")] == onnx2fpga.__version__
+    assert tools[("amaranth", "compile (top.v)")] == importlib.metadata.version("amaranth")
+    assert tools[("Verilator", "RTL simulation (measured.json)")] == meas["simulator"][10:]
+    # the manifest's hashes still hold, and --force may replace the folder
+    onnx2fpga.load(tmp_path / "d")
+    assert check_target(tmp_path / "d", True) == str(tmp_path / "d")
+    # figures of another top.v are not shown
+    meas["verilog_sha256"] = "0" * 64
+    (tmp_path / "d" / "measured.json").write_text(json.dumps(meas))
+    write_report(tmp_path / "d")
+    assert "Measured in RTL simulation" not in (tmp_path / "d" / "report.md").read_text()
+
+
+@pytest.mark.rtl
+def test_measured_figures_of_a_real_rtl_run(mlp, tmp_path):
+    _, cal, design = mlp
+    d = onnx2fpga.load(shutil.copytree(design.directory, tmp_path / "d"))
+    y = d.simulate(cal[:20], engine="rtl", seed=1)
+    np.testing.assert_array_equal(y, d.simulate(cal[:20], engine="golden"))
+    meas = json.loads((tmp_path / "d" / "measured.json").read_text())
+    assert meas["inputs"] == 20 and meas["stalled_cycles"] > 0
+    for k in ("cycles_per_inference", "latency_cycles", "total_cycles"):
+        assert meas[k] == d.last_run[k], k
+    assert "## Measured in RTL simulation" in (tmp_path / "d" / "report.md").read_text()

@@ -116,6 +116,64 @@ def test_not_onnx_and_truncated(tmp_path):
         load_model(p)
 
 
+class _OldField:
+    """A protobuf < 6.31 FieldDescriptor: ``label`` and no ``is_repeated``."""
+
+    LABEL_REPEATED = 3  # descriptor.proto's FieldDescriptorProto.Label
+
+    def __init__(self, field, label):
+        self._field, self.label = field, label
+
+    def __getattr__(self, name):
+        if name == "is_repeated":
+            raise AttributeError(name)
+        return getattr(self._field, name)
+
+
+def test_load_on_protobuf_without_is_repeated(tmp_path, monkeypatch):
+    """Every message's ListFields hands out descriptors as protobuf < 6.31 has them; the
+    labels come from the serialized .proto (descriptor_pb2), not from the runtime."""
+    import sys
+
+    from google.protobuf import descriptor_pb2
+
+    module = sys.modules[onnx.ModelProto.__module__]
+    proto = descriptor_pb2.FileDescriptorProto.FromString(module.DESCRIPTOR.serialized_pb)
+    labels, classes = {}, []
+
+    def walk(messages, prefix, owner):
+        for m in messages:
+            cls = getattr(owner, m.name)
+            classes.append(cls)
+            for f in m.field:
+                labels[f"{prefix}{m.name}.{f.name}"] = f.label
+            walk(m.nested_type, f"{prefix}{m.name}.", cls)
+
+    walk(proto.message_type, f"{proto.package}.", module)
+    seen = []
+    for cls in classes:
+        original = cls.ListFields
+
+        def old_list_fields(self, original=original):
+            out = [(_OldField(f, labels[f.full_name]), v) for f, v in original(self)]
+            seen.extend(f.full_name for f, _ in out)
+            return out
+
+        monkeypatch.setattr(cls, "ListFields", old_list_fields)
+    with pytest.raises(AttributeError):
+        _OldField(onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"], 1).is_repeated
+    m = float_mlp()
+    p = tmp_path / "m.onnx"
+    p.write_bytes(m.SerializeToString())
+    g = load_model(p)
+    assert [n.name for n in g.nodes] == [n.name for n in m.graph.node]
+    # repeated messages (graph.node) and singular ones (model.graph) were walked
+    assert {"onnx.ModelProto.graph", "onnx.GraphProto.node", "onnx.NodeProto.input"} <= set(seen)
+    p.write_bytes(m.SerializeToString().replace(b"fc0", b"f\xdc0"))
+    with pytest.raises(LoadError, match=r"holds a string that is not valid UTF-8$"):
+        load_model(p)
+
+
 def test_checker_failure_is_one_clear_line(tmp_path):
     m = float_mlp()
     m.graph.node[0].attribute.append(helper.make_attribute("bogus", 1))
