@@ -538,7 +538,7 @@ def test_measured_figures_are_saved_and_shown(mlp, tmp_path, monkeypatch):
                       ["latency (cycles)", str(d.manifest["latency_cycles"]), "97"]]
     tools = {(r["tool"], r["used for"]): r["version"] for r in _table(tables, "tool")}
     assert tools[("onnx2fpga", "compile")] == onnx2fpga.__version__
-    assert tools[("amaranth", "compile (top.v)")] == importlib.metadata.version("amaranth")
+    assert tools[("amaranth", "compile (the Verilog)")] == importlib.metadata.version("amaranth")
     assert tools[("Verilator", "RTL simulation (measured.json)")] == meas["simulator"][10:]
     # the manifest's hashes still hold, and --force may replace the folder
     onnx2fpga.load(tmp_path / "d")
