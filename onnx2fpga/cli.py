@@ -120,6 +120,9 @@ def _parser():
                    help="rtl: Verilator with random AXI-Stream stalls (default); golden: "
                    "the integer numpy model")
     s.add_argument("--seed", type=int, default=0, help="seed of the stall pattern")
+    s.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="with --engine rtl, split the inputs over N simulator processes "
+                   "(default: one per core for 512 inputs or more, else 1)")
     s.add_argument("--check", action="store_true", help="with --engine rtl, also run the "
                    "golden model and fail unless every output is identical")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -314,7 +317,7 @@ def _simulate(args):
     d = load(args.dir)
     x = _read_inputs(args, d)
     try:
-        y = d.simulate(x, engine=args.engine, seed=args.seed, progress=True)
+        y = d.simulate(x, engine=args.engine, seed=args.seed, progress=True, jobs=args.jobs)
     except ValueError as e:
         raise Onnx2FpgaError(str(e)) from None
     result = {"engine": args.engine, "inferences": _batch(x), **_shape_fields(y)}

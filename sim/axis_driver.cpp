@@ -174,10 +174,9 @@ class Bench {
         put(top_->s_axis_tdata, zeros.data());
         top_->m_axis_tready = 0;
         top_->clk = 0;
-        settle();
-        tick(kResetCycles);
+        idle(kResetCycles);
         top_->rst = 0;
-        tick(1);
+        idle(1);
     }
 
     void drain(const std::string& phase) {
@@ -192,7 +191,7 @@ class Bench {
                                   std::to_string(cycle_) +
                                   " cycles into the simulation, after the last expected beat)"};
             }
-            tick(1);
+            tick();
         }
         top_->m_axis_tready = 0;
     }
@@ -289,7 +288,7 @@ class Bench {
                     std::to_string(top_->s_axis_tready ? 1 : 0) +
                     ", m_axis_tvalid=" + std::to_string(top_->m_axis_tvalid ? 1 : 0) + ")"};
             }
-            tick(1);
+            tick();
         }
         if (i != n_in) {
             throw StreamError{phase + ": the design sent all " + std::to_string(n_out) +
@@ -305,23 +304,28 @@ class Bench {
   private:
     // Inputs set for this cycle (clk low): evaluate, so the outputs can be sampled.
     void settle() {
-        top_->clk = 0;
         top_->eval();
 #if VM_TRACE
         if (trace_) trace_->dump(cycle_ * 10 + 5);
 #endif
     }
 
-    void tick(uint64_t n) {
-        for (uint64_t k = 0; k < n; ++k) {
-            top_->clk = 1;
-            top_->eval();
-            ++cycle_;
+    // The rising edge that ends the cycle; the clock is left low, to be evaluated with the
+    // next cycle's inputs by settle() (two evaluations per cycle).
+    void tick() {
+        top_->clk = 1;
+        top_->eval();
+        ++cycle_;
 #if VM_TRACE
-            if (trace_) trace_->dump(cycle_ * 10);
+        if (trace_) trace_->dump(cycle_ * 10);
 #endif
-            top_->clk = 0;
-            top_->eval();
+        top_->clk = 0;
+    }
+
+    void idle(uint64_t n) {
+        for (uint64_t k = 0; k < n; ++k) {
+            settle();
+            tick();
         }
     }
 

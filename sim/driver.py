@@ -28,6 +28,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,9 +117,27 @@ def _run(cmd: list[str], cwd: Path, env: dict, log: Path) -> bool:
 
 
 def _build(verilog_path: Path, verilog: bytes, toplevel: str, venv: VerilatorEnv, waves: bool,
-           runtime: RuntimeCache, work: Path, failed_log: Path, progress: bool) -> dict:
-    """Verilate and compile into ``work``; returns the port widths."""
-    obj = work / "obj"
+           runtime: RuntimeCache, work: Path, failed_log: Path, progress: bool
+           ) -> tuple[dict, bool]:
+    """Verilate and compile into ``work``; returns the port widths and whether the cached
+    runtime objects were linked (``False``: compiled for this build)."""
+    staging = None
+    if re.search(r"\s", str(work)):
+        # GNU make refuses to build in a path with whitespace (verilated.mk); the executable
+        # does not depend on where it was built.
+        staging = Path(tempfile.mkdtemp(prefix="onnx2fpga-verilator-"))
+    try:
+        return _build_in(staging or work, verilog_path, verilog, toplevel, venv, waves,
+                         runtime, work, failed_log, progress)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _build_in(where: Path, verilog_path: Path, verilog: bytes, toplevel: str,
+              venv: VerilatorEnv, waves: bool, runtime: RuntimeCache, work: Path,
+              failed_log: Path, progress: bool) -> tuple[dict, bool]:
+    obj = where / "obj"
     log = work / "build.log"
     env = venv.environ()
     cmd = [str(venv.executable), "--cc", "--exe", *VERILATOR_ARGS, "--top-module", toplevel,
@@ -149,6 +168,7 @@ def _build(verilog_path: Path, verilog: bytes, toplevel: str, venv: VerilatorEnv
         built = _run(make, obj, env2, log) and runtime.matches(obj)
         if not built:
             say(progress, f"cached runtime objects in {runtime.path} not usable; building them")
+    reused = built
     if not built:
         if not _run(make, obj, env, log):
             fail(first_errors(log.read_text(errors="replace")))
@@ -157,7 +177,7 @@ def _build(verilog_path: Path, verilog: bytes, toplevel: str, venv: VerilatorEnv
         raise RtlSimulationError(f"{verilog_path} changed while Verilator built it; run again")
     shutil.copy2(obj / "sim", work / "sim")
     shutil.rmtree(obj)
-    return widths
+    return widths, reused
 
 
 def compiled_simulator(verilog_path, toplevel: str, *, waves: bool = False, runtime_cache=None,
@@ -200,17 +220,18 @@ def compiled_simulator(verilog_path, toplevel: str, *, waves: bool = False, runt
         work = folder / f".tmp-{os.getpid()}-{secrets.token_hex(8)}"
         work.mkdir()
         try:
-            widths = _build(verilog_path, verilog, toplevel, venv, waves, runtime, work,
+            widths, reused = _build(verilog_path, verilog, toplevel, venv, waves, runtime, work,
                             folder / f"{key}.failed.log", progress)
             seconds = time.monotonic() - start
             (work / "meta.json").write_text(json.dumps(
                 {"verilog": str(verilog_path), "toplevel": toplevel, "widths": widths,
-                 "verilator": list(venv.version), "build_seconds": round(seconds, 3)},
+                 "verilator": list(venv.version), "build_seconds": round(seconds, 3),
+                 "runtime_objects": "reused" if reused else "compiled"},
                 indent=1) + "\n")
             work.rename(entry)                  # atomic: the entry appears complete
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        say(progress, f"built the simulator in {seconds:.1f} s")
+        say(progress, f"built in {seconds:.1f} s")
         return CompiledSimulator(entry / "sim", widths, True, seconds)
     finally:
         os.close(fd)
