@@ -1,4 +1,5 @@
-"""RTL simulation of an emitted accelerator: cocotb 2.x and Verilator on the AXI4-Stream top.
+"""RTL simulation of an emitted accelerator: Verilator on the AXI4-Stream top, driven by a
+compiled C++ testbench (default) or by cocotb 2.x (the reference).
 
 The device under test is a Verilog module with the top-level ports of every design this project
 emits::
@@ -12,10 +13,20 @@ as :mod:`onnx2fpga.ir` says (element ``j`` of a transfer at bits ``[j*bits, (j+1
 two's complement when signed, unused high bits of ``tdata`` zero); the DUT answers with
 ``out_port.beats`` transfers and raises ``m_axis_tlast`` on the last one of each tensor.
 
-:func:`simulate_rtl` builds the Verilog with Verilator through cocotb's runner, or reuses the
-build in ``build_dir`` (keyed on the hash of the file's contents; built once and shared read
-only by every process that simulates the file, under a lock, see
-:func:`~.verilator_build.shared_simulator`), then runs one simulation in three phases:
+:func:`simulate_rtl` builds the Verilog with Verilator, or reuses an earlier build, then runs
+one simulation in three phases. Two testbenches (``harness``) implement the same phases and
+checks:
+
+* ``"compiled"`` (default, :mod:`onnx2fpga.sim.driver`): ``axis_driver.cpp`` is compiled
+  with the design into one executable, kept in the per-user build cache
+  (:func:`~.verilator_build.cache_dir`) under the hash of the Verilog's contents, the toplevel
+  and the tool versions; Python writes the input beats and reads the output beats and
+  figures. It runs at Verilator's own speed, and a large batch can be split over several
+  processes of the executable (``jobs``).
+* ``"cocotb"``: :mod:`onnx2fpga.sim._cocotb_axis` drives every clock edge from Python (about
+  20,000 cycles per second); built with cocotb's runner in ``build_dir`` (shared read only by
+  every process that simulates the file, under a lock, see
+  :func:`~.verilator_build.shared_simulator`).
 
 1. **Correctness**: the whole batch back to back, with random gaps in ``s_axis_tvalid`` and
    random low ``m_axis_tready`` (a seeded pattern). Every output beat is checked against the
@@ -31,15 +42,14 @@ only by every process that simulates the file, under a lock, see
 The outputs of phases 2 and 3 must equal those of phase 1 for the same inputs: a design whose
 results depend on the stall pattern is reported as an error.
 
-The cocotb test module (:mod:`onnx2fpga.sim._cocotb_axis`) runs inside the simulator process
-that :meth:`cocotb_tools.runner.Runner.test` starts, so this module can be called any number of
-times from one Python process. Data goes both ways through files in a run folder of its own,
-``build_dir/runs/run-XXXXXXXX`` (``job.json``, ``x.npy`` in; ``outputs.npy``, ``result.json``
-or ``error.json`` out; ``sim.log``, and ``dump.vcd`` with ``waves``), named by the environment
-variable ``ONNX2FPGA_RTL_JOB`` and removed after the run unless ``waves`` or ``keep_run`` ask to
-keep it; so any number of simulations of one ``build_dir`` may run at once, in threads or
-processes. A build briefly swaps :data:`os.environ` (cocotb's runner reads ``PATH`` from it),
-so do not build from several threads of one process at once.
+Each run has a folder of its own, ``build_dir/runs/run-XXXXXXXX`` (``cache_dir()/runs`` by
+default) for the job files in and the results out, ``sim.log``, and ``dump.vcd`` with
+``waves``, removed after the run unless ``waves`` or ``keep_run`` ask to keep it; so any
+number of simulations may run at once, in threads or processes. The cocotb test module runs
+inside the simulator process that :meth:`cocotb_tools.runner.Runner.test` starts, with its
+folder named by the environment variable ``ONNX2FPGA_RTL_JOB``; its build briefly swaps
+:data:`os.environ` (cocotb's runner reads ``PATH`` from it), so do not build with cocotb from
+several threads of one process at once.
 """
 
 from __future__ import annotations
@@ -279,13 +289,15 @@ class RtlResult:
         input beat to the one that completes the last output beat (a design with one register
         stage and one beat per tensor has latency 1). ``None`` when ``timing_runs == 0``.
     total_cycles : int
-        Clock cycles simulated in all, reset and every phase included.
+        Clock cycles simulated in all, reset and every phase included, summed over the
+        shards.
     stalled_cycles : int
-        Cycles of the correctness phase (the whole batch with random stalls).
+        Cycles of the correctness phase (the whole batch with random stalls), summed over
+        the shards.
     tlast_cycles : tuple of int
         Cycle numbers of the output ``tlast`` transfers in the initiation-interval phase.
     rebuilt : bool
-        Whether Verilator ran (``False``: the cached build in ``build_dir`` was reused).
+        Whether Verilator ran (``False``: an earlier build was reused).
     build_seconds, sim_seconds : float
         Wall-clock time of the Verilator build (0 when cached) and of the simulation proper
         (the simulator processes, not the build nor Python's packing of the data).

@@ -12,6 +12,7 @@ known by construction and independent of the harness:
 """
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,13 +28,14 @@ from amaranth.lib.wiring import In, Out
 
 from onnx2fpga.ir.dataflow import Port
 from onnx2fpga.ir.types import IntType
-from onnx2fpga.sim import verilator_build
+from onnx2fpga.sim import rtl, verilator_build
 from onnx2fpga.sim.driver import compiled_simulator
 from onnx2fpga.sim.rtl import (
     CACHE_ENV,
     MIN_VERILATOR_VERSION,
     RUNTIME_CACHE_ENV,
     RtlSimulationError,
+    cache_dir,
     pack_beats,
     simulate_rtl,
     unpack_beats,
@@ -466,8 +468,21 @@ def test_wide_ports(tmp_path, sim):
     np.testing.assert_array_equal(res.outputs, x + 1)
 
 
+def test_cache_dir_location(monkeypatch, tmp_path):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv(CACHE_ENV)
+    assert cache_dir() == tmp_path / "xdg" / "onnx2fpga"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")      # the XDG spec says so
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "onnx2fpga"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_dir() == tmp_path / "home" / ".cache" / "onnx2fpga"
+
+
 @pytest.mark.rtl
-def test_sharded_outputs_equal_unsharded(designs, sim):
+def test_sharded_outputs_equal_unsharded(designs, sim, monkeypatch):
     path, build = designs["pipe"]
     x = _inputs(PIPE_IN, 31, seed=6)
     one = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, jobs=1, timing_runs=4)
@@ -480,6 +495,11 @@ def test_sharded_outputs_equal_unsharded(designs, sim):
     assert three.total_cycles > three.stalled_cycles > 31 * PIPE_IN.beats
     again = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, jobs=3, timing_runs=4)
     assert again.stalled_cycles == three.stalled_cycles      # deterministic per jobs
+    # By default, one process per core but at least SHARD_MIN_INPUTS inputs per process.
+    monkeypatch.setattr(rtl, "SHARD_MIN_INPUTS", 10)
+    default = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, timing_runs=0)
+    assert default.shards == min(len(os.sched_getaffinity(0)), 3)
+    np.testing.assert_array_equal(default.outputs, x + 1)
 
 
 def test_argument_errors(tmp_path):
@@ -498,5 +518,12 @@ def test_argument_errors(tmp_path):
                                          r"outside uint7 \[0, 127\]$"):
         simulate_rtl(path, PIPE_IN, PIPE_OUT, np.vstack([x[:1], x[:1] * 0 + 128]),
                      build_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"^harness must be 'compiled' or 'cocotb', "
+                                         r"not 'verilator'$"):
+        simulate_rtl(path, PIPE_IN, PIPE_OUT, x, harness="verilator")
+    with pytest.raises(ValueError, match=r"^jobs must be a positive integer, not 0$"):
+        simulate_rtl(path, PIPE_IN, PIPE_OUT, x, jobs=0)
+    with pytest.raises(ValueError, match=r"^jobs=2 needs harness='compiled'"):
+        simulate_rtl(path, PIPE_IN, PIPE_OUT, x, harness="cocotb", jobs=2)
     with pytest.raises(ValueError, match=r"^Verilog file '.*missing\.v' does not exist$"):
         simulate_rtl(tmp_path / "missing.v", PIPE_IN, PIPE_OUT, x, build_dir=tmp_path)
