@@ -215,7 +215,7 @@ class CompiledDesign:
             self.last_run = {"cycles_per_inference": res.cycles_per_inference,
                              "latency_cycles": res.latency_cycles,
                              "total_cycles": res.total_cycles,
-                             "sim_seconds": round(res.sim_seconds, 3),
+                             "sim_seconds": round(res.sim_seconds, 4),
                              "cycles_per_second": round(res.total_cycles
                                                         / max(res.sim_seconds, 1e-9)),
                              "jobs": res.shards, "inferences": len(x_int)}

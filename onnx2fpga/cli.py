@@ -342,7 +342,8 @@ def _simulate(args):
         line = f"{args.engine}: {_batch(x)} inferences -> {args.outputs} {_shapes(y)}"
         if args.engine == "rtl":
             line += (f"; {result['cycles_per_inference']} cycles per inference, latency "
-                     f"{result['latency_cycles']} cycles")
+                     f"{result['latency_cycles']} cycles; {result['total_cycles']} cycles "
+                     f"simulated in {result['sim_seconds']:g} s")
             if args.check:
                 line += f"; golden match {result['golden_match']}"
         print(line)

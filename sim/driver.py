@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -47,6 +48,8 @@ from .verilator_build import (
     say,
     verilator_env,
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["DRIVER_SOURCE", "VERILATOR_ARGS", "CompiledSimulator", "compiled_simulator",
            "Shard", "run_shards"]
@@ -169,7 +172,8 @@ def _build_in(where: Path, verilog_path: Path, verilog: bytes, toplevel: str,
         env2["MAKEFLAGS"] = " ".join(filter(None, [env.get("MAKEFLAGS", ""), overrides]))
         built = _run(make, obj, env2, log) and runtime.matches(obj)
         if not built:
-            say(progress, f"cached runtime objects in {runtime.path} not usable; building them")
+            say(progress, f"cached runtime objects in {runtime.path} not usable; building "
+                          f"them", logger)
     reused = built
     if not built:
         if not _run(make, obj, env, log):
@@ -217,7 +221,7 @@ def compiled_simulator(verilog_path, toplevel: str, *, waves: bool = False, runt
                       f"{toplevel!r}) with Verilator {venv.version[0]}.{venv.version[1]:03d}"
                       f"{' and tracing' if waves else ''}"
                       f"{', reusing its runtime objects' if runtime.ready() else ''} "
-                      f"into {entry}")
+                      f"into {entry}", logger)
         start = time.monotonic()
         work = folder / f".tmp-{os.getpid()}-{secrets.token_hex(8)}"
         work.mkdir()
@@ -235,7 +239,7 @@ def compiled_simulator(verilog_path, toplevel: str, *, waves: bool = False, runt
             work.rename(entry)                  # atomic: the entry appears complete
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        say(progress, f"built in {seconds:.1f} s")
+        say(progress, f"built in {seconds:.1f} s", logger)
         return CompiledSimulator(entry / "sim", widths, True, seconds)
     finally:
         os.close(fd)

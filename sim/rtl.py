@@ -57,10 +57,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -79,9 +79,12 @@ from .verilator_build import (
     VerilatorEnv,
     cache_dir,
     new_run_dir,
+    say,
     shared_simulator,
     verilator_env,
 )
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "RtlSimulationError", "RtlResult", "VerilatorEnv", "verilator_env", "pack_beats",
@@ -268,8 +271,7 @@ def _from_words32(words: np.ndarray, port: Port) -> np.ndarray:
 # Running.
 
 def _log(progress: bool, message: str) -> None:
-    if progress:
-        print(f"[rtl] {message}", file=sys.stderr, flush=True)
+    say(progress, message, logger)
 
 
 @dataclass(frozen=True)

@@ -265,10 +265,10 @@ def first_errors(log_text: str, limit: int = 12) -> str:
     return "\n".join(out[:limit])
 
 
-def say(progress: bool, message: str) -> None:
-    """Log ``message`` (``logging``, this module's logger) and, with ``progress``, print it
-    to stderr as ``[rtl] message``."""
-    logger.info(message)
+def say(progress: bool, message: str, log: logging.Logger | None = None) -> None:
+    """Log ``message`` at level INFO (to ``log``, default this module's logger) and, with
+    ``progress``, print it to stderr as ``[rtl] message``."""
+    (log or logger).info(message)
     if progress:
         print(f"[rtl] {message}", file=sys.stderr, flush=True)
 
