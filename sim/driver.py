@@ -52,7 +52,7 @@ from .verilator_build import (
 logger = logging.getLogger(__name__)
 
 __all__ = ["DRIVER_SOURCE", "VERILATOR_ARGS", "CompiledSimulator", "compiled_simulator",
-           "Shard", "run_shards"]
+           "Shard", "run_shards", "SimulatorCrash"]
 
 #: The C++ testbench compiled into every simulator.
 DRIVER_SOURCE = Path(__file__).with_name("axis_driver.cpp")
@@ -69,6 +69,10 @@ AXIS_PORTS = ("clk", "rst", "s_axis_tdata", "s_axis_tvalid", "s_axis_tready", "s
               "m_axis_tdata", "m_axis_tvalid", "m_axis_tready", "m_axis_tlast")
 
 _PORT_DECL = re.compile(r"VL_(?:IN|OUT)(?:8|16|64|W)?\(&(\w+),(\d+),(\d+)")
+
+
+class SimulatorCrash(RtlSimulationError):
+    """A simulator process ended without a result (the message names its ``sim.log``)."""
 
 
 @dataclass(frozen=True)
@@ -328,7 +332,7 @@ def run_shards(sim: CompiledSimulator, shards: list[Shard], job_dirs: list[Path]
     for shard, job, code in zip(shards, job_dirs, codes, strict=True):
         if code or not (job / "result.txt").is_file():
             log = (job / "sim.log").read_text(errors="replace").strip().splitlines()[-15:]
-            raise RtlSimulationError(
+            raise SimulatorCrash(
                 f"The simulation of {verilog_name} ended without a result (exit code {code}); "
                 f"last lines of {job / 'sim.log'}:\n" + "\n".join(log))
         words = np.fromfile(job / "outputs.bin", dtype="<u4").reshape(-1, out_words)

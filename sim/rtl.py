@@ -69,7 +69,7 @@ from pathlib import Path
 import numpy as np
 
 from ..ir.dataflow import Port
-from .driver import Shard, compiled_simulator, run_shards
+from .driver import Shard, SimulatorCrash, compiled_simulator, run_shards
 from .verilator_build import (
     CACHE_ENV,
     MIN_VERILATOR_VERSION,
@@ -650,8 +650,8 @@ def simulate_rtl(verilog_path, in_port: Port, out_port: Port, x, *, toplevel: st
             res = _run_compiled(job, verilog_path, toplevel, in_port, out_port, x,
                                 stall_prob_in, stall_prob_out, seed, timing_runs,
                                 max_cycles_per_inference, waves, runtime_cache, progress, jobs)
-        except RtlSimulationError as exc:
-            keep = keep or "ended without a result" in str(exc)
+        except SimulatorCrash:
+            keep = True                         # the message names the run's sim.log
             raise
         finally:
             if not keep:

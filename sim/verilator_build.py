@@ -1,6 +1,9 @@
-"""Finding Verilator and building simulators with it, shared between processes.
+"""Finding Verilator, the per-user build cache, and cocotb's builds shared between processes.
 
-A simulator is built once per build folder and then run by any number of processes at a time
+:func:`cache_dir` is the per-user build cache (``$ONNX2FPGA_CACHE_DIR``, else
+``$XDG_CACHE_HOME/onnx2fpga``, else ``~/.cache/onnx2fpga``); the compiled harness keeps its
+simulators there (:mod:`onnx2fpga.sim.driver`). With the cocotb harness (and the simulated
+board), a simulator is built once per build folder and then run by any number of processes at a time
 (:func:`shared_simulator`): an exclusive :func:`fcntl.flock` on ``build_dir/build.lock``
 serializes the check "is the build in ``build_dir`` the one for these Verilog contents?" and
 the build itself, and every user of the build holds a shared lock on the same file while its
@@ -9,7 +12,8 @@ executable from under a running simulation. Every run gets its own folder for it
 (:func:`new_run_dir`), so runs of one build never see each other's files.
 
 Verilator's design-independent runtime objects are compiled once and shared between designs
-and processes (:class:`RuntimeCache`, ``$ONNX2FPGA_VERILATOR_CACHE``); a cache entry appears
+and processes (:class:`RuntimeCache`, in ``cache_dir()/verilator-runtime`` or
+``$ONNX2FPGA_VERILATOR_CACHE``); a cache entry appears
 by an atomic rename of a complete folder, so two processes filling it at once are safe (one
 of them wins, the other's copy is dropped).
 """
