@@ -1,7 +1,7 @@
 """RTL simulation speed: cycles per second of the cocotb testbench ("before") and of the compiled
 C++ testbench ("after"), on one core (one simulator process), and the Verilator build time of
-each design, one after the other, in an empty build cache (the first also compiles
-Verilator's runtime objects, which the others reuse).
+each design in an empty build cache (Verilator's runtime objects compiled too: a first
+design) and in a cache that already has them from another design (a second design).
 
     python benchmarks/rtl_speed.py [--before-cycles N] [--after-cycles N] [--skip-before]
                                    [--json]
@@ -105,18 +105,28 @@ def _speed(res, cpu=None) -> dict:
     return fig
 
 
+def _build(d, cache) -> float:
+    os.environ[CACHE_ENV] = cache
+    t = time.monotonic()
+    sim = compiled_simulator(d.verilog_path, "top", progress=False)
+    assert sim.rebuilt
+    return round(time.monotonic() - t, 1)
+
+
 def _build_times(designs, work) -> list[dict]:
-    """Build the designs one after the other in an empty cache (runtime objects included)."""
+    """Each design built in an empty cache (Verilator's runtime objects compiled too), then in
+    a cache that has the runtime objects of another design (the second design's case)."""
     saved = {k: os.environ.get(k) for k in (CACHE_ENV, RUNTIME_CACHE_ENV)}
-    os.environ[CACHE_ENV] = os.path.join(work, "empty-cache")
     os.environ.pop(RUNTIME_CACHE_ENV, None)
     out = []
     try:
-        for name, d in designs:
-            t = time.monotonic()
-            sim = compiled_simulator(d.verilog_path, "top", progress=False)
-            out.append({"design": name, "build_s": round(time.monotonic() - t, 1),
-                        "rebuilt": sim.rebuilt})
+        for k, (name, d) in enumerate(designs):
+            empty = _build(d, os.path.join(work, f"empty-{k}"))
+            other = designs[k - 1][1] if k else designs[-1][1]
+            warm = os.path.join(work, f"warm-{k}")
+            _build(other, warm)
+            out.append({"design": name, "empty_cache_s": empty,
+                        "with_runtime_s": _build(d, warm)})
     finally:
         for k, v in saved.items():
             if v is None:
@@ -171,9 +181,9 @@ def main():
         print(f"{r['model']:<12} {r['cycles_per_inference']:>10}  {b:>11}  "
               f"{r['after']['cycles_per_s']:>11}  {r['after'].get('cycles_per_cpu_s', '-'):>13}"
               f"  {r.get('speedup', '-'):>7}")
-    for i, b in enumerate(builds):
-        print(f"build in an empty cache, design {i + 1} ({b['design']}): {b['build_s']} s"
-              f"{' (with the runtime objects)' if i == 0 else ''}")
+    print(f"{'Verilator build':<16} {'empty cache':>11}  {'runtime cached':>14}")
+    for b in builds:
+        print(f"{b['design']:<16} {b['empty_cache_s']:>10}s  {b['with_runtime_s']:>13}s")
 
 
 if __name__ == "__main__":

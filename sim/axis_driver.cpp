@@ -459,7 +459,9 @@ int main(int argc, char** argv) {
         }
         return 3;
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "axis_driver: %s\n", e.what());
+        // To stdout, which goes to sim.log (stderr may be the user's terminal, for progress);
+        // the caller quotes the log's last lines.
+        std::printf("axis_driver: %s\n", e.what());
         return 2;
     }
     return 0;

@@ -416,7 +416,8 @@ def test_fresh_cache_concurrent_builds_and_shared_runtime(designs, tmp_path, mon
     monkeypatch.delenv(RUNTIME_CACHE_ENV, raising=False)
     pipe, gather = designs["pipe"][0], designs["gather"][0]
     procs = [subprocess.Popen([sys.executable, "-c", _BUILD_IN_A_PROCESS, str(pipe)],
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
              for _ in range(2)]
     outs = [p.communicate(timeout=900) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
