@@ -179,8 +179,8 @@ class CompiledDesign:
         (then ``last_run`` holds the measured cycles and the simulation's speed). Host parts
         run in numpy in both cases. ``stall_in``, ``stall_out``: probabilities in [0, 1) of a
         stall cycle; ``seed``: a non-negative integer, the stall pattern's seed; ``jobs``:
-        simulator processes to split the batch over (default: one per core for batches of
-        512 or more, else one). Options and inputs (a NaN, the wrong dtype or shape:
+        simulator processes to split the batch over (default: one per core, but at most one
+        per 256 inputs). Options and inputs (a NaN, the wrong dtype or shape:
         :class:`~onnx2fpga.errors.InputError`) are checked before any work.
         """
         from .sim.model import run_design

@@ -122,7 +122,7 @@ def _parser():
     s.add_argument("--seed", type=int, default=0, help="seed of the stall pattern")
     s.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="with --engine rtl, split the inputs over N simulator processes "
-                   "(default: one per core for 512 inputs or more, else 1)")
+                   "(default: one per core, but at most one per 256 inputs)")
     s.add_argument("--check", action="store_true", help="with --engine rtl, also run the "
                    "golden model and fail unless every output is identical")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
