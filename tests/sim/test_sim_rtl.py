@@ -12,6 +12,7 @@ known by construction and independent of the harness:
 """
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -409,7 +410,8 @@ print(sim.rebuilt, sim.executable)
 
 
 @pytest.mark.rtl
-def test_fresh_cache_concurrent_builds_and_shared_runtime(designs, tmp_path, monkeypatch):
+def test_fresh_cache_concurrent_builds_and_shared_runtime(designs, tmp_path, monkeypatch,
+                                                          capfd, caplog):
     """In an empty cache, two processes building one Verilog at once both get the simulator
     from a single build; a second design then links the runtime objects of the first."""
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
@@ -426,8 +428,17 @@ def test_fresh_cache_concurrent_builds_and_shared_runtime(designs, tmp_path, mon
     assert answers[0][1] == answers[1][1]
     entries = [p for p in (tmp_path / "cache" / "sim").iterdir() if p.is_dir()]
     assert len(entries) == 1 and not entries[0].name.startswith(".tmp")
-    second = compiled_simulator(gather, "top", progress=False)
+    with caplog.at_level(logging.INFO, logger="onnx2fpga.sim.driver"):
+        second = compiled_simulator(gather, "top", progress=True)
     assert second.rebuilt
+    # The build says what it does, on stderr and through logging.
+    lines = gather.read_text().count("\n")
+    err = capfd.readouterr().err.splitlines()
+    assert re.fullmatch(rf"\[rtl\] building simulator for gather\.v \({lines} lines, toplevel "
+                        rf"'top'\) with Verilator 5\.\d{{3}}, reusing its runtime objects "
+                        rf"into .*", err[0]), err
+    assert re.fullmatch(r"\[rtl\] built in \d+\.\d s", err[-1]), err
+    assert [r.getMessage() for r in caplog.records] == [e[6:] for e in err]
     metas = [json.loads((Path(exe).parent / "meta.json").read_text())
              for exe in (answers[0][1], second.executable)]
     assert [m["runtime_objects"] for m in metas] == ["compiled", "reused"]
