@@ -334,10 +334,13 @@ class Bench {
         if (std::chrono::duration<double>(now - last_report_).count() < progress_seconds_) return;
         last_report_ = now;
         const double t = std::chrono::duration<double>(now - start_).count();
-        std::fprintf(stderr, "[rtl] %s%s: %llu/%llu inferences (cycle %llu, %.1f s)\n",
+        const double left = t * static_cast<double>(n - done) / static_cast<double>(done);
+        std::fprintf(stderr,
+                     "[rtl] %s%s: %llu/%llu inferences (cycle %llu, %.1f s, %.0f cycles/s, "
+                     "about %.0f s left)\n",
                      tag_.c_str(), phase.c_str(), static_cast<unsigned long long>(done),
                      static_cast<unsigned long long>(n), static_cast<unsigned long long>(cycle_),
-                     t);
+                     t, static_cast<double>(cycle_) / t, left);
         std::fflush(stderr);
     }
 
