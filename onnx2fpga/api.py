@@ -175,7 +175,8 @@ class CompiledDesign:
     design : onnx2fpga.ir.Design
     manifest : dict
     last_run : dict or None
-        Figures of the last RTL simulation (``cycles_per_inference``, ``latency_cycles``).
+        Figures of the last RTL simulation (``cycles_per_inference``, ``latency_cycles``,
+        ``total_cycles``, ``sim_seconds``, ``cycles_per_second``, ``jobs``, ``inferences``).
     """
 
     def __init__(self, directory, design: Design, manifest: dict):
@@ -215,7 +216,8 @@ class CompiledDesign:
         return StreamAccelerator(self.design.dataflow)
 
     def simulate(self, x, engine: str = "rtl", *, stall_in: float = 0.3,
-                 stall_out: float = 0.3, seed: int = 0, progress: bool = False):
+                 stall_out: float = 0.3, seed: int = 0, progress: bool = False,
+                 jobs: int | None = None):
         """Run the model on a batch ``x`` (stacked along axis 0) and return its outputs.
 
         ``x`` is an array, or a dict holding it under the graph input's name (a model of
@@ -225,13 +227,16 @@ class CompiledDesign:
         stacked like ``x``.
 
         ``engine="golden"`` runs the integer golden model; ``"rtl"`` runs the emitted Verilog
-        in Verilator through cocotb with random stalls on both AXI-Stream sides (then
-        ``last_run`` holds the measured cycles, and ``measured.json`` in the design folder
-        too, with the date and the simulator: :mod:`onnx2fpga.measured`). Host parts run in
-        numpy in both cases.
-        ``stall_in``, ``stall_out``: probabilities in [0, 1) of a stall cycle; ``seed``: a
-        non-negative integer, the stall pattern's seed. Options and inputs (a NaN, the wrong
-        dtype or shape: :class:`~onnx2fpga.errors.InputError`) are checked before any work.
+        in Verilator, built once into the per-user build cache with a compiled AXI-Stream
+        testbench (:func:`onnx2fpga.sim.rtl.simulate_rtl`), with random stalls on both sides
+        (then ``last_run`` holds the measured cycles and the simulation's speed,
+        and ``measured.json`` in the design folder too, with the date and the simulator:
+        :mod:`onnx2fpga.measured`). Host parts
+        run in numpy in both cases. ``stall_in``, ``stall_out``: probabilities in [0, 1) of a
+        stall cycle; ``seed``: a non-negative integer, the stall pattern's seed; ``jobs``:
+        simulator processes to split the batch over (default: one per core, but at most one
+        per 256 inputs). Options and inputs (a NaN, the wrong dtype or shape:
+        :class:`~onnx2fpga.errors.InputError`) are checked before any work.
         """
         from .sim.model import run_design
 
@@ -242,9 +247,12 @@ class CompiledDesign:
         for name, p in (("stall_in", stall_in), ("stall_out", stall_out)):
             if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p < 1:
                 raise OptionError(f"{name} must be a probability in [0, 1), not {p!r}")
+        if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
+                                 or jobs < 1):
+            raise OptionError(f"jobs must be a positive integer, not {jobs!r}")
         if engine == "golden":
             return run_design(self.design, x)
-        require("sim", "RTL simulation")
+        require("sim", "RTL simulation", only=("verilator",))   # cocotb: the reference harness only
         from .sim.rtl import simulate_rtl
 
         def rtl_engine(dataflow, x_int):
@@ -261,10 +269,14 @@ class CompiledDesign:
                                stall_prob_in=stall_in, stall_prob_out=stall_out, seed=seed,
                                max_cycles_per_inference=10_000 + 4 * int(
                                    self.manifest["latency_cycles"]),
-                               progress=progress)
+                               progress=progress, jobs=jobs)
             self.last_run = {"cycles_per_inference": res.cycles_per_inference,
                              "latency_cycles": res.latency_cycles,
-                             "total_cycles": res.total_cycles, "inferences": len(x_int)}
+                             "total_cycles": res.total_cycles,
+                             "sim_seconds": round(res.sim_seconds, 4),
+                             "cycles_per_second": round(res.total_cycles
+                                                        / max(res.sim_seconds, 1e-9)),
+                             "jobs": res.shards, "inferences": len(x_int)}
             write_measured(self.directory, self.manifest, res, inputs=len(x_int),
                            stall_in=stall_in, stall_out=stall_out, seed=int(seed),
                            simulator=_simulator_name())

@@ -133,6 +133,9 @@ def _parser():
                    "take the output stream (tready low) in a cycle (default 0.3)")
     s.add_argument("--seed", type=int, default=0, metavar="N",
                    help="with --engine rtl: seed of the stall pattern (default 0)")
+    s.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="with --engine rtl, split the inputs over N simulator processes "
+                   "(default: one per core, but at most one per 256 inputs)")
     s.add_argument("--check", action="store_true", help="with --engine rtl, also run the "
                    "golden model and fail unless every output is identical")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -340,7 +343,7 @@ def _simulate(args):
     x = _read_inputs(args, d)
     try:
         y = d.simulate(x, engine=args.engine, stall_in=args.stall_in,
-                       stall_out=args.stall_out, seed=args.seed, progress=True)
+                       stall_out=args.stall_out, seed=args.seed, progress=True, jobs=args.jobs)
     except ValueError as e:
         raise Onnx2FpgaError(str(e)) from None
     result = {"engine": args.engine, "inferences": _batch(x), **_shape_fields(y)}
@@ -366,7 +369,8 @@ def _simulate(args):
         line = f"{args.engine}: {_batch(x)} inferences -> {args.outputs} {_shapes(y)}"
         if args.engine == "rtl":
             line += (f"; {result['cycles_per_inference']} cycles per inference, latency "
-                     f"{result['latency_cycles']} cycles")
+                     f"{result['latency_cycles']} cycles; {result['total_cycles']} cycles "
+                     f"simulated in {result['sim_seconds']:g} s")
             if args.check:
                 line += f"; golden match {result['golden_match']}"
         print(line)

@@ -1,4 +1,5 @@
-"""The cocotb test that :func:`onnx2fpga.sim.rtl.simulate_rtl` runs inside the simulator.
+"""The cocotb test that :func:`onnx2fpga.sim.rtl.simulate_rtl` runs inside the simulator with
+``harness="cocotb"`` (the reference for the compiled testbench, ``axis_driver.cpp``).
 
 Not for direct use: it reads its job from the folder named by ``ONNX2FPGA_RTL_JOB`` (see
 :mod:`onnx2fpga.sim.rtl` for the phases and the files) and writes ``outputs.npy`` and

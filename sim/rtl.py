@@ -1,4 +1,5 @@
-"""RTL simulation of an emitted accelerator: cocotb 2.x and Verilator on the AXI4-Stream top.
+"""RTL simulation of an emitted accelerator: Verilator on the AXI4-Stream top, driven by a
+compiled C++ testbench (default) or by cocotb 2.x (the reference).
 
 The device under test is a Verilog module with the top-level ports of every design this project
 emits::
@@ -12,10 +13,20 @@ as :mod:`onnx2fpga.ir` says (element ``j`` of a transfer at bits ``[j*bits, (j+1
 two's complement when signed, unused high bits of ``tdata`` zero); the DUT answers with
 ``out_port.beats`` transfers and raises ``m_axis_tlast`` on the last one of each tensor.
 
-:func:`simulate_rtl` builds the Verilog with Verilator through cocotb's runner, or reuses the
-build in ``build_dir`` (keyed on the hash of the file's contents; built once and shared read
-only by every process that simulates the file, under a lock, see
-:func:`~.verilator_build.shared_simulator`), then runs one simulation in three phases:
+:func:`simulate_rtl` builds the Verilog with Verilator, or reuses an earlier build, then runs
+one simulation in three phases. Two testbenches (``harness``) implement the same phases and
+checks:
+
+* ``"compiled"`` (default, :mod:`onnx2fpga.sim.driver`): ``axis_driver.cpp`` is compiled
+  with the design into one executable, kept in the per-user build cache
+  (:func:`~.verilator_build.cache_dir`) under the hash of the Verilog's contents, the toplevel
+  and the tool versions; Python writes the input beats and reads the output beats and
+  figures. It runs at Verilator's own speed, and a large batch can be split over several
+  processes of the executable (``jobs``).
+* ``"cocotb"``: :mod:`onnx2fpga.sim._cocotb_axis` drives every clock edge from Python (about
+  20,000 cycles per second); built with cocotb's runner in ``build_dir`` (shared read only by
+  every process that simulates the file, under a lock, see
+  :func:`~.verilator_build.shared_simulator`).
 
 1. **Correctness**: the whole batch back to back, with random gaps in ``s_axis_tvalid`` and
    random low ``m_axis_tready`` (a seeded pattern). Every output beat is checked against the
@@ -31,24 +42,25 @@ only by every process that simulates the file, under a lock, see
 The outputs of phases 2 and 3 must equal those of phase 1 for the same inputs: a design whose
 results depend on the stall pattern is reported as an error.
 
-The cocotb test module (:mod:`onnx2fpga.sim._cocotb_axis`) runs inside the simulator process
-that :meth:`cocotb_tools.runner.Runner.test` starts, so this module can be called any number of
-times from one Python process. Data goes both ways through files in a run folder of its own,
-``build_dir/runs/run-XXXXXXXX`` (``job.json``, ``x.npy`` in; ``outputs.npy``, ``result.json``
-or ``error.json`` out; ``sim.log``, and ``dump.vcd`` with ``waves``), named by the environment
-variable ``ONNX2FPGA_RTL_JOB`` and removed after the run unless ``waves`` or ``keep_run`` ask to
-keep it; so any number of simulations of one ``build_dir`` may run at once, in threads or
-processes. A build briefly swaps :data:`os.environ` (cocotb's runner reads ``PATH`` from it),
-so do not build from several threads of one process at once.
+Each run has a folder of its own, ``build_dir/runs/run-XXXXXXXX`` (``cache_dir()/runs`` by
+default) for the job files in and the results out, ``sim.log``, and ``dump.vcd`` with
+``waves``, removed after the run unless ``waves`` or ``keep_run`` ask to keep it; so any
+number of simulations may run at once, in threads or processes. The cocotb test module runs
+inside the simulator process that :meth:`cocotb_tools.runner.Runner.test` starts, with its
+folder named by the environment variable ``ONNX2FPGA_RTL_JOB``; its build briefly swaps
+:data:`os.environ` (cocotb's runner reads ``PATH`` from it), so do not build with cocotb from
+several threads of one process at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import logging
+import os
 import re
 import shutil
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -57,20 +69,27 @@ from pathlib import Path
 import numpy as np
 
 from ..ir.dataflow import Port
+from .driver import Shard, SimulatorCrash, compiled_simulator, run_shards
 from .verilator_build import (
+    CACHE_ENV,
     MIN_VERILATOR_VERSION,
     RUNTIME_CACHE_ENV,
     RtlSimulationError,
     SimulatorBuild,
     VerilatorEnv,
+    cache_dir,
     new_run_dir,
+    say,
     shared_simulator,
     verilator_env,
 )
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "RtlSimulationError", "RtlResult", "VerilatorEnv", "verilator_env", "pack_beats",
-    "unpack_beats", "simulate_rtl", "MIN_VERILATOR_VERSION", "RUNTIME_CACHE_ENV",
+    "unpack_beats", "simulate_rtl", "MIN_VERILATOR_VERSION", "RUNTIME_CACHE_ENV", "CACHE_ENV",
+    "cache_dir", "SHARD_MIN_INPUTS",
 ]
 
 #: Name of the cocotb test module the simulator loads.
@@ -145,9 +164,17 @@ def pack_beats(values, port: Port) -> list[int]:
         If the shape is wrong or a value is out of range.
     """
     arr = _check_values(values, port)
-    n = arr.shape[0]
-    if n == 0:
+    if arr.shape[0] == 0:
         return []
+    packed = _packed_bytes(arr, port)
+    nbytes, data = packed.shape[1], packed.tobytes()
+    return [int.from_bytes(data[k:k + nbytes], "little") for k in range(0, len(data), nbytes)]
+
+
+def _packed_bytes(arr: np.ndarray, port: Port) -> np.ndarray:
+    """Checked values ``(n, port.size)`` as ``(n * port.beats, tdata_width // 8)`` bytes, each
+    row one beat's ``tdata`` in little-endian order."""
+    n = arr.shape[0]
     arr = port.to_stream(arr)
     bits = port.type.bits
     # Two's complement bit pattern of every element, as uint64 (bits <= 64).
@@ -162,9 +189,17 @@ def pack_beats(values, port: Port) -> list[int]:
     if pad:
         bit_planes = np.concatenate(
             [bit_planes, np.zeros((n * port.beats, pad), dtype=np.uint8)], axis=1)
-    packed = np.packbits(bit_planes, axis=1, bitorder="little")
-    nbytes, data = packed.shape[1], packed.tobytes()
-    return [int.from_bytes(data[k:k + nbytes], "little") for k in range(0, len(data), nbytes)]
+    return np.packbits(bit_planes, axis=1, bitorder="little")
+
+
+def _words32(arr: np.ndarray, port: Port) -> np.ndarray:
+    """Checked values as ``(n * port.beats, ceil(tdata_width / 32))`` little-endian uint32
+    words: the compiled testbench's input format."""
+    packed = _packed_bytes(arr, port)
+    words = -(-port.tdata_width // 32)
+    padded = np.zeros((packed.shape[0], 4 * words), dtype=np.uint8)
+    padded[:, :packed.shape[1]] = packed
+    return padded.view("<u4")
 
 
 def unpack_beats(words, port: Port) -> np.ndarray:
@@ -201,14 +236,19 @@ def unpack_beats(words, port: Port) -> np.ndarray:
         if not 0 <= w < limit:
             raise ValueError(f"Word {k} ({w:#x}) for port {port.name!r} does not fit "
                              f"{port.tdata_width} bits")
+    raw = np.frombuffer(b"".join(w.to_bytes(nbytes, "little") for w in words), dtype=np.uint8)
+    return _unpack_bytes(raw.reshape(len(words), nbytes), port)
+
+
+def _unpack_bytes(raw: np.ndarray, port: Port) -> np.ndarray:
+    """``(beats, tdata_width // 8)`` little-endian bytes into ``(n, port.size)`` tensors."""
     t = port.type
-    n = len(words) // port.beats
+    n = raw.shape[0] // port.beats
     out_dtype = np.uint64 if (t.bits == 64 and not t.signed) else np.int64
     if n == 0:
         return np.zeros((0, port.size), dtype=out_dtype)
-    raw = np.frombuffer(b"".join(w.to_bytes(nbytes, "little") for w in words), dtype=np.uint8)
-    bit_planes = np.unpackbits(raw.reshape(len(words), nbytes), axis=1, bitorder="little")
-    bit_planes = bit_planes[:, :port.lanes * t.bits].reshape(len(words), port.lanes, t.bits)
+    bit_planes = np.unpackbits(raw, axis=1, bitorder="little")
+    bit_planes = bit_planes[:, :port.lanes * t.bits].reshape(raw.shape[0], port.lanes, t.bits)
     weights = np.uint64(1) << np.arange(t.bits, dtype=np.uint64)
     u = (bit_planes.astype(np.uint64) * weights).sum(axis=2, dtype=np.uint64)
     if t.signed:
@@ -221,12 +261,17 @@ def unpack_beats(words, port: Port) -> np.ndarray:
     return port.from_stream(out.reshape(n, port.size))
 
 
+def _from_words32(words: np.ndarray, port: Port) -> np.ndarray:
+    """The compiled testbench's output beats (uint32 words) as tensors."""
+    raw = np.ascontiguousarray(words.astype("<u4")).view(np.uint8)
+    return _unpack_bytes(raw[:, :port.tdata_width // 8], port)
+
+
 # ---------------------------------------------------------------------------------------------
 # Running.
 
 def _log(progress: bool, message: str) -> None:
-    if progress:
-        print(f"[rtl] {message}", file=sys.stderr, flush=True)
+    say(progress, message, logger)
 
 
 @dataclass(frozen=True)
@@ -246,15 +291,20 @@ class RtlResult:
         input beat to the one that completes the last output beat (a design with one register
         stage and one beat per tensor has latency 1). ``None`` when ``timing_runs == 0``.
     total_cycles : int
-        Clock cycles simulated in all, reset and every phase included.
+        Clock cycles simulated in all, reset and every phase included, summed over the
+        shards.
     stalled_cycles : int
-        Cycles of the correctness phase (the whole batch with random stalls).
+        Cycles of the correctness phase (the whole batch with random stalls), summed over
+        the shards.
     tlast_cycles : tuple of int
         Cycle numbers of the output ``tlast`` transfers in the initiation-interval phase.
     rebuilt : bool
-        Whether Verilator ran (``False``: the cached build in ``build_dir`` was reused).
+        Whether Verilator ran (``False``: an earlier build was reused).
     build_seconds, sim_seconds : float
-        Wall-clock time of the Verilator build (0 when cached) and of the simulation.
+        Wall-clock time of the Verilator build (0 when cached) and of the simulation proper
+        (the simulator processes, not the build nor Python's packing of the data).
+    shards : int
+        Simulator processes the batch was split over (``jobs``).
     run_dir : Path or None
         The run's folder when it was kept (``waves`` or ``keep_run``): ``dump.vcd`` (with
         ``waves``), ``sim.log`` and the job files. ``None`` when it was removed.
@@ -269,6 +319,7 @@ class RtlResult:
     build_seconds: float
     sim_seconds: float
     run_dir: Path | None = None
+    shards: int = 1
 
 
 def _port_json(port: Port) -> dict:
@@ -384,12 +435,107 @@ def _run_job(job: Path, build: SimulatorBuild, verilog_path: Path, toplevel: str
     return res
 
 
+#: A batch is split over several simulator processes by default only from this many inputs per
+#: process (fewer do not pay for the extra process and pipeline fill).
+SHARD_MIN_INPUTS = 256
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _shard_count(batch: int, jobs: int | None, waves: bool) -> int:
+    if jobs is None:
+        if waves:
+            return 1
+        return max(1, min(_cores(), batch // SHARD_MIN_INPUTS))
+    return min(jobs, batch)
+
+
+def _compare(got: np.ndarray, outputs: np.ndarray, rows, phase: str) -> None:
+    for k, row in enumerate(rows):
+        if not np.array_equal(got[k], outputs[row]):
+            diff = np.flatnonzero(got[k] != outputs[row])
+            j = int(diff[0])
+            raise RtlSimulationError(
+                f"{phase}: the output for input row {row} differs from the run with "
+                f"stalls at {diff.size} element(s), first element {j}: {int(got[k][j])} "
+                f"without stalls, {int(outputs[row][j])} with stalls; the design's "
+                f"results depend on the stall pattern")
+
+
+def _run_compiled(job: Path, verilog_path: Path, toplevel: str, in_port: Port, out_port: Port,
+                  x: np.ndarray, stall_prob_in: float, stall_prob_out: float, seed: int,
+                  timing_runs: int, max_cycles_per_inference: int, waves: bool,
+                  runtime_cache, progress: bool, jobs: int | None) -> RtlResult:
+    sim = compiled_simulator(verilog_path, toplevel, waves=waves, runtime_cache=runtime_cache,
+                             progress=progress)
+    for prefix, port in (("s_axis", in_port), ("m_axis", out_port)):
+        width = sim.widths[f"{prefix}_tdata"]
+        if width != port.tdata_width:
+            raise RtlSimulationError(
+                f"{prefix}_tdata is {width} bits wide, but port {port.name!r} "
+                f"(lanes={port.lanes}, {port.type.name}) needs tdata_width {port.tdata_width}")
+    batch = int(x.shape[0])
+    n = _shard_count(batch, jobs, waves)
+    parts = np.array_split(np.arange(batch), n)
+    shards = [Shard(k, len(rows), _words32(x[rows], in_port)) for k, rows in enumerate(parts)]
+    dirs = [job] if n == 1 else [job / f"shard-{k}" for k in range(n)]
+    for d in dirs:
+        d.mkdir(exist_ok=True)
+    timing = (f", then 1 + {timing_runs} without stalls for latency and interval"
+              if timing_runs else "")
+    _log(progress, f"simulating {toplevel!r}: {batch} inference(s) of {in_port.beats} input "
+                   f"and {out_port.beats} output beats with stalls (in {stall_prob_in:g}, "
+                   f"out {stall_prob_out:g}){timing}"
+                   f"{f' in {n} processes' if n > 1 else ''}")
+    results, seconds = run_shards(
+        sim, shards, dirs, in_beats=in_port.beats, out_beats=out_port.beats,
+        stall_prob_in=stall_prob_in, stall_prob_out=stall_prob_out, seed=seed,
+        timing_runs=timing_runs, max_cycles_per_inference=max_cycles_per_inference,
+        progress_seconds=_PROGRESS_SECONDS if progress else 0, waves=waves,
+        verilog_name=verilog_path.name)
+    outs = []
+    for shard, (words, _) in zip(shards, results, strict=True):
+        outs.append(_from_words32(words[:shard.rows * out_port.beats], out_port))
+    outputs = np.concatenate(outs)
+    first = results[0][1]
+    ii = latency = None
+    tlast: tuple[int, ...] = ()
+    if timing_runs:
+        words = results[0][0][shards[0].rows * out_port.beats:]
+        got = _from_words32(words, out_port)
+        _compare(got[:1], outputs, [0], "latency run")
+        rows = [k % shards[0].rows for k in range(timing_runs)]
+        _compare(got[1:], outputs, rows, "interval run")
+        tlast = tuple(int(c) for c in first["tlast_cycles"].split())
+        gaps = np.diff(tlast)
+        ii = float(np.mean(gaps[len(gaps) // 2:]))
+        latency = int(first["latency_cycles"])
+    res = RtlResult(
+        outputs=outputs, cycles_per_inference=ii, latency_cycles=latency,
+        total_cycles=sum(int(r["total_cycles"]) for _, r in results),
+        stalled_cycles=sum(int(r["stalled_cycles"]) for _, r in results),
+        tlast_cycles=tlast, rebuilt=sim.rebuilt, build_seconds=sim.seconds,
+        sim_seconds=seconds, shards=n)
+    timing = (f"; {res.cycles_per_inference:g} cycles per inference, latency "
+              f"{res.latency_cycles} cycles" if timing_runs else "")
+    _log(progress, f"done: {batch} inference(s) in {res.total_cycles} cycles, "
+                   f"{seconds:.1f} s ({res.total_cycles / max(seconds, 1e-9):,.0f} cycles/s)"
+                   f"{timing}")
+    return res
+
+
 def simulate_rtl(verilog_path, in_port: Port, out_port: Port, x, *, toplevel: str = "top",
-                 build_dir, stall_prob_in: float = 0.3, stall_prob_out: float = 0.3,
+                 build_dir=None, stall_prob_in: float = 0.3, stall_prob_out: float = 0.3,
                  seed: int = 0, timing_runs: int = 8,
                  max_cycles_per_inference: int | None = None, waves: bool = False,
                  keep_run: bool = False, runtime_cache=None,
-                 progress: bool = True) -> RtlResult:
+                 progress: bool = True, harness: str = "compiled",
+                 jobs: int | None = None) -> RtlResult:
     """Run a batch of tensors through the Verilog accelerator and measure it.
 
     Parameters
@@ -404,39 +550,53 @@ def simulate_rtl(verilog_path, in_port: Port, out_port: Port, x, *, toplevel: st
         range; ``batch >= 1``.
     toplevel : str
         Name of the top Verilog module.
-    build_dir : str or Path
-        Folder for the Verilator build (``build_dir/verilator``, reused while the Verilog
-        file's contents, the toplevel and the tool versions stay the same, and shared with
-        other processes simulating it at the same time) and for the run folders
-        (``build_dir/runs``, one per call).
+    build_dir : str or Path, optional
+        Folder for the run folders (``build_dir/runs``, one per call) and, with
+        ``harness="cocotb"``, for its Verilator build (``build_dir/verilator``, reused while the
+        file's contents, the toplevel and the tool versions stay the same). Default: the
+        per-user build cache (:func:`~.verilator_build.cache_dir`). The compiled harness
+        always keeps its simulators in that cache (``cache_dir()/sim``), keyed by the
+        Verilog's contents, so a design compiled again elsewhere reuses its build.
     stall_prob_in, stall_prob_out : float
         In the correctness phase, the probability that the testbench leaves a cycle without
         ``s_axis_tvalid`` (when it could offer a beat) and holds ``m_axis_tready`` low.
         In ``[0, 1)``.
     seed : int
-        Seed of the stall pattern; equal arguments give equal cycle counts.
+        Seed of the stall pattern; equal arguments (``jobs`` included) give equal cycle
+        counts. The compiled harness draws from ``std::mt19937_64`` seeded with
+        ``std::seed_seq{seed & 0xffffffff, seed >> 32, shard}``; the cocotb harness from
+        ``numpy.random.default_rng(seed)``, so the two stall differently.
     timing_runs : int
-        Back-to-back inferences of the initiation-interval phase (inputs taken from ``x``
-        cyclically); at least 2, or 0 to skip the latency and interval phases.
+        Back-to-back inferences of the initiation-interval phase (inputs taken from ``x``, of
+        the first shard, cyclically); at least 2, or 0 to skip the latency and interval phases.
     max_cycles_per_inference : int, optional
         Cycle budget of one inference without stalls. The simulation stops with an error when
         no transfer happens on either stream for this many cycles while work is pending, or
         when a phase exceeds its budget (scaled by ``1 / (1 - stall_prob)`` on each side).
         Default ``10_000 + 100 * (in_port.beats + out_port.beats)``.
     waves : bool
-        Record ``dump.vcd`` in the run's folder, which is then kept (:attr:`RtlResult.run_dir`,
-        ``build_dir/runs/run-XXXXXXXX``). Needs a build with tracing, kept beside the plain
-        one in ``build_dir/verilator-waves``.
+        Record ``dump.vcd`` (of the first shard) in the run's folder, which is then kept
+        (:attr:`RtlResult.run_dir`). Needs a build with tracing, cached beside the plain one.
     keep_run : bool
         Keep the run's folder (job files, ``sim.log``) after a successful run; it is also kept
         when the simulator ends without a result (the error names its ``sim.log``) and
         removed in every other case.
     runtime_cache : str or Path, optional
-        Folder for Verilator's precompiled runtime objects, which every build links; sharing
-        one folder between designs makes a new design's build about three times faster.
-        Default: ``$ONNX2FPGA_VERILATOR_CACHE`` if set, else ``build_dir/verilator-runtime``.
+        Folder for Verilator's precompiled runtime objects, which every build links.
+        Default: ``$ONNX2FPGA_VERILATOR_CACHE`` if set, else ``cache_dir()/verilator-runtime``.
     progress : bool
-        Print build and simulation progress to stderr.
+        Print build and simulation progress to stderr (also logged through ``logging``).
+    harness : str
+        ``"compiled"`` (default): a C++ testbench compiled with the design drives the streams,
+        at Verilator's speed. ``"cocotb"``: the Python cocotb testbench (about 20,000 cycles
+        per second), kept as the reference.
+    jobs : int, optional
+        Simulator processes the batch is split over (compiled harness): contiguous shards of
+        the inputs, outputs joined in input order; latency and interval come from the first
+        shard, ``stalled_cycles`` and ``total_cycles`` are summed. Default: one per available
+        core, but no more than one per :data:`SHARD_MIN_INPUTS` inputs (so a batch under
+        512 runs in one process) and one with ``waves``. Cycle counts depend on the number
+        of shards; pass ``jobs`` for counts that do not depend on the machine.
 
     Returns
     -------
@@ -461,8 +621,15 @@ def simulate_rtl(verilog_path, in_port: Port, out_port: Port, x, *, toplevel: st
             raise ValueError(f"{name} must be a number in [0, 1), not {p!r}")
     if not isinstance(timing_runs, int) or timing_runs == 1 or timing_runs < 0:
         raise ValueError(f"timing_runs must be 0 or an integer >= 2, not {timing_runs!r}")
-    if not isinstance(seed, (int, np.integer)) or seed < 0:
+    if not isinstance(seed, (int, np.integer)) or seed < 0 or seed >= 1 << 64:
         raise ValueError(f"Seed must be a non-negative integer, not {seed!r}")
+    if harness not in ("compiled", "cocotb"):
+        raise ValueError(f"harness must be 'compiled' or 'cocotb', not {harness!r}")
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ValueError(f"jobs must be a positive integer, not {jobs!r}")
+    if harness == "cocotb" and jobs not in (None, 1):
+        raise ValueError(f"jobs={jobs} needs harness='compiled' (the cocotb harness runs one "
+                         f"process)")
     _check_port(in_port)
     _check_port(out_port)
     x = np.asarray(x)
@@ -476,21 +643,37 @@ def simulate_rtl(verilog_path, in_port: Port, out_port: Port, x, *, toplevel: st
         raise ValueError(f"max_cycles_per_inference must be a positive integer, "
                          f"not {max_cycles_per_inference!r}")
 
-    build_dir = Path(build_dir).resolve()
-    with shared_simulator(verilog_path, toplevel, build_dir, waves=waves,
-                          runtime_cache=runtime_cache, progress=progress) as build:
-        job = new_run_dir(build_dir)
-        keep = bool(waves or keep_run)
+    keep = bool(waves or keep_run)
+    if harness == "compiled":
+        job = new_run_dir(cache_dir() if build_dir is None else Path(build_dir).resolve())
         try:
-            res = _run_job(job, build, verilog_path, toplevel, in_port, out_port, x,
-                           stall_prob_in, stall_prob_out, seed, timing_runs,
-                           max_cycles_per_inference, waves, progress)
-        except _NoResult as exc:
+            res = _run_compiled(job, verilog_path, toplevel, in_port, out_port, x,
+                                stall_prob_in, stall_prob_out, seed, timing_runs,
+                                max_cycles_per_inference, waves, runtime_cache, progress, jobs)
+        except SimulatorCrash:
             keep = True                         # the message names the run's sim.log
-            raise RtlSimulationError(str(exc)) from None
+            raise
         finally:
             if not keep:
                 shutil.rmtree(job, ignore_errors=True)
+    else:
+        if build_dir is None:
+            ident = hashlib.sha256(f"{verilog_path}\0{toplevel}".encode()).hexdigest()[:16]
+            build_dir = cache_dir() / "cocotb" / ident
+        build_dir = Path(build_dir).resolve()
+        with shared_simulator(verilog_path, toplevel, build_dir, waves=waves,
+                              runtime_cache=runtime_cache, progress=progress) as build:
+            job = new_run_dir(build_dir)
+            try:
+                res = _run_job(job, build, verilog_path, toplevel, in_port, out_port, x,
+                               stall_prob_in, stall_prob_out, seed, timing_runs,
+                               max_cycles_per_inference, waves, progress)
+            except _NoResult as exc:
+                keep = True                     # the message names the run's sim.log
+                raise RtlSimulationError(str(exc)) from None
+            finally:
+                if not keep:
+                    shutil.rmtree(job, ignore_errors=True)
     if keep:
         res = dataclasses.replace(res, run_dir=job)
         _log(progress, f"kept the run's files{' (dump.vcd)' if waves else ''} in {job}")

@@ -1,6 +1,9 @@
-"""Finding Verilator and building simulators with it, shared between processes.
+"""Finding Verilator, the per-user build cache, and cocotb's builds shared between processes.
 
-A simulator is built once per build folder and then run by any number of processes at a time
+:func:`cache_dir` is the per-user build cache (``$ONNX2FPGA_CACHE_DIR``, else
+``$XDG_CACHE_HOME/onnx2fpga``, else ``~/.cache/onnx2fpga``); the compiled harness keeps its
+simulators there (:mod:`onnx2fpga.sim.driver`). With the cocotb harness (and the simulated
+board), a simulator is built once per build folder and then run by any number of processes at a time
 (:func:`shared_simulator`): an exclusive :func:`fcntl.flock` on ``build_dir/build.lock``
 serializes the check "is the build in ``build_dir`` the one for these Verilog contents?" and
 the build itself, and every user of the build holds a shared lock on the same file while its
@@ -9,7 +12,8 @@ executable from under a running simulation. Every run gets its own folder for it
 (:func:`new_run_dir`), so runs of one build never see each other's files.
 
 Verilator's design-independent runtime objects are compiled once and shared between designs
-and processes (:class:`_RuntimeCache`, ``$ONNX2FPGA_VERILATOR_CACHE``); a cache entry appears
+and processes (:class:`RuntimeCache`, in ``cache_dir()/verilator-runtime`` or
+``$ONNX2FPGA_VERILATOR_CACHE``); a cache entry appears
 by an atomic rename of a complete folder, so two processes filling it at once are safe (one
 of them wins, the other's copy is dropped).
 """
@@ -22,6 +26,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import os
 import re
 import secrets
@@ -37,8 +42,11 @@ from ..errors import Onnx2FpgaError
 
 __all__ = [
     "RtlSimulationError", "VerilatorEnv", "verilator_env", "MIN_VERILATOR_VERSION",
-    "RUNTIME_CACHE_ENV", "SimulatorBuild", "shared_simulator", "new_run_dir",
+    "RUNTIME_CACHE_ENV", "CACHE_ENV", "cache_dir", "runtime_folder", "SimulatorBuild",
+    "shared_simulator", "new_run_dir", "RuntimeCache", "first_errors", "lock", "say",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: The oldest Verilator that compiles cocotb 2.1's Verilator glue (Debian's 5.006 fails).
 MIN_VERILATOR_VERSION = (5, 36)
@@ -245,7 +253,7 @@ _ERROR_LINE = re.compile(r"%Error|error:|Error \d+|undefined reference|No such f
                          re.IGNORECASE)
 
 
-def _first_errors(log_text: str, limit: int = 12) -> str:
+def first_errors(log_text: str, limit: int = 12) -> str:
     lines = log_text.splitlines()
     picked = [i for i, line in enumerate(lines) if _ERROR_LINE.search(line)]
     if not picked:
@@ -261,16 +269,59 @@ def _first_errors(log_text: str, limit: int = 12) -> str:
     return "\n".join(out[:limit])
 
 
-def _log(progress: bool, message: str) -> None:
+def say(progress: bool, message: str, log: logging.Logger | None = None) -> None:
+    """Log ``message`` at level INFO (to ``log``, default this module's logger) and, with
+    ``progress``, print it to stderr as ``[rtl] message``."""
+    (log or logger).info(message)
     if progress:
         print(f"[rtl] {message}", file=sys.stderr, flush=True)
 
 
-#: Environment variable naming a folder for Verilator's precompiled runtime objects.
+#: Environment variable naming the per-user build cache (:func:`cache_dir`).
+CACHE_ENV = "ONNX2FPGA_CACHE_DIR"
+
+#: Environment variable naming a folder for Verilator's precompiled runtime objects only
+#: (older name, still honoured: it overrides ``cache_dir() / "verilator-runtime"``).
 RUNTIME_CACHE_ENV = "ONNX2FPGA_VERILATOR_CACHE"
 
 
-class _RuntimeCache:
+def cache_dir() -> Path:
+    """The per-user build cache: ``$ONNX2FPGA_CACHE_DIR``, else ``$XDG_CACHE_HOME/onnx2fpga``,
+    else ``~/.cache/onnx2fpga`` (created on first use by the builds).
+
+    It holds Verilator's runtime objects (``verilator-runtime/``, see :class:`RuntimeCache`)
+    and every simulator built by the compiled harness (``sim/``, one folder per Verilog
+    contents, toplevel and tool versions); any entry may be deleted at any time when no
+    simulation is starting, and deleting the whole folder only costs rebuilds.
+    """
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser().resolve()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg and os.path.isabs(os.path.expanduser(xdg)) \
+        else Path.home() / ".cache"
+    return (base / "onnx2fpga").resolve()
+
+
+def runtime_folder(runtime_cache=None) -> Path:
+    """Folder of Verilator's runtime objects: ``runtime_cache`` if given, else
+    ``$ONNX2FPGA_VERILATOR_CACHE`` if set, else ``cache_dir() / "verilator-runtime"``."""
+    if runtime_cache is None:
+        runtime_cache = os.environ.get(RUNTIME_CACHE_ENV) or cache_dir() / "verilator-runtime"
+    return Path(runtime_cache).expanduser().resolve()
+
+
+def cxx_identity() -> list[str]:
+    """The C++ compiler's resolved path and the first line of its ``--version``."""
+    cxx = shutil.which(os.environ.get("CXX") or "c++") or "c++"
+    try:
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                                 timeout=60).stdout.splitlines()[:1]
+    except (OSError, subprocess.SubprocessError):
+        version = []
+    return [str(Path(cxx).resolve()), *version]
+
+
+class RuntimeCache:
     """Verilator's runtime library objects, compiled once and linked into every build.
 
     ``verilated.o``, ``verilated_vpi.o`` and the other "global" objects do not depend on the
@@ -287,21 +338,16 @@ class _RuntimeCache:
     rename wins, a later one fails and its copy is dropped), and never changes after that.
     """
 
-    def __init__(self, folder: Path, venv: VerilatorEnv, waves: bool):
-        import cocotb
-
-        self.venv, self.waves = venv, waves
-        cxx = shutil.which("c++") or "c++"
-        try:
-            cxx_version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
-                                         timeout=60).stdout.splitlines()[:1]
-        except (OSError, subprocess.SubprocessError):
-            cxx_version = []
+    def __init__(self, folder: Path, venv: VerilatorEnv, waves: bool, *,
+                 makefile: str = "Vtop.mk", flavour: dict | None = None):
+        if flavour is None:                     # the cocotb harness's builds
+            import cocotb
+            flavour = {"cocotb": cocotb.__version__, "build_args": list(_BUILD_ARGS)}
+        self.venv, self.waves, self.makefile = venv, waves, makefile
         key = json.dumps({
             "verilator_root": str(venv.root or venv.executable),
-            "verilator": list(venv.version), "cocotb": cocotb.__version__,
-            "build_args": list(_BUILD_ARGS), "waves": bool(waves),
-            "cxx": [str(Path(cxx).resolve()), *cxx_version],
+            "verilator": list(venv.version), "flavour": flavour, "waves": bool(waves),
+            "cxx": cxx_identity(),
             "env": {k: os.environ.get(k, "") for k in
                     ("CXXFLAGS", "CPPFLAGS", "LDFLAGS", "OPT", "OPT_FAST", "OPT_SLOW",
                      "OPT_GLOBAL", "MAKEFLAGS")},
@@ -310,7 +356,7 @@ class _RuntimeCache:
         self.path = folder / hashlib.sha256(key.encode()).hexdigest()[:16]
 
     def _make(self, obj_dir: Path, *args: str) -> str:
-        proc = subprocess.run(["make", "-s", "-f", "Vtop.mk", f"VM_TRACE={int(self.waves)}",
+        proc = subprocess.run(["make", "-s", "-f", self.makefile, f"VM_TRACE={int(self.waves)}",
                                *args], cwd=obj_dir, env=self.venv.environ(),
                               capture_output=True, text=True, timeout=600)
         if proc.returncode:
@@ -387,7 +433,7 @@ def _runner_build(verilog_path: Path, toplevel: str, obj_dir: Path, log_path: Pa
         text = log_path.read_text(errors="replace") if log_path.is_file() else str(exc)
         raise RtlSimulationError(
             f"Verilator build of {verilog_path} (toplevel {toplevel!r}) failed:\n"
-            f"{_first_errors(text)}\n(full log: {log_path})") from None
+            f"{first_errors(text)}\n(full log: {log_path})") from None
     if not (obj_dir / toplevel).is_file():
         raise RtlSimulationError(f"Verilator build of {verilog_path} produced no simulator "
                                  f"{obj_dir / toplevel} (full log: {log_path})")
@@ -468,10 +514,10 @@ def _build(verilog_path: Path, toplevel: str, obj_dir: Path, key: dict, log_path
         staging = Path(tempfile.mkdtemp(prefix="onnx2fpga-verilator-"))
         target = staging / obj_dir.name
     start = time.monotonic()
-    runtime = _RuntimeCache(runtime_cache, venv, waves)
+    runtime = RuntimeCache(runtime_cache, venv, waves)
     overrides = runtime.make_overrides() if runtime.ready() else None
     via = f" (by way of {target}: make cannot build in a path with whitespace)" if staging else ""
-    _log(progress, f"building {verilog_path.name} (toplevel {toplevel!r}) with Verilator "
+    say(progress, f"building {verilog_path.name} (toplevel {toplevel!r}) with Verilator "
                    f"{_version_text(venv.version)} in {obj_dir}{via}"
                    f"{' with cached runtime objects' if overrides else ''}")
     try:
@@ -481,11 +527,11 @@ def _build(verilog_path: Path, toplevel: str, obj_dir: Path, key: dict, log_path
                 _runner_build(verilog_path, toplevel, target, log_path, venv, waves, overrides)
                 built = runtime.matches(target)
                 if not built:
-                    _log(progress, f"cached runtime objects in {runtime.path} do not match "
+                    say(progress, f"cached runtime objects in {runtime.path} do not match "
                                    f"this build; building them")
             except RtlSimulationError:
                 # Report errors from the plain build below (a broken design fails there too).
-                _log(progress, f"build with the cached runtime objects in {runtime.path} "
+                say(progress, f"build with the cached runtime objects in {runtime.path} "
                                f"failed; building without them")
             if not built and target.exists():
                 shutil.rmtree(target)
@@ -502,16 +548,16 @@ def _build(verilog_path: Path, toplevel: str, obj_dir: Path, key: dict, log_path
                                  f"in {obj_dir} is not kept (run again)")
     (obj_dir / _STAMP).write_text(json.dumps(key, indent=1) + "\n")
     seconds = time.monotonic() - start
-    _log(progress, f"built in {seconds:.1f} s")
+    say(progress, f"built in {seconds:.1f} s")
     return seconds
 
 
-def _lock(fd: int, mode: int, progress: bool, waiting: str) -> None:
+def lock(fd: int, mode: int, progress: bool, waiting: str) -> None:
     """``flock(fd, mode)``, saying ``waiting`` first when another process holds it."""
     try:
         fcntl.flock(fd, mode | fcntl.LOCK_NB)
     except BlockingIOError:
-        _log(progress, waiting)
+        say(progress, waiting)
         fcntl.flock(fd, mode)
 
 
@@ -543,8 +589,8 @@ def shared_simulator(verilog_path, toplevel: str, build_dir, *, waves: bool = Fa
     waves : bool
         Build with tracing (``--trace``), so a run can record ``dump.vcd``.
     runtime_cache : Path, optional
-        Folder of Verilator's precompiled runtime objects (:class:`_RuntimeCache`). Default:
-        ``$ONNX2FPGA_VERILATOR_CACHE`` if set, else ``build_dir/verilator-runtime``.
+        Folder of Verilator's precompiled runtime objects (:class:`RuntimeCache`). Default:
+        :func:`runtime_folder`.
     progress : bool
         Print build progress and waits for other processes to stderr.
     source_text : str, optional
@@ -561,9 +607,7 @@ def shared_simulator(verilog_path, toplevel: str, build_dir, *, waves: bool = Fa
     verilog_path, build_dir = Path(verilog_path), Path(build_dir)
     build_dir.mkdir(parents=True, exist_ok=True)
     venv = verilator_env() if venv is None else venv
-    if runtime_cache is None:
-        runtime_cache = os.environ.get(RUNTIME_CACHE_ENV) or build_dir / "verilator-runtime"
-    runtime_cache = Path(runtime_cache).resolve()
+    runtime_cache = runtime_folder(runtime_cache)
     obj_dir = build_dir / ("verilator-waves" if waves else "verilator")
     log_path = build_dir / ("build-waves.log" if waves else "build.log")
 
@@ -576,7 +620,7 @@ def shared_simulator(verilog_path, toplevel: str, build_dir, *, waves: bool = Fa
     fd = os.open(build_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         while True:
-            _lock(fd, fcntl.LOCK_SH, progress,
+            lock(fd, fcntl.LOCK_SH, progress,
                   f"waiting for another process to finish building the simulator in "
                   f"{build_dir}")
             if _is_built(obj_dir, toplevel, key()):
@@ -585,7 +629,7 @@ def shared_simulator(verilog_path, toplevel: str, build_dir, *, waves: bool = Fa
             # it exclusively, look again (another process may have built meanwhile), build,
             # let go and start over with a shared lock (a third process may have rebuilt).
             fcntl.flock(fd, fcntl.LOCK_UN)
-            _lock(fd, fcntl.LOCK_EX, progress,
+            lock(fd, fcntl.LOCK_EX, progress,
                   f"waiting for other processes building or running the simulator in "
                   f"{build_dir} to finish")
             try:

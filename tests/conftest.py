@@ -5,11 +5,16 @@ import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _shared_verilator_runtime(tmp_path_factory):
-    """Compile Verilator's runtime objects once per test session, not once per design."""
-    from onnx2fpga.sim.rtl import RUNTIME_CACHE_ENV
-    if RUNTIME_CACHE_ENV not in os.environ:
-        os.environ[RUNTIME_CACHE_ENV] = str(tmp_path_factory.mktemp("verilator-runtime"))
+def _shared_build_cache(tmp_path_factory):
+    """One build cache (Verilator's runtime objects, built simulators) for the whole session,
+    shared by the xdist workers (their base folders are siblings), unless the user set
+    ``$ONNX2FPGA_CACHE_DIR``: a design compiled by several tests is built once."""
+    from onnx2fpga.sim.rtl import CACHE_ENV
+    if CACHE_ENV not in os.environ:
+        base = tmp_path_factory.getbasetemp()
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            base = base.parent                  # the session's folder, above popen-gwN
+        os.environ[CACHE_ENV] = str(base / "onnx2fpga-cache")
     yield
 
 

@@ -59,6 +59,25 @@ def test_reloaded_design_simulates_the_same(designs):
                                   d.simulate(x, engine="golden"))
 
 
+@pytest.mark.rtl
+def test_simulate_json_reports_the_simulation(designs, tmp_path, capsys):
+    """``simulate --json``: outputs equal the golden model's over two simulator processes,
+    and the figures say how much was simulated how fast."""
+    from onnx2fpga.cli import main
+    d = designs["qdq"]
+    x = _inputs(d, 10, 7)
+    np.save(tmp_path / "x.npy", x)
+    code = main(["simulate", d.directory, "--inputs", str(tmp_path / "x.npy"), "--outputs",
+                 str(tmp_path / "y.npy"), "--json", "--jobs", "2", "--check"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["golden_match"] == "10/10"
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), d.simulate(x, engine="golden"))
+    assert out["jobs"] == 2 and out["sim_seconds"] > 0
+    assert out["total_cycles"] > 10 * out["cycles_per_inference"]
+    assert out["cycles_per_second"] == pytest.approx(out["total_cycles"] / out["sim_seconds"],
+                                                     rel=0.05)
+
+
 def test_manifest_describes_ports_and_partition(designs):
     m = designs["qdq"].manifest
     s_axis = m["ports"]["s_axis"]

@@ -21,6 +21,7 @@ import onnx2fpga
 from onnx2fpga.boards.protocol import BoardInfo, FrameDecoder, FrameType, encode_frame
 from onnx2fpga.cli import main
 from onnx2fpga.sim.model import run_design
+from onnx2fpga.sim.verilator_build import CACHE_ENV, RUNTIME_CACHE_ENV, runtime_folder
 from tests.helpers.models import float_mlp, save
 
 #: Seconds after which a child process or a thread is taken to hang (never reached normally;
@@ -96,8 +97,11 @@ def test_two_rtl_simulations_of_one_design_at_once(compiled, tmp_path):
 
 
 @pytest.mark.rtl
-def test_two_rtl_simulations_share_one_build(compiled, tmp_path):
-    # Neither finds a build: one builds under the lock, the other waits for it and reuses it.
+def test_two_rtl_simulations_share_one_build(compiled, tmp_path, monkeypatch):
+    # Neither finds a build (an empty build cache; Verilator's runtime objects from the
+    # session's): one builds under the lock, the other waits for it and reuses it.
+    monkeypatch.setenv(RUNTIME_CACHE_ENV, str(runtime_folder()))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     design = _copy(compiled, tmp_path / "design")
     runs = _race(tmp_path, design, 20)
     _check_own_results(design, runs)

@@ -1,4 +1,5 @@
-"""Tests of the RTL harness: stream packing, Verilator discovery, cocotb runs of small DUTs.
+"""Tests of the RTL harnesses: stream packing, Verilator discovery, the build cache, runs of
+small DUTs with the compiled testbench (and with the cocotb one, the reference).
 
 The DUTs are written here in Amaranth, so their results, initiation interval and latency are
 known by construction and independent of the harness:
@@ -10,7 +11,14 @@ known by construction and independent of the harness:
   ``II - 1``.
 """
 
+import json
+import logging
+import os
+import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,10 +29,14 @@ from amaranth.lib.wiring import In, Out
 
 from onnx2fpga.ir.dataflow import Port
 from onnx2fpga.ir.types import IntType
-from onnx2fpga.sim import verilator_build
+from onnx2fpga.sim import rtl, verilator_build
+from onnx2fpga.sim.driver import compiled_simulator
 from onnx2fpga.sim.rtl import (
+    CACHE_ENV,
     MIN_VERILATOR_VERSION,
+    RUNTIME_CACHE_ENV,
     RtlSimulationError,
+    cache_dir,
     pack_beats,
     simulate_rtl,
     unpack_beats,
@@ -231,14 +243,7 @@ GATHER_IN, GATHER_OUT = _port("x", 12, 4, True, 3), _port("y", 12, 5, True, 2)
 
 
 @pytest.fixture(scope="module")
-def runtime_cache(tmp_path_factory):
-    """One folder of precompiled Verilator runtime objects for every build in this module."""
-    pytest.importorskip("cocotb_tools.runner")
-    return tmp_path_factory.mktemp("verilator-runtime")
-
-
-@pytest.fixture(scope="module")
-def designs(tmp_path_factory, runtime_cache):
+def designs(tmp_path_factory):
     base = tmp_path_factory.mktemp("rtl")
     out = {}
     for name, cls, ports in (("pipe", AddOnePipe, (PIPE_IN, PIPE_OUT)),
@@ -250,10 +255,10 @@ def designs(tmp_path_factory, runtime_cache):
 
 
 @pytest.fixture
-def sim(runtime_cache):
-    """simulate_rtl with the module's runtime cache and no progress output."""
+def sim():
+    """simulate_rtl without progress output (builds go to the session's cache, tests/conftest)."""
     def run(*args, **kwargs):
-        return simulate_rtl(*args, runtime_cache=runtime_cache, progress=False, **kwargs)
+        return simulate_rtl(*args, progress=False, **kwargs)
     return run
 
 
@@ -315,15 +320,12 @@ def test_cache_follows_file_contents(designs, sim, tmp_path):
         timing_runs=0)                # make sure the build exists
     copy = tmp_path / "copy.v"
     shutil.copy(path, copy)
-    shutil.copytree(build / "verilator", tmp_path / "build" / "verilator")
-    res = sim(copy, PIPE_IN, PIPE_OUT, _inputs(PIPE_IN, 3, 0),
-              build_dir=tmp_path / "build", timing_runs=0)
+    res = sim(copy, PIPE_IN, PIPE_OUT, _inputs(PIPE_IN, 3, 0), timing_runs=0)
     assert not res.rebuilt                      # same contents: another path, same build
     copy.write_text(copy.read_text().replace("endmodule", "endmodule oops", 1))
     with pytest.raises(RtlSimulationError, match=r"^Verilator build of .*copy\.v "
                                                  r"\(toplevel 'top'\) failed:\n%Error: "):
-        sim(copy, PIPE_IN, PIPE_OUT, _inputs(PIPE_IN, 3, 0),
-            build_dir=tmp_path / "build", timing_runs=0)
+        sim(copy, PIPE_IN, PIPE_OUT, _inputs(PIPE_IN, 3, 0), timing_runs=0)
 
 
 @pytest.mark.rtl
@@ -334,13 +336,13 @@ def test_each_run_has_a_folder_of_its_own(designs, sim):
     assert plain.run_dir is None and list((build / "runs").iterdir()) == []
     kept = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, timing_runs=0, keep_run=True)
     assert kept.run_dir.parent == build / "runs"
-    assert (kept.run_dir / "sim.log").is_file() and (kept.run_dir / "x.npy").is_file()
+    assert (kept.run_dir / "sim.log").is_file() and (kept.run_dir / "job.txt").is_file()
     assert kept.run_dir.stat().st_mode & 0o777 == 0o700
     traced = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, timing_runs=0, waves=True)
     assert traced.run_dir.parent == build / "runs" and traced.run_dir != kept.run_dir
-    assert "$enddefinitions" in (traced.run_dir / "dump.vcd").read_text()
-    # The traced build sits beside the plain one, which is still reused.
-    assert (build / "verilator-waves" / "top").is_file()
+    vcd = (traced.run_dir / "dump.vcd").read_text()
+    assert "$enddefinitions" in vcd and "s_axis_tdata" in vcd
+    # The traced build is cached beside the plain one, which is still reused.
     again = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, timing_runs=0)
     assert not again.rebuilt
     for res in (plain, kept, traced, again):
@@ -359,7 +361,8 @@ def test_broken_verilog(sim, tmp_path):
     assert message.startswith(f"Verilator build of {path} (toplevel 'top') failed:\n"
                               f"%Error: {path}:2:")
     assert "syntax error" in message.splitlines()[1]
-    assert message.endswith(f"(full log: {tmp_path / 'b' / 'build.log'})")
+    log = re.fullmatch(r"\(full log: (.*\.failed\.log)\)", message.splitlines()[-1])
+    assert "syntax error" in Path(log.group(1)).read_text()
 
 
 @pytest.mark.rtl
@@ -398,16 +401,117 @@ def test_tdata_width_mismatch(designs, sim):
         sim(path, narrow, PIPE_OUT, _inputs(narrow, 1, 0), build_dir=build)
 
 
+_BUILD_IN_A_PROCESS = """
+import sys
+from onnx2fpga.sim.driver import compiled_simulator
+sim = compiled_simulator(sys.argv[1], "top", progress=False)
+print(sim.rebuilt, sim.executable)
+"""
+
+
 @pytest.mark.rtl
-def test_runtime_objects_are_shared(designs, sim):
-    """The second design links the Verilator runtime objects compiled for the first."""
-    for name, ports in (("pipe", (PIPE_IN, PIPE_OUT)), ("gather", (GATHER_IN, GATHER_OUT))):
-        path, build = designs[name]
-        res = sim(path, *ports, _inputs(ports[0], 2, 0), build_dir=build, timing_runs=0)
-        np.testing.assert_array_equal(res.outputs, _inputs(ports[0], 2, 0) + 1)
-    logs = [(designs[name][1] / "build.log").read_text() for name in ("pipe", "gather")]
-    compiled = ["verilated_vpi.cpp" in log for log in logs]
-    assert sorted(compiled) == [False, True]
+def test_fresh_cache_concurrent_builds_and_shared_runtime(designs, tmp_path, monkeypatch,
+                                                          capfd, caplog):
+    """In an empty cache, two processes building one Verilog at once both get the simulator
+    from a single build; a second design then links the runtime objects of the first."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(RUNTIME_CACHE_ENV, raising=False)
+    pipe, gather = designs["pipe"][0], designs["gather"][0]
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILD_IN_A_PROCESS, str(pipe)],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=900) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    answers = sorted(tuple(out.split()) for out, _ in outs)
+    assert [a[0] for a in answers] == ["False", "True"]         # one build, reused by the other
+    assert answers[0][1] == answers[1][1]
+    entries = [p for p in (tmp_path / "cache" / "sim").iterdir() if p.is_dir()]
+    assert len(entries) == 1 and not entries[0].name.startswith(".tmp")
+    with caplog.at_level(logging.INFO, logger="onnx2fpga.sim.driver"):
+        second = compiled_simulator(gather, "top", progress=True)
+    assert second.rebuilt
+    # The build says what it does, on stderr and through logging.
+    lines = gather.read_text().count("\n")
+    err = capfd.readouterr().err.splitlines()
+    assert re.fullmatch(rf"\[rtl\] building simulator for gather\.v \({lines} lines, toplevel "
+                        rf"'top'\) with Verilator 5\.\d{{3}}, reusing its runtime objects "
+                        rf"into .*", err[0]), err
+    assert re.fullmatch(r"\[rtl\] built in \d+\.\d s", err[-1]), err
+    assert [r.getMessage() for r in caplog.records] == [e[6:] for e in err]
+    metas = [json.loads((Path(exe).parent / "meta.json").read_text())
+             for exe in (answers[0][1], second.executable)]
+    assert [m["runtime_objects"] for m in metas] == ["compiled", "reused"]
+    res = simulate_rtl(gather, GATHER_IN, GATHER_OUT, _inputs(GATHER_IN, 3, 0), timing_runs=0,
+                       progress=False)
+    assert not res.rebuilt
+    np.testing.assert_array_equal(res.outputs, _inputs(GATHER_IN, 3, 0) + 1)
+
+
+@pytest.mark.rtl
+def test_compiled_and_cocotb_harnesses_agree(designs, sim):
+    """The cocotb testbench is the reference: same outputs, latency and interval, with
+    stalls on both sides."""
+    pytest.importorskip("cocotb_tools.runner")
+    path, build = designs["gather"]
+    x = _inputs(GATHER_IN, 20, seed=5)
+    runs = {harness: sim(path, GATHER_IN, GATHER_OUT, x, build_dir=build, harness=harness,
+                         stall_prob_in=0.3, stall_prob_out=0.4, seed=1, timing_runs=4)
+            for harness in ("compiled", "cocotb")}
+    compiled, cocotb = runs["compiled"], runs["cocotb"]
+    np.testing.assert_array_equal(compiled.outputs, cocotb.outputs)
+    np.testing.assert_array_equal(compiled.outputs, x + 1)
+    assert compiled.latency_cycles == cocotb.latency_cycles
+    assert compiled.cycles_per_inference == cocotb.cycles_per_inference
+    assert compiled.stalled_cycles > 20 * (GATHER_IN.beats + GATHER_OUT.beats)
+    assert compiled.total_cycles > compiled.stalled_cycles and compiled.sim_seconds > 0
+
+
+@pytest.mark.rtl
+def test_wide_ports(tmp_path, sim):
+    """tdata of 64 bits in (QData in Verilator's model) and 72 bits out (VlWide<3>)."""
+    wide_in, wide_out = _port("x", 10, 12, False, 5), _port("y", 10, 13, False, 5)
+    assert (wide_in.tdata_width, wide_out.tdata_width) == (64, 72)
+    path = tmp_path / "wide.v"
+    path.write_text(verilog.convert(AddOnePipe(wide_in, wide_out), name="top"))
+    x = _inputs(wide_in, 12, seed=7)
+    x[0] = wide_in.type.hi                     # every input bit set once
+    res = sim(path, wide_in, wide_out, x, timing_runs=2)
+    np.testing.assert_array_equal(res.outputs, x + 1)
+
+
+def test_cache_dir_location(monkeypatch, tmp_path):
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "mine"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv(CACHE_ENV)
+    assert cache_dir() == tmp_path / "xdg" / "onnx2fpga"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")      # the XDG spec says so
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_dir() == tmp_path / "home" / ".cache" / "onnx2fpga"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert cache_dir() == tmp_path / "home" / ".cache" / "onnx2fpga"
+
+
+@pytest.mark.rtl
+def test_sharded_outputs_equal_unsharded(designs, sim, monkeypatch):
+    path, build = designs["pipe"]
+    x = _inputs(PIPE_IN, 31, seed=6)
+    one = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, jobs=1, timing_runs=4)
+    three = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, jobs=3, timing_runs=4)
+    assert (one.shards, three.shards) == (1, 3)
+    np.testing.assert_array_equal(three.outputs, one.outputs)
+    np.testing.assert_array_equal(three.outputs, x + 1)
+    assert three.latency_cycles == one.latency_cycles == PIPE_IN.beats
+    assert three.cycles_per_inference == one.cycles_per_inference == PIPE_IN.beats
+    assert three.total_cycles > three.stalled_cycles > 31 * PIPE_IN.beats
+    again = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, jobs=3, timing_runs=4)
+    assert again.stalled_cycles == three.stalled_cycles      # deterministic per jobs
+    # By default, one process per core but at least SHARD_MIN_INPUTS inputs per process.
+    monkeypatch.setattr(rtl, "SHARD_MIN_INPUTS", 10)
+    default = sim(path, PIPE_IN, PIPE_OUT, x, build_dir=build, timing_runs=0)
+    assert default.shards == min(len(os.sched_getaffinity(0)), 3)
+    np.testing.assert_array_equal(default.outputs, x + 1)
 
 
 def test_argument_errors(tmp_path):
@@ -426,5 +530,12 @@ def test_argument_errors(tmp_path):
                                          r"outside uint7 \[0, 127\]$"):
         simulate_rtl(path, PIPE_IN, PIPE_OUT, np.vstack([x[:1], x[:1] * 0 + 128]),
                      build_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"^harness must be 'compiled' or 'cocotb', "
+                                         r"not 'verilator'$"):
+        simulate_rtl(path, PIPE_IN, PIPE_OUT, x, harness="verilator")
+    with pytest.raises(ValueError, match=r"^jobs must be a positive integer, not 0$"):
+        simulate_rtl(path, PIPE_IN, PIPE_OUT, x, jobs=0)
+    with pytest.raises(ValueError, match=r"^jobs=2 needs harness='compiled'"):
+        simulate_rtl(path, PIPE_IN, PIPE_OUT, x, harness="cocotb", jobs=2)
     with pytest.raises(ValueError, match=r"^Verilog file '.*missing\.v' does not exist$"):
         simulate_rtl(tmp_path / "missing.v", PIPE_IN, PIPE_OUT, x, build_dir=tmp_path)
