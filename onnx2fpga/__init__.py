@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 #: Errors defined beside the code that raises them: name -> module (imported on first use).
 _LAZY_ERRORS = {
     "RtlSimulationError": "onnx2fpga.sim.verilator_build",
+    "SimulatorCrash": "onnx2fpga.sim.driver",
     "BuildError": "onnx2fpga.boards.build",
     "ClockError": "onnx2fpga.boards.clocking",
     "FlashError": "onnx2fpga.boards.flash",

@@ -270,16 +270,13 @@ class CompiledDesign:
                                max_cycles_per_inference=10_000 + 4 * int(
                                    self.manifest["latency_cycles"]),
                                progress=progress, jobs=jobs)
-            self.last_run = {"cycles_per_inference": res.cycles_per_inference,
-                             "latency_cycles": res.latency_cycles,
-                             "total_cycles": res.total_cycles,
-                             "sim_seconds": round(res.sim_seconds, 4),
-                             "cycles_per_second": round(res.total_cycles
-                                                        / max(res.sim_seconds, 1e-9)),
-                             "jobs": res.shards, "inferences": len(x_int)}
-            write_measured(self.directory, self.manifest, res, inputs=len(x_int),
-                           stall_in=stall_in, stall_out=stall_out, seed=int(seed),
-                           simulator=_simulator_name())
+            record = write_measured(self.directory, self.manifest, res, inputs=len(x_int),
+                                    stall_in=stall_in, stall_out=stall_out, seed=int(seed),
+                                    simulator=_simulator_name())
+            self.last_run = {k: record[k] for k in (
+                "cycles_per_inference", "latency_cycles", "total_cycles", "sim_seconds",
+                "cycles_per_second", "jobs")}
+            self.last_run["inferences"] = len(x_int)
             return res.outputs
 
         return run_design(self.design, x, engine=rtl_engine)

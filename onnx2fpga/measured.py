@@ -12,7 +12,8 @@ Fields: ``format`` (``"onnx2fpga-measured"``), ``verilog_sha256``, ``date`` (UTC
 ``inputs`` (inferences simulated), ``stall_in``, ``stall_out``, ``seed`` (the random
 stalls of the correctness run), ``stalled_cycles`` (that run's cycles),
 ``cycles_per_inference`` (initiation interval without stalls) and ``latency_cycles``
-(see :class:`onnx2fpga.sim.rtl.RtlResult`), ``total_cycles`` and ``sim_seconds``.
+(see :class:`onnx2fpga.sim.rtl.RtlResult`), ``total_cycles``, ``sim_seconds``,
+``cycles_per_second`` and ``jobs`` (simulator processes).
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def write_measured(directory, manifest: dict, result, *, inputs: int, stall_in: 
         "cycles_per_inference": number(result.cycles_per_inference),
         "latency_cycles": number(result.latency_cycles),
         "total_cycles": int(result.total_cycles),
-        "sim_seconds": round(float(result.sim_seconds), 3),
+        "sim_seconds": round(float(result.sim_seconds), 4),
+        "cycles_per_second": round(result.total_cycles / max(float(result.sim_seconds), 1e-9)),
+        "jobs": int(result.shards),
     }
     atomic_write(os.path.join(os.fspath(directory), MEASURED),
                  json.dumps(record, indent=1) + "\n")

@@ -174,6 +174,7 @@ def test_simulate_passes_stalls_and_seed_to_the_simulation(tmp_path, capsys, flo
     def simulate(self, x, engine="rtl", **options):      # golden outputs, RTL's figures
         calls.append((engine, options))
         self.last_run = {"cycles_per_inference": 1.0, "latency_cycles": 1, "total_cycles": 9,
+                         "sim_seconds": 0.5, "cycles_per_second": 18, "jobs": 1,
                          "inferences": len(x)}
         return run_design(self.design, x)
     monkeypatch.setattr(onnx2fpga.api.CompiledDesign, "simulate", simulate)
@@ -182,13 +183,14 @@ def test_simulate_passes_stalls_and_seed_to_the_simulation(tmp_path, capsys, flo
                              "--stall-out", "0", "--seed", "12", "--json")
     assert code == 0, err
     assert calls == [("rtl", {"stall_in": 0.75, "stall_out": 0.0, "seed": 12,
-                              "progress": True})]
+                              "progress": True, "jobs": None})]
     result = json.loads(stdout)
     assert (result["stall_in"], result["stall_out"], result["seed"]) == (0.75, 0.0, 12)
     calls.clear()
     _run(capsys, "simulate", tmp_path / "d", "--inputs", tmp_path / "x.npy", "--outputs",
          tmp_path / "y.npy", "--force")
-    assert calls == [("rtl", {"stall_in": 0.3, "stall_out": 0.3, "seed": 0, "progress": True})]
+    assert calls == [("rtl", {"stall_in": 0.3, "stall_out": 0.3, "seed": 0, "progress": True,
+                              "jobs": None})]
 
 
 def test_simulate_on_a_non_design_directory(tmp_path, capsys):

