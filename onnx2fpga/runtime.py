@@ -239,6 +239,7 @@ def connect(directory, port=None, *, baud=None, sim=False, timeout=None, retries
         if port is not None:
             raise ValueError("Give either a port or sim=True, not both")
         require("sim", "The simulated board")
+        require("simboard", "The simulated board")
         from .boards.simboard import SimBoard
         transport = SimBoard(design.directory, manifest=design.manifest, **(sim_options or {}))
         return Board(design, transport, timeout=timeout or 10.0, retries=retries, quiet=0.2)

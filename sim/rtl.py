@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import logging
 import os
@@ -630,6 +631,9 @@ def simulate_rtl(verilog_path, in_port: Port, out_port: Port, x, *, toplevel: st
     if harness == "cocotb" and jobs not in (None, 1):
         raise ValueError(f"jobs={jobs} needs harness='compiled' (the cocotb harness runs one "
                          f"process)")
+    if harness == "cocotb" and importlib.util.find_spec("cocotb") is None:
+        raise RtlSimulationError("harness='cocotb' needs cocotb, which is not installed: "
+                                 "pip install 'onnx2fpga[simboard]'")
     _check_port(in_port)
     _check_port(out_port)
     x = np.asarray(x)

@@ -539,3 +539,16 @@ def test_argument_errors(tmp_path):
         simulate_rtl(path, PIPE_IN, PIPE_OUT, x, harness="cocotb", jobs=2)
     with pytest.raises(ValueError, match=r"^Verilog file '.*missing\.v' does not exist$"):
         simulate_rtl(tmp_path / "missing.v", PIPE_IN, PIPE_OUT, x, build_dir=tmp_path)
+
+
+def test_cocotb_harness_without_cocotb_names_the_extra(tmp_path, monkeypatch):
+    """The reference testbench needs cocotb (the simboard extra); the default one does not."""
+    path = tmp_path / "top.v"
+    path.write_text("module top; endmodule\n")
+    real = rtl.importlib.util.find_spec
+    monkeypatch.setattr(rtl.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "cocotb" else real(name, *a))
+    with pytest.raises(RtlSimulationError, match=r"^harness='cocotb' needs cocotb, which is "
+                                                 r"not installed: pip install "
+                                                 r"'onnx2fpga\[simboard\]'$"):
+        simulate_rtl(path, PIPE_IN, PIPE_OUT, _inputs(PIPE_IN, 2, 0), harness="cocotb")
