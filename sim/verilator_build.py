@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Onnx2FpgaError
+from ..log import say as log_say
 
 __all__ = [
     "RtlSimulationError", "VerilatorEnv", "verilator_env", "MIN_VERILATOR_VERSION",
@@ -270,11 +271,10 @@ def first_errors(log_text: str, limit: int = 12) -> str:
 
 
 def say(progress: bool, message: str, log: logging.Logger | None = None) -> None:
-    """Log ``message`` at level INFO (to ``log``, default this module's logger) and, with
-    ``progress``, print it to stderr as ``[rtl] message``."""
-    (log or logger).info(message)
-    if progress:
-        print(f"[rtl] {message}", file=sys.stderr, flush=True)
+    """A progress line through :func:`onnx2fpga.log.say`: logged at INFO (to ``log``, default
+    this module's logger) and, with ``progress``, printed on stderr once (by the command
+    line's handler when it is installed, else directly)."""
+    log_say(log or logger, message, progress)
 
 
 #: Environment variable naming the per-user build cache (:func:`cache_dir`).

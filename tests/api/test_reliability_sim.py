@@ -106,9 +106,9 @@ def test_two_rtl_simulations_share_one_build(compiled, tmp_path, monkeypatch):
     runs = _race(tmp_path, design, 20)
     _check_own_results(design, runs)
     errs = [err for _, _, _, err in runs]
-    assert sorted("[rtl] built in " in err for err in errs) == [False, True], errs
-    waiter = errs[0] if "[rtl] built in " in errs[1] else errs[1]
-    assert "[rtl] waiting for " in waiter
+    assert sorted("[onnx2fpga] built in " in err for err in errs) == [False, True], errs
+    waiter = errs[0] if "[onnx2fpga] built in " in errs[1] else errs[1]
+    assert "[onnx2fpga] waiting for " in waiter
 
 
 @pytest.mark.rtl

@@ -434,11 +434,11 @@ def test_fresh_cache_concurrent_builds_and_shared_runtime(designs, tmp_path, mon
     # The build says what it does, on stderr and through logging.
     lines = gather.read_text().count("\n")
     err = capfd.readouterr().err.splitlines()
-    assert re.fullmatch(rf"\[rtl\] building simulator for gather\.v \({lines} lines, toplevel "
-                        rf"'top'\) with Verilator 5\.\d{{3}}, reusing its runtime objects "
+    assert re.fullmatch(rf"\[onnx2fpga\] building simulator for gather\.v \({lines} lines, "
+                        rf"toplevel 'top'\) with Verilator 5\.\d{{3}}, reusing its runtime objects "
                         rf"into .*", err[0]), err
-    assert re.fullmatch(r"\[rtl\] built in \d+\.\d s", err[-1]), err
-    assert [r.getMessage() for r in caplog.records] == [e[6:] for e in err]
+    assert re.fullmatch(r"\[onnx2fpga\] built in \d+\.\d s", err[-1]), err
+    assert [r.getMessage() for r in caplog.records] == [e[len("[onnx2fpga] "):] for e in err]
     metas = [json.loads((Path(exe).parent / "meta.json").read_text())
              for exe in (answers[0][1], second.executable)]
     assert [m["runtime_objects"] for m in metas] == ["compiled", "reused"]
