@@ -31,6 +31,7 @@ from amaranth.lib import fifo, io, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..errors import MissingExtraError
+from ..hw.blocks import quiet_if_invalid
 from .uart import UARTRx, UARTTx
 
 __all__ = ["LINKS", "USB_VID", "USB_PID", "ByteLink", "UsbAcmLink", "UsbAcmDevice",
@@ -229,6 +230,7 @@ class UsbAcmDevice(wiring.Component):
     tx_last : ``In(1)``
     """
 
+    @quiet_if_invalid
     def __init__(self, bus, *, vid=USB_VID, pid=USB_PID, manufacturer="onnx2fpga",
                  product="onnx2fpga accelerator", serial_number=""):
         try:

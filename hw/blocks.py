@@ -35,13 +35,14 @@ __all__ = [
 
 
 def quiet_if_invalid(init):
-    """Decorate a component's ``__init__`` so that a rejected parameter raises without an
-    ``UnusedElaboratable`` warning later: an object that failed to construct is no design."""
+    """Decorate a component's ``__init__`` so that a rejected parameter (or a missing optional
+    package) raises without an ``UnusedElaboratable`` warning later: an object that failed
+    to construct is no design."""
     @functools.wraps(init)
     def wrapper(self, *args, **kwargs):
         try:
             init(self, *args, **kwargs)
-        except (TypeError, ValueError):
+        except Exception:
             self._MustUse__used = True      # the flag amaranth._unused.MustUse checks
             raise
     return wrapper

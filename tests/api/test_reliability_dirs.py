@@ -144,7 +144,9 @@ def test_a_signal_never_leaves_a_partial_folder(tmp_path, model, sig):
         _, err = p.communicate(timeout=600)
         err = first + err
         assert "Traceback" not in err, err
-        assert p.returncode in (0, 128 + sig), err
+        # -sig: the signal came after main() had finished and put back Python's handlers
+        # (while the interpreter shut down), so the compile had completed.
+        assert p.returncode in (0, 128 + sig, -sig), err
         _consistent(out)          # the old design or the new one, whole
         onnx2fpga.load(out)
         assert sorted(os.listdir(tmp_path)) == ["d", "src"], os.listdir(tmp_path)
