@@ -27,7 +27,7 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 from ..ir.dataflow import Port
 from ..ir.types import IntType
-from .rtl import JOB_ENV, pack_beats, unpack_beats
+from .rtl import JOB_ENV, pack_beats, stall_dependence, unpack_beats
 
 __all__ = ["run_axis"]
 
@@ -260,15 +260,9 @@ class _Bench:
         return result
 
     def compare(self, got, outputs, rows, phase) -> None:
-        for k, row in enumerate(rows):
-            if not np.array_equal(got[k], outputs[row]):
-                diff = np.flatnonzero(got[k] != outputs[row])
-                j = int(diff[0])
-                raise StreamError(
-                    f"{phase}: the output for input row {row} differs from the run with "
-                    f"stalls at {diff.size} element(s), first element {j}: {int(got[k][j])} "
-                    f"without stalls, {int(outputs[row][j])} with stalls; the design's "
-                    f"results depend on the stall pattern")
+        message = stall_dependence(got, outputs, rows, phase)
+        if message is not None:
+            raise StreamError(message)
 
 
 @cocotb.test()

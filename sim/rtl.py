@@ -90,7 +90,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "RtlSimulationError", "RtlResult", "VerilatorEnv", "verilator_env", "pack_beats",
     "unpack_beats", "simulate_rtl", "MIN_VERILATOR_VERSION", "RUNTIME_CACHE_ENV", "CACHE_ENV",
-    "cache_dir", "SHARD_MIN_INPUTS",
+    "cache_dir", "SHARD_MIN_INPUTS", "stall_dependence",
 ]
 
 #: Name of the cocotb test module the simulator loads.
@@ -456,16 +456,25 @@ def _shard_count(batch: int, jobs: int | None, waves: bool) -> int:
     return min(jobs, batch)
 
 
-def _compare(got: np.ndarray, outputs: np.ndarray, rows, phase: str) -> None:
+def stall_dependence(got: np.ndarray, outputs: np.ndarray, rows, phase: str) -> str | None:
+    """The error message when a run without stalls (``got[k]`` for input row ``rows[k]``)
+    gave other outputs than the run with stalls (``outputs``), else ``None``; shared by the
+    compiled and the cocotb testbench."""
     for k, row in enumerate(rows):
         if not np.array_equal(got[k], outputs[row]):
             diff = np.flatnonzero(got[k] != outputs[row])
             j = int(diff[0])
-            raise RtlSimulationError(
-                f"{phase}: the output for input row {row} differs from the run with "
-                f"stalls at {diff.size} element(s), first element {j}: {int(got[k][j])} "
-                f"without stalls, {int(outputs[row][j])} with stalls; the design's "
-                f"results depend on the stall pattern")
+            return (f"{phase}: the output for input row {row} differs from the run with "
+                    f"stalls at {diff.size} element(s), first element {j}: {int(got[k][j])} "
+                    f"without stalls, {int(outputs[row][j])} with stalls; the design's "
+                    f"results depend on the stall pattern")
+    return None
+
+
+def _compare(got: np.ndarray, outputs: np.ndarray, rows, phase: str) -> None:
+    message = stall_dependence(got, outputs, rows, phase)
+    if message is not None:
+        raise RtlSimulationError(message)
 
 
 def _run_compiled(job: Path, verilog_path: Path, toplevel: str, in_port: Port, out_port: Port,
