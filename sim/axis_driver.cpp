@@ -11,10 +11,12 @@
 //   3. interval: timing_runs inferences back to back with no stalls.
 //
 // Each phase is followed by 16 idle cycles with m_axis_tready high in which no output beat
-// may appear. Every cycle the testbench drives its outputs just after the rising edge,
-// evaluates the model, samples the handshake, and a transfer happens at the next rising edge
+// may appear. Verilator builds the design inside a wrapper (onnx2fpga_tb, written by
+// driver.py) whose registers drive the design's inputs: every cycle the testbench sets the
+// wrapper's in_* ports, one rising edge applies them (and ends the design's previous cycle),
+// the testbench samples the handshake, and a transfer happens at the next rising edge
 // exactly when tvalid and tready were both high in that sample (the cocotb harness does the
-// same). The AXI4-Stream rules are checked on the output stream (tvalid held and
+// same with the design's own ports; the wrapper adds one cycle in reset before the first). The AXI4-Stream rules are checked on the output stream (tvalid held and
 // tdata/tlast stable until the transfer) and tlast must be high on exactly the last beat of
 // every tensor.
 //
@@ -139,7 +141,7 @@ class Bench {
         max_cycles_ = std::stoull(job["max_cycles_per_inference"]);
         progress_seconds_ = std::stod(job["progress_seconds"]);
         tag_ = job["tag"];
-        if (in_words_ != port_words(top_->s_axis_tdata) ||
+        if (in_words_ != port_words(top_->in_s_axis_tdata) ||
             out_words_ != port_words(top_->m_axis_tdata)) {
             throw StreamError{"the job's tdata words per beat do not match the simulator's "
                               "ports (a stale build?)"};
@@ -167,21 +169,22 @@ class Bench {
     uint64_t cycle() const { return cycle_; }
 
     void reset() {
-        top_->rst = 1;
-        top_->s_axis_tvalid = 0;
-        top_->s_axis_tlast = 0;
+        top_->in_rst = 1;
+        top_->in_s_axis_tvalid = 0;
+        top_->in_s_axis_tlast = 0;
         const std::vector<uint32_t> zeros(in_words_, 0);
-        put(top_->s_axis_tdata, zeros.data());
-        top_->m_axis_tready = 0;
+        put(top_->in_s_axis_tdata, zeros.data());
+        top_->in_m_axis_tready = 0;
         top_->clk = 0;
+        top_->eval();
         idle(kResetCycles);
-        top_->rst = 0;
+        top_->in_rst = 0;
         idle(1);
     }
 
     void drain(const std::string& phase) {
-        top_->s_axis_tvalid = 0;
-        top_->m_axis_tready = 1;
+        top_->in_s_axis_tvalid = 0;
+        top_->in_m_axis_tready = 1;
         for (int k = 0; k < kDrainCycles; ++k) {
             settle();
             if (top_->m_axis_tvalid) {
@@ -193,7 +196,7 @@ class Bench {
             }
             tick();
         }
-        top_->m_axis_tready = 0;
+        top_->in_m_axis_tready = 0;
     }
 
     // Stream the tensors whose input beats are `x` (n tensors) through.
@@ -216,13 +219,13 @@ class Bench {
 
         while (done_out < n_out) {
             if (!holding && i < n_in && !coins_in.stall()) {
-                put(top_->s_axis_tdata, &x[i * in_words_]);
-                top_->s_axis_tlast = (i % in_beats_ == in_beats_ - 1) ? 1 : 0;
+                put(top_->in_s_axis_tdata, &x[i * in_words_]);
+                top_->in_s_axis_tlast = (i % in_beats_ == in_beats_ - 1) ? 1 : 0;
                 holding = true;
             }
-            top_->s_axis_tvalid = holding ? 1 : 0;
+            top_->in_s_axis_tvalid = holding ? 1 : 0;
             const bool ready = !coins_out.stall();
-            top_->m_axis_tready = ready ? 1 : 0;
+            top_->in_m_axis_tready = ready ? 1 : 0;
 
             settle();
             const uint64_t cycle = cycle_;
@@ -295,32 +298,32 @@ class Bench {
                               " output beats after taking only " + std::to_string(i) + " of " +
                               std::to_string(n_in) + " input beats"};
         }
-        top_->s_axis_tvalid = 0;
-        top_->m_axis_tready = 0;
+        top_->in_s_axis_tvalid = 0;
+        top_->in_m_axis_tready = 0;
         res.cycles = cycle_ - start_cycle;
         return res;
     }
 
   private:
-    // Inputs set for this cycle (clk low): evaluate, so the outputs can be sampled.
+    // Inputs set for this cycle (the in_* ports): the rising edge that applies them (the
+    // wrapper's registers take them) also ends the design's previous cycle; then the clock
+    // falls, and the outputs can be sampled. The design's inputs only change at the edge, so
+    // Verilator evaluates its logic once per cycle.
     void settle() {
+        top_->clk = 1;
+        top_->eval();
+#if VM_TRACE
+        if (trace_) trace_->dump(cycle_ * 10);
+#endif
+        top_->clk = 0;
         top_->eval();
 #if VM_TRACE
         if (trace_) trace_->dump(cycle_ * 10 + 5);
 #endif
     }
 
-    // The rising edge that ends the cycle; the clock is left low, to be evaluated with the
-    // next cycle's inputs by settle() (two evaluations per cycle).
-    void tick() {
-        top_->clk = 1;
-        top_->eval();
-        ++cycle_;
-#if VM_TRACE
-        if (trace_) trace_->dump(cycle_ * 10);
-#endif
-        top_->clk = 0;
-    }
+    // The end of the cycle: its inputs reach the design at the next settle()'s edge.
+    void tick() { ++cycle_; }
 
     void idle(uint64_t n) {
         for (uint64_t k = 0; k < n; ++k) {

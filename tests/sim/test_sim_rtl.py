@@ -30,7 +30,7 @@ from amaranth.lib.wiring import In, Out
 from onnx2fpga.ir.dataflow import Port
 from onnx2fpga.ir.types import IntType
 from onnx2fpga.sim import rtl, verilator_build
-from onnx2fpga.sim.driver import compiled_simulator
+from onnx2fpga.sim.driver import compiled_simulator, port_widths
 from onnx2fpga.sim.rtl import (
     CACHE_ENV,
     MIN_VERILATOR_VERSION,
@@ -442,6 +442,16 @@ def test_fresh_cache_concurrent_builds_and_shared_runtime(designs, tmp_path, mon
     metas = [json.loads((Path(exe).parent / "meta.json").read_text())
              for exe in (answers[0][1], second.executable)]
     assert [m["runtime_objects"] for m in metas] == ["compiled", "reused"]
+    # Every file of the second build read the header precompiled once with the runtime.
+    runtime, = (tmp_path / "cache" / "verilator-runtime").iterdir()
+    assert (runtime / "onnx2fpga_pch.h.fast.gch").is_file()
+    assert (runtime / "onnx2fpga_pch.h.slow.gch").is_file()
+    makes = [line for line in (second.executable.parent / "build.log").read_text().splitlines()
+             if line.startswith("$ make ")]
+    assert len(makes) == 1, makes
+    assert re.search(rf"OPT_FAST=-O\w+ -include {re.escape(str(runtime))}/onnx2fpga_pch\.h\.fast ",
+                     makes[0]), makes[0]
+    assert f"VK_PCH_I_SLOW=-include {runtime}/onnx2fpga_pch.h.slow" in makes[0]
     res = simulate_rtl(gather, GATHER_IN, GATHER_OUT, _inputs(GATHER_IN, 3, 0), timing_runs=0,
                        progress=False)
     assert not res.rebuilt
@@ -478,6 +488,38 @@ def test_wide_ports(tmp_path, sim):
     x[0] = wide_in.type.hi                     # every input bit set once
     res = sim(path, wide_in, wide_out, x, timing_runs=2)
     np.testing.assert_array_equal(res.outputs, x + 1)
+
+
+def test_port_widths_of_amaranth_ansi_and_bad_verilog(designs):
+    """The compiled testbench's wrapper needs the toplevel's port widths before Verilator
+    runs: from yosys' declarations (attributes and all), or an ANSI header."""
+    widths = port_widths(designs["pipe"][0].read_text(), "top")
+    assert {k: widths[k] for k in ("clk", "rst", "s_axis_tdata", "m_axis_tdata")} == {
+        "clk": 1, "rst": 1, "s_axis_tdata": PIPE_IN.tdata_width,
+        "m_axis_tdata": PIPE_OUT.tdata_width}
+    ansi = ("module other(input a); endmodule\n"
+            "/* module top(input x); */\n"
+            "module top #(parameter W = 3) (input wire clk, rst, input [15:0] s_axis_tdata,\n"
+            "  input s_axis_tvalid, s_axis_tlast, output reg s_axis_tready,\n"
+            "  output logic [0:23] m_axis_tdata, // a comment, [7:0]\n"
+            "  output m_axis_tvalid, m_axis_tlast, input m_axis_tready);\nendmodule\n")
+    assert port_widths(ansi, "top") == {
+        "clk": 1, "rst": 1, "s_axis_tdata": 16, "s_axis_tvalid": 1, "s_axis_tlast": 1,
+        "s_axis_tready": 1, "m_axis_tdata": 24, "m_axis_tvalid": 1, "m_axis_tlast": 1,
+        "m_axis_tready": 1}
+    with pytest.raises(RtlSimulationError, match=r"^No module 'dut' in the Verilog$"):
+        port_widths(ansi, "dut")
+    with pytest.raises(RtlSimulationError, match=r"^Toplevel 'other' has no port 'clk'$"):
+        port_widths(ansi, "other")
+    flipped = ansi.replace("output reg s_axis_tready", "input s_axis_tready")
+    with pytest.raises(RtlSimulationError, match=r"^Port 's_axis_tready' of 'top' is an input; "
+                                                 r"it must be an output$"):
+        port_widths(flipped, "top")
+    param = ansi.replace("input [15:0] s_axis_tdata", "input [W-1:0] s_axis_tdata")
+    with pytest.raises(RtlSimulationError, match=r"^Port 's_axis_tdata' of 'top' has the "
+                                                 r"range \[W-1:0\]; the compiled testbench "
+                                                 r"needs numbers \(harness='cocotb' takes any\)$"):
+        port_widths(param, "top")
 
 
 def test_cache_dir_location(monkeypatch, tmp_path):
