@@ -1,0 +1,217 @@
+"""MLPerf Tiny's four closed-division architectures, rebuilt here with random weights and
+quantized as the reference files are (int8 QDQ, per-channel weights, onnxruntime's
+``quantize_static``), compiled per board; the measuring instrument of issue 23.
+
+    python benchmarks/mlperf_tiny.py [--boards ulx3s-85f,icebreaker] [--only ic,kws,vww,ad]
+                                     [--samples 20] [--json]
+
+The project cannot download the trained files, so the weights are random (kaiming, as torch
+initializes them) and batch normalization is left out, as if folded; the shapes, operators and
+quantization are those of the files:
+
+* ``ic``: ResNet-8 on 32x32x3 (NHWC input, then a Transpose), conv 3x3 16, three residual
+  stacks 16/32/64 with stride 2 and 1x1 projection shortcuts, average pool, dense 10, Softmax.
+* ``kws``: DS-CNN, input [1, 490] reshaped to 49x10x1, conv 10x4 stride 2 (padding 4, 1: the
+  24x5 map of the issue) 64 ch, 4 x (depthwise 3x3 + pointwise 1x1), average pool over the
+  whole map, dense 12, Softmax.
+* ``vww``: MobileNetV1 alpha 0.25 on 96x96x3 (NHWC), 13 depthwise-separable blocks with
+  ReLU6, average pool, dense 2, Softmax.
+* ``ad``: the autoencoder 640-128-128-128-128-8-128-128-128-128-640 with ReLU.
+
+Per model and board it prints whether ``compile --board`` takes it (else its one-line error),
+the compile's wall time, cycles per inference (II) and latency in cycles, latency in ms at
+100 MHz, the estimated resources, the multiply limit (MACs / (2 x the ECP5's MULT18X18D), two
+int8 products per DSP) and the share of it reached, and the published figures beside them;
+then the golden model against onnxruntime on ``--samples`` random inputs (argmax agreement and
+the largest difference of the outputs). Figures, not pass/fail.
+"""
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+import onnx2fpga
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from exporters import ort_quantize, ort_run  # noqa: E402
+
+#: Best published latency of one inference (MLPerf Tiny, closed division), in ms.
+PUBLISHED = {"ic": (0.411, "fpgaConvNet, ZedBoard, 211 DSPs at 143 MHz; 0.147 ms on a ZC706"),
+             "kws": (0.324, "fpgaConvNet, ZedBoard"),
+             "vww": (0.720, "fpgaConvNet, ZC706"),
+             "ad": (0.0187, "hls4ml AD08 (a smaller model), Pynq-Z2")}
+
+#: The ECP5-85F's hard multipliers (two int8 products each) for the multiply limit.
+ECP5_85F_DSPS = 156
+
+
+def _nets():
+    import torch
+    from torch import nn
+
+    class NHWC(nn.Module):
+        def __init__(self, body):
+            super().__init__()
+            self.body = body
+
+        def forward(self, x):
+            return torch.softmax(self.body(x.permute(0, 3, 1, 2)), dim=1)
+
+    def conv(cin, cout, k, s=1, groups=1, act=nn.ReLU):
+        return nn.Sequential(nn.Conv2d(cin, cout, k, s, k // 2, groups=groups), act())
+
+    class Stack(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.a = conv(cin, cout, 3, stride)
+            self.b = nn.Conv2d(cout, cout, 3, 1, 1)
+            self.short = nn.Conv2d(cin, cout, 1, stride) if stride != 1 else nn.Identity()
+
+        def forward(self, x):
+            return torch.relu(self.b(self.a(x)) + self.short(x))
+
+    resnet8 = NHWC(nn.Sequential(conv(3, 16, 3), Stack(16, 16, 1), Stack(16, 32, 2),
+                                 Stack(32, 64, 2), nn.AvgPool2d(8), nn.Flatten(),
+                                 nn.Linear(64, 10)))
+
+    class DSCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            layers = [nn.Conv2d(1, 64, (10, 4), 2, (4, 1)), nn.ReLU()]
+            for _ in range(4):
+                layers += [conv(64, 64, 3, groups=64), conv(64, 64, 1)]
+            self.body = nn.Sequential(*layers, nn.AvgPool2d((24, 5)), nn.Flatten(),
+                                      nn.Linear(64, 12))
+
+        def forward(self, x):
+            return torch.softmax(self.body(x.reshape(-1, 1, 49, 10)), dim=1)
+
+    blocks, cin = [conv(3, 8, 3, 2, act=nn.ReLU6)], 8
+    for cout, stride in ((16, 1), (32, 2), (32, 1), (64, 2), (64, 1), (128, 2), (128, 1),
+                         (128, 1), (128, 1), (128, 1), (128, 1), (256, 2), (256, 1)):
+        blocks += [conv(cin, cin, 3, stride, groups=cin, act=nn.ReLU6),
+                   conv(cin, cout, 1, act=nn.ReLU6)]
+        cin = cout
+    mobilenet = NHWC(nn.Sequential(*blocks, nn.AvgPool2d(3), nn.Flatten(), nn.Linear(256, 2)))
+
+    sizes = (640, 128, 128, 128, 128, 8, 128, 128, 128, 128, 640)
+    ae = []
+    for k in range(len(sizes) - 1):
+        ae += [nn.Linear(sizes[k], sizes[k + 1])] + ([nn.ReLU()] if k < len(sizes) - 2 else [])
+    return {"ic": (resnet8, (1, 32, 32, 3)), "kws": (DSCNN(), (1, 490)),
+            "vww": (mobilenet, (1, 96, 96, 3)), "ad": (nn.Sequential(*ae), (1, 640))}
+
+
+def _export(net, shape, path):
+    import torch
+    torch.manual_seed(0)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net.eval(), (torch.zeros(shape),), path, dynamo=False,
+                          opset_version=17, input_names=["x"], output_names=["y"])
+
+
+def macs(path) -> int:
+    """Multiply-accumulates of one inference: Conv, Gemm and MatMul nodes."""
+    import onnx
+    from onnx import numpy_helper, shape_inference
+    m = shape_inference.infer_shapes(onnx.load(path))
+    g = m.graph
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in [*g.value_info, *g.input, *g.output]}
+    inits = {t.name: numpy_helper.to_array(t).shape for t in g.initializer}
+    total = 0
+    for n in g.node:
+        if n.op_type == "Conv":
+            w = inits.get(n.input[1]) or shapes.get(n.input[1])
+            out = shapes.get(n.output[0])
+            if w and out:
+                total += int(np.prod(out[1:])) * int(np.prod(w[1:]))
+        elif n.op_type in ("Gemm", "MatMul"):
+            w = inits.get(n.input[1]) or shapes.get(n.input[1])
+            if w:
+                total += int(np.prod(w))
+    return total
+
+
+def _row(name, board, qdq, x) -> dict:
+    row = {"model": name, "board": board}
+    start = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"mlperf-{name}-") as out:
+            d = onnx2fpga.compile(qdq, os.path.join(out, "d"), board=board, force=True)
+            row["compile_s"] = round(time.monotonic() - start, 1)
+            man = d.manifest
+            row["ii_cycles"] = man["cycles_per_inference"]
+            row["latency_cycles"] = man.get("latency_cycles")
+            row["latency_ms_100mhz"] = round(row["latency_cycles"] / 1e5, 4) \
+                if row["latency_cycles"] else None
+            row["resources"] = man.get("resources")
+            golden = d.simulate(x, engine="golden")
+            ref = ort_run(qdq, x)[0]
+            got = np.asarray(golden if not isinstance(golden, dict) else
+                             next(iter(golden.values()))).reshape(ref.shape)
+            row["argmax_agreement"] = float(np.mean(got.argmax(1) == ref.argmax(1))) \
+                if ref.ndim == 2 and ref.shape[1] > 1 else None
+            row["max_abs_diff_vs_ort"] = float(np.max(np.abs(got - ref)))
+    except onnx2fpga.Onnx2FpgaError as e:
+        row["compile_s"] = round(time.monotonic() - start, 1)
+        row["error"] = str(e).splitlines()[0]
+    return row
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--boards", default="ulx3s-85f", help="comma-separated board names")
+    ap.add_argument("--only", default="ic,kws,vww,ad", help="comma-separated subset")
+    ap.add_argument("--samples", type=int, default=20, help="inputs for golden vs onnxruntime")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    logging.getLogger().setLevel(logging.ERROR)      # quantize_static's pre-processing advice
+    nets = _nets()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="mlperf-tiny-") as work:
+        for name in args.only.split(","):
+            net, shape = nets[name]
+            fpath, qpath = (os.path.join(work, f"{name}{s}.onnx") for s in ("_fp32", "_qdq"))
+            _export(net, shape, fpath)
+            rng = np.random.default_rng(0)
+            cal = rng.standard_normal((64, *shape[1:])).astype(np.float32)
+            ort_quantize(fpath, qpath, cal)
+            x = rng.standard_normal((args.samples, *shape[1:])).astype(np.float32)
+            n_macs = macs(fpath)
+            limit = n_macs / (2 * ECP5_85F_DSPS)
+            for board in args.boards.split(","):
+                row = _row(name, board, qpath, x)
+                row["macs"] = n_macs
+                row["ecp5_85f_multiply_limit_cycles"] = round(limit)
+                if "ii_cycles" in row:
+                    row["share_of_limit"] = round(limit / row["ii_cycles"], 3)
+                row["published_ms"], row["published"] = PUBLISHED[name]
+                rows.append(row)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print(f"{'model':<5} {'board':<11} {'compile':>8} {'II':>9} {'latency':>9} {'ms@100':>7} "
+          f"{'limit':>7} {'share':>6} {'pub. ms':>8}  agreement / error")
+    for r in rows:
+        tail = r.get("error") or (f"argmax {r['argmax_agreement']}, max diff "
+                                  f"{r['max_abs_diff_vs_ort']:.3g}")
+        print(f"{r['model']:<5} {r['board']:<11} {r['compile_s']:>7}s {r.get('ii_cycles', '-'):>9}"
+              f" {r.get('latency_cycles', '-') or '-':>9} {r.get('latency_ms_100mhz', '-'):>7}"
+              f" {r['ecp5_85f_multiply_limit_cycles']:>7} {r.get('share_of_limit', '-'):>6}"
+              f" {r['published_ms']:>8}  {tail}")
+
+
+if __name__ == "__main__":
+    main()
