@@ -45,10 +45,12 @@ from .verilator_build import (
     RtlSimulationError,
     RuntimeCache,
     VerilatorEnv,
+    build_error,
     cache_dir,
     cxx_identity,
     first_errors,
     lock,
+    make_jobs,
     runtime_folder,
     say,
     verilator_env,
@@ -99,7 +101,6 @@ _REGISTERED = ("rst", "s_axis_tdata", "s_axis_tvalid", "s_axis_tlast", "m_axis_t
 #: The module Verilator builds: the design inside :func:`wrapper_verilog`.
 WRAPPER_MODULE = "onnx2fpga_tb"
 
-_PORT_DECL = re.compile(r"VL_(?:IN|OUT)(?:8|16|64|W)?\(&(\w+),(\d+),(\d+)")
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/|\(\*(?!\)).*?\*\)", re.S)   # and attributes
 _DECL_WORDS = {"wire", "reg", "logic", "bit", "signed", "unsigned", "var"}
 
@@ -236,6 +237,17 @@ def _load(entry: Path) -> CompiledSimulator | None:
     return CompiledSimulator(entry / "sim", doc["widths"], False, 0.0)
 
 
+def _build_failed(verilog_path: Path, toplevel: str, log: Path, failed_log: Path,
+                  what: str | None = None) -> RtlSimulationError:
+    """The error of a failed build: ``what`` (default the log's first errors), with the log
+    kept as ``failed_log``."""
+    failed_log.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(log, failed_log)
+    if what is None:
+        what = first_errors(log.read_text(errors="replace"))
+    return build_error(verilog_path, toplevel, what, failed_log)
+
+
 def _run(cmd: list[str], cwd: Path, env: dict, log: Path) -> bool:
     with open(log, "a") as f:
         f.write("$ " + " ".join(cmd) + "\n")
@@ -275,14 +287,11 @@ def _build_in(where: Path, verilog_path: Path, verilog: bytes, toplevel: str, wr
            *(["--trace"] if waves else []), str(DRIVER_SOURCE), str(wrapper_path),
            str(verilog_path)]
 
-    def fail(what: str):
-        shutil.copy(log, failed_log)
-        raise RtlSimulationError(
-            f"Verilator build of {verilog_path} (toplevel {toplevel!r}) failed:\n{what}\n"
-            f"(full log: {failed_log})") from None
+    def fail(what: str | None = None):
+        raise _build_failed(verilog_path, toplevel, log, failed_log, what) from None
 
     if not _run(cmd, work, env, log):
-        fail(first_errors(log.read_text(errors="replace")))
+        fail()
     # A port whose width the declarations gave wrongly shows as a width warning on the
     # wrapper's instance of the design.
     mismatch = [line for line in log.read_text(errors="replace").splitlines()
@@ -290,8 +299,8 @@ def _build_in(where: Path, verilog_path: Path, verilog: bytes, toplevel: str, wr
     if mismatch:
         fail("the ports' widths read from the Verilog do not match the design:\n"
              + "\n".join(mismatch[:4]))
-    jobs = f"-j{max(1, min(4, os.cpu_count() or 1))}"
-    make = ["make", "-s", jobs, "-f", "Vdut.mk", f"VM_TRACE={int(waves)}", *MAKE_VARS]
+    make = ["make", "-s", make_jobs(), "-f", "Vdut.mk", f"VM_TRACE={int(waves)}",
+            *MAKE_VARS]
     built = False
     overrides = runtime.make_overrides() if runtime.ready() else None
     if overrides:
@@ -310,7 +319,7 @@ def _build_in(where: Path, verilog_path: Path, verilog: bytes, toplevel: str, wr
             if not ok and pch:                      # Verilator's own headers, as it would
                 ok = _run(make, obj, env, log)
             if not ok:
-                fail(first_errors(log.read_text(errors="replace")))
+                fail()
             runtime.store(obj, staged)
         finally:
             if staged is not None:
@@ -329,12 +338,7 @@ def _lint(verilog_path: Path, toplevel: str, venv: VerilatorEnv, failed_log: Pat
         cmd = [str(venv.executable), "--lint-only", "-Wno-fatal", "--top-module", toplevel,
                str(verilog_path)]
         if not _run(cmd, Path(tmp), venv.environ(), log):
-            failed_log.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(log, failed_log)
-            raise RtlSimulationError(
-                f"Verilator build of {verilog_path} (toplevel {toplevel!r}) failed:\n"
-                f"{first_errors(log.read_text(errors='replace'))}\n"
-                f"(full log: {failed_log})") from None
+            raise _build_failed(verilog_path, toplevel, log, failed_log) from None
 
 
 def compiled_simulator(verilog_path, toplevel: str, *, waves: bool = False, runtime_cache=None,

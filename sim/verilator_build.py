@@ -44,7 +44,8 @@ from ..log import say as log_say
 __all__ = [
     "RtlSimulationError", "VerilatorEnv", "verilator_env", "MIN_VERILATOR_VERSION",
     "RUNTIME_CACHE_ENV", "CACHE_ENV", "cache_dir", "runtime_folder", "SimulatorBuild",
-    "shared_simulator", "new_run_dir", "RuntimeCache", "first_errors", "lock", "say",
+    "shared_simulator", "new_run_dir", "RuntimeCache", "first_errors", "build_error",
+    "make_jobs", "lock", "say",
 ]
 
 logger = logging.getLogger(__name__)
@@ -277,6 +278,18 @@ def say(progress: bool, message: str, log: logging.Logger | None = None) -> None
     log_say(log or logger, message, progress)
 
 
+def build_error(verilog_path, toplevel: str, errors: str, log_path) -> RtlSimulationError:
+    """The error of a failed Verilator build, both harnesses': ``errors`` (the log's first
+    ones, :func:`first_errors`) and where the full log is."""
+    return RtlSimulationError(f"Verilator build of {verilog_path} (toplevel {toplevel!r}) "
+                              f"failed:\n{errors}\n(full log: {log_path})")
+
+
+def make_jobs() -> str:
+    """make's ``-j`` option for a build: one job per core, at most four."""
+    return f"-j{max(1, min(4, os.cpu_count() or 1))}"
+
+
 #: Environment variable naming the per-user build cache (:func:`cache_dir`).
 CACHE_ENV = "ONNX2FPGA_CACHE_DIR"
 
@@ -374,12 +387,18 @@ class RuntimeCache:
                                      f"{proc.stderr.strip()[:500]}")
         return proc.stdout
 
+    def _probe(self, obj_dir: Path, expression: str) -> str:
+        """The value of a make ``expression`` (``$(VAR)``...) in ``obj_dir``'s makefile."""
+        probe = obj_dir / "onnx2fpga-probe.mk"
+        probe.write_text(f"onnx2fpga-probe:\n\t@echo '{expression}'\n")
+        try:
+            return self._make(obj_dir, "-f", probe.name, "onnx2fpga-probe").strip()
+        finally:
+            probe.unlink()
+
     def _objects_and_commands(self, obj_dir: Path) -> tuple[list[str], str]:
         """The runtime objects this build needs and the commands that would compile them."""
-        probe = obj_dir / "onnx2fpga-probe.mk"
-        probe.write_text("onnx2fpga-globals:\n\t@echo $(VK_GLOBAL_OBJS)\n")
-        objects = self._make(obj_dir, "-f", probe.name, "onnx2fpga-globals").split()
-        probe.unlink()
+        objects = self._probe(obj_dir, "$(VK_GLOBAL_OBJS)").split()
         commands = self._make(obj_dir, "-n", "-B", *objects) if objects else ""
         return objects, commands
 
@@ -420,12 +439,6 @@ class RuntimeCache:
     # reads it first (``-include``); the design's own headers, small, are then read as
     # usual. ``make_vars`` (``OPT_SLOW=...``) are those of every make call of the builds.
 
-    def _pch_path(self, where: Path) -> Path:
-        return where / self.PCH
-
-    def has_pch(self) -> bool:
-        return self.pch is not None and (self.path / "pch.json").is_file()
-
     def stage_pch(self, obj_dir: Path) -> Path | None:
         """Precompile :attr:`pch` with ``obj_dir``'s makefile into a new folder of the cache
         (to become the entry's with :meth:`store`); None where not possible (no header, a
@@ -434,24 +447,19 @@ class RuntimeCache:
             return None
         tmp = None
         try:
-            probe = obj_dir / "onnx2fpga-probe.mk"
-            probe.write_text("onnx2fpga-pch:\n\t@echo '$(CFG_GCH_IF_CLANG)|$(OPT_FAST)'\n")
-            clang, _, opt_fast = self._make(obj_dir, "-f", probe.name,
-                                            "onnx2fpga-pch").strip().partition("|")
-            probe.unlink()
+            clang, _, opt_fast = self._probe(
+                obj_dir, "$(CFG_GCH_IF_CLANG)|$(OPT_FAST)").partition("|")
             if clang:
                 return None
             tmp = self._new_tmp()
-            header = self._pch_path(tmp)
+            header = tmp / self.PCH
             for suffix in ("", ".fast", ".slow"):
                 Path(f"{header}{suffix}").write_text(self.pch)
             # With the runtime objects, which the build needs too: all at once on two cores
             # or more (the build's make then finds the objects made).
-            probe.write_text("onnx2fpga-globals:\n\t@echo $(VK_GLOBAL_OBJS)\n")
-            objects = self._make(obj_dir, "-f", probe.name, "onnx2fpga-globals").split()
-            probe.unlink()
-            self._make(obj_dir, f"-j{max(1, min(4, os.cpu_count() or 1))}",
-                       f"{header}.fast.gch", f"{header}.slow.gch", *objects)
+            objects = self._probe(obj_dir, "$(VK_GLOBAL_OBJS)").split()
+            self._make(obj_dir, make_jobs(), f"{header}.fast.gch", f"{header}.slow.gch",
+                       *objects)
             # The texts older than what was made from them: make never remakes a cached one.
             old = (tmp / f"{self.PCH}.fast.gch").stat().st_mtime - 60
             for suffix in ("", ".fast", ".slow"):
@@ -470,20 +478,14 @@ class RuntimeCache:
         if self.pch is None or not (where / "pch.json").is_file():
             return []
         opt_fast = json.loads((where / "pch.json").read_text())["opt_fast"]
-        header = self._pch_path(where)
+        header = where / self.PCH
         return [f"OPT_FAST={opt_fast} -include {header}.fast", f"VK_PCH_H={header}",
                 "VK_PCH_I_FAST=", f"VK_PCH_I_SLOW=-include {header}.slow"]
 
     def store(self, obj_dir: Path, staged: Path | None = None) -> None:
-        """Keep the runtime objects of a finished full build (best effort), with the
-        precompiled header of :meth:`stage_pch` when given (the folder is used up)."""
-        try:
-            self._store(obj_dir, staged)
-        finally:
-            if staged is not None and staged.exists():
-                shutil.rmtree(staged, ignore_errors=True)
-
-    def _store(self, obj_dir: Path, staged: Path | None) -> None:
+        """Keep the runtime objects of a finished full build (best effort), in the folder of
+        :meth:`stage_pch` when given (it becomes the entry; what is left of it is the
+        caller's to remove)."""
         if self.ready():
             return
         with contextlib.suppress(OSError, RtlSimulationError, subprocess.SubprocessError):
@@ -518,9 +520,7 @@ def _runner_build(verilog_path: Path, toplevel: str, obj_dir: Path, log_path: Pa
                          waves=waves, log_file=log_path)
     except (RuntimeError, SystemExit, OSError) as exc:
         text = log_path.read_text(errors="replace") if log_path.is_file() else str(exc)
-        raise RtlSimulationError(
-            f"Verilator build of {verilog_path} (toplevel {toplevel!r}) failed:\n"
-            f"{first_errors(text)}\n(full log: {log_path})") from None
+        raise build_error(verilog_path, toplevel, first_errors(text), log_path) from None
     if not (obj_dir / toplevel).is_file():
         raise RtlSimulationError(f"Verilator build of {verilog_path} produced no simulator "
                                  f"{obj_dir / toplevel} (full log: {log_path})")
