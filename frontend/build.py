@@ -58,14 +58,9 @@ from .groups import JOIN_OPS, REDUCE_OPS, SLICE_OPS, VIEW_OPS, Group, QdqGraph
 from .ir import Node, logical_shape
 
 __all__ = ["HardwarePart", "build_layers", "build_group", "add_views", "dense_layer",
-           "conv_layer", "weight_type", "MAX_KERNEL", "ADD_MULTIPLIER_BITS",
+           "conv_layer", "weight_type", "ADD_MULTIPLIER_BITS",
            "MINMAX_MULTIPLIER_BITS"]
 
-#: The largest kernel extent (height or width) of a convolution or pool in hardware. The
-#: window's line buffer holds ``kernel + stride`` rows and a matrix unit ``k * k * C``
-#: weights per output channel; beyond 8x8 both grow past what the target devices hold for
-#: realistic channel counts.
-MAX_KERNEL = 8
 #: Significant bits of the two multipliers of an add of activations (see :func:`_add_layer`).
 ADD_MULTIPLIER_BITS = 12
 #: The same for a minimum or maximum: the comparison of two terms is exact only if both are
@@ -259,12 +254,6 @@ def build_group(hw: HardwarePart, grp: Group) -> None:
                                                        "GlobalAveragePool", "ReduceMean"):
         raise UnsupportedError([f"{grp.quant.describe()}: a Trunc after {op} is not "
                                 f"supported (only after an average pool or on its own)"])
-    if core is not None and "_geometry" in core.attrs and "kernel" in core.attrs[
-            "_geometry"] and op not in ("GlobalAveragePool", "GlobalMaxPool") + REDUCE_OPS:
-        kh, kw = core.attrs["_geometry"]["kernel"]
-        if max(kh, kw) > MAX_KERNEL:
-            raise UnsupportedError([f"{core.describe()}: kernel {kh}x{kw} is unsupported; "
-                                    f"kernels up to {MAX_KERNEL}x{MAX_KERNEL}"])
     core_shape = qg.shape(core.outputs[0]) if core is not None else \
         qg.shape(grp.dqs[0].outputs[0])
     aff = match_epilogue(qg, grp, core_shape) if not grp.function else None

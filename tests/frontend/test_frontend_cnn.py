@@ -21,7 +21,7 @@ import onnx2fpga
 from onnx2fpga.errors import UnsupportedError
 from onnx2fpga.ir.layers import ConvLayer
 from onnx2fpga.sim import golden
-from onnx2fpga.sim.model import run_head
+from onnx2fpga.sim.model import run_design, run_head
 from tests.helpers.models import CNN_KINDS, float_cnn, ort_qdq_cnn, ort_quantized_tensors
 
 KINDS = list(CNN_KINDS)
@@ -128,7 +128,6 @@ def _conv_model(kernel, mode=None):
 
 
 @pytest.mark.parametrize("kernel, mode, message", [
-    (9, None, r"^Node 'c' \(Conv, opset 13\): kernel 9x9 is unsupported; kernels up to 8x8$"),
     (3, "cubic", r"^Node 'rs' \(Resize, opset 13\): mode='cubic' is unsupported; only "
                  r"'nearest'$"),
 ])
@@ -139,7 +138,16 @@ def test_unsupported_options_are_named_before_hardware_work(tmp_path, kernel, mo
     assert not (tmp_path / "d").exists()
 
 
-def test_kernel_8_is_supported():
-    cal = np.random.default_rng(0).standard_normal((4, 1, 2, 12, 12)).astype(np.float32)
-    d = onnx2fpga.compile(_conv_model(8), calibration=cal)
-    assert d.design.dataflow.layers[0].kernel == (8, 8)
+@pytest.mark.parametrize("kernel", [8, 9, 12])
+def test_large_kernels_track_the_float_model(kernel):
+    """Any kernel the window core can slide (up to the whole 12x12 image): at 16 bits the
+    golden model follows onnxruntime's float convolution."""
+    model = _conv_model(kernel)
+    x = np.random.default_rng(0).standard_normal((20, 1, 2, 12, 12)).astype(np.float32)
+    d = onnx2fpga.compile(model, calibration=x, weight_bits=16, activation_bits=16,
+                          multiplier_bits=24, stop_after="lower")
+    assert d.design.dataflow.layers[0].kernel == (kernel, kernel)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = np.stack([sess.run(None, {"x": s})[0] for s in x])
+    got = run_design(d.design, x).reshape(ref.shape)
+    assert np.abs(got - ref).max() < 2e-3 * float(np.ptp(ref))

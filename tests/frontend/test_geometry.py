@@ -142,6 +142,13 @@ CONV_CASES = [
     ((1, 4, 9, 9), 4, (5, 5), {"group": 4, "dilations": [2, 2], "pads": [4, 4, 4, 4]}, False,
      22),
     ((1, 4, 12), 8, (3,), {"group": 4, "pads": [1, 1]}, True, 13),
+    # MLPerf Tiny's keyword spotter: 10x4 stride 2 on 49x10 with TensorFlow's SAME padding,
+    # written out (top 4, bottom 5) and as auto_pad; kernels larger than 8
+    ((1, 1, 49, 10), 3, (10, 4), {"strides": [2, 2], "pads": [4, 1, 5, 1]}, True, 13),
+    ((1, 1, 49, 10), 3, (10, 4), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}, True, 13),
+    ((1, 1, 49, 10), 3, (10, 4), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}, False, 13),
+    ((1, 2, 13, 12), 2, (12, 11), {"pads": [0, 3, 2, 1], "strides": [3, 1]}, True, 13),
+    ((1, 2, 40), 2, (17,), {"strides": [5], "auto_pad": "SAME_UPPER"}, True, 13),
 ]
 
 
@@ -298,6 +305,10 @@ POOL_CASES = [
     ("GlobalMaxPool", (2, 3, 7), {}, 22, REF_GLOBAL_MAX_1D),
     ("GlobalAveragePool", (1, 3, 5, 6), {}, 13, BOTH),
     ("GlobalAveragePool", (2, 3, 7), {}, 22, BOTH),
+    # the global pool as TFLite converters write it: a kernel as large as the map
+    ("AveragePool", (1, 3, 25, 5), {"kernel_shape": [25, 5]}, 19, BOTH),
+    ("AveragePool", (1, 3, 24, 5), {"kernel_shape": [24, 5], "strides": [24, 5]}, 11, BOTH),
+    ("MaxPool", (1, 3, 12, 10), {"kernel_shape": [12, 10], "strides": [2, 2]}, 12, BOTH),
 ]
 
 
@@ -541,7 +552,8 @@ INT32 = IntType(32, True)
 NOOP = RequantStage([1], [0], 0, 0, INT32.lo, INT32.hi, INT32)   # multiplier 1, shift 0
 
 
-@pytest.mark.parametrize("case", [CONV_CASES[i] for i in (2, 4, 13, 17, 22, 27, 29, 31)])
+@pytest.mark.parametrize("case", [CONV_CASES[i] for i in (2, 4, 13, 17, 22, 27, 29, 31, 32,
+                                                          33, 34, 35, 36)])
 def test_conv_layer_matches_onnx(case):
     in_shape, out_channels, kernel, attrs, _, opset = case
     x, w, b = conv_data(in_shape, out_channels, kernel, attrs, seed=5)
@@ -557,7 +569,7 @@ def test_conv_layer_matches_onnx(case):
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("index", [2, 3, 6, 9, 10, 18, 21, 24, 27, 29, 35, 37])
+@pytest.mark.parametrize("index", [2, 3, 6, 9, 10, 18, 21, 24, 27, 29, 35, 37, 40, 41, 42])
 def test_pool_layer_matches_onnx(index):
     op, in_shape, attrs, opset, executors = POOL_CASES[index]
     x = np.random.default_rng(index).integers(-100, 101, in_shape)
