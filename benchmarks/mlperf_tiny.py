@@ -11,9 +11,11 @@ quantization are those of the files:
 
 * ``ic``: ResNet-8 on 32x32x3 (NHWC input, then a Transpose), conv 3x3 16, three residual
   stacks 16/32/64 with stride 2 and 1x1 projection shortcuts, average pool, dense 10, Softmax.
-* ``kws``: DS-CNN, input [1, 490] reshaped to 49x10x1, conv 10x4 stride 2 (padding 4, 1: the
-  24x5 map of the issue) 64 ch, 4 x (depthwise 3x3 + pointwise 1x1), average pool over the
-  whole map, dense 12, Softmax.
+* ``kws``: DS-CNN, input [1, 490] reshaped to 49x10x1, conv 10x4 stride 2 64 ch,
+  4 x (depthwise 3x3 + pointwise 1x1), average pool over the whole map, dense 12, Softmax;
+  with TensorFlow's SAME padding as the reference file has it (pads 4, 1, 5, 1: a 25x5 map;
+  torch writes symmetric pads, so the exported Conv's pads and the pool's kernel are
+  rewritten before quantizing, ``tests.helpers.torch_models.tf_same``).
 * ``vww``: MobileNetV1 alpha 0.25 on 96x96x3 (NHWC), 13 depthwise-separable blocks with
   ReLU6, average pool, dense 2, Softmax.
 * ``ad``: the autoencoder 640-128-128-128-128-8-128-128-128-128-640 with ReLU.
@@ -42,7 +44,10 @@ import numpy as np
 import onnx2fpga
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from exporters import ort_quantize, ort_run  # noqa: E402
+
+from tests.helpers.torch_models import tf_same  # noqa: E402
 
 #: Best published latency of one inference (MLPerf Tiny, closed division), in ms.
 PUBLISHED = {"ic": (0.411, "fpgaConvNet, ZedBoard, 211 DSPs at 143 MHz; 0.147 ms on a ZC706"),
@@ -184,6 +189,8 @@ def main(argv=None):
             net, shape = nets[name]
             fpath, qpath = (os.path.join(work, f"{name}{s}.onnx") for s in ("_fp32", "_qdq"))
             _export(net, shape, fpath)
+            if name == "kws":
+                tf_same(fpath)
             rng = np.random.default_rng(0)
             cal = rng.standard_normal((64, *shape[1:])).astype(np.float32)
             ort_quantize(fpath, qpath, cal)

@@ -13,7 +13,13 @@ torch = pytest.importorskip("torch")
 ort = pytest.importorskip("onnxruntime")
 
 from tests.helpers.models import skl2onnx_mlp  # noqa: E402
-from tests.helpers.torch_models import SHAPE, torch_qdq  # noqa: E402
+from tests.helpers.torch_models import (  # noqa: E402
+    DS_CNN_SHAPE,
+    SHAPE,
+    ds_cnn_qdq,
+    output_step,
+    torch_qdq,
+)
 
 COMPUTE = ("Conv", "Gemm", "MatMul")
 
@@ -39,6 +45,29 @@ def test_torch_export_quantized_by_onnxruntime_rtl_equals_golden(tmp_path, patte
     assert np.mean(np.isclose(golden.reshape(want.shape), want, atol=1e-6)) >= 0.99
     rtl = d.simulate(x, engine="rtl", seed=2, stall_in=0.4, stall_out=0.4)
     np.testing.assert_array_equal(rtl, golden)
+
+
+@pytest.mark.rtl
+def test_ds_cnn_with_tensorflow_padding_rtl_equals_golden(tmp_path):
+    """The keyword-spotting DS-CNN in small (10x4 stride-2 convolution with TensorFlow's
+    asymmetric SAME pads, depthwise and pointwise, average pool over the whole map): golden
+    within one output step of onnxruntime, Verilator under stalls equal to golden, the
+    manifest's cycles what the RTL does."""
+    _, qdq, _ = ds_cnn_qdq(tmp_path, padding="pads")
+    d = onnx2fpga.compile(qdq, tmp_path / "d")
+    assert not [n.op for n in d.design.head + d.design.tail if n.op in COMPUTE]
+    layers = d.manifest["layers"]
+    assert layers[0]["pads"] == [4, 1, 5, 1] and layers[3]["kernel"] == [25, 5]
+    assert layers[3]["global"] is True              # the reduce core alone, no window
+    x = np.random.default_rng(6).standard_normal((4, 1) + DS_CNN_SHAPE).astype(np.float32)
+    golden = d.simulate(x, engine="golden")
+    want = _ort(qdq, x)[0]
+    assert np.abs(golden.reshape(want.shape) - want).max() <= output_step(qdq) * (1 + 1e-6)
+    for seed, stall in ((1, 0.3), (2, 0.6)):
+        rtl = d.simulate(x, engine="rtl", seed=seed, stall_in=stall, stall_out=stall)
+        np.testing.assert_array_equal(rtl, golden)
+    assert d.last_run["cycles_per_inference"] == pytest.approx(
+        d.manifest["cycles_per_inference"], rel=0.05)
 
 
 @pytest.mark.rtl

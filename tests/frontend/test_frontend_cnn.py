@@ -151,3 +151,48 @@ def test_large_kernels_track_the_float_model(kernel):
     ref = np.stack([sess.run(None, {"x": s})[0] for s in x])
     got = run_design(d.design, x).reshape(ref.shape)
     assert np.abs(got - ref).max() < 2e-3 * float(np.ptp(ref))
+
+
+# TensorFlow's SAME padding of the 10x4 stride-2 convolution on the 49x10 map (its converters
+# write it out, or as auto_pad): ceil(49 / 2) = 25 rows need (25 - 1) * 2 + 10 - 49 = 9 rows
+# of padding, the odd one at the end (SAME_UPPER, TensorFlow's) or at the start (SAME_LOWER);
+# ceil(10 / 2) = 5 columns need (5 - 1) * 2 + 4 - 10 = 2 columns, one each side.
+@pytest.mark.parametrize("padding, pads", [("pads", (4, 1, 5, 1)), ("SAME_UPPER", (4, 1, 5, 1)),
+                                           ("SAME_LOWER", (5, 1, 4, 1))])
+def test_ds_cnn_with_tensorflow_padding_matches_onnxruntime(tmp_path, padding, pads):
+    """MLPerf Tiny's keyword-spotting DS-CNN in small (torch, legacy exporter, onnxruntime
+    QDQ per-channel): the 10x4 stride-2 convolution with TensorFlow's asymmetric SAME pads
+    gives the 25x5 map, the average pool over the whole map is the global pool's hardware
+    (no window), and every layer's integers are onnxruntime's; the logits' quantized
+    Softmax within one step of onnxruntime's."""
+    pytest.importorskip("torch")
+    from tests.helpers.torch_models import DS_CNN_SHAPE, ds_cnn_qdq, output_step
+
+    _, path, _ = ds_cnn_qdq(tmp_path, padding=padding)
+    d = onnx2fpga.compile(path, stop_after="lower")
+    df = d.design.dataflow
+    assert [ly.kind for ly in df.layers] == ["conv", "conv", "conv", "pool", "view", "dense"]
+    first, pool = df.layers[0], df.layers[3]
+    assert (first.kernel, first.stride, first.pads) == ((10, 4), (2, 2), pads)
+    assert first.out_shape == (8, 25, 5)
+    assert pool.kernel == (25, 5) and pool.is_global
+    x = np.random.default_rng(3).standard_normal((40, 1) + DS_CNN_SHAPE).astype(np.float32)
+    ref = ort_quantized_tensors(path, x)
+    env = dict(ref)
+    env.setdefault(df.input.name, run_head(d.design, x))
+    compared = 0
+    for layer in df.layers:
+        got = golden.run_layer(layer, *(env[t] for t in layer.inputs)).reshape(len(x), -1)
+        if layer.output not in ref:
+            env[layer.output] = got
+            continue
+        diff = np.abs(got - ref[layer.output])
+        # onnxruntime's float32 average pool may round a value next to a tie the other way
+        assert diff.max() <= (1 if layer.kind == "pool" else 0), layer.name
+        compared += 1
+    assert compared == 5
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    want = np.stack([sess.run(None, {"x": s})[0] for s in x])
+    got = run_design(d.design, x).reshape(want.shape)
+    assert np.abs(got - want).max() <= output_step(path) * (1 + 1e-6)
+    assert np.mean(got.argmax(-1) == want.argmax(-1)) >= 0.95

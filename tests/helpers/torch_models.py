@@ -14,7 +14,8 @@ import numpy as np
 from .models import ort_quantized_tensors
 
 __all__ = ["TORCH_PATTERNS", "SHAPE", "torch_model", "export", "ort_quantize", "torch_qdq",
-           "ort_quantized_tensors"]
+           "ort_quantized_tensors", "tf_same", "DS_CNN_SHAPE", "ds_cnn", "ds_cnn_qdq",
+           "output_step"]
 
 #: The input shape (without the batch) of every model here.
 SHAPE = (3, 6, 6)
@@ -172,3 +173,110 @@ def torch_qdq(tmp_path, pattern: str, *, dynamo: bool, samples: int = 32):
     fp = export(torch_model(pattern), tmp_path / f"{tag}_fp.onnx", dynamo=dynamo)
     cal = np.random.default_rng(1).standard_normal((samples, 1) + SHAPE).astype(np.float32)
     return fp, ort_quantize(fp, tmp_path / f"{tag}_qdq.onnx", cal), cal
+
+
+def tf_same(path, *, auto_pad: str | None = None) -> str:
+    """Rewrite the float model at ``path`` in place to the padding TensorFlow's converters
+    write (tf2onnx, TFLite): every Conv gets SAME padding, ``ceil(in / stride)`` outputs
+    and the odd pad at the end (explicit ``pads``, or ``auto_pad`` when given:
+    ``"SAME_UPPER"`` / ``"SAME_LOWER"``), and every AveragePool then covers its whole input
+    map (the global pool as a TFLite ``AVERAGE_POOL_2D``). torch writes neither: its pads
+    are symmetric and its pool is the kernel it was given."""
+    import onnx
+    from onnx import helper, shape_inference
+
+    def infer(m):
+        del m.graph.value_info[:]
+        m = shape_inference.infer_shapes(m)
+        return m, {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+                   for v in [*m.graph.value_info, *m.graph.input, *m.graph.output]}
+
+    def set_ints(node, name, values):
+        kept = [a for a in node.attribute if a.name != name]
+        del node.attribute[:]
+        node.attribute.extend(kept + ([helper.make_attribute(name, list(values))]
+                                      if values is not None else []))
+
+    m, shapes = infer(onnx.load(str(path)))
+    for n in m.graph.node:
+        if n.op_type != "Conv":
+            continue
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        size, kernel = shapes[n.input[0]][2:], attrs["kernel_shape"]
+        strides = attrs.get("strides", [1] * len(size))
+        if auto_pad is not None:
+            set_ints(n, "pads", None)
+            n.attribute.append(helper.make_attribute("auto_pad", auto_pad))
+            continue
+        begin, end = [], []
+        for i, k, s in zip(size, kernel, strides):
+            total = max(0, (-(-i // s) - 1) * s + k - i)
+            begin.append(total // 2)
+            end.append(total - total // 2)
+        set_ints(n, "pads", begin + end)
+    m, shapes = infer(m)
+    for n in m.graph.node:
+        if n.op_type == "AveragePool":
+            set_ints(n, "kernel_shape", shapes[n.input[0]][2:])
+    del m.graph.value_info[:]
+    onnx.save(m, str(path))
+    return str(path)
+
+
+#: The flat input of :func:`ds_cnn` (49 x 10 MFCC features, as MLPerf Tiny's KWS).
+DS_CNN_SHAPE = (490,)
+
+
+def ds_cnn(channels: int = 8, classes: int = 12, *, seed: int = 0):
+    """A small DS-CNN shaped as MLPerf Tiny's keyword spotter: the flat input reshaped to
+    49x10x1, a 10x4 stride-2 convolution (torch pads 4, 1: the 24x5 map; :func:`tf_same`
+    makes it TensorFlow's 25x5), one depthwise 3x3 + pointwise 1x1 block, an average pool
+    over the whole map, a Linear and Softmax; seeded, in eval mode."""
+    import torch
+    from torch import nn
+
+    class DSCNN(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.Conv2d(1, channels, (10, 4), 2, (4, 1)), nn.ReLU(),
+                nn.Conv2d(channels, channels, 3, 1, 1, groups=channels), nn.ReLU(),
+                nn.Conv2d(channels, channels, 1), nn.ReLU(),
+                nn.AvgPool2d((24, 5)), nn.Flatten(), nn.Linear(channels, classes))
+
+        def forward(self, x):
+            return torch.softmax(self.body(x.reshape(-1, 1, 49, 10)), dim=1)
+
+    torch.manual_seed(seed)
+    return DSCNN().eval()
+
+
+def ds_cnn_qdq(tmp_path, *, padding: str = "pads", samples: int = 32):
+    """:func:`ds_cnn` exported by the legacy exporter (opset 17), its padding made
+    TensorFlow's by :func:`tf_same` (``padding``: ``"pads"`` explicit, ``"SAME_UPPER"`` or
+    ``"SAME_LOWER"``; ``"torch"`` leaves torch's), quantized by :func:`ort_quantize`:
+    ``(float path, QDQ path, calibration inputs (samples, 1, 490))``."""
+    import torch
+
+    fp = str(tmp_path / f"ds_cnn_{padding}_fp.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(ds_cnn(), (torch.zeros(1, *DS_CNN_SHAPE),), fp, dynamo=False,
+                          opset_version=17, input_names=["x"], output_names=["y"])
+    if padding != "torch":
+        tf_same(fp, auto_pad=None if padding == "pads" else padding)
+    cal = np.random.default_rng(1).standard_normal((samples, 1) + DS_CNN_SHAPE)
+    cal = cal.astype(np.float32)
+    return fp, ort_quantize(fp, tmp_path / f"ds_cnn_{padding}_qdq.onnx", cal), cal
+
+
+def output_step(path) -> float:
+    """The scale of the DequantizeLinear writing the first output of the QDQ model at
+    ``path``: one step of its quantized result (onnxruntime's Softmax: 1/255)."""
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(str(path))
+    last = next(n for n in m.graph.node if n.output[0] == m.graph.output[0].name)
+    return float(next(numpy_helper.to_array(t) for t in m.graph.initializer
+                      if t.name == last.input[1]))
