@@ -88,7 +88,7 @@ def _streams_json(df, plan) -> dict:
         order = plan.orders.get(tensor)
         if order is None:
             label = "C order"
-        elif np.array_equal(order, hwc_order(shapes[tensor])):
+        elif len(shapes[tensor]) <= 3 and np.array_equal(order, hwc_order(shapes[tensor])):
             label = "channels-last"
         else:
             label = "permuted"

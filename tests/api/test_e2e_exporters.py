@@ -48,6 +48,27 @@ def test_torch_export_quantized_by_onnxruntime_rtl_equals_golden(tmp_path, patte
 
 
 @pytest.mark.rtl
+def test_space_to_depth_views_rtl_equals_golden(tmp_path):
+    """Space-to-depth written as Reshape to 6-D, Transpose, Reshape between two convolutions
+    (it crashed in the manifest, whose stream-order labels took every tensor for an image):
+    the views' tensors are labelled, the RTL under stalls equals golden, which equals
+    onnxruntime."""
+    _, qdq, _ = torch_qdq(tmp_path, "s2d", dynamo=False)
+    d = onnx2fpga.compile(qdq, tmp_path / "d")
+    views = [ly for ly in d.manifest["layers"] if ly["kind"] == "view"]
+    # The 8x6x6 map as (C, H/2, 2, W/2, 2), transposed, as 32x3x3 (shapes without the batch):
+    # none travels in C order or channels-last.
+    assert [ly["out_shape"] for ly in views] == [[8, 3, 2, 3, 2], [2, 2, 8, 3, 3], [32, 3, 3]]
+    assert [d.manifest["streams"][ly["output"]]["order"] for ly in views] == ["permuted"] * 3
+    x = np.random.default_rng(5).standard_normal((6, 1) + SHAPE).astype(np.float32)
+    golden = d.simulate(x, engine="golden")
+    want = _ort(qdq, x)[0]
+    np.testing.assert_allclose(golden.reshape(want.shape), want, atol=1e-6)
+    rtl = d.simulate(x, engine="rtl", seed=3, stall_in=0.4, stall_out=0.4)
+    np.testing.assert_array_equal(rtl, golden)
+
+
+@pytest.mark.rtl
 def test_ds_cnn_with_tensorflow_padding_rtl_equals_golden(tmp_path):
     """The keyword-spotting DS-CNN in small (10x4 stride-2 convolution with TensorFlow's
     asymmetric SAME pads, depthwise and pointwise, average pool over the whole map): golden

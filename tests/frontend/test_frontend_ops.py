@@ -177,6 +177,20 @@ def test_channel_split_and_slice(tmp_path, pattern, dynamo):
     assert len(exact) >= 4 and min(exact.values()) == 1.0
 
 
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_space_to_depth_by_reshape_and_transpose_is_a_view(tmp_path, dynamo):
+    """Space-to-depth as torch code writes it (Reshape to 6-D, Transpose, Reshape) between
+    two convolutions: views (the next convolution reads through a reorder buffer), every
+    layer's integers onnxruntime's."""
+    _, path, _ = torch_qdq(tmp_path, "s2d", dynamo=dynamo)
+    ops = [n.op_type for n in onnx.load(path).graph.node]
+    assert ops.count("Transpose") == 1 and ops.count("Reshape") >= 2
+    kinds, exact = check_layers_against_onnxruntime(path)
+    assert kinds[:2] == ["conv", "view"] and kinds.count("conv") == 2
+    assert set(kinds[1:kinds.index("conv", 1)]) == {"view"}
+    assert len(exact) >= 3 and min(exact.values()) == 1.0
+
+
 def _channel_op_model(op, opset, inputs, **attrs):
     """Conv (2 -> 6 channels) on a (1, 2, 4, 4) input, then ``op`` with constant
     ``inputs`` (name -> int64 array) and ``attrs``, float."""

@@ -102,15 +102,32 @@ def _modules():
             w = torch.relu(self.f2(torch.relu(self.f1(w))))
             return self.fc((h * w).mean((2, 3)))
 
+    class SpaceToDepth(nn.Module):
+        """Conv, Relu, space-to-depth by 2 as torch code writes it (Reshape to 6-D,
+        Transpose, Reshape: 8x6x6 -> 32x3x3), a 1x1 Conv, Relu, mean, Linear."""
+
+        def __init__(self):
+            super().__init__()
+            self.c, self.d = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(32, 8, 1)
+            self.fc = nn.Linear(8, 5)
+
+        def forward(self, x):
+            h = torch.relu(self.c(x))
+            n, c, hh, ww = h.shape
+            h = h.reshape(n, c, hh // 2, 2, ww // 2, 2).permute(0, 3, 5, 1, 2, 4)
+            h = h.reshape(n, c * 4, hh // 2, ww // 2)
+            return self.fc(torch.relu(self.d(h)).mean((2, 3)))
+
     return {"adaptive": lambda: Reduce("adaptive"), "mean": lambda: Reduce("mean"),
             "amax": lambda: Reduce("amax"), "sum": lambda: Reduce("sum"), "split": Split,
             "slice": Slice, "mul": lambda: Join("mul"), "sub": lambda: Join("sub"),
-            "min": lambda: Join("min"), "max": lambda: Join("max"), "se": SqueezeExcite}
+            "min": lambda: Join("min"), "max": lambda: Join("max"), "se": SqueezeExcite,
+            "s2d": SpaceToDepth}
 
 
 #: The patterns :func:`torch_model` builds.
 TORCH_PATTERNS = ("adaptive", "mean", "amax", "sum", "split", "slice", "mul", "sub", "min",
-                  "max", "se")
+                  "max", "se", "s2d")
 
 
 def torch_model(pattern: str, *, seed: int = 0):
