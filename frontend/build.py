@@ -35,6 +35,7 @@ from ..ir import (
     image_shape,
 )
 from ..sim import golden
+from ..sim.host import block_view
 from .epilogue import (
     Epilogue,
     QuantInfo,
@@ -207,6 +208,8 @@ def _add_view(hw: HardwarePart, n: Node, src: str, qi: QuantInfo, names: list) -
         raise UnsupportedError([f"{n.describe()}: expanding {in_shape} to {out_shape} copies "
                                 f"data; only an Expand that keeps the elements (adds unit "
                                 f"axes) is supported"])
+    if n.op in ("DepthToSpace", "SpaceToDepth"):
+        return _add_block_view(hw, n, src, qi, names)
     perm = None
     if n.op == "Transpose":
         perm = tuple(int(p) for p in n.attrs.get("perm", range(len(in_shape))[::-1]))
@@ -228,6 +231,32 @@ def _add_view(hw: HardwarePart, n: Node, src: str, qi: QuantInfo, names: list) -
     hw.qinfo[out] = qi
     names.append(n.name or out)
     return src
+
+
+def _add_block_view(hw: HardwarePart, n: Node, src: str, qi: QuantInfo, names: list) -> str:
+    """A DepthToSpace or SpaceToDepth as the spec writes it: a view of the image as blocks
+    (a reshape), then a view transposing the blocks into the output (stream orders, a
+    reorder buffer where the next layer needs another)."""
+    in_shape = hw.graph.shape(n.inputs[0])
+    blocksize, mode = n.attrs.get("blocksize"), n.attrs.get("mode", "DCR")
+    try:
+        if len(in_shape) != 4 or in_shape[0] != 1:
+            raise ValueError(f"an input of shape {tuple(in_shape)}; only (1, C, H, W)")
+        if blocksize is None:
+            raise ValueError("the blocksize attribute is required")
+        blocks, perm, out_shape = block_view(n.op, in_shape, blocksize, mode)
+    except ValueError as e:
+        raise UnsupportedError([f"{n.describe()}: {e}"]) from None
+    mid, out = f"{n.outputs[0]}__blocks", n.outputs[0]
+    label = n.name or out
+    hw.layers.append(ViewLayer(hw.next_name("view"), qi.type, logical_shape(in_shape),
+                               blocks[1:], nodes=[label], inputs=[src], output=mid))
+    hw.layers.append(ViewLayer(hw.next_name("view"), qi.type, blocks[1:], out_shape[1:],
+                               tuple(p - 1 for p in perm[1:]), nodes=[label], inputs=[mid],
+                               output=out))
+    hw.qinfo[mid] = hw.qinfo[out] = qi
+    names.append(label)
+    return out
 
 
 def build_group(hw: HardwarePart, grp: Group) -> None:

@@ -37,7 +37,8 @@ __all__ = ["Group", "QdqGraph", "float_groups", "find_groups", "onnx_domain", "V
 
 #: Operators that only change the stream order or add unit axes (an Expand that copies data
 #: is refused when its view is built, :func:`onnx2fpga.frontend.build.add_views`).
-VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Expand")
+VIEW_OPS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Expand",
+            "DepthToSpace", "SpaceToDepth")
 EPILOGUE_OPS = ("Add", "Sub", "Mul", "Div", "BatchNormalization", "Relu", "Clip",
                 "LeakyRelu")
 #: The epilogue operators that end it: after one of them, only another may follow.

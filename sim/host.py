@@ -16,7 +16,7 @@ import numpy as np
 from . import golden
 
 __all__ = ["HOST_OPS", "ML_HOST_OPS", "ML_DOMAIN", "ACTIVATIONS", "HostOpError", "run_nodes",
-           "supported"]
+           "supported", "block_view"]
 
 
 class HostOpError(ValueError):
@@ -64,6 +64,38 @@ def reshape(x, shape, *, allowzero=0, version=14):
     if not allowzero:
         shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
     return np.reshape(x, shape)
+
+
+def block_view(op: str, shape, blocksize: int, mode: str = "DCR"):
+    """ONNX DepthToSpace-1/11/13 and SpaceToDepth-1/13 of an ``(N, C, H, W)`` ``shape`` as the
+    spec writes them: ``(blocks, perm, out)``, the input reshaped to ``blocks``, transposed
+    by ``perm``, reshaped to ``out``. ``mode`` (DepthToSpace only): ``"DCR"`` (depth, column,
+    row) or ``"CRD"``. Raises ``ValueError`` naming what does not fit."""
+    if len(shape) != 4:
+        raise ValueError(f"an input of rank {len(shape)}; only (N, C, H, W)")
+    n, c, h, w = (int(d) for d in shape)
+    b = int(blocksize)
+    if b < 1:
+        raise ValueError(f"blocksize={b}; it must be at least 1")
+    if op == "SpaceToDepth":
+        if h % b or w % b:
+            raise ValueError(f"blocksize={b} does not divide the height {h} and width {w}")
+        return (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4), (n, c * b * b, h // b, w // b)
+    if c % (b * b):
+        raise ValueError(f"blocksize={b}: {b * b} does not divide the {c} channels")
+    if mode == "DCR":
+        return (n, b, b, c // (b * b), h, w), (0, 3, 4, 1, 5, 2), (n, c // (b * b), h * b, w * b)
+    if mode == "CRD":
+        return (n, c // (b * b), b, b, h, w), (0, 1, 4, 2, 5, 3), (n, c // (b * b), h * b, w * b)
+    raise ValueError(f"mode={mode!r} is unsupported; 'DCR' or 'CRD'")
+
+
+def _block_op(op):
+    def run(x, *, blocksize, mode="DCR", version=13):
+        blocks, perm, out = block_view(op, x.shape, blocksize, mode)
+        return np.reshape(np.transpose(np.reshape(x, blocks), perm), out)
+    run.__name__ = op
+    return run
 
 
 def flatten(x, *, axis=1, version=13):
@@ -446,6 +478,8 @@ HOST_OPS = {
     "Reshape": reshape,
     "Flatten": flatten,
     "Transpose": lambda x, *, perm=None, version=13: np.transpose(x, perm),
+    "DepthToSpace": _block_op("DepthToSpace"),
+    "SpaceToDepth": _block_op("SpaceToDepth"),
     "Squeeze": _squeeze,
     "Unsqueeze": _unsqueeze,
     "Clip": clip,

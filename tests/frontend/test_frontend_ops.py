@@ -20,7 +20,13 @@ from onnx2fpga.sim.model import run_design, run_head
 
 torch = pytest.importorskip("torch")
 
-from tests.helpers.torch_models import SHAPE, ort_quantized_tensors, torch_qdq  # noqa: E402
+from tests.helpers.models import block_model  # noqa: E402
+from tests.helpers.torch_models import (  # noqa: E402
+    SHAPE,
+    ort_quantize,
+    ort_quantized_tensors,
+    torch_qdq,
+)
 
 
 def _kinds_at_16_bits(model, x) -> list[str]:
@@ -189,6 +195,37 @@ def test_space_to_depth_by_reshape_and_transpose_is_a_view(tmp_path, dynamo):
     assert kinds[:2] == ["conv", "view"] and kinds.count("conv") == 2
     assert set(kinds[1:kinds.index("conv", 1)]) == {"view"}
     assert len(exact) >= 3 and min(exact.values()) == 1.0
+
+
+@pytest.mark.parametrize("op, attrs", [("SpaceToDepth", {}), ("DepthToSpace", {}),
+                                       ("DepthToSpace", {"mode": "CRD"})])
+def test_depth_to_space_and_space_to_depth_are_views(tmp_path, op, attrs):
+    """ONNX SpaceToDepth and DepthToSpace (DCR and CRD) quantized by onnxruntime: two views
+    each (the image as blocks, then transposed), every layer's integers onnxruntime's."""
+    fp = str(tmp_path / "fp.onnx")
+    onnx.save(block_model(op, 2, **attrs), fp)
+    cal = np.random.default_rng(1).standard_normal((16, 1) + SHAPE).astype(np.float32)
+    path = ort_quantize(fp, tmp_path / "qdq.onnx", cal)
+    assert op in [n.op_type for n in onnx.load(path).graph.node]
+    kinds, exact = check_layers_against_onnxruntime(path)
+    assert kinds == ["conv", "view", "view", "conv"]
+    assert len(exact) >= 3 and min(exact.values()) == 1.0
+
+
+@pytest.mark.parametrize("op, attrs", [("SpaceToDepth", {}), ("DepthToSpace", {"mode": "CRD"})])
+def test_block_views_of_a_float_model_match_it(op, attrs):
+    x = np.random.default_rng(3).standard_normal((30, 1) + SHAPE).astype(np.float32)
+    assert _kinds_at_16_bits(block_model(op, 2, **attrs), x) == ["conv", "view", "view",
+                                                                  "conv"]
+
+
+def test_a_block_view_in_an_unknown_mode_is_refused_by_name():
+    x = np.random.default_rng(1).standard_normal((4, 1) + SHAPE).astype(np.float32)
+    with pytest.raises(onnx2fpga.Onnx2FpgaError, match=r"^Calibration sample 0: Node 'blocks' "
+                       r"\(DepthToSpace\): mode='XYZ' is unsupported; 'DCR' or 'CRD' \(input "
+                       r"shapes \(1, 8, 6, 6\)\)$"):
+        onnx2fpga.compile(block_model("DepthToSpace", 2, mode="XYZ"), calibration=x,
+                          stop_after="lower")
 
 
 def _channel_op_model(op, opset, inputs, **attrs):

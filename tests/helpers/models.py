@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["float_mlp", "ort_qdq_mlp", "qdq_matmul", "save", "CNN_KINDS", "float_cnn",
            "ort_qdq_cnn", "skl2onnx_mlp", "float_softmax_mlp", "float_multi_io",
-           "ort_qdq_multi_io"]
+           "ort_qdq_multi_io", "block_model"]
 
 
 def float_mlp(sizes=(16, 12, 6), *, kind="gemm", opset=13, softmax=True, seed=0,
@@ -512,3 +512,25 @@ def ort_quantized_tensors(path, x) -> dict:
             for s in x]
     return {t: np.stack([o[t] for o in outs]).reshape(len(x), -1).astype(np.int64)
             for t in names}
+
+
+def block_model(op, blocksize, *, shape=(3, 6, 6), **attrs):
+    """Conv (``shape``'s channels -> 8, 3x3, pads 1), Relu, ``op`` (DepthToSpace or
+    SpaceToDepth, ``blocksize``, ``attrs``), a 1x1 Conv (-> 4 channels), float, opset 13,
+    input ``x`` of ``(1, *shape)``; the block view's node is named 'blocks'."""
+    rng = np.random.default_rng(0)
+    c = 8 * blocksize ** 2 if op == "SpaceToDepth" else 8 // blocksize ** 2
+    inits = [numpy_helper.from_array(
+        rng.standard_normal((8, shape[0], 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal((4, max(c, 1), 1, 1)).astype(np.float32),
+                                "v")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["h"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node(op, ["r"], ["b"], name="blocks", blocksize=blocksize, **attrs),
+             helper.make_node("Conv", ["b", "v"], ["y"], name="conv1")]
+    graph = helper.make_graph(
+        nodes, "blocks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, *shape])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model

@@ -142,6 +142,10 @@ def _ref(op, inputs, attrs, opset=13):
     ("Add", [(3, 4), (4,)], {}, 13),
     ("Mul", [(3, 4), (3, 1)], {}, 13),
     ("Transpose", [(2, 3, 4)], {"perm": [2, 0, 1]}, 13),
+    ("SpaceToDepth", [(2, 3, 6, 4)], {"blocksize": 2}, 13),
+    ("DepthToSpace", [(2, 18, 2, 3)], {"blocksize": 3}, 13),
+    ("DepthToSpace", [(2, 8, 3, 2)], {"blocksize": 2, "mode": "DCR"}, 11),
+    ("DepthToSpace", [(2, 8, 3, 2)], {"blocksize": 2, "mode": "CRD"}, 13),
 ])
 def test_host_ops_match_reference(op, shapes, attrs, opset):
     rng = np.random.default_rng(0)
