@@ -698,7 +698,7 @@ def _shape_proxy(model):
 SHAPE_ARITHMETIC = ("Shape", "Size", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Add",
                     "Sub", "Mul", "Div", "Mod", "Neg", "Abs", "Reshape", "Cast", "Range",
                     "Equal", "Where", "ConstantOfShape", "Expand", "Identity", "Constant",
-                    "ReduceProd", "Min", "Max")
+                    "ReduceProd", "Min", "Max", "Transpose")
 _SHAPE_VALUE_LIMIT = 64         # elements: a shape, never a weight
 
 

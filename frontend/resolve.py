@@ -18,8 +18,9 @@ import re
 import numpy as np
 
 from ..errors import UnsupportedError
+from ..sim import host
 from . import geometry, slices
-from .ir import Graph, Node
+from .ir import Graph, Node, TensorInfo
 
 __all__ = ["resolve_geometry", "GEOMETRY_OPS"]
 
@@ -140,6 +141,43 @@ def _resolve_channel_ops(graph: Graph, problems: list) -> None:
     graph.nodes = nodes
 
 
+def _fold_pad_values(graph: Graph) -> None:
+    """A Pad's ``constant_value`` that is a constant through a QuantizeLinear and a
+    DequantizeLinear (onnxruntime's quantizer writes one for the value of torch's
+    ``nn.ZeroPad2d``) becomes the constant it computes: the Pad reads it, and the two nodes
+    go where nothing else reads them."""
+    prod, cons = graph.producers(), graph.consumers()
+    dead = set()
+    for pad in graph.nodes:
+        if pad.op != "Pad" or pad.domain not in ("", "ai.onnx") or len(pad.inputs) < 3 or \
+                not pad.inputs[2] or pad.inputs[2] in graph.constants:
+            continue
+        chain, t = [], pad.inputs[2]
+        while t in prod and prod[t].op in ("QuantizeLinear", "DequantizeLinear") and \
+                len(chain) < 2:
+            chain.append(prod[t])
+            t = prod[t].inputs[0]
+        if not chain or t not in graph.constants:
+            continue
+        chain.reverse()
+        try:
+            env = host.run_nodes(chain, {}, graph.constants)
+        except host.HostOpError:
+            continue                    # resolve_geometry names the value as not constant
+        value = np.asarray(env[pad.inputs[2]])
+        name = f"{pad.inputs[2]}__folded"
+        graph.constants[name] = value
+        graph.tensors[name] = TensorInfo(value.dtype.name, tuple(value.shape))
+        readers = [m for m in cons.get(pad.inputs[2], []) if m is not pad]
+        pad.inputs[2] = name
+        if not readers and chain[-1].outputs[0] not in graph.outputs:
+            dead.add(id(chain[-1]))
+            if len(chain) == 2 and len(cons.get(chain[0].outputs[0], [])) == 1 and \
+                    chain[0].outputs[0] not in graph.outputs:
+                dead.add(id(chain[0]))
+    graph.nodes = [n for n in graph.nodes if id(n) not in dead]
+
+
 def resolve_geometry(graph: Graph) -> Graph:
     """Add ``_geometry`` to every windowed node of ``graph`` (in place; also returned).
 
@@ -151,6 +189,7 @@ def resolve_geometry(graph: Graph) -> Graph:
         and every MatMul, Gemm or convolution with an empty weight or output (a 0 dimension).
     """
     problems = []
+    _fold_pad_values(graph)
     _resolve_channel_ops(graph, problems)
     for node in graph.nodes:
         if node.op in _MATRIX_OPS and node.domain in ("", "ai.onnx"):

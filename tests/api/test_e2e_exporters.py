@@ -69,17 +69,19 @@ def test_space_to_depth_views_rtl_equals_golden(tmp_path):
 
 
 @pytest.mark.rtl
-def test_ds_cnn_with_tensorflow_padding_rtl_equals_golden(tmp_path):
+@pytest.mark.parametrize("padding", ["pads", "ZeroPad2d"])
+def test_ds_cnn_with_tensorflow_padding_rtl_equals_golden(tmp_path, padding):
     """The keyword-spotting DS-CNN in small (10x4 stride-2 convolution with TensorFlow's
-    asymmetric SAME pads, depthwise and pointwise, average pool over the whole map): golden
-    within one output step of onnxruntime, Verilator under stalls equal to golden, the
-    manifest's cycles what the RTL does."""
-    _, qdq, _ = ds_cnn_qdq(tmp_path, padding="pads")
+    asymmetric SAME pads, on the Conv or as torch's ZeroPad2d in front of it, depthwise and
+    pointwise, average pool over the whole map): golden within one output step of
+    onnxruntime, Verilator under stalls equal to golden, the manifest's cycles what the RTL
+    does."""
+    _, qdq, _ = ds_cnn_qdq(tmp_path, padding=padding)
     d = onnx2fpga.compile(qdq, tmp_path / "d")
     assert not [n.op for n in d.design.head + d.design.tail if n.op in COMPUTE]
-    layers = d.manifest["layers"]
-    assert layers[0]["pads"] == [4, 1, 5, 1] and layers[3]["kernel"] == [25, 5]
-    assert layers[3]["global"] is True              # the reduce core alone, no window
+    assert d.design.dataflow.layers[0].pads == (4, 1, 5, 1)
+    pool = d.manifest["layers"][-3]
+    assert pool["kernel"] == [25, 5] and pool["global"] is True    # no window, the reduce core
     x = np.random.default_rng(6).standard_normal((4, 1) + DS_CNN_SHAPE).astype(np.float32)
     golden = d.simulate(x, engine="golden")
     want = _ort(qdq, x)[0]

@@ -156,9 +156,12 @@ def test_large_kernels_track_the_float_model(kernel):
 # TensorFlow's SAME padding of the 10x4 stride-2 convolution on the 49x10 map (its converters
 # write it out, or as auto_pad): ceil(49 / 2) = 25 rows need (25 - 1) * 2 + 10 - 49 = 9 rows
 # of padding, the odd one at the end (SAME_UPPER, TensorFlow's) or at the start (SAME_LOWER);
-# ceil(10 / 2) = 5 columns need (5 - 1) * 2 + 4 - 10 = 2 columns, one each side.
+# ceil(10 / 2) = 5 columns need (5 - 1) * 2 + 4 - 10 = 2 columns, one each side. torch
+# writes them as nn.ZeroPad2d in front of an unpadded convolution: onnxruntime's quantizer
+# then puts a QuantizeLinear between the Pad and the Conv, and quantizes the Pad's value too.
 @pytest.mark.parametrize("padding, pads", [("pads", (4, 1, 5, 1)), ("SAME_UPPER", (4, 1, 5, 1)),
-                                           ("SAME_LOWER", (5, 1, 4, 1))])
+                                           ("SAME_LOWER", (5, 1, 4, 1)),
+                                           ("ZeroPad2d", (4, 1, 5, 1))])
 def test_ds_cnn_with_tensorflow_padding_matches_onnxruntime(tmp_path, padding, pads):
     """MLPerf Tiny's keyword-spotting DS-CNN in small (torch, legacy exporter, onnxruntime
     QDQ per-channel): the 10x4 stride-2 convolution with TensorFlow's asymmetric SAME pads
@@ -171,9 +174,12 @@ def test_ds_cnn_with_tensorflow_padding_matches_onnxruntime(tmp_path, padding, p
     _, path, _ = ds_cnn_qdq(tmp_path, padding=padding)
     d = onnx2fpga.compile(path, stop_after="lower")
     df = d.design.dataflow
-    assert [ly.kind for ly in df.layers] == ["conv", "conv", "conv", "pool", "view", "dense"]
-    first, pool = df.layers[0], df.layers[3]
-    assert (first.kernel, first.stride, first.pads) == ((10, 4), (2, 2), pads)
+    padded = padding == "ZeroPad2d"                  # a PadLayer of its own
+    assert [ly.kind for ly in df.layers] == ["pad"] * padded + [
+        "conv", "conv", "conv", "pool", "view", "dense"]
+    first, pool = df.layers[padded], df.layers[padded + 3]
+    assert (first.kernel, first.stride) == ((10, 4), (2, 2))
+    assert (df.layers[0].pads, first.pads) == ((pads, (0, 0, 0, 0)) if padded else (pads, pads))
     assert first.out_shape == (8, 25, 5)
     assert pool.kernel == (25, 5) and pool.is_global
     x = np.random.default_rng(3).standard_normal((40, 1) + DS_CNN_SHAPE).astype(np.float32)
@@ -190,7 +196,7 @@ def test_ds_cnn_with_tensorflow_padding_matches_onnxruntime(tmp_path, padding, p
         # onnxruntime's float32 average pool may round a value next to a tie the other way
         assert diff.max() <= (1 if layer.kind == "pool" else 0), layer.name
         compared += 1
-    assert compared == 5
+    assert compared == 5 + padded
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     want = np.stack([sess.run(None, {"x": s})[0] for s in x])
     got = run_design(d.design, x).reshape(want.shape)

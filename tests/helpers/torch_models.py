@@ -244,43 +244,51 @@ def tf_same(path, *, auto_pad: str | None = None) -> str:
 DS_CNN_SHAPE = (490,)
 
 
-def ds_cnn(channels: int = 8, classes: int = 12, *, seed: int = 0):
+def ds_cnn(channels: int = 8, classes: int = 12, *, seed: int = 0, zero_pad: bool = False):
     """A small DS-CNN shaped as MLPerf Tiny's keyword spotter: the flat input reshaped to
     49x10x1, a 10x4 stride-2 convolution (torch pads 4, 1: the 24x5 map; :func:`tf_same`
-    makes it TensorFlow's 25x5), one depthwise 3x3 + pointwise 1x1 block, an average pool
-    over the whole map, a Linear and Softmax; seeded, in eval mode."""
+    makes it TensorFlow's 25x5; ``zero_pad``: TensorFlow's pads written the way torch can,
+    ``nn.ZeroPad2d`` in front of an unpadded convolution), one depthwise 3x3 + pointwise
+    1x1 block, an average pool over the whole map, a Linear and Softmax; seeded, in eval
+    mode."""
     import torch
     from torch import nn
+
+    torch.manual_seed(seed)
+    first = [nn.ZeroPad2d((1, 1, 4, 5)), nn.Conv2d(1, channels, (10, 4), 2)] if zero_pad \
+        else [nn.Conv2d(1, channels, (10, 4), 2, (4, 1))]
 
     class DSCNN(nn.Module):
         def __init__(self):
             super().__init__()
             self.body = nn.Sequential(
-                nn.Conv2d(1, channels, (10, 4), 2, (4, 1)), nn.ReLU(),
+                *first, nn.ReLU(),
                 nn.Conv2d(channels, channels, 3, 1, 1, groups=channels), nn.ReLU(),
                 nn.Conv2d(channels, channels, 1), nn.ReLU(),
-                nn.AvgPool2d((24, 5)), nn.Flatten(), nn.Linear(channels, classes))
+                nn.AvgPool2d((25 if zero_pad else 24, 5)), nn.Flatten(),
+                nn.Linear(channels, classes))
 
         def forward(self, x):
             return torch.softmax(self.body(x.reshape(-1, 1, 49, 10)), dim=1)
 
-    torch.manual_seed(seed)
     return DSCNN().eval()
 
 
 def ds_cnn_qdq(tmp_path, *, padding: str = "pads", samples: int = 32):
     """:func:`ds_cnn` exported by the legacy exporter (opset 17), its padding made
     TensorFlow's by :func:`tf_same` (``padding``: ``"pads"`` explicit, ``"SAME_UPPER"`` or
-    ``"SAME_LOWER"``; ``"torch"`` leaves torch's), quantized by :func:`ort_quantize`:
+    ``"SAME_LOWER"``; ``"ZeroPad2d"``: torch's own Pad in front of the convolution;
+    ``"torch"`` leaves torch's), quantized by :func:`ort_quantize`:
     ``(float path, QDQ path, calibration inputs (samples, 1, 490))``."""
     import torch
 
     fp = str(tmp_path / f"ds_cnn_{padding}_fp.onnx")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(ds_cnn(), (torch.zeros(1, *DS_CNN_SHAPE),), fp, dynamo=False,
+        torch.onnx.export(ds_cnn(zero_pad=padding == "ZeroPad2d"),
+                          (torch.zeros(1, *DS_CNN_SHAPE),), fp, dynamo=False,
                           opset_version=17, input_names=["x"], output_names=["y"])
-    if padding != "torch":
+    if padding not in ("torch", "ZeroPad2d"):
         tf_same(fp, auto_pad=None if padding == "pads" else padding)
     cal = np.random.default_rng(1).standard_normal((samples, 1) + DS_CNN_SHAPE)
     cal = cal.astype(np.float32)
