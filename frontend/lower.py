@@ -33,8 +33,9 @@ The graph is partitioned into three parts:
    allowed;
 6. :func:`assemble_design`: layers and partition -> the :class:`~onnx2fpga.ir.Design`, with
    several inputs or outputs multiplexed onto the one stream each way
-   (:func:`multiplex_inputs`, :func:`multiplex_outputs`) and elementwise layers fused into
-   the layer before them (:func:`fuse_requants`);
+   (:func:`multiplex_inputs`, :func:`multiplex_outputs`), elementwise layers fused into
+   the layer before them (:func:`fuse_requants`) and a pad with the zero point merged into
+   the convolution after it (:func:`merge_pads`);
 7. :func:`absorb_multiplier_signs` on every layer.
 """
 
@@ -70,7 +71,7 @@ from .partition import Partition, extend_accumulator_tail, find_entries, host_co
 from .qdq import exact_average_pools, integer_max_pools
 
 __all__ = ["lower", "assemble_design", "multiplex_inputs", "multiplex_outputs",
-           "fuse_requants", "absorb_multiplier_signs"]
+           "fuse_requants", "merge_pads", "absorb_multiplier_signs"]
 
 
 def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even",
@@ -169,11 +170,11 @@ def assemble_design(hw: HardwarePart, entry, part: Partition) -> Design:
                        qi_in.scale, qi_in.zero_point)
     if len(part.outputs) > 1:
         out_port, split = multiplex_outputs(hw, in_port, part.outputs, extra)
-        layers = fuse_requants(hw.layers)
+        layers = merge_pads(fuse_requants(hw.layers), {out_port.name})
         tail = split + [_host(n) for n in part.tail]
     else:
-        layers = fuse_requants(hw.layers)
         hw_out = part.output
+        layers = merge_pads(fuse_requants(hw.layers), {hw.name(hw_out)})
         qi_out = hw.qinfo[hw_out]
         out_t = hw.name(hw_out)
         out_type = next(ly.out_type for ly in layers if ly.output == out_t) \
@@ -356,6 +357,51 @@ def fuse_requants(layers: list) -> list:
                 continue
         out.append(layer)
         by_output[layer.output] = layer
+    return out
+
+
+def merge_pads(layers: list, outputs) -> list:
+    """Merge a :class:`~onnx2fpga.ir.PadLayer` into the one convolution that reads it where
+    it pads with that convolution's input zero point (what padding a convolution means):
+    the convolution pads by both and reads the pad's input. onnxruntime's quantizer writes
+    torch's ``nn.ZeroPad2d`` in front of a Conv so, with a quantizer between them.
+
+    Parameters
+    ----------
+    layers : list
+        Layers in topological order (not changed; merged convolutions are new layers).
+    outputs : set of str
+        Tensors that leave the hardware: a pad writing one stays.
+
+    Returns
+    -------
+    list
+        The layers left.
+    """
+    readers: dict[str, list] = {}
+    for layer in layers:
+        for t in layer.inputs:
+            readers.setdefault(t, []).append(layer)
+    pads = {}
+    for layer in layers:
+        conv = readers.get(layer.output, [None])[0]
+        if isinstance(layer, PadLayer) and len(readers.get(layer.output, [])) == 1 and \
+                layer.output not in outputs and isinstance(conv, ConvLayer) and \
+                conv.inputs == [layer.output] and conv.in_type == layer.in_type and \
+                conv.in_zero_point == layer.value and \
+                tuple(conv.in_shape) == tuple(layer.out_shape):
+            pads[id(conv)] = layer
+    out = []
+    for layer in layers:
+        pad = pads.get(id(layer))
+        if isinstance(layer, PadLayer) and any(p is layer for p in pads.values()):
+            continue
+        if pad is not None:
+            layer = dataclasses.replace(
+                layer, in_shape=pad.in_shape, inputs=list(pad.inputs),
+                pads=tuple(a + b for a, b in zip(layer.pads, pad.pads)),
+                nodes=list(pad.nodes) + list(layer.nodes))
+        out.append(layer)
     return out
 
 

@@ -158,7 +158,8 @@ def test_large_kernels_track_the_float_model(kernel):
 # of padding, the odd one at the end (SAME_UPPER, TensorFlow's) or at the start (SAME_LOWER);
 # ceil(10 / 2) = 5 columns need (5 - 1) * 2 + 4 - 10 = 2 columns, one each side. torch
 # writes them as nn.ZeroPad2d in front of an unpadded convolution: onnxruntime's quantizer
-# then puts a QuantizeLinear between the Pad and the Conv, and quantizes the Pad's value too.
+# then puts a QuantizeLinear between the Pad and the Conv, and quantizes the Pad's value too;
+# the pad merges into the convolution all the same.
 @pytest.mark.parametrize("padding, pads", [("pads", (4, 1, 5, 1)), ("SAME_UPPER", (4, 1, 5, 1)),
                                            ("SAME_LOWER", (5, 1, 4, 1)),
                                            ("ZeroPad2d", (4, 1, 5, 1))])
@@ -174,13 +175,11 @@ def test_ds_cnn_with_tensorflow_padding_matches_onnxruntime(tmp_path, padding, p
     _, path, _ = ds_cnn_qdq(tmp_path, padding=padding)
     d = onnx2fpga.compile(path, stop_after="lower")
     df = d.design.dataflow
-    padded = padding == "ZeroPad2d"                  # a PadLayer of its own
-    assert [ly.kind for ly in df.layers] == ["pad"] * padded + [
-        "conv", "conv", "conv", "pool", "view", "dense"]
-    first, pool = df.layers[padded], df.layers[padded + 3]
-    assert (first.kernel, first.stride) == ((10, 4), (2, 2))
-    assert (df.layers[0].pads, first.pads) == ((pads, (0, 0, 0, 0)) if padded else (pads, pads))
-    assert first.out_shape == (8, 25, 5)
+    assert [ly.kind for ly in df.layers] == ["conv", "conv", "conv", "pool", "view", "dense"]
+    first, pool = df.layers[0], df.layers[3]
+    assert (first.kernel, first.stride, first.pads) == ((10, 4), (2, 2), pads)
+    assert any(n.endswith("/Pad") for n in first.nodes) == (padding == "ZeroPad2d")
+    assert first.in_shape == (1, 49, 10) and first.out_shape == (8, 25, 5)
     assert pool.kernel == (25, 5) and pool.is_global
     x = np.random.default_rng(3).standard_normal((40, 1) + DS_CNN_SHAPE).astype(np.float32)
     ref = ort_quantized_tensors(path, x)
@@ -196,9 +195,42 @@ def test_ds_cnn_with_tensorflow_padding_matches_onnxruntime(tmp_path, padding, p
         # onnxruntime's float32 average pool may round a value next to a tie the other way
         assert diff.max() <= (1 if layer.kind == "pool" else 0), layer.name
         compared += 1
-    assert compared == 5 + padded
+    assert compared == 5
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     want = np.stack([sess.run(None, {"x": s})[0] for s in x])
     got = run_design(d.design, x).reshape(want.shape)
     assert np.abs(got - want).max() <= output_step(path) * (1 + 1e-6)
     assert np.mean(got.argmax(-1) == want.argmax(-1)) >= 0.95
+
+
+@pytest.mark.parametrize("value, kinds", [(0.0, ["conv"]), (0.5, ["pad", "conv"])])
+def test_a_quantized_pad_merges_into_the_convolution_only_with_zero(tmp_path, value, kinds):
+    """A Pad quantized on its own by onnxruntime (its own QuantizeLinear before the Conv's
+    DequantizeLinear): a zero pad joins the convolution's padding, another value stays a
+    pad layer; either way the output is onnxruntime's."""
+    from tests.helpers.torch_models import ort_quantize
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((3, 2, 3, 3)).astype(np.float32), "w")
+    pads = numpy_helper.from_array(np.array([0, 0, 1, 0, 0, 0, 2, 1], np.int64), "pads")
+    val = numpy_helper.from_array(np.array(value, np.float32), "val")
+    nodes = [helper.make_node("Pad", ["x", "pads", "val"], ["p"], name="pad"),
+             helper.make_node("Conv", ["p", "w"], ["y"], name="conv", strides=[2, 2])]
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, (1, 2, 7, 6))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, (1, 3, 4, 3))],
+                          [w, pads, val])
+    fp = tmp_path / "fp.onnx"
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    fp.write_bytes(m.SerializeToString())
+    x = rng.standard_normal((20, 1, 2, 7, 6)).astype(np.float32)
+    path = ort_quantize(str(fp), tmp_path / "qdq.onnx", x)
+    d = onnx2fpga.compile(path, stop_after="lower")
+    df = d.design.dataflow
+    assert [ly.kind for ly in df.layers] == kinds
+    assert df.layers[-1].pads == ((1, 0, 2, 1) if value == 0.0 else (0, 0, 0, 0))
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    want = np.stack([sess.run(None, {"x": s})[0] for s in x])
+    got = run_design(d.design, x).reshape(want.shape)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)    # the same integers
