@@ -206,11 +206,23 @@ def integer_max_pools(graph: Graph) -> list[Node]:
     return moved
 
 
+def _whole_map(n: Node, graph: Graph) -> bool:
+    """An AveragePool whose one window is the whole unpadded map (as TFLite converters
+    write a global average pool)."""
+    geo = n.attrs.get("_geometry")
+    shape = graph.tensors[n.inputs[0]].shape if n.inputs[0] in graph.tensors else None
+    if geo is None or shape is None or any(not isinstance(d, int) for d in shape):
+        return False
+    spatial = tuple(shape[2:]) if len(shape) == 4 else (1,) + tuple(shape[2:])
+    return tuple(geo["kernel"]) == spatial and not any(geo["pads"])
+
+
 def exact_average_pools(graph: Graph) -> list[Node]:
     """Give a global average pool of a dequantized activation, with no quantizer after it, a
     quantizer that keeps its result exact (in place): ``DQ(q; s, z) -> GlobalAveragePool ->
     y`` becomes ``... -> GlobalAveragePool -> QuantizeLinear(s / N, N * z) ->
-    DequantizeLinear -> y`` over ``N`` positions.
+    DequantizeLinear -> y`` over ``N`` positions; likewise an AveragePool whose window is
+    the whole map.
 
     Brevitas writes ``QuantReLU -> AdaptiveAvgPool2d(1) -> Flatten -> QuantLinear`` so: the
     mean of ``N`` values on the grid ``s`` lies on the grid ``s / N`` (its integer is the sum
@@ -227,8 +239,10 @@ def exact_average_pools(graph: Graph) -> list[Node]:
     done, new_nodes = [], []
     for n in graph.nodes:
         new_nodes.append(n)
-        if n.op != "GlobalAveragePool" or n.domain not in ("", "ai.onnx") or \
-                len(n.inputs) != 1 or len(n.outputs) != 1:
+        if n.op not in ("GlobalAveragePool", "AveragePool") or \
+                n.domain not in ("", "ai.onnx") or len(n.inputs) != 1 or \
+                len([o for o in n.outputs if o]) != 1 or \
+                (n.op == "AveragePool" and not _whole_map(n, graph)):
             continue
         dq = prod.get(n.inputs[0])
         y = n.outputs[0]

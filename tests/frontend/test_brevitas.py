@@ -28,19 +28,23 @@ COMPUTE = ("Conv", "Gemm", "MatMul", "ConvInteger", "MatMulInteger", "QLinearCon
 # QuantLinear (its weight's Transpose, behind a Clip of the int8 weight in QCDQ); "int32bias"
 # a bias quantized by Int32Bias (a 32-bit QONNX Quant of a constant); "gap" a float
 # AdaptiveAvgPool2d(1) between a QuantReLU and a QuantLinear (GlobalAveragePool; dynamo
-# writes ReduceMean instead). QCDQ through dynamo refuses quantized biases (Brevitas 0.13).
+# writes ReduceMean instead), "gapk" the same as an AvgPool2d over the whole map. QCDQ
+# through dynamo refuses quantized biases (Brevitas 0.13).
 # "sigmoid" / "tanh": QuantSigmoid / QuantTanh after the first QuantLinear, which has no
 # output quantizer: its float result (bias included) goes through the float function, then
 # the activation's quantizer; the hardware counts thresholds on the exact accumulator.
 # "bntanh": the same after a QuantConv2d and a BatchNorm2d with negative scales.
 CASES = [("mlp", e) for e in EXPORTERS] + [
     ("cnn", "qonnx-dynamo"), ("cnn", "qcdq-legacy"), ("nobias", "qcdq-legacy"),
-    ("int32bias", "qonnx-legacy"), ("gap", "qcdq-legacy"), ("sigmoid", "qonnx-legacy"),
+    ("int32bias", "qonnx-legacy"), ("gap", "qcdq-legacy"), ("gapk", "qcdq-legacy"),
+    ("sigmoid", "qonnx-legacy"),
     ("sigmoid", "qcdq-legacy"), ("tanh", "qonnx-dynamo"), ("tanh", "qcdq-dynamo"),
     ("bntanh", "qcdq-legacy")]
 KINDS = {"mlp": ["dense", "dense"], "cnn": ["conv", "pool", "conv", "view", "dense"],
-         "gap": ["conv", "pool", "view", "dense"], "bntanh": ["conv", "view", "dense"]}
+         "gap": ["conv", "pool", "view", "dense"], "gapk": ["conv", "pool", "view", "dense"],
+         "bntanh": ["conv", "view", "dense"]}
 MODELS = {"mlp": brevitas_mlp, "cnn": brevitas_cnn, "gap": brevitas_gap_cnn,
+          "gapk": lambda: brevitas_gap_cnn(pool="kernel"),
           "nobias": lambda: brevitas_mlp(bias=None),
           "int32bias": lambda: brevitas_mlp(bias="int32"),
           "sigmoid": lambda: brevitas_mlp(act="sigmoid"),
@@ -77,7 +81,7 @@ def test_brevitas_defaults_run_in_hardware_and_equal_torch(tmp_path, model, expo
     # 1.2e-7 absolute, one float32 rounding at the outputs' size): there one step, and one
     # unit wrong in a pooled sum moves the accumulator by a weight, tens of steps.
     step = np.asarray(d.tail[0].attrs["scale"], np.float64).reshape(-1)
-    assert np.max(np.abs(got - want) / step) <= (1.0 if model == "gap" else 0.1)
+    assert np.max(np.abs(got - want) / step) <= (1.0 if model in ("gap", "gapk") else 0.1)
     np.testing.assert_array_equal(got.argmax(-1), want.argmax(-1))
 
 

@@ -82,9 +82,10 @@ def brevitas_cnn(seed=0):
     return CNN().eval(), (1, 1, 10, 10)
 
 
-def brevitas_gap_cnn(seed=0):
+def brevitas_gap_cnn(seed=0, *, pool="adaptive"):
     """QuantConv2d -> QuantReLU -> AdaptiveAvgPool2d(1) (no requantizer: a float mean) ->
-    Flatten -> QuantLinear, default quantizers, on 6 x 6 inputs (16 positions pooled)."""
+    Flatten -> QuantLinear, default quantizers, on 6 x 6 inputs (16 positions pooled);
+    ``pool="kernel"``: AvgPool2d(4) over the whole 4 x 4 map instead (an AveragePool)."""
     import torch
     import torch.nn as nn
     import brevitas.nn as qnn
@@ -92,7 +93,8 @@ def brevitas_gap_cnn(seed=0):
     torch.manual_seed(seed)
     module = nn.Sequential(qnn.QuantIdentity(return_quant_tensor=True),
                            qnn.QuantConv2d(1, 4, 3, bias=True),
-                           qnn.QuantReLU(return_quant_tensor=True), nn.AdaptiveAvgPool2d(1),
+                           qnn.QuantReLU(return_quant_tensor=True),
+                           nn.AdaptiveAvgPool2d(1) if pool == "adaptive" else nn.AvgPool2d(4),
                            nn.Flatten(), qnn.QuantLinear(4, 10, bias=True))
     return module.eval(), (1, 1, 6, 6)
 
