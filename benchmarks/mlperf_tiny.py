@@ -63,6 +63,7 @@ def _nets():
     import torch
     from torch import nn
 
+    torch.manual_seed(0)        # the weights: the same figures on every run
     class NHWC(nn.Module):
         def __init__(self, body):
             super().__init__()
