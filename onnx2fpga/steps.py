@@ -588,7 +588,7 @@ def _fold(c: Compilation, say) -> None:
             c.design.dataflow.ice40_dsps = int(target.limits.dsp * utilization)
     say("choosing the folding" + (f" for {board}" if board else ""))
     try:
-        fold(c.design.dataflow, overrides=o["folding"], **o["fold_options"])
+        fold(c.design.dataflow, overrides=o["folding"], progress=say, **o["fold_options"])
     except SizeError as e:      # no folding fits the board's device
         raise SizeError(str(e).replace("fits:", f"fits {board}:", 1) + f" (LUTs, flip-flops "
                         f"and multipliers within --utilization {utilization:g})") from None
