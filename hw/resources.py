@@ -37,12 +37,6 @@ width converters, broadcasts) to the layer that feeds it, and reports the board 
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-
-import numpy as np
-
-from ..ir.types import IntType
 from ..plan.devices import (
     ECP5_DSP_BITS,
     MemoryMap,
@@ -55,7 +49,7 @@ from ..plan.devices import (
     varying_columns,
 )
 from ..plan.graph import plan_graph
-from ..plan.stage import Stage
+from ..plan.stage import Stage, value_key
 from .top import make_core
 
 __all__ = [
@@ -432,27 +426,9 @@ def stage_key(stage) -> tuple | None:
     name, nets or layer. ``None`` if a parameter is of a type this does not know."""
     try:
         return (stage.kind, stage.in_type, stage.out_type, stage.in_lanes, stage.out_lanes,
-                stage.size, stage.in_size, _value_key(stage.params))
+                stage.size, stage.in_size, value_key(stage.params))
     except TypeError:
         return None
-
-
-def _value_key(value):
-    if value is None or isinstance(value, (bool, int, float, str, np.generic, IntType)):
-        return value
-    if isinstance(value, np.ndarray):
-        a = np.ascontiguousarray(value)
-        return ("array", a.shape, a.dtype.str,
-                hashlib.blake2b(a.view(np.uint8).reshape(-1), digest_size=16).digest())
-    if isinstance(value, (list, tuple)):
-        return (type(value).__name__, *map(_value_key, value))
-    if isinstance(value, dict):
-        return ("dict", *((k, _value_key(v)) for k, v in sorted(value.items())))
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return (type(value).__qualname__,
-                *((f.name, _value_key(getattr(value, f.name))) for f in
-                  dataclasses.fields(value)))
-    raise TypeError(f"no key for {type(value).__name__}")
 
 
 def _stage_estimate(stage, family, ice40_dsp, mine) -> dict:
