@@ -86,9 +86,14 @@ def test_fastest_plan_that_fits_a_resource_check(sizes, dsp):
         used = _dense_lanes(d)
         return None if used <= dsp else f"dsp {used} > {dsp}"
 
-    fold(df, max_lanes=None, fits=fits)
+    lines = []
+    fold(df, max_lanes=None, fits=fits, progress=lines.append)
     assert _dense_lanes(df) <= dsp
     assert _cycles(df) == best
+    # The slowest plan first, then faster ones; every plan asked about is a progress line.
+    slowest = max(c for c, _, _, _ in plans)
+    assert lines[0] == f"folding at {slowest:,} cycles per inference: fits"
+    assert f"folding at {best:,} cycles per inference: fits" in lines
     limited = df.folding_info["limited_by"]
     if best > min(c for c, _, _, _ in plans):
         assert limited.startswith("dsp ") and limited.endswith(f" > {dsp}")
@@ -111,7 +116,7 @@ def test_a_device_nothing_fits_is_refused():
     with pytest.raises(SizeError, match=rf"^No folding of the design fits: at the slowest, "
                                         rf"{slowest:,} cycles per inference, dsp 2 > 0$"):
         fold(df, max_lanes=None, fits=fits)
-    assert slowest in seen
+    assert seen == [slowest]           # refused after estimating the slowest plan once
     fold(df, max_lanes=1)
     assert df.folding_info["limited_by"] == "nothing fits: every layer at its cheapest folding"
 
