@@ -49,12 +49,13 @@ from ..plan.devices import (
     varying_columns,
 )
 from ..plan.graph import plan_graph
-from ..plan.stage import Stage
+from ..plan.stage import Stage, value_key
 from .top import make_core
 
 __all__ = [
     "netlist_features", "memory_path", "stage_resources", "dataflow_resources", "WRAPPER",
-    "WRAPPER_RX_FIFO", "wrapper_resources", "LUT_FEATURES", "LUT_COEFFICIENTS",
+    "WRAPPER_RX_FIFO", "wrapper_resources", "LUT_FEATURES", "LUT_COEFFICIENTS", "stage_key",
+    "STAGE_CACHE_SIZE", "PRODUCT_STAGES", "REQUANT_STAGES", "stage_part",
 ]
 
 
@@ -394,22 +395,74 @@ def stage_resources(stage, family: str, *, ice40_dsp: bool = False, logic=frozen
     if not isinstance(stage, Stage):
         raise TypeError(f"stage must be a Stage, not {stage!r}")
     check_family(family)
-    core = make_core(stage, rom_stand_in=True)
-    if core is None:                                    # a cast: wires
-        return {"lut": 0, "ff": 0, "dsp": 0, "bram": 0, **({"block_memories": []}
-                                                            if memories else {})}
-    core._MustUse__used = True
     prefix = f"{stage.name}/"
     mine = frozenset(k[len(prefix):] for k in logic if k.startswith(prefix))
+    key = stage_key(stage)
+    if key is not None:
+        key = (key, family, ice40_dsp, mine)
+        out = _STAGE_CACHE.get(key)
+        if out is None:
+            out = _STAGE_CACHE[key] = _stage_estimate(stage, family, ice40_dsp, mine)
+            if len(_STAGE_CACHE) > STAGE_CACHE_SIZE:
+                del _STAGE_CACHE[next(iter(_STAGE_CACHE))]      # the oldest
+    else:
+        out = _stage_estimate(stage, family, ice40_dsp, mine)
+    res = {k: out[k] for k in ("lut", "ff", "dsp", "bram")}
+    if memories:
+        res["block_memories"] = [(prefix + n, *rest) for n, *rest in out["block_memories"]]
+    return res
+
+
+#: Stage estimates kept (:func:`stage_resources`): board folding estimates a design for
+#: every rate it tries, and most of its cores (plumbing, the layers whose folding did not
+#: change) come back unchanged from one try to the next.
+STAGE_CACHE_SIZE = 20000
+_STAGE_CACHE: dict = {}
+
+
+def stage_key(stage) -> tuple | None:
+    """What the core of ``stage`` is built from (:func:`~onnx2fpga.hw.top.make_core`): its
+    kind, types, lanes, sizes and parameters, arrays by their contents (a digest); not its
+    name, nets or layer. ``None`` if a parameter is of a type this does not know."""
+    try:
+        return (stage.kind, stage.in_type, stage.out_type, stage.in_lanes, stage.out_lanes,
+                stage.size, stage.in_size, value_key(stage.params))
+    except TypeError:
+        return None
+
+
+def _stage_estimate(stage, family, ice40_dsp, mine) -> dict:
+    """The estimate of one stage, its block memories named relative to the stage."""
+    core = make_core(stage, rom_stand_in=True)
+    if core is None:                                    # a cast: wires
+        return {"lut": 0, "ff": 0, "dsp": 0, "bram": 0, "block_memories": []}
+    core._MustUse__used = True
     stand_ins = core.weight_rom_shapes(_platform(family)) \
         if hasattr(core, "weight_rom_shapes") else None
     feats = netlist_features(core, family, ice40_dsp=ice40_dsp, logic=mine, stand_ins=stand_ins)
     out = _estimate(feats, family)
-    if memories:
-        out["block_memories"] = [(prefix + n, mm.cells, w, d, rom) for n, (w, d, rom, mm)
-                                 in zip(feats["memory_names"], feats["memories"])
-                                 if mm.kind == "block"]
+    out["block_memories"] = [(n, mm.cells, w, d, rom) for n, (w, d, rom, mm)
+                             in zip(feats["memory_names"], feats["memories"])
+                             if mm.kind == "block"]
     return out
+
+
+#: Stage kinds that compute a layer's products: what ``multipliers="lut"`` (a layer's
+#: :func:`~onnx2fpga.ir.product_mapping`) moves into LUTs.
+PRODUCT_STAGES = frozenset({"matvec", "depthwise"})
+#: Stage kinds of a layer's requantization (its epilogue, however it is computed): their hard
+#: multipliers stay where they are when the layer's products move into LUTs.
+REQUANT_STAGES = frozenset({"requant", "threshold", "lut"})
+
+
+def stage_part(kind: str) -> str | None:
+    """Which part of its layer a stage of ``kind`` is: ``"products"``
+    (:data:`PRODUCT_STAGES`), ``"requant"`` (:data:`REQUANT_STAGES`) or ``None`` (windows,
+    reductions, joins, plumbing). :func:`dataflow_resources` counts each layer's parts with
+    it; a new kind of requantization core adds its stage kind to :data:`REQUANT_STAGES`."""
+    if kind in PRODUCT_STAGES:
+        return "products"
+    return "requant" if kind in REQUANT_STAGES else None
 
 
 def _add(a: dict, b: dict) -> dict:
@@ -424,8 +477,10 @@ def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
     Returns
     -------
     dict
-        ``"layers"``: ``[{"name", "lut", "ff", "dsp", "bram"}, ...]`` in dataflow order, each
-        the sum of the layer's stages (its cores and the FIFO after it); ``"edges"``: the
+        ``"layers"``: ``[{"name", "lut", "ff", "dsp", "bram", "products", "requant"}, ...]``
+        in dataflow order, each the sum of the layer's stages (its cores and the FIFO after
+        it), with ``"products"`` and ``"requant"`` the part of it in the stages
+        :func:`stage_part` names so (each ``{"lut", "ff", "dsp", "bram"}``); ``"edges"``: the
         stages between layers (lane converters, broadcasts, reorders, edge FIFOs);
         ``"total"``: the accelerator; with ``wrapper``, also ``"wrapper"`` (:data:`WRAPPER`)
         and ``"board"`` (total plus wrapper). With ``memories``, ``"block_memories"``: every
@@ -440,13 +495,18 @@ def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
     per_stage = {s.name: stage_resources(s, family, ice40_dsp=ice40_dsp, logic=logic,
                                          memories=True) for s in plan.stages}
     blocks = [b for r in per_stage.values() for b in r.pop("block_memories")]
+    kinds = {s.name: s.kind for s in plan.stages}
     layers, owned = [], set()
     for layer in dataflow.layers:
         acc = dict(zero)
+        parts = {"products": dict(zero), "requant": dict(zero)}
         for name in plan.layer_stages.get(layer.name, []):
             acc = _add(acc, per_stage[name])
+            part = stage_part(kinds[name])
+            if part is not None:
+                parts[part] = _add(parts[part], per_stage[name])
             owned.add(name)
-        layers.append({"name": layer.name, **acc})
+        layers.append({"name": layer.name, **acc, **parts})
     edges = dict(zero)
     for name, r in per_stage.items():
         if name not in owned:

@@ -177,16 +177,25 @@ def cheapest_cover(items, need: int) -> list:
     return list(best[need][2])
 
 
+#: What each resource of :func:`device_check` is called in a reason, per family.
+_UNITS = {"lut": "LUTs", "ff": "flip-flops", "logic cells": "logic cells",
+          "bram": "block RAMs", "dsp": {"ice40": "SB_MAC16", "ecp5": "MULT18X18D"}}
+
+
 def device_check(target, utilization: float, pinned=frozenset()):
     """``fits(dataflow)`` for :func:`plan.fold.fold`: ``None`` if the estimated resources
-    of the design plus the board wrapper fit ``target``'s device, otherwise what overflows.
+    of the design plus the board wrapper fit ``target``'s device, otherwise what overflows,
+    with the figures: ``"136 MULT18X18D > 124 (156 x 0.8; 133 requantizing, ...)"``.
 
     When the hard multipliers overflow, layers move their products into LUTs
-    (``multipliers = "lut"``), those with the most multipliers first (the fewest layers
-    change), until the multipliers fit; layers in ``pinned`` keep the user's choice. When
-    the block RAMs overflow, memories move into soft logic (``dataflow.logic_memories``):
-    the set that frees enough block RAMs for the fewest logic cells (:func:`cheapest_cover`).
-    The plan then fits if its LUTs and flip-flops do too."""
+    (``multipliers = "lut"``), those with the most multipliers in their products first (the
+    fewest layers change), until the multipliers fit; a layer's requantization keeps its
+    hard multipliers (the ``"products"`` and ``"requant"`` parts of
+    :func:`~onnx2fpga.hw.resources.dataflow_resources`), and layers in ``pinned`` keep the
+    user's choice. When the block RAMs overflow, memories move into soft logic
+    (``dataflow.logic_memories``): the set that frees enough block RAMs for the fewest
+    logic cells (:func:`cheapest_cover`). The plan then fits if its LUTs and flip-flops do
+    too."""
     from .hw.resources import dataflow_resources
     from .plan.devices import logic_cost
 
@@ -196,6 +205,7 @@ def device_check(target, utilization: float, pinned=frozenset()):
     # DSPs placed far apart), against 90 to 130 MHz for designs using a third of them.
     caps = {"lut": int(lim.lut * utilization), "ff": int(lim.ff * utilization),
             "dsp": int(lim.dsp * utilization), "bram": lim.bram}
+    of = {"lut": lim.lut, "ff": lim.ff, "dsp": lim.dsp, "logic cells": lim.lut}
     if target.family == "ice40":
         caps["logic cells"] = int(lim.lut * utilization)
 
@@ -205,24 +215,41 @@ def device_check(target, utilization: float, pinned=frozenset()):
             # The device limit is on logic cells. Measured on the digits example: 4,183
             # cells = 3,324 LUTs + 0.48 x 1,808 flip-flops.
             total["logic cells"] = logic_cells(total)
-        return [f"{k} {total[k]} > {cap}" for k, cap in caps.items() if total.get(k, 0) > cap]
+        out = []
+        for k, cap in caps.items():
+            if total.get(k, 0) <= cap:
+                continue
+            unit = _UNITS[k] if k != "dsp" else _UNITS[k][target.family]
+            why = f"{total[k]:,} {unit} > {cap:,}"
+            if k in of:
+                why += f" ({of[k]:,} x {utilization:g}"
+                if k == "dsp":
+                    kept = sum(lr["requant"]["dsp"] for lr in res["layers"])
+                    if kept:
+                        why += f"; {kept:,} requantizing, which stay when products move " \
+                               f"to LUTs"
+                why += ")"
+            out.append(why)
+        return out
 
     def fits(df):
         res = dataflow_resources(df, target.family, wrapper=True, memories=True)
         over = overflow(res)
         if over and res["board"]["dsp"] > caps["dsp"]:
             by_name = {ly.name: ly for ly in df.layers}
-            movable = sorted((lr for lr in res["layers"] if lr["dsp"] > 0
+            movable = sorted((lr for lr in res["layers"] if lr["products"]["dsp"] > 0
                               and lr["name"] not in pinned
                               and product_mapping(by_name[lr["name"]]) == "dsp"),
-                             key=lambda lr: (-lr["dsp"], lr["name"]))
+                             key=lambda lr: (-lr["products"]["dsp"], lr["name"]))
             excess = res["board"]["dsp"] - caps["dsp"]
+            moved = False
             for lr in movable:
                 if excess <= 0:
                     break
                 by_name[lr["name"]].multipliers = "lut"
-                excess -= lr["dsp"]
-            if movable:
+                excess -= lr["products"]["dsp"]
+                moved = True
+            if moved:
                 res = dataflow_resources(df, target.family, wrapper=True, memories=True)
                 over = overflow(res)
         if over and res["board"]["bram"] > caps["bram"]:
@@ -588,10 +615,9 @@ def _fold(c: Compilation, say) -> None:
             c.design.dataflow.ice40_dsps = int(target.limits.dsp * utilization)
     say("choosing the folding" + (f" for {board}" if board else ""))
     try:
-        fold(c.design.dataflow, overrides=o["folding"], **o["fold_options"])
+        fold(c.design.dataflow, overrides=o["folding"], progress=say, **o["fold_options"])
     except SizeError as e:      # no folding fits the board's device
-        raise SizeError(str(e).replace("fits:", f"fits {board}:", 1) + f" (LUTs, flip-flops "
-                        f"and multipliers within --utilization {utilization:g})") from None
+        raise SizeError(str(e).replace("fits:", f"fits {board}:", 1)) from None
     c.design.dataflow.folding_info.update(
         {"board": board, "target_fps": o["target_fps"], "clock_mhz": o["clock_mhz"],
          "utilization": utilization if board else None})

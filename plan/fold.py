@@ -15,6 +15,8 @@ layers' cycle behaviour, so that the join can never deadlock.
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from ..errors import OptionError, SizeError
 from ..ir.dataflow import Dataflow
 from ..ir.layers import (
@@ -25,16 +27,26 @@ from .cost import edge_fifo_depths, stage_cycles
 from .graph import plan_graph, tensor_orders
 from .layers import kind_of
 
-__all__ = ["fold", "layer_options"]
+__all__ = ["fold", "layer_options", "width"]
 
 
 def layer_options(layer) -> list[tuple[int, int, dict]]:
     """The foldings of ``layer``: ``(cycles, cost, params)``, where ``params`` are the
     attributes to set (``simd``/``pe``/``lanes``) and ``cost`` counts multiply lanes
     (its kind's :meth:`~onnx2fpga.plan.layers.base.LayerKind.options`). The cheapest first,
-    then the narrowest streams (fewest lanes, then smallest simd)."""
+    then the narrowest streams (:func:`width`), then the fastest: the first folding that
+    meets a cycle target is the one to take, so that a layer with no multipliers (a pool, a
+    concat, a pad, a resize, a slice) takes the fewest lanes that meet it."""
     opts = kind_of(layer).options(layer)
-    return sorted(opts, key=lambda o: (o[1], o[0], sorted(o[2].items())))
+    return sorted(opts, key=lambda o: (o[1], width(o[2]), o[0], sorted(o[2].items())))
+
+
+def width(params: dict) -> int:
+    """The streams' width of a folding: its ``lanes``, ``simd`` and ``pe`` added up. Lanes
+    that carry no multiplier still cost logic (a window's line buffers and multiplexers, a
+    pool's comparators or adders, a width converter before and after): among foldings with
+    the same multiply lanes the narrowest is the cheapest."""
+    return sum(params.values())
 
 
 def _choose(options, target):
@@ -50,7 +62,8 @@ def _apply(layer, params: dict) -> None:
 
 
 def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | None = None,
-         fifo_depth: int = 2, fits=None, target_cycles: int | None = None) -> Dataflow:
+         fifo_depth: int = 2, fits=None, target_cycles: int | None = None,
+         progress=None) -> Dataflow:
     """Set the parallelism of every layer, the ports' lanes and orders and the FIFO depths
     (in place; also returned).
 
@@ -78,6 +91,8 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         keeps what it set.
     target_cycles : int, optional
         Cycles per inference the design must reach.
+    progress : callable, optional
+        ``progress(line)`` is told every plan ``fits`` is asked about, and its answer.
 
     The choice is recorded in ``dataflow.folding_info``: the rate the search aimed at, what
     stopped it from going faster (``limited_by``), the layers whose products are in LUTs
@@ -109,7 +124,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         # row of threshold comparators) and its registers. kwsmlp_w3a3 at 500 cycles took
         # simd 2 x pe 128 (256 multiply lanes, 128 activation lanes: a routing-congested
         # 41,800-LUT design) where simd 70 x pe 4 does it in 448 cycles with 280 and 4.
-        options = [sorted(opts, key=lambda o: (o[1] + o[2].get("pe", 0), o[0],
+        options = [sorted(opts, key=lambda o: (o[1] + o[2].get("pe", 0), width(o[2]), o[0],
                                                sorted(o[2].items())))
                    for opts in options]
     targets = sorted({cyc for opts in options for cyc, _, _ in opts})
@@ -126,6 +141,9 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         (folds ``dataflow`` to that plan the first time a target is tried)."""
         if target not in reasons:
             reasons[target] = _why_not(target)
+            if progress is not None and fits is not None:
+                progress(f"folding at {target:,} cycles per inference: "
+                         f"{reasons[target] or 'fits'}")
             # `fits` may have moved layers' products or memories into LUTs to make the
             # plan fit.
             mappings[target] = ([product_mapping(ly) for ly in layers],
@@ -169,22 +187,39 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         info["limited_by"] = "target_cycles"
     else:
         # The fastest plan that fits. Lanes and resources only grow as the target shrinks,
-        # so bisect for the fastest target that fits, then step to slower ones past plans
-        # whose converters miss their target.
-        lo, hi = 0, len(targets)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            r = why_not(targets[mid])
-            if r is None or r.endswith("with converters"):
-                hi = mid
-            else:
-                lo = mid + 1
-        for j in range(lo, len(targets)):
-            if why_not(targets[j]) is None:
-                chosen, chosen_target = [q[1] for q in picks(targets[j])], targets[j]
-                info["limited_by"] = (why_not(targets[j - 1]) if j > 0
-                                      else "every layer at its fastest folding")
-                break
+        # so: the slowest plan first (nothing fits if it does not), then halve the cycle
+        # target while plans fit, then bisect between the last that fitted and the first
+        # that did not; then step to slower ones past plans whose converters miss their
+        # target. No plan tried is much larger than the one chosen (estimating a large
+        # design is what takes the time), and a design that fits nothing is refused after
+        # one try.
+        def passes(i):
+            r = why_not(targets[i])
+            return r is None or r.endswith("with converters")
+
+        n = len(targets)
+        if passes(n - 1):
+            lo, hi = -1, n - 1          # targets[lo] fails (-1: none known), targets[hi] passes
+            while True:
+                i = bisect_right(targets, targets[hi] // 2) - 1
+                if i < 0:
+                    break
+                if not passes(i):
+                    lo = i
+                    break
+                hi = i
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if passes(mid):
+                    hi = mid
+                else:
+                    lo = mid
+            for j in range(hi, n):
+                if why_not(targets[j]) is None:
+                    chosen, chosen_target = [q[1] for q in picks(targets[j])], targets[j]
+                    info["limited_by"] = (why_not(targets[j - 1]) if j > 0
+                                          else "every layer at its fastest folding")
+                    break
     if chosen is None and fits is not None:
         # A board: a design that cannot be built is no result.
         raise SizeError(f"No folding of the design fits: at the slowest, "

@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..ir.types import IntType
 
-__all__ = ["Stage", "CoreKind"]
+__all__ = ["Stage", "CoreKind", "value_key"]
+
+
+def value_key(value):
+    """A hashable key equal for equal values: numbers, strings, types, lists, tuples, dicts
+    and dataclasses (every field) by their contents, arrays by shape, dtype and a digest of
+    their bytes. For memoizing the planner's and the estimates' pure functions of stages and
+    layers, whose parameters hold arrays. ``TypeError`` for a value of another type."""
+    if value is None or isinstance(value, (bool, int, float, str, np.generic, IntType)):
+        return value
+    if isinstance(value, np.ndarray):
+        a = np.ascontiguousarray(value)
+        return ("array", a.shape, a.dtype.str,
+                hashlib.blake2b(a.view(np.uint8).reshape(-1), digest_size=16).digest())
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, *map(value_key, value))
+    if isinstance(value, dict):
+        return ("dict", *((k, value_key(v)) for k, v in sorted(value.items())))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__qualname__,
+                *((f.name, value_key(getattr(value, f.name)))
+                  for f in dataclasses.fields(value)))
+    raise TypeError(f"no key for a {type(value).__name__}")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from ..ir.stages import RequantStage, ThresholdStage
 from ..ir.types import IntType
 from ..sim import golden
 from .checks import check_count
-from .stage import CoreKind, Stage
+from .stage import CoreKind, Stage, value_key
 
 __all__ = [
     "requant_as_thresholds", "affine_range", "sign_split", "THRESHOLD_PARALLEL_MAX",
@@ -126,7 +126,22 @@ def requant_as_thresholds(stage: RequantStage, in_lo: int, in_hi: int,
         arr = getattr(stage, name)
         if arr is not None and arr.size not in (1, channels):
             raise ValueError(f"Stage {name} must have 1 or {channels} entries, not {arr.size}")
+    # The planner asks again for every plan board folding tries (a second per convolution
+    # of MobileNetV1): the answers are kept, by value.
+    key = (value_key(stage), in_lo, in_hi, channels)
+    if key not in _THRESHOLDS:
+        if len(_THRESHOLDS) >= 4096:
+            del _THRESHOLDS[next(iter(_THRESHOLDS))]
+        _THRESHOLDS[key] = _requant_as_thresholds(stage, in_lo, in_hi, channels)
+    th = _THRESHOLDS[key]
+    return None if th is None else ThresholdStage(th.thresholds.copy(), th.base, th.step,
+                                                  th.out_type)
 
+
+_THRESHOLDS: dict = {}
+
+
+def _requant_as_thresholds(stage, in_lo, in_hi, channels):
     dirs = _direction(stage, channels, in_lo, in_hi)
     if np.any(dirs == 2) or (np.any(dirs == 1) and np.any(dirs == -1)):
         return None

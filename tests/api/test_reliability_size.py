@@ -119,9 +119,42 @@ def test_a_board_no_folding_fits_is_an_error_not_a_design(tmp_path):
     msg = _one_error(*_cli(tmp_path, "compile", model, "-o", out, "--board", "icebreaker",
                            "--utilization", "0.05", "--calibration", tmp_path / "cal.npy"))
     assert re.match(r"^No folding of the design fits icebreaker: at the slowest, [\d,]+ "
-                    r"cycles per inference, .*logic cells \d+ > 264 \(LUTs, flip-flops and "
-                    r"multipliers within --utilization 0\.05\)$", msg), msg
+                    r"cycles per inference, .*[\d,]+ logic cells > 264 \(5,280 x 0\.05\)$",
+                    msg), msg
     assert not out.exists()
+
+
+def test_a_board_whose_requantizations_alone_overflow_its_multipliers_is_refused(tmp_path):
+    """Six layers whose requantizations take more MULT18X18D at the slowest folding than the
+    board may use (28 x 0.3 on the OrangeCrab 25F): products can move into LUTs, the
+    requantizations' multipliers cannot, so compile refuses at once, with the figures,
+    and writes nothing."""
+    from onnx2fpga.hw.resources import netlist_features
+    from onnx2fpga.hw.top import make_core
+    from onnx2fpga.plan.fold import _fold_full, layer_options
+    from onnx2fpga.plan.graph import plan_graph
+
+    model = save(float_mlp((16,) * 6 + (4,), softmax=False, seed=2), tmp_path / "m.onnx")
+    cal = np.random.default_rng(1).standard_normal((32, 1, 16)).astype(np.float32)
+    np.save(tmp_path / "cal.npy", cal)
+    out = tmp_path / "d"
+    msg = _one_error(*_cli(tmp_path, "compile", model, "-o", out, "--board", "orangecrab-25f",
+                           "--utilization", "0.3", "--calibration", tmp_path / "cal.npy"))
+    assert not out.exists()
+    # The slowest folding (each layer's cheapest), products in LUTs: what its requantization
+    # cores' netlists take.
+    df = onnx2fpga.compile(model, calibration=cal, stop_after="lower").design.dataflow
+    options = [layer_options(ly) for ly in df.layers]
+    _fold_full(df, [opts[0][2] for opts in options], None, 2)
+    for ly in df.layers:
+        ly.multipliers = "lut"
+    kept = sum(netlist_features(make_core(s), "ecp5")["dsp"]
+               for s in plan_graph(df).stages if s.kind == "requant")
+    slowest = max(c for opts in options for c, _, _ in opts)
+    assert kept > 8
+    assert msg == (f"No folding of the design fits orangecrab-25f: at the slowest, "
+                   f"{slowest:,} cycles per inference, {kept} MULT18X18D > 8 (28 x 0.3; "
+                   f"{kept} requantizing, which stay when products move to LUTs)")
 
 
 # -- beyond this machine -------------------------------------------------------------------

@@ -129,7 +129,7 @@ def test_html_parses_and_shows_every_layer(cnn):
     labels = [e["text"] for e in doc.find("text", "elabel")]
     assert len(skips) == 1 and f"FIFO {depth}" in " ".join(labels)
     assert any(t.startswith("r1__q · channels-last · 1 lane") for t in labels)
-    assert any(t.startswith("m1__q · channels-last · 8 lanes") for t in labels)
+    assert any(t.startswith("m1__q · channels-last · 1 lane") for t in labels)
 
 
 def test_bottleneck_marked_on_the_slowest_layer(cnn):
@@ -187,7 +187,7 @@ def test_markdown_holds_the_manifest_numbers(cnn):
     assert errs == {q["name"]: pytest.approx(q["max_abs_error"], rel=1e-3)
                     for q in m["quantization"]["layers"]}
     streams = {r["tensor"]: r for r in _table(tables, "tensor")}
-    assert streams["m1__q"]["order"] == "channels-last" and streams["m1__q"]["lanes"] == "8"
+    assert streams["m1__q"]["order"] == "channels-last" and streams["m1__q"]["lanes"] == "1"
     part = {r["part"]: r["operators"] for r in _table(tables, "part")}
     assert part["host head"] == "x__quant" and part["host tail"] == "logits__dequant"
 

@@ -198,7 +198,42 @@ def test_dataflow_resources_adds_up(tmp_path):
         m = d.manifest
         assert m["resources"][fam]["total"] == r["total"]
         assert [ly["resources"][fam] for ly in m["layers"]] == \
-            [{k: e[k] for k in ("lut", "ff", "dsp", "bram")} for e in r["layers"]]
+            [{k: v for k, v in e.items() if k != "name"} for e in r["layers"]]
+        # A layer's products and requantization are parts of it.
+        for e in r["layers"]:
+            for k in ("lut", "ff", "dsp", "bram"):
+                assert e["products"][k] + e["requant"][k] <= e[k]
+            assert e["products"]["dsp"] + e["requant"]["dsp"] == e["dsp"]
+
+
+def test_stage_estimates_are_kept_by_what_the_core_is_built_from():
+    """Board folding estimates a design for every rate it tries; a stage whose core is built
+    from the same parameters (another name, another plan) is not elaborated again, and its
+    figures are those of a fresh elaboration. Different weights are another core."""
+    import dataclasses
+
+    from onnx2fpga.hw import resources
+    from onnx2fpga.hw.top import make_core
+
+    d = api.compile(float_mlp((16, 8, 4), softmax=False), calibration=np.random.default_rng(
+        0).standard_normal((32, 16)).astype(np.float32), stop_after="fold")
+    stages = plan_graph(d.design.dataflow).stages
+    for stage in stages:
+        fresh = netlist_features(make_core(stage, rom_stand_in=True), "ecp5",
+                                 stand_ins=getattr(make_core(stage, rom_stand_in=True),
+                                                   "weight_rom_shapes",
+                                                   lambda p: None)(resources._platform("ecp5")))
+        got = resources.stage_resources(dataclasses.replace(stage, name="other"), "ecp5")
+        assert (got["dsp"], got["bram"], got["ff"]) == (fresh["dsp"], fresh["bram"],
+                                                        fresh["ff"])
+    matvec = next(s for s in stages if s.kind == "matvec")
+    layer = matvec.params["layer"]
+    assert resources.stage_key(matvec) == resources.stage_key(
+        dataclasses.replace(matvec, name="x", params=dict(matvec.params)))
+    other = dataclasses.replace(layer, weight=layer.weight.copy())
+    other.weight[0, 0] ^= 1
+    assert resources.stage_key(matvec) != resources.stage_key(
+        dataclasses.replace(matvec, params={**matvec.params, "layer": other}))
 
 
 # ---------------------------------------------------------------------------------------------

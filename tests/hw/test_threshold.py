@@ -206,6 +206,29 @@ def test_requant_as_thresholds_wide_inputs(seed):
         per_channel_eval(stage, xs, channels))
 
 
+def test_requant_as_thresholds_is_kept_by_value():
+    """The planner asks again for every plan board folding tries; an equal stage (another
+    object) gets the same thresholds, in an array of its own, and a stage that differs in
+    one multiplier gets its own."""
+    in_lo, in_hi, channels, kw = CONVERT_CASES[0]
+    stage = random_requant(np.random.default_rng(0), in_lo, in_hi, channels, **kw)
+    first = requant_as_thresholds(stage, in_lo, in_hi, channels)
+    again = requant_as_thresholds(dataclasses.replace(stage), in_lo, in_hi, channels)
+    np.testing.assert_array_equal(first.thresholds, again.thresholds)
+    assert (first.base, first.step, first.out_type) == (again.base, again.step, again.out_type)
+    again.thresholds[...] = 0
+    np.testing.assert_array_equal(
+        requant_as_thresholds(stage, in_lo, in_hi, channels).thresholds, first.thresholds)
+    m = np.array(stage.multiplier, copy=True).reshape(-1)
+    m[0] += 1 if m[0] > 0 else -1
+    other = dataclasses.replace(stage, multiplier=m.reshape(np.shape(stage.multiplier)))
+    xs = np.arange(in_lo, in_hi + 1)
+    np.testing.assert_array_equal(
+        golden.threshold(np.repeat(xs[:, None], channels, axis=1),
+                         requant_as_thresholds(other, in_lo, in_hi, channels)),
+        per_channel_eval(other, xs, channels))
+
+
 def is_monotone(values):
     d = np.diff(values, axis=0)
     return np.all(d >= 0) or np.all(d <= 0)

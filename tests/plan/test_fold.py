@@ -86,9 +86,14 @@ def test_fastest_plan_that_fits_a_resource_check(sizes, dsp):
         used = _dense_lanes(d)
         return None if used <= dsp else f"dsp {used} > {dsp}"
 
-    fold(df, max_lanes=None, fits=fits)
+    lines = []
+    fold(df, max_lanes=None, fits=fits, progress=lines.append)
     assert _dense_lanes(df) <= dsp
     assert _cycles(df) == best
+    # The slowest plan first, then faster ones; every plan asked about is a progress line.
+    slowest = max(c for c, _, _, _ in plans)
+    assert lines[0] == f"folding at {slowest:,} cycles per inference: fits"
+    assert f"folding at {best:,} cycles per inference: fits" in lines
     limited = df.folding_info["limited_by"]
     if best > min(c for c, _, _, _ in plans):
         assert limited.startswith("dsp ") and limited.endswith(f" > {dsp}")
@@ -111,7 +116,7 @@ def test_a_device_nothing_fits_is_refused():
     with pytest.raises(SizeError, match=rf"^No folding of the design fits: at the slowest, "
                                         rf"{slowest:,} cycles per inference, dsp 2 > 0$"):
         fold(df, max_lanes=None, fits=fits)
-    assert slowest in seen
+    assert seen == [slowest]           # refused after estimating the slowest plan once
     fold(df, max_lanes=1)
     assert df.folding_info["limited_by"] == "nothing fits: every layer at its cheapest folding"
 
@@ -160,9 +165,10 @@ def test_board_folding_fits_the_estimate_and_less_room_is_never_faster(board, fa
         try:
             d = onnx2fpga.compile(model, calibration=cal, board=board, utilization=util)
         except SizeError as e:
+            # Each resource over, with the device's figure and the utilization.
             assert re.match(rf"^No folding of the design fits {board}: at the slowest, "
-                            r"[\d,]+ cycles per inference, .*\d+ > \d+ \(LUTs, flip-flops "
-                            rf"and multipliers within --utilization {util}\)$", str(e)), str(e)
+                            r"[\d,]+ cycles per inference, ([\d,]+ [a-zA-Z0-9 -]+ > [\d,]+ "
+                            rf"\([\d,]+ x {util}\)(; |$))+", str(e)), str(e)
             cycles.append(None)
             continue
         f, est = d.manifest["folding"], d.manifest["resources"][family]["board"]
@@ -209,7 +215,9 @@ def test_board_folding_moves_products_into_luts_when_the_dsps_run_out():
     big = max(dense, key=lambda ly: ly["simd"] * ly["pe"])["name"]
     assert lut == [big]
     with pytest.raises(OptionError, match=r"^No folding reaches 8 cycles per inference: "
-                                          r"dsp \d+ > 124$"):
+                                          r"\d+ MULT18X18D > 124 \(156 x 0\.8; \d+ "
+                                          r"requantizing, which stay when products move to "
+                                          r"LUTs\)$"):
         onnx2fpga.compile(model, folding={big: {"multipliers": "dsp"}}, **kw)
 
 
@@ -254,3 +262,101 @@ def test_cheapest_cover_is_the_exhaustive_minimum():
         assert sum(size[n][0] for n in got) >= need
         assert sum(size[n][1] for n in got) == min(covers)
     assert cheapest_cover([("a", 2, 5)], 0) == []
+
+
+def _pool_dataflow(op):
+    """``op`` (a 2x2 pool of stride 2 or a global one) on an 8-channel 8x8 input, then a
+    Gemm: the pool's lanes, not a window's, set how fast the input can be taken."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import onnx2fpga
+
+    rng = np.random.default_rng(3)
+    attrs = {} if op.startswith("Global") else {"kernel_shape": [2, 2], "strides": [2, 2]}
+    n = 8 if op.startswith("Global") else 8 * 4 * 4
+    w = helper.make_tensor("w", TensorProto.FLOAT, [n, 5],
+                           rng.standard_normal((n, 5)).astype(np.float32).ravel())
+    nodes = [helper.make_node(op, ["x"], ["p"], **attrs),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "w"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    x = rng.standard_normal((16, 8, 8, 8)).astype(np.float32)
+    return onnx2fpga.compile(model, calibration=x, stop_after="lower").design.dataflow
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "GlobalAveragePool"])
+def test_pool_lanes_follow_the_rate(op):
+    """A pool costs no multiply lane, but its lanes cost logic: at every rate it takes the
+    fewest lanes whose cores (their cycle models) keep up with the design, never more (it
+    took one lane per channel at any rate: MobileNetV1's average pool was estimated at 122k
+    LUTs)."""
+    from onnx2fpga.ir.layers import PoolLayer
+    from onnx2fpga.plan.graph import layer_stages
+    from onnx2fpga.plan.layers.base import divisors
+
+    df = _pool_dataflow(op)
+    pool = next(ly for ly in df.layers if isinstance(ly, PoolLayer))
+    own = {}
+    for lanes in divisors(pool.in_shape[0]):
+        pool.lanes = lanes
+        own[lanes] = max(stage_cycles(s) for s in layer_stages(pool))
+    chosen = []
+    for target in sorted({c for c, _, _ in layer_options(pool)}, reverse=True):
+        fold(df, max_lanes=None, target_cycles=target)
+        cycles = _cycles(df)
+        assert own[pool.lanes] <= cycles
+        assert all(own[lanes] > cycles for lanes in own if lanes < pool.lanes), (target, own)
+        chosen.append(pool.lanes)
+    assert chosen == sorted(chosen) and chosen[0] == 1 and chosen[-1] == 8
+
+
+def test_board_folding_keeps_the_requantization_on_hard_multipliers():
+    """The products of a layer move into LUTs, its requantization's MULT18X18D stay: the
+    estimate splits each layer into those parts, what it counted as requantization is what
+    the layer still uses after the move, and the board check moves products until what stays
+    fits (it took a layer's whole count off and stopped one layer short)."""
+    from types import SimpleNamespace
+
+    from onnx2fpga.hw.resources import dataflow_resources
+    from onnx2fpga.steps import device_check
+
+    df = _dataflow((40, 40, 4))
+    fold(df, max_lanes=None, target_cycles=8)
+    res = dataflow_resources(df, "ecp5", wrapper=True)
+    parts = {lr["name"]: lr for lr in res["layers"]}
+    for lr in res["layers"]:
+        assert lr["products"]["dsp"] + lr["requant"]["dsp"] <= lr["dsp"]
+        assert lr["requant"]["dsp"] > 0 and lr["products"]["dsp"] >= 8
+    for ly in df.layers:
+        ly.multipliers = "lut"
+    moved = {lr["name"]: lr for lr in dataflow_resources(df, "ecp5")["layers"]}
+    for name, lr in moved.items():
+        assert lr["dsp"] == lr["requant"]["dsp"] == parts[name]["requant"]["dsp"]
+        assert lr["products"]["dsp"] == 0
+
+    # Room for all but the largest layer's whole count: moving its products alone leaves its
+    # requantization over, so the smaller layer's products move too.
+    big, small = sorted(parts.values(), key=lambda lr: -lr["products"]["dsp"])
+    cap = res["board"]["dsp"] - big["dsp"]
+    assert big["requant"]["dsp"] <= small["products"]["dsp"]
+    target = SimpleNamespace(family="ecp5", limits=SimpleNamespace(
+        lut=10**6, ff=10**6, dsp=cap, bram=10**3))
+    for ly in df.layers:
+        ly.multipliers = "dsp"
+    assert device_check(target, 1.0)(df) is None
+    assert [ly.multipliers for ly in df.layers] == ["lut", "lut"]
+    assert dataflow_resources(df, "ecp5", wrapper=True)["board"]["dsp"] <= cap
+    for ly in df.layers:
+        ly.multipliers = "dsp"
+    kept = sum(lr["requant"]["dsp"] for lr in res["layers"])
+    rest = res["board"]["dsp"] - sum(lr["products"]["dsp"] for lr in res["layers"])
+    target.limits.dsp = rest - 1
+    assert device_check(target, 1.0)(df) == (
+        f"{rest} MULT18X18D > {rest - 1} ({rest - 1} x 1; {kept} requantizing, which stay "
+        f"when products move to LUTs)")
