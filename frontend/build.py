@@ -44,6 +44,7 @@ from .epilogue import (
     compact,
     compact_axes,
     f32_ratio,
+    integer_bias,
     is_identity,
     match_epilogue,
     out_info,
@@ -365,6 +366,10 @@ def _finish_core(hw: HardwarePart, layer, acc_scale, bias_real, aff, grp, channe
         return layer
     if grp.func:
         return _function_of_accumulator(hw, layer, acc_scale, bias_real, grp, channels)
+    folded = integer_bias(hw.graph, grp, acc_scale, aff, channels) \
+        if hw.options.requant == "onnxruntime" and flip is None else None
+    if folded is not None:          # a bias Add after a MatMul: onnxruntime's QGemm adds it
+        layer.bias, aff = layer.bias + folded[0], folded[1]
     layer.requant = [acc_stage(acc_scale, bias_real, aff, grp, hw.options, channels, flip,
                                value_range=(layer.acc_type.lo, layer.acc_type.hi))]
     return layer

@@ -205,6 +205,8 @@ class RequantCore(wiring.Component):
                 if arr is not None and arr.size not in (1, channels):
                     raise ValueError(f"Stage {k} {what} must have 1 or {channels} entries, "
                                      f"not {arr.size}")
+            if stage.rounding == "float32":
+                raise ValueError(f"Stage {k}: the float32 requantization has no core yet")
             if not isinstance(stage.shift, (int, np.integer)) or stage.shift > 64:
                 raise ValueError(f"Stage {k} shift must be an integer from 0 to 64, "
                                  f"not {stage.shift!r}")

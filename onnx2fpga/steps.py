@@ -45,6 +45,7 @@ import numpy as np
 from .arrays import read_arrays
 from .designdir import DEFAULT_MODULE, check_interrupted, file_hashes, hashed_files
 from .errors import CalibrationError, OptionError, SizeError
+from .ir import REQUANT_MODES
 from .ir.dataflow import Design
 from .ir.layers import product_mapping
 from .ir.serialize import save_design
@@ -92,7 +93,8 @@ def _is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def check_options(weight_bits, activation_bits, multiplier_bits, folding=None) -> None:
+def check_options(weight_bits, activation_bits, multiplier_bits, folding=None,
+                  requant=None) -> None:
     """Check the quantization options and the values of the folding overrides before any
     work (which layers the overrides name, and whether their values divide the layers' sizes,
     is checked when folding). ``OptionError`` names the option and what it accepts: weights
@@ -106,6 +108,9 @@ def check_options(weight_bits, activation_bits, multiplier_bits, folding=None) -
                                         or not 2 <= multiplier_bits <= 32):
         raise OptionError(f"multiplier_bits must be an integer from 2 to 32, not "
                           f"{multiplier_bits!r}")
+    if requant is not None and requant not in REQUANT_MODES:
+        raise OptionError(f"requant must be one of {', '.join(REQUANT_MODES)}, not "
+                          f"{requant!r}")
     if folding is None:
         return
     if not isinstance(folding, dict):
@@ -538,6 +543,10 @@ def _quantize(c: Compilation, say) -> None:
     if multiplier_bits is None:
         multiplier_bits = 24 if c.quant_info["source"] == "qdq" else 16
     c.quant_info["multiplier_bits"] = multiplier_bits
+    requant = o.get("requant")
+    if requant is None:
+        requant = "exact"
+    c.quant_info["requant"] = requant
 
 
 def _lower(c: Compilation, say) -> None:
@@ -546,6 +555,7 @@ def _lower(c: Compilation, say) -> None:
     check_lowering(c.graph)
     say("lowering to integer layers")
     c.design = lower(c.graph, multiplier_bits=c.quant_info["multiplier_bits"],
+                     requant=c.quant_info.get("requant", "exact"),
                      allow_host_compute=c.options.get("allow_host_compute", False))
     say(f"partition: {partition_text(c.design)}")
 
