@@ -482,13 +482,18 @@ def _load(c: Compilation, say) -> None:
     from .frontend.load import load_model
     from .frontend.qdq import normalize_qdq
     from .frontend.qonnx import normalize_qonnx
-    from .frontend.qop import normalize_qoperators
+    from .frontend.qop import CONTRIB_CONVERTED, QOP_OPS, normalize_qoperators
     from .frontend.quantize import fold_constants
     from .frontend.resolve import resolve_geometry
     from .frontend.sklearn import normalize_ml
 
     say("loading and checking the model")
     graph = load_model(c.model, lenient=c.options["lenient"])
+    # onnxruntime's quantizer (QDQ or QOperator) writes producer "onnx.quantize"; QOperator
+    # nodes are onnxruntime's kernels: both choose its requantization by default.
+    graph.metadata["onnxruntime_quantized"] = \
+        graph.metadata.get("producer_name") == "onnx.quantize" or \
+        any(n.op in QOP_OPS + CONTRIB_CONVERTED for n in graph.nodes)
     normalize_ml(graph)         # skl2onnx's linear models: a Gemm and host operators
     normalize_qoperators(graph)
     normalize_finn(graph)       # FINN MultiThreshold activations: quantizers by thresholds
@@ -545,7 +550,8 @@ def _quantize(c: Compilation, say) -> None:
     c.quant_info["multiplier_bits"] = multiplier_bits
     requant = o.get("requant")
     if requant is None:
-        requant = "exact"
+        requant = "onnxruntime" if c.quant_info["source"] == "qdq" and \
+            graph.metadata.get("onnxruntime_quantized") else "exact"
     c.quant_info["requant"] = requant
 
 

@@ -45,7 +45,7 @@ def _golden(model, x, **options):
 def test_ties_match_onnxruntime(op, activation, big):
     model, x = qdq_requant_ties(op, activation=activation, big=big)
     ref = _ort(model, x)
-    got, c = _golden(model, x, requant="onnxruntime")
+    got, c = _golden(model, x)               # onnxruntime's quantizer: its requantization
     assert c.quant_info["requant"] == "onnxruntime"
     assert [st.rounding for layer in c.design.dataflow.layers for st in layer.requant] == \
         ["float32"]
@@ -62,7 +62,8 @@ def test_quantize_static_mlp_matches_onnxruntime(tmp_path, activation):
                           per_channel=True)
     x = np.random.default_rng(3).standard_normal((400, 1, 64)).astype(np.float32) * 2
     ref = ort_quantized_tensors(path, x)
-    c = onnx2fpga.compile(path, stop_after="lower", requant="onnxruntime")
+    c = onnx2fpga.compile(path, stop_after="lower")
+    assert c.quant_info["requant"] == "onnxruntime"
     assert _matches(c.design.dataflow, ref) >= 2
 
 
@@ -89,7 +90,7 @@ def test_quantize_static_uint8_cnn_matches_onnxruntime(tmp_path):
     path, _ = ort_qdq_cnn(tmp_path, kind="depthwise", activation="uint8")
     x = np.random.default_rng(4).standard_normal((200, 1, 4, 8, 8)).astype(np.float32) * 2
     ref = ort_quantized_tensors(path, x)
-    c = onnx2fpga.compile(path, stop_after="lower", requant="onnxruntime")
+    c = onnx2fpga.compile(path, stop_after="lower")
     assert _matches(c.design.dataflow, ref) >= 3
 
 
@@ -117,3 +118,12 @@ def test_requant_option_is_checked(tmp_path):
     with pytest.raises(OptionError, match=r"^requant must be one of onnxruntime, exact, not "
                                           r"'float'$"):
         onnx2fpga.compile(path, requant="float")
+
+
+def test_models_not_from_onnxruntime_keep_the_exact_requantization():
+    model, x = qdq_requant_ties("gemm")
+    model.producer_name = "brevitas"
+    _, c = _golden(model, x)
+    assert c.quant_info["requant"] == "exact"
+    assert {st.rounding for layer in c.design.dataflow.layers for st in layer.requant} == \
+        {"half_even"}
