@@ -180,9 +180,9 @@ def golden_tensor(d, x, name):
     """The golden model's integers of ONNX tensor ``name`` (a hardware layer's output), from
     the model's float inputs; None if no layer writes it."""
     from onnx2fpga.sim import golden
-    from onnx2fpga.sim.model import run_head
+    from onnx2fpga.sim.model import run_head, stack_inputs
     df = d.design.dataflow
-    env = {df.input.name: run_head(d.design, x)}
+    env = {df.input.name: run_head(d.design, stack_inputs(d.design, x)[0])}
     for layer in df.layers:
         env[layer.output] = golden.run_layer(layer, *(env[t] for t in layer.inputs)).reshape(
             len(x), -1)
