@@ -557,6 +557,8 @@ def _add_layer(hw, grp, srcs, infos, aff, out):
     # The add core multiplies by constants in logic: 12 significant bits keep each term
     # within 1/16 LSB over an 8-bit input range at a fraction of the 16-24 bit cost.
     bits = ADD_MULTIPLIER_BITS if op == "add" else MINMAX_MULTIPLIER_BITS
+    if hw.options.requant == "onnxruntime":     # its float32 kernels: match them closely
+        bits = hw.options.multiplier_bits
     ms, shift = requant_params(np.array(reals), min(hw.options.multiplier_bits, bits))
     # v = (a - za) * ma + (b - zb) * mb is the output on a scale of 2**shift; the stage
     # adds the offset, rounds, shifts and clips. A LeakyRelu slope rides on the stage's
