@@ -18,14 +18,15 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import UnsupportedError
-from ..ir import REQUANT_MODES, IntType, RequantStage, ThresholdStage
+from ..ir import IntType, RequantStage, ThresholdStage
 from ..sim import golden
 from .groups import VIEW_OPS, Group, QdqGraph
 
 __all__ = ["Epilogue", "QuantInfo", "RequantOptions", "match_epilogue", "requant_stage",
            "acc_stage", "bipolar_flips", "is_identity", "out_quant", "out_info",
            "out_rounding", "output_bounds", "requant_params", "f32_ratio", "compact",
-           "compact_axes", "float32_params", "integer_bias", "THRESHOLD_LIMIT_BITS", "REQUANT_MODES"]
+           "compact_axes", "float32_params", "integer_bias",
+           "THRESHOLD_LIMIT_BITS"]
 
 #: Thresholds of a bipolar quantizer that no input reaches (a channel whose multiplier is 0)
 #: sit at -+2**THRESHOLD_LIMIT_BITS: always or never.
@@ -44,7 +45,7 @@ class QuantInfo:
 class RequantOptions:
     """How requantization stages are built: ``multiplier_bits`` significant bits of a
     multiplier, the rounding of a round-half-to-even quantizer, and the requantization
-    after an accumulator (one of :data:`REQUANT_MODES`)."""
+    after an accumulator (one of :data:`onnx2fpga.ir.REQUANT_MODES`)."""
     multiplier_bits: int
     rounding: str
     requant: str = "exact"

@@ -47,6 +47,7 @@ import numpy as np
 
 from ..errors import OptionError, UnsupportedError
 from ..ir import (
+    REQUANT_MODES,
     ConcatLayer,
     ConvLayer,
     Dataflow,
@@ -62,7 +63,7 @@ from ..ir import (
     ViewLayer,
 )
 from .build import HardwarePart, build_layers
-from .epilogue import REQUANT_MODES, RequantOptions
+from .epilogue import RequantOptions
 from .groups import QdqGraph, find_groups
 from .ir import Graph, Node, logical_shape
 from .check import Onnx2FpgaWarning
@@ -93,7 +94,7 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
         The requantization's rounding where the quantizer rounds half to even.
     requant : str
         The requantization after a Conv, Gemm or MatMul (one of
-        :data:`~onnx2fpga.frontend.epilogue.REQUANT_MODES`).
+        :data:`~onnx2fpga.ir.REQUANT_MODES`).
     allow_host_compute : bool
         Let a compute operator (Conv, Gemm, MatMul and their integer forms) run on the host,
         in float, with a warning that lists every such node; without it, that is an error.

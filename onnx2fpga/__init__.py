@@ -83,7 +83,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
                     allow_host_compute=allow_host_compute, force=force,
                     weight_bits=weight_bits, activation_bits=activation_bits,
                     per_channel=per_channel, max_lanes=max_lanes, folding=folding,
-                    multiplier_bits=multiplier_bits, requant=requant, board=board, target_fps=target_fps,
+                    multiplier_bits=multiplier_bits, requant=requant, board=board,
+                    target_fps=target_fps,
                     clock_mhz=clock_mhz, utilization=utilization, verbose=verbose,
                     stop_after=stop_after, name=name)
 

@@ -159,7 +159,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         "lenient": lenient, "allow_host_compute": bool(allow_host_compute),
         "calibration": calibration, "weight_bits": weight_bits,
         "activation_bits": activation_bits, "per_channel": per_channel,
-        "multiplier_bits": multiplier_bits, "requant": requant, "board": board, "target_fps": target_fps,
+        "multiplier_bits": multiplier_bits, "requant": requant, "board": board,
+        "target_fps": target_fps,
         "clock_mhz": clock_mhz, "utilization": utilization, "folding": folding,
         "fold_options": fold_opts, "name": name})
     run_steps(c, stop_after, say)
