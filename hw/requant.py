@@ -46,7 +46,7 @@ from .blocks import (
     wrap_incr,
 )
 
-__all__ = ["RequantCore", "significant_mask", "round_to_mask"]
+__all__ = ["RequantCore", "significant_mask", "mask_carry", "round_to_mask"]
 
 
 def significant_mask(value, bits: int = FLOAT32_BITS):
@@ -68,13 +68,19 @@ def significant_mask(value, bits: int = FLOAT32_BITS):
     return t
 
 
-def round_to_mask(value, mask):
-    """``value`` with the bits under ``mask`` (all ones below some position ``q``, from
-    :func:`significant_mask`) rounded off, to the nearest multiple of ``2**q``, ties to even:
-    ``(value + 2**(q-1) - 1 + bit q of value) & ~mask``, the carry-in only where ``q > 0``."""
+def mask_carry(value, mask):
+    """The carry-in of :func:`round_to_mask`: bit ``q`` of ``value`` where ``q > 0``."""
     n = len(mask)
     lsb = Cat(C(1, 1), mask) & ~Cat(mask, C(0, 1))          # bit q, one-hot
-    cin = (value.as_unsigned()[:n + 1] & lsb).any() & mask[0]
+    return (value.as_unsigned()[:n + 1] & lsb).any() & mask[0]
+
+
+def round_to_mask(value, mask, cin):
+    """``value`` with the bits under ``mask`` (all ones below some position ``q``, from
+    :func:`significant_mask`) rounded off, to the nearest multiple of ``2**q``, ties to even:
+    ``(value + 2**(q-1) - 1 + cin) & ~mask`` with ``cin`` from :func:`mask_carry` (computed a
+    step earlier, with the mask, so that this step is one adder)."""
+    n = len(mask)
     total = value + (mask >> 1) + cin
     out = Cat(total.as_unsigned()[:n] & ~mask, total.as_unsigned()[n:])
     return out.as_signed() if value.shape().signed else out
@@ -355,14 +361,16 @@ class RequantCore(wiring.Component):
                 masks = [significant_mask(x[j]) for j in range(lanes)]
                 mk = [Signal(Shape.cast(masks[j].shape()), name=f"xmask{k}_{j}",
                              reset_less=True) for j in range(lanes)]
+                ck = [Signal(name=f"xcarry{k}_{j}", reset_less=True) for j in range(lanes)]
                 xr = Signal(data.ArrayLayout(plan.x_shape, lanes), name=f"xr{k}",
                             reset_less=True)
-                xr_next = [round_to_mask(xm[j], mk[j]) for j in range(lanes)]
+                xr_next = [round_to_mask(xm[j], mk[j], ck[j]) for j in range(lanes)]
                 pre_valid = [Signal(name=f"valid{k}_x{n}") for n in range(2)]
                 pre_slot = [Signal(t_shape, name=f"t{k}_x{n}") for n in range(2)]
                 with m.If(advance):
                     m.d.sync += [xm[j].eq(x[j]) for j in range(lanes)]
                     m.d.sync += [mk[j].eq(masks[j]) for j in range(lanes)]
+                    m.d.sync += [ck[j].eq(mask_carry(x[j], masks[j])) for j in range(lanes)]
                     m.d.sync += [xr[j].eq(xr_next[j]) for j in range(lanes)]
                     m.d.sync += [pre_valid[0].eq(valid), pre_valid[1].eq(pre_valid[0]),
                                  pre_slot[0].eq(ts[-1]), pre_slot[1].eq(pre_slot[0])]
@@ -473,7 +481,9 @@ class RequantCore(wiring.Component):
                         else:
                             mreg = Signal(Shape.cast(mask.shape()), name=f"p{k}_mask{j}",
                                           reset_less=True)
-                            m.d.sync += [mreg.eq(mask), src.eq(round_to_mask(p1, mreg))]
+                            creg = Signal(name=f"p{k}_carry{j}", reset_less=True)
+                            m.d.sync += [mreg.eq(mask), creg.eq(mask_carry(v[j], mask)),
+                                         src.eq(round_to_mask(p1, mreg, creg))]
                 with m.If(advance):
                     m.d.sync += v[j].eq(value)
                     # d: round and add the zero point.
