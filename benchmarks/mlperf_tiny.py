@@ -2,8 +2,8 @@
 quantized as the reference files are (int8 QDQ, per-channel weights, onnxruntime's
 ``quantize_static``), compiled per board; the measuring instrument of issue 23.
 
-    python benchmarks/mlperf_tiny.py [--boards ulx3s-85f,icebreaker] [--only ic,kws,vww,ad]
-                                     [--samples 20] [--json]
+    python benchmarks/mlperf_tiny.py [--boards ulx3s-85f,icebreaker|none] [--only ic,kws,vww,ad]
+                                     [--samples 20] [--requant onnxruntime|exact] [--json]
 
 The project cannot download the trained files, so the weights are random (kaiming, as torch
 initializes them) and batch normalization is left out, as if folded; the shapes, operators and
@@ -25,7 +25,11 @@ the compile's wall time, cycles per inference (II) and latency in cycles, latenc
 100 MHz, the estimated resources, the multiply limit (MACs / (2 x the ECP5's MULT18X18D), two
 int8 products per DSP) and the share of it reached, and the published figures beside them;
 then the golden model against onnxruntime on ``--samples`` random inputs (argmax agreement and
-the largest difference of the outputs). Figures, not pass/fail.
+the largest difference of the outputs) and on the quantized logits (the QuantizeLinear before
+the Softmax, or the last one: share of identical integers and the largest difference in LSB),
+with the compile's requantization (``--requant``, by default its own choice: onnxruntime's for
+these models). ``--boards none`` compiles without a board's folding (faster). Figures, not
+pass/fail.
 """
 
 import argparse
@@ -149,12 +153,56 @@ def macs(path) -> int:
     return total
 
 
-def _row(name, board, qdq, x) -> dict:
+def logits_tensor(path) -> str:
+    """The quantized logits: the QuantizeLinear output whose DequantizeLinear feeds the
+    Softmax, or the graph's last QuantizeLinear output without one."""
+    import onnx
+    g = onnx.load(str(path)).graph
+    prod = {o: n for n in g.node for o in n.output}
+    for n in g.node:
+        if n.op_type == "Softmax" and n.input[0] in prod and \
+                prod[n.input[0]].op_type == "DequantizeLinear":
+            return prod[n.input[0]].input[0]
+    return [n.output[0] for n in g.node if n.op_type == "QuantizeLinear"][-1]
+
+
+def ort_tensor(path, x, name) -> np.ndarray:
+    """onnxruntime's value of tensor ``name`` (made a graph output) per sample, int64
+    ``(samples, size)``."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+    m = onnx.load(str(path))
+    q = next(n for n in m.graph.node if n.output[0] == name)
+    zp = next(i for i in m.graph.initializer if i.name == q.input[2])
+    m.graph.output.append(helper.make_tensor_value_info(name, zp.data_type, None))
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    iname = sess.get_inputs()[0].name
+    return np.stack([sess.run([name], {iname: x[i:i + 1]})[0].reshape(-1)
+                     for i in range(len(x))]).astype(np.int64)
+
+
+def golden_tensor(d, x, name):
+    """The golden model's integers of ONNX tensor ``name`` (a hardware layer's output), from
+    the model's float inputs; None if no layer writes it."""
+    from onnx2fpga.sim import golden
+    from onnx2fpga.sim.model import run_head, stack_inputs
+    df = d.design.dataflow
+    env = {df.input.name: run_head(d.design, stack_inputs(d.design, x)[0])}
+    for layer in df.layers:
+        env[layer.output] = golden.run_layer(layer, *(env[t] for t in layer.inputs)).reshape(
+            len(x), -1)
+    return env.get(name)
+
+
+def _row(name, board, qdq, x, requant=None) -> dict:
     row = {"model": name, "board": board}
     start = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix=f"mlperf-{name}-") as out:
-            d = onnx2fpga.compile(qdq, os.path.join(out, "d"), board=board, force=True)
+            d = onnx2fpga.compile(qdq, os.path.join(out, "d"), force=True, requant=requant,
+                                  board=None if board == "none" else board)
+            row["requant"] = d.manifest["quantization"].get("requant")
             row["compile_s"] = round(time.monotonic() - start, 1)
             man = d.manifest
             row["ii_cycles"] = man["cycles_per_inference"]
@@ -169,6 +217,12 @@ def _row(name, board, qdq, x) -> dict:
             row["argmax_agreement"] = float(np.mean(got.argmax(1) == ref.argmax(1))) \
                 if ref.ndim == 2 and ref.shape[1] > 1 else None
             row["max_abs_diff_vs_ort"] = float(np.max(np.abs(got - ref)))
+            t = logits_tensor(qdq)
+            mine = golden_tensor(d, x, t)
+            if mine is not None:
+                diff = np.abs(mine - ort_tensor(qdq, x, t))
+                row["logits_exact"] = round(float(np.mean(diff == 0)), 4)
+                row["logits_worst_lsb"] = int(diff.max())
     except onnx2fpga.Onnx2FpgaError as e:
         row["compile_s"] = round(time.monotonic() - start, 1)
         row["error"] = str(e).splitlines()[0]
@@ -177,9 +231,12 @@ def _row(name, board, qdq, x) -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--boards", default="ulx3s-85f", help="comma-separated board names")
+    ap.add_argument("--boards", default="ulx3s-85f",
+                    help="comma-separated board names ('none': no board's folding)")
     ap.add_argument("--only", default="ic,kws,vww,ad", help="comma-separated subset")
     ap.add_argument("--samples", type=int, default=20, help="inputs for golden vs onnxruntime")
+    ap.add_argument("--requant", choices=("onnxruntime", "exact"), default=None,
+                    help="the compile's requantization (default: its own choice)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     logging.getLogger().setLevel(logging.ERROR)      # quantize_static's pre-processing advice
@@ -199,7 +256,7 @@ def main(argv=None):
             n_macs = macs(fpath)
             limit = n_macs / (2 * ECP5_85F_DSPS)
             for board in args.boards.split(","):
-                row = _row(name, board, qpath, x)
+                row = _row(name, board, qpath, x, args.requant)
                 row["macs"] = n_macs
                 row["ecp5_85f_multiply_limit_cycles"] = round(limit)
                 if "ii_cycles" in row:
@@ -214,7 +271,9 @@ def main(argv=None):
           f"{'limit':>7} {'share':>6} {'pub. ms':>8}  agreement / error")
     for r in rows:
         tail = r.get("error") or (f"argmax {r['argmax_agreement']}, max diff "
-                                  f"{r['max_abs_diff_vs_ort']:.3g}")
+                                  f"{r['max_abs_diff_vs_ort']:.3g}; quantized logits "
+                                  f"({r['requant']}): {r.get('logits_exact', '-')} exact, "
+                                  f"worst {r.get('logits_worst_lsb', '-')} LSB")
         print(f"{r['model']:<5} {r['board']:<11} {r['compile_s']:>7}s {r.get('ii_cycles', '-'):>9}"
               f" {r.get('latency_cycles', '-') or '-':>9} {r.get('latency_ms_100mhz', '-'):>7}"
               f" {r['ecp5_85f_multiply_limit_cycles']:>7} {r.get('share_of_limit', '-'):>6}"

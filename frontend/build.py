@@ -45,6 +45,7 @@ from .epilogue import (
     compact,
     compact_axes,
     f32_ratio,
+    integer_bias,
     is_identity,
     match_epilogue,
     out_info,
@@ -383,6 +384,10 @@ def _finish_core(hw: HardwarePart, layer, acc_scale, bias_real, aff, grp, channe
         return layer
     if grp.func:
         return _function_of_accumulator(hw, layer, acc_scale, bias_real, grp, channels)
+    folded = integer_bias(hw.graph, grp, acc_scale, aff, channels) \
+        if hw.options.requant == "onnxruntime" and flip is None else None
+    if folded is not None:          # a bias Add after a MatMul: onnxruntime's QGemm adds it
+        layer.bias, aff = layer.bias + folded[0], folded[1]
     layer.requant = [acc_stage(acc_scale, bias_real, aff, grp, hw.options, channels, flip,
                                value_range=(layer.acc_type.lo, layer.acc_type.hi))]
     return layer
@@ -570,6 +575,8 @@ def _add_layer(hw, grp, srcs, infos, aff, out):
     # The add core multiplies by constants in logic: 12 significant bits keep each term
     # within 1/16 LSB over an 8-bit input range at a fraction of the 16-24 bit cost.
     bits = ADD_MULTIPLIER_BITS if op == "add" else MINMAX_MULTIPLIER_BITS
+    if hw.options.requant == "onnxruntime":     # its float32 kernels: match them closely
+        bits = hw.options.multiplier_bits
     ms, shift = requant_params(np.array(reals), min(hw.options.multiplier_bits, bits))
     # v = (a - za) * ma + (b - zb) * mb is the output on a scale of 2**shift; the stage
     # adds the offset, rounds, shifts and clips. A LeakyRelu slope rides on the stage's

@@ -25,7 +25,8 @@ from .groups import VIEW_OPS, Group, QdqGraph
 __all__ = ["Epilogue", "QuantInfo", "RequantOptions", "match_epilogue", "requant_stage",
            "acc_stage", "bipolar_flips", "is_identity", "out_quant", "out_info",
            "out_rounding", "output_bounds", "requant_params", "f32_ratio", "compact",
-           "compact_axes", "THRESHOLD_LIMIT_BITS"]
+           "compact_axes", "float32_params", "integer_bias",
+           "THRESHOLD_LIMIT_BITS"]
 
 #: Thresholds of a bipolar quantizer that no input reaches (a channel whose multiplier is 0)
 #: sit at -+2**THRESHOLD_LIMIT_BITS: always or never.
@@ -43,9 +44,11 @@ class QuantInfo:
 @dataclass(frozen=True)
 class RequantOptions:
     """How requantization stages are built: ``multiplier_bits`` significant bits of a
-    multiplier, and the rounding of a round-half-to-even quantizer."""
+    multiplier, the rounding of a round-half-to-even quantizer, and the requantization
+    after an accumulator (one of :data:`onnx2fpga.ir.REQUANT_MODES`)."""
     multiplier_bits: int
     rounding: str
+    requant: str = "exact"
 
 
 @dataclass
@@ -74,6 +77,27 @@ def requant_params(scale: np.ndarray, multiplier_bits: int):
     if np.abs(m).max() >= (1 << multiplier_bits) and shift > 0:  # rounding made a new bit
         shift -= 1
         m = np.rint(scale * 2.0 ** shift).astype(np.int64)
+    return m, shift
+
+
+def float32_params(scale) -> tuple[np.ndarray, int]:
+    """Integer multipliers and one common shift with ``m / 2**shift`` exactly the float32
+    ``scale`` in every channel: each mantissa (24 bits) shifted left by the difference of
+    its exponent from the smallest one, common trailing zeros dropped (a stage whose
+    ``rounding`` is ``"float32"``)."""
+    s = np.asarray(scale, np.float32).astype(np.float64).reshape(-1)
+    frac, exp = np.frexp(s)                       # s = frac * 2**exp, 0.5 <= |frac| < 1
+    mant = np.rint(frac * (1 << 24)).astype(np.int64)
+    own = 24 - exp.astype(np.int64)               # s = mant / 2**own
+    live = mant != 0
+    if not live.any():
+        return np.zeros(s.shape, np.int64), 0
+    shift = int(own[live].max())
+    m = np.where(live, mant << np.maximum(shift - own, 0), 0).astype(np.int64)
+    if shift < 0:
+        m, shift = m << -shift, 0
+    while shift > 0 and np.all(m % 2 == 0):
+        m, shift = m // 2, shift - 1
     return m, shift
 
 
@@ -441,4 +465,49 @@ def acc_stage(acc_scale, bias_real, aff: Epilogue, grp: Group, opts: RequantOpti
         mult = np.where(flip, -mult, mult)
     off = (a * np.broadcast_to(bias_real, (channels,)) +
            np.broadcast_to(aff.b, (channels,))) / s_out
+    st = _float32_stage(mult, off, aff, grp, opts)
+    if st is not None:
+        return st
     return requant_stage(mult, off, aff, grp, opts, value_range=value_range)
+
+
+def integer_bias(qg: QdqGraph, grp: Group, acc_scale, aff: Epilogue, channels: int):
+    """The integer bias of an epilogue that is one Add of a quantized constant on the
+    accumulator's scale (a MatMul and its bias Add, which onnxruntime fuses into a Gemm, then
+    QGemm), and the epilogue without it; None if the epilogue is anything else."""
+    ops = [n for n in grp.after if n.op not in VIEW_OPS and
+           n.op not in ("Relu", "Clip")]
+    if len(ops) != 1 or ops[0].op != "Add" or np.any(np.asarray(aff.a) != 1):
+        return None
+    n = ops[0]
+    for name in n.inputs:
+        dq = qg.dq_constant(name)
+        if dq is None:
+            continue
+        q, s, z, _, _, _ = dq
+        if q.size not in (1, channels) or np.asarray(s).size not in (1, channels):
+            return None
+        sb = np.broadcast_to(np.asarray(s, np.float64).reshape(-1), (channels,))
+        if not np.allclose(sb, np.asarray(acc_scale, np.float64), rtol=1e-6, atol=0):
+            return None
+        bias = np.broadcast_to((q - np.asarray(z, np.int64)).reshape(-1), (channels,))
+        return bias.astype(np.int64), Epilogue(aff.a, np.zeros(1), aff.lo, aff.hi,
+                                               aff.alpha, aff.activated)
+    return None
+
+
+def _float32_stage(mult, off, aff: Epilogue, grp: Group, opts: RequantOptions):
+    """onnxruntime's requantization of QLinearConv / QGemm / QLinearMatMul (a stage
+    rounding ``"float32"``) where the options ask for it and the group is one such kernel:
+    a plain quantizer rounding half to even, no offset (the bias is on the accumulator's
+    scale), no LeakyRelu, positive scales; None otherwise."""
+    qa = grp.quant.attrs
+    if opts.requant != "onnxruntime" or "thresholds" in qa or qa.get("bipolar") or \
+            "trunc_shift" in qa or qa.get("rounding", "half_even") != "half_even" or \
+            aff.alpha is not None or np.any(np.asarray(off) != 0) or \
+            np.any(np.asarray(mult) < 0):
+        return None
+    qtype, _, z_out = out_quant(grp)
+    lo, hi = output_bounds(aff, grp)
+    m, shift = float32_params(mult)
+    return RequantStage(compact(m), [0], shift, z_out, lo, hi, qtype, rounding="float32")

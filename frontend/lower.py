@@ -48,6 +48,7 @@ import numpy as np
 
 from ..errors import OptionError, UnsupportedError
 from ..ir import (
+    REQUANT_MODES,
     ConcatLayer,
     ConvLayer,
     Dataflow,
@@ -75,7 +76,7 @@ __all__ = ["lower", "assemble_design", "multiplex_inputs", "multiplex_outputs",
 
 
 def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even",
-          allow_host_compute: bool = False) -> Design:
+          requant: str = "exact", allow_host_compute: bool = False) -> Design:
     """Partition and lower a normalized QDQ graph; see the module docstring.
 
     Convolution, pooling, resize and pad nodes must carry the ``_geometry`` attribute that
@@ -92,6 +93,9 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
         Significant bits of a requantization multiplier, 2 to 32.
     rounding : str
         The requantization's rounding where the quantizer rounds half to even.
+    requant : str
+        The requantization after a Conv, Gemm or MatMul (one of
+        :data:`~onnx2fpga.ir.REQUANT_MODES`).
     allow_host_compute : bool
         Let a compute operator (Conv, Gemm, MatMul and their integer forms) run on the host,
         in float, with a warning that lists every such node; without it, that is an error.
@@ -99,7 +103,7 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
     Raises
     ------
     OptionError
-        ``multiplier_bits`` out of range.
+        ``multiplier_bits`` out of range, an unknown ``requant``.
     UnsupportedError
         Every part of the graph that can run neither in hardware nor on the host; every
         compute operator placed on the host, with the reason (unless
@@ -110,7 +114,10 @@ def lower(graph: Graph, *, multiplier_bits: int = 16, rounding: str = "half_even
                          f"{multiplier_bits!r}")
     # Measured on onnxruntime's QDQ MLPs (benchmarks/ort_agreement.py): 16 bits give
     # 99.875 % exact outputs and at most 2 LSB; 24 bits 99.993 % and at most 1 LSB.
-    opts = RequantOptions(multiplier_bits, rounding)
+    if requant not in REQUANT_MODES:
+        raise OptionError(f"requant must be one of {', '.join(REQUANT_MODES)}, not "
+                          f"{requant!r}")
+    opts = RequantOptions(multiplier_bits, rounding, requant)
     integer_max_pools(graph)
     exact_average_pools(graph)
     qg = QdqGraph(graph)

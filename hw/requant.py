@@ -9,6 +9,7 @@ from math import gcd
 import numpy as np
 from amaranth import (
     C,
+    Cat,
     Module,
     Mux,
     Shape,
@@ -20,6 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..ir.stages import RequantStage
 from ..plan import requant as timing
+from ..plan.requant import FLOAT32_BITS, float32_input_rounds, round_significant, stage_latency
 from ..plan.checks import check_count
 from ..plan.thresholds import affine_range, sign_split
 from .arith import (
@@ -44,7 +46,44 @@ from .blocks import (
     wrap_incr,
 )
 
-__all__ = ["RequantCore"]
+__all__ = ["RequantCore", "significant_mask", "mask_carry", "round_to_mask"]
+
+
+def significant_mask(value, bits: int = FLOAT32_BITS):
+    """The bits of integer ``value`` below its ``bits`` most significant ones, as a mask
+    (unsigned, ``len(value) - bits`` bits, aligned with ``value``'s lowest bits): the
+    suffix OR of the magnitude's bits from ``bits`` up (``~value`` stands for a negative
+    value's magnitude: it is one less, which moves the top bit only for a power of two, whose
+    lower bits are all zero anyway). None if ``value`` never has more than ``bits``."""
+    w = len(value)
+    signed = value.shape().signed
+    if w - signed <= bits:
+        return None
+    mag = value.as_unsigned() ^ value[-1].replicate(w) if signed else value.as_unsigned()
+    t = mag[bits:]
+    d = 1
+    while d < len(t):
+        t = t | (t >> d)
+        d *= 2
+    return t
+
+
+def mask_carry(value, mask):
+    """The carry-in of :func:`round_to_mask`: bit ``q`` of ``value`` where ``q > 0``."""
+    n = len(mask)
+    lsb = Cat(C(1, 1), mask) & ~Cat(mask, C(0, 1))          # bit q, one-hot
+    return (value.as_unsigned()[:n + 1] & lsb).any() & mask[0]
+
+
+def round_to_mask(value, mask, cin):
+    """``value`` with the bits under ``mask`` (all ones below some position ``q``, from
+    :func:`significant_mask`) rounded off, to the nearest multiple of ``2**q``, ties to even:
+    ``(value + 2**(q-1) - 1 + cin) & ~mask`` with ``cin`` from :func:`mask_carry` (computed a
+    step earlier, with the mask, so that this step is one adder)."""
+    n = len(mask)
+    total = value + (mask >> 1) + cin
+    out = Cat(total.as_unsigned()[:n] & ~mask, total.as_unsigned()[n:])
+    return out.as_signed() if value.shape().signed else out
 
 
 class _StagePlan:
@@ -57,6 +96,15 @@ class _StagePlan:
 
     def __init__(self, stage: RequantStage, channels: int, lanes: int, x_lo: int, x_hi: int):
         izp = int(stage.in_zero_point)
+        # float32 (onnxruntime): the input rounded to 24 significant bits where it can
+        # exceed 2**24, the product too; both roundings are monotonic, so the rounded
+        # extremes bound the rounded values.
+        self.float32 = stage.rounding == "float32"
+        self.x_rounds = self.float32 and float32_input_rounds(x_lo, x_hi)
+        self.latency = stage_latency(stage, x_lo, x_hi)
+        if self.x_rounds:
+            x_lo, x_hi = round_significant(x_lo), round_significant(x_hi)
+            self.x_shape = range_shape(x_lo, x_hi)
 
         def per_channel(arr):
             return [int(v) for v in np.broadcast_to(np.asarray(arr).reshape(-1), (channels,))]
@@ -92,6 +140,10 @@ class _StagePlan:
         ranges = pos_ranges + neg_ranges
         v_lo = min(lo for lo, _ in ranges)
         v_hi = max(hi for _, hi in ranges)
+        self.v_shape = range_shape(v_lo, v_hi)
+        if self.float32:        # the rounding step works on the product rounded to 24 bits
+            v_lo, v_hi = round_significant(v_lo), round_significant(v_hi)
+            self.p_shape = range_shape(v_lo, v_hi)
 
         period = channels // gcd(channels, lanes)
         self.period = period
@@ -101,12 +153,12 @@ class _StagePlan:
         self.varies = {name: any(len(set(row)) > 1 for row in table)
                        for name, table in self.tables.items()}
         self.shapes = {name: range_shape(min(vals), max(vals)) for name, vals in values.items()}
-        self.v_shape = range_shape(v_lo, v_hi)
         self.v_signed = v_lo < 0
 
         s = int(stage.shift)
         self.shift = s
-        self.rounding = stage.rounding
+        # float32: after the rounding to 24 bits, an integer rounding half to even.
+        self.rounding = "half_even" if self.float32 else stage.rounding
         zp = int(stage.zero_point)
         if s == 0:
             self.const = zp
@@ -247,7 +299,7 @@ class RequantCore(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from an input transfer to the output transfer of the same elements."""
-        return timing.requant_latency(len(self._stages))
+        return 2 + sum(plan.latency for plan in self._plans)
 
     def elaborate(self, platform):
         m = Module()
@@ -284,7 +336,8 @@ class RequantCore(wiring.Component):
         # first stage's products are sums of shifted 0, x, 2x or 3x (radix-4 digits of the
         # multiplier) instead of full LUT multipliers.
         x3 = None
-        if lut_mul:
+        digits = lut_mul and not self._plans[0].x_rounds
+        if digits:
             x3 = [Signal(range_shape(*times3_range(self._in_shape)), name=f"x3_{j}",
                          reset_less=True) for j in range(lanes)]
             with m.If(advance):
@@ -300,6 +353,29 @@ class RequantCore(wiring.Component):
         x, valid, ts = x1, valid1, [t_in, t_cur, t1]
 
         for k, plan in enumerate(self._plans):
+            if plan.x_rounds:
+                # float32: the input rounded to 24 significant bits first (two registers:
+                # the input and its mask, then the rounded input).
+                xm = [Signal(Shape.cast(x[j].shape()), name=f"xm{k}_{j}", reset_less=True)
+                      for j in range(lanes)]
+                masks = [significant_mask(x[j]) for j in range(lanes)]
+                mk = [Signal(Shape.cast(masks[j].shape()), name=f"xmask{k}_{j}",
+                             reset_less=True) for j in range(lanes)]
+                ck = [Signal(name=f"xcarry{k}_{j}", reset_less=True) for j in range(lanes)]
+                xr = Signal(data.ArrayLayout(plan.x_shape, lanes), name=f"xr{k}",
+                            reset_less=True)
+                xr_next = [round_to_mask(xm[j], mk[j], ck[j]) for j in range(lanes)]
+                pre_valid = [Signal(name=f"valid{k}_x{n}") for n in range(2)]
+                pre_slot = [Signal(t_shape, name=f"t{k}_x{n}") for n in range(2)]
+                with m.If(advance):
+                    m.d.sync += [xm[j].eq(x[j]) for j in range(lanes)]
+                    m.d.sync += [mk[j].eq(masks[j]) for j in range(lanes)]
+                    m.d.sync += [ck[j].eq(mask_carry(x[j], masks[j])) for j in range(lanes)]
+                    m.d.sync += [xr[j].eq(xr_next[j]) for j in range(lanes)]
+                    m.d.sync += [pre_valid[0].eq(valid), pre_valid[1].eq(pre_valid[0]),
+                                 pre_slot[0].eq(ts[-1]), pre_slot[1].eq(pre_slot[0])]
+                x, x_next, valid = xr, xr_next, pre_valid[1]
+                ts = ts + pre_slot
             # Parameters for this stage, read two stages early and registered in `p_word`.
             fields = {name: plan.shapes[name] for name in plan.tables if plan.varies[name]}
             if fields:
@@ -325,9 +401,11 @@ class RequantCore(wiring.Component):
             r = [Signal(plan.r_shape, name=f"r{k}_{j}", reset_less=True) for j in range(lanes)]
             y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}", reset_less=True)
             y_next = []                     # the values `y` loads, per lane
-            # Stages a..e, each with the valid flag and transfer slot of its contents.
-            valids = [Signal(name=f"valid{k}_{n}") for n in "abcde"]
-            slots = [Signal(t_shape, name=f"t{k}_{n}") for n in "abcde"]
+            # Stages a..e (float32: a..g), each with the valid flag and transfer slot of its
+            # contents.
+            steps = "abcdefg" if plan.float32 else "abcde"
+            valids = [Signal(name=f"valid{k}_{n}") for n in steps]
+            slots = [Signal(t_shape, name=f"t{k}_{n}") for n in steps]
             with m.If(advance):
                 m.d.sync += [a.eq(b) for a, b in zip(valids, [valid] + valids[:-1])]
                 m.d.sync += [a.eq(b) for a, b in zip(slots, [ts[-1]] + slots[:-1])]
@@ -341,7 +419,7 @@ class RequantCore(wiring.Component):
                     if not use:
                         continue
                     parts = []
-                    if lut_mul and k == 0:
+                    if digits and k == 0:
                         products = digit_partial_products(x[j], x3[j], p[mult])
                     else:
                         products = partial_products(x[j], p[mult], chunks)
@@ -388,24 +466,42 @@ class RequantCore(wiring.Component):
                     sides.append(prod + (C(off_b) if isinstance(off_b, int) else off_b))
                 # c: add the offset; with both sides, the sign of the first chooses.
                 value = Mux(sides[0] < 0, sides[1], sides[0]) if len(sides) == 2 else sides[0]
+                src = v[j]
+                if plan.float32:
+                    # float32, two more steps: the mask of the product's bits beyond 24
+                    # significant ones, then the product rounded to 24 bits (half to even),
+                    # which d rounds again to an integer.
+                    mask = significant_mask(v[j])
+                    p1 = Signal(plan.v_shape, name=f"p{k}_m{j}", reset_less=True)
+                    src = Signal(plan.p_shape, name=f"p{k}_r{j}", reset_less=True)
+                    with m.If(advance):
+                        m.d.sync += p1.eq(v[j])
+                        if mask is None:
+                            m.d.sync += src.eq(p1)
+                        else:
+                            mreg = Signal(Shape.cast(mask.shape()), name=f"p{k}_mask{j}",
+                                          reset_less=True)
+                            creg = Signal(name=f"p{k}_carry{j}", reset_less=True)
+                            m.d.sync += [mreg.eq(mask), creg.eq(mask_carry(v[j], mask)),
+                                         src.eq(round_to_mask(p1, mreg, creg))]
                 with m.If(advance):
                     m.d.sync += v[j].eq(value)
                     # d: round and add the zero point.
                     if plan.shift == 0:
-                        m.d.sync += r[j].eq(v[j] + plan.const)
+                        m.d.sync += r[j].eq(src + plan.const)
                     elif plan.rounding in ("floor", "ceil") or \
                             (plan.rounding == "to_zero" and not plan.v_signed):
-                        m.d.sync += r[j].eq((v[j] + C(plan.const)) >> plan.shift)
+                        m.d.sync += r[j].eq((src + C(plan.const)) >> plan.shift)
                     elif plan.rounding == "to_zero":
-                        bias = Mux(v[j][-1], C((1 << plan.shift) - 1), C(0))
-                        m.d.sync += r[j].eq((v[j] + C(plan.const) + bias) >> plan.shift)
+                        bias = Mux(src[-1], C((1 << plan.shift) - 1), C(0))
+                        m.d.sync += r[j].eq((src + C(plan.const) + bias) >> plan.shift)
                     else:
                         if plan.rounding == "half_even":
-                            cin = v[j][plan.shift] if plan.shift < len(v[j]) else \
-                                (v[j][-1] if plan.v_signed else C(0, 1))
+                            cin = src[plan.shift] if plan.shift < len(src) else \
+                                (src[-1] if plan.v_signed else C(0, 1))
                         else:
-                            cin = ~v[j][-1] if plan.v_signed else C(1, 1)
-                        m.d.sync += r[j].eq((v[j] + C(plan.const) + cin) >> plan.shift)
+                            cin = ~src[-1] if plan.v_signed else C(1, 1)
+                        m.d.sync += r[j].eq((src + C(plan.const) + cin) >> plan.shift)
                     # e: clip.
                     clipped = r[j]
                     if plan.clip_hi:

@@ -46,10 +46,19 @@ from .layers import (
 )
 from .serialize import load_design, save_design
 from .stages import LutStage, RequantStage, ThresholdStage
-from .types import FLOAT_ROUNDINGS, ROUNDINGS, IntType, acc_type_for
+from .types import (
+    FLOAT_ROUNDINGS,
+    REQUANT_MODES,
+    ROUNDINGS,
+    SHIFT_ROUNDINGS,
+    IntType,
+    acc_type_for,
+    float32_scales,
+)
 
 __all__ = [
-    "IntType", "ROUNDINGS", "FLOAT_ROUNDINGS", "RequantStage", "ThresholdStage", "LutStage",
+    "IntType", "ROUNDINGS", "SHIFT_ROUNDINGS", "FLOAT_ROUNDINGS", "REQUANT_MODES", "float32_scales",
+    "RequantStage", "ThresholdStage", "LutStage",
     "DenseLayer",
     "RequantLayer", "ConvLayer", "PoolLayer", "AddLayer", "ConcatLayer", "ResizeLayer",
     "PadLayer", "ViewLayer", "SliceLayer",

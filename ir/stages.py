@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .types import ROUNDINGS, IntType
+from .types import ROUNDINGS, IntType, float32_scales
 
 __all__ = ["RequantStage", "ThresholdStage", "LutStage"]
 
@@ -22,6 +22,17 @@ class RequantStage:
     (``rounding="half_even"``, as ONNX QuantizeLinear) or away from zero (``"half_away"``),
     or rounds the quotient down (``"floor"``), up (``"ceil"``) or towards zero
     (``"to_zero"``): the rounding modes of QONNX Quant and Trunc.
+
+    ``rounding="float32"`` is onnxruntime's requantization of its integer kernels
+    (QLinearConv, QGemm, QLinearMatMul: MLAS ``MlasRequantizeOutput``) instead::
+
+        y = clip(rne(f32(f32(x - in_zero_point) * S[c])) + zero_point, lo, hi)
+
+    with ``S[c] = multiplier[c] / 2**shift`` exactly a float32, ``f32`` rounding to the
+    nearest float32 (24 significant bits, ties to even; the input only changes beyond
+    ``2**24``) and ``rne`` to the nearest integer, ties to even: two roundings of the
+    product, as the float32 multiplication and the float-to-integer conversion make them.
+    ``offset`` must be 0 and there is no negative side.
     ``multiplier`` and ``offset`` are arrays aligned on the left with the logical tensor (see
     the module docstring): one entry per channel, or a single entry for all. A fused ReLU is
     ``lo = zero_point``.
@@ -52,13 +63,18 @@ class RequantStage:
             self.neg_multiplier = np.atleast_1d(np.asarray(self.neg_multiplier, np.int64))
             self.neg_offset = np.atleast_1d(np.asarray(self.neg_offset, np.int64))
         if self.rounding not in ROUNDINGS:
-            raise ValueError(f"Rounding must be 'half_even', 'half_away', 'floor', 'ceil' or "
-                             f"'to_zero', not {self.rounding!r}")
+            raise ValueError(f"Rounding must be one of {', '.join(ROUNDINGS)}, not "
+                             f"{self.rounding!r}")
         if not (self.out_type.lo <= self.lo <= self.hi <= self.out_type.hi):
             raise ValueError(f"Clip range [{self.lo}, {self.hi}] must lie within "
                              f"{self.out_type.name}")
         if self.shift < 0:
             raise ValueError(f"Shift must be non-negative, not {self.shift!r}")
+        if self.rounding == "float32":
+            if np.any(self.offset != 0) or self.neg_multiplier is not None:
+                raise ValueError("A float32 requantization has no offset and no negative "
+                                 "side")
+            float32_scales(self.multiplier, self.shift)
 
     @property
     def per_element(self) -> bool:

@@ -6,16 +6,45 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["IntType", "ROUNDINGS", "FLOAT_ROUNDINGS", "acc_type_for"]
+__all__ = ["IntType", "ROUNDINGS", "SHIFT_ROUNDINGS", "FLOAT_ROUNDINGS", "REQUANT_MODES",
+           "acc_type_for", "float32_scales"]
 
-#: Rounding modes of an integer right shift (a RequantStage): ties to even (ONNX
-#: QuantizeLinear), ties away from zero (C ``round``), toward minus infinity, toward plus
-#: infinity, toward zero. The one list of them: the IR's checks, the golden model, the
-#: frontend and the cores take it from here.
-ROUNDINGS = ("half_even", "half_away", "floor", "ceil", "to_zero")
+#: Rounding modes of a RequantStage. The first five round an integer right shift: ties to
+#: even (ONNX QuantizeLinear), ties away from zero (C ``round``), toward minus infinity,
+#: toward plus infinity, toward zero. ``"float32"`` is onnxruntime's requantization of an
+#: integer kernel (MLAS ``MlasRequantizeOutput``): the input converted to float32, times a
+#: float32 scale in float32, rounded half to even (see :class:`~onnx2fpga.ir.RequantStage`).
+#: The one list of them: the IR's checks, the golden model, the frontend and the cores take
+#: it from here.
+ROUNDINGS = ("half_even", "half_away", "floor", "ceil", "to_zero", "float32")
+
+#: The requantizations a compile can choose after a Conv, Gemm or MatMul (``requant=``):
+#: ``"onnxruntime"`` reproduces onnxruntime's integer kernels (a stage rounding
+#: ``"float32"``; the default for models onnxruntime quantized), ``"exact"`` rounds the exact
+#: product once by a multiplier of ``multiplier_bits`` bits (QONNX, Brevitas, FINN and our
+#: own quantizer).
+REQUANT_MODES = ("onnxruntime", "exact")
+
+#: The roundings of an integer right shift (all of :data:`ROUNDINGS` but ``"float32"``).
+SHIFT_ROUNDINGS = ROUNDINGS[:5]
 
 #: Rounding modes of a float quantizer: the shift's, and ties toward plus infinity.
-FLOAT_ROUNDINGS = ROUNDINGS[:2] + ("half_up",) + ROUNDINGS[2:]
+FLOAT_ROUNDINGS = SHIFT_ROUNDINGS[:2] + ("half_up",) + SHIFT_ROUNDINGS[2:]
+
+
+def float32_scales(multiplier, shift: int) -> np.ndarray:
+    """``multiplier * 2**-shift`` as float32; ``ValueError`` unless every entry is exactly a
+    float32 (at most 24 significant bits, within the normal exponent range)."""
+    m = np.asarray(multiplier, dtype=np.int64)
+    exact = np.ldexp(m.astype(np.float64), -int(shift))
+    if np.any(np.abs(m) >= 1 << 53):
+        raise ValueError("Float32 scale multipliers must be below 2**53")
+    s = exact.astype(np.float32)
+    tiny = (s != 0) & (np.abs(s) < np.finfo(np.float32).tiny)
+    if np.any(s.astype(np.float64) != exact) or np.any(tiny):
+        bad = m.reshape(-1)[(s.astype(np.float64) != exact).reshape(-1) | tiny.reshape(-1)][0]
+        raise ValueError(f"Multiplier {int(bad)} / 2**{shift} is not a normal float32")
+    return s
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
             allow_host_compute: bool = False, force: bool = False, weight_bits: int = 8,
             activation_bits: int = 8, per_channel: bool = True, max_lanes: int | None = None,
             folding: dict | None = None, multiplier_bits: int | None = None,
+            requant: str | None = None,
             board: str | None = None, target_fps: float | None = None,
             clock_mhz: float | None = None, utilization: float = 0.8,
             verbose: bool = False, stop_after: str = "emit",
@@ -113,6 +114,16 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         Significant bits of requantization multipliers. By default 24 for models quantized
         elsewhere (the golden model then agrees with onnxruntime within one LSB) and 16 for
         our own calibration (the golden model is the only definition; cheaper hardware).
+    requant : str, optional
+        The requantization after a Conv, Gemm or MatMul: ``"onnxruntime"`` reproduces
+        onnxruntime's integer kernels (QLinearConv, QGemm, QLinearMatMul: the accumulator
+        times the float32 scale in float32, then rounded to an integer, ties to even; the
+        golden model then equals onnxruntime wherever onnxruntime runs those kernels),
+        ``"exact"`` rounds the exact product once, by a multiplier of ``multiplier_bits``
+        bits (cheaper hardware). By default ``"onnxruntime"`` for models onnxruntime
+        quantized (producer ``onnx.quantize``, or QOperator nodes), ``"exact"`` for the
+        others (QONNX, Brevitas, FINN, our own calibration). The manifest's
+        ``quantization.requant`` records the choice.
     name : str
         The Verilog top module's name (``top`` by default), a plain Verilog identifier
         (:func:`onnx2fpga.designdir.check_module_name`). Every submodule carries it
@@ -136,7 +147,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     t0 = time.monotonic()
     if stop_after not in STEPS:
         raise OptionError(f"stop_after must be one of {', '.join(STEPS)}, not {stop_after!r}")
-    check_options(weight_bits, activation_bits, multiplier_bits, folding)
+    check_options(weight_bits, activation_bits, multiplier_bits, folding, requant)
     check_module_name(name)
     fold_opts = fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                              pinned={name for name, o in (folding or {}).items()
@@ -148,7 +159,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         "lenient": lenient, "allow_host_compute": bool(allow_host_compute),
         "calibration": calibration, "weight_bits": weight_bits,
         "activation_bits": activation_bits, "per_channel": per_channel,
-        "multiplier_bits": multiplier_bits, "board": board, "target_fps": target_fps,
+        "multiplier_bits": multiplier_bits, "requant": requant, "board": board,
+        "target_fps": target_fps,
         "clock_mhz": clock_mhz, "utilization": utilization, "folding": folding,
         "fold_options": fold_opts, "name": name})
     run_steps(c, stop_after, say)

@@ -99,6 +99,11 @@ def _parser():
                    help="significant bits of requantization multipliers (default: 24 for "
                    "models quantized elsewhere, which keeps every output within one LSB of "
                    "onnxruntime; 16 for our own calibration, which costs less hardware)")
+    c.add_argument("--requant", choices=("onnxruntime", "exact"), default=None,
+                   help="requantization after a Conv, Gemm or MatMul: 'onnxruntime' "
+                   "reproduces onnxruntime's integer kernels (float32 product, rounded twice), "
+                   "'exact' rounds the exact product once (cheaper); default: onnxruntime for "
+                   "models onnxruntime quantized, exact for the others")
     c.add_argument("--folding", type=_folding, metavar="NAME:SIMD:PE[:LANES],...",
                    help="override the parallelism of named layers (LANES: channels per "
                    "transfer into a convolution's window; NAME:lanes=L for pools and "
@@ -241,7 +246,7 @@ def _compile(args):
                  weight_bits=args.weight_bits, activation_bits=args.activation_bits,
                  per_channel=not args.per_tensor,
                  max_lanes=args.max_lanes, folding=args.folding,
-                 multiplier_bits=args.multiplier_bits, board=args.board,
+                 multiplier_bits=args.multiplier_bits, requant=args.requant, board=args.board,
                  target_fps=args.target_fps, clock_mhz=args.clock,
                  utilization=args.utilization, verbose=True, stop_after=args.stop_after,
                  name=args.name)

@@ -45,6 +45,7 @@ import numpy as np
 from .arrays import read_arrays
 from .designdir import DEFAULT_MODULE, check_interrupted, file_hashes, hashed_files
 from .errors import CalibrationError, OptionError, SizeError
+from .ir import REQUANT_MODES
 from .ir.dataflow import Design
 from .ir.layers import product_mapping
 from .ir.serialize import save_design
@@ -92,7 +93,8 @@ def _is_int(v) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
-def check_options(weight_bits, activation_bits, multiplier_bits, folding=None) -> None:
+def check_options(weight_bits, activation_bits, multiplier_bits, folding=None,
+                  requant=None) -> None:
     """Check the quantization options and the values of the folding overrides before any
     work (which layers the overrides name, and whether their values divide the layers' sizes,
     is checked when folding). ``OptionError`` names the option and what it accepts: weights
@@ -106,6 +108,9 @@ def check_options(weight_bits, activation_bits, multiplier_bits, folding=None) -
                                         or not 2 <= multiplier_bits <= 32):
         raise OptionError(f"multiplier_bits must be an integer from 2 to 32, not "
                           f"{multiplier_bits!r}")
+    if requant is not None and requant not in REQUANT_MODES:
+        raise OptionError(f"requant must be one of {', '.join(REQUANT_MODES)}, not "
+                          f"{requant!r}")
     if folding is None:
         return
     if not isinstance(folding, dict):
@@ -504,13 +509,18 @@ def _load(c: Compilation, say) -> None:
     from .frontend.load import load_model
     from .frontend.qdq import normalize_qdq
     from .frontend.qonnx import normalize_qonnx
-    from .frontend.qop import normalize_qoperators
+    from .frontend.qop import CONTRIB_CONVERTED, QOP_OPS, normalize_qoperators
     from .frontend.quantize import fold_constants
     from .frontend.resolve import resolve_geometry
     from .frontend.sklearn import normalize_ml
 
     say("loading and checking the model")
     graph = load_model(c.model, lenient=c.options["lenient"])
+    # onnxruntime's quantizer (QDQ or QOperator) writes producer "onnx.quantize"; QOperator
+    # nodes are onnxruntime's kernels: both choose its requantization by default.
+    graph.metadata["onnxruntime_quantized"] = \
+        graph.metadata.get("producer_name") == "onnx.quantize" or \
+        any(n.op in QOP_OPS + CONTRIB_CONVERTED for n in graph.nodes)
     normalize_ml(graph)         # skl2onnx's linear models: a Gemm and host operators
     normalize_qoperators(graph)
     normalize_finn(graph)       # FINN MultiThreshold activations: quantizers by thresholds
@@ -565,6 +575,11 @@ def _quantize(c: Compilation, say) -> None:
     if multiplier_bits is None:
         multiplier_bits = 24 if c.quant_info["source"] == "qdq" else 16
     c.quant_info["multiplier_bits"] = multiplier_bits
+    requant = o.get("requant")
+    if requant is None:
+        requant = "onnxruntime" if c.quant_info["source"] == "qdq" and \
+            graph.metadata.get("onnxruntime_quantized") else "exact"
+    c.quant_info["requant"] = requant
 
 
 def _lower(c: Compilation, say) -> None:
@@ -573,6 +588,7 @@ def _lower(c: Compilation, say) -> None:
     check_lowering(c.graph)
     say("lowering to integer layers")
     c.design = lower(c.graph, multiplier_bits=c.quant_info["multiplier_bits"],
+                     requant=c.quant_info.get("requant", "exact"),
                      allow_host_compute=c.options.get("allow_host_compute", False))
     say(f"partition: {partition_text(c.design)}")
 

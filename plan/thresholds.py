@@ -253,9 +253,9 @@ def _bits(lo: int, hi: int) -> int:
 def requant_luts(stage, in_bits: int, channels: int) -> float:
     """Estimated LUT4 of one lane of one :class:`~onnx2fpga.ir.RequantStage` on
     ``in_bits``-wide inputs, its parameters cycling through ``channels``: the multiplier
-    (none for a constant multiplier of 0 or 1), the offset and rounding adders, the clip
-    comparators and multiplexers, and the per-channel parameter table (see the comment
-    above)."""
+    (none for a constant multiplier of 0 or 1), the offset and rounding adders (a float32
+    stage's rounding to 24 bits too), the clip comparators and multiplexers, and the
+    per-channel parameter table (see the comment above)."""
     luts, table = 0.0, 0
     sides = [(stage.multiplier, stage.offset)]
     if stage.neg_multiplier is not None:
@@ -274,6 +274,11 @@ def requant_luts(stage, in_bits: int, channels: int) -> float:
         for arr in (mult, off):
             if arr.size > 1:
                 table += channels * _bits(arr.min(), arr.max())
+    if stage.rounding == "float32":
+        # The mask of the bits beyond 24 significant ones (a suffix OR, about one LUT4 per
+        # bit) and the rounding adder, on the product; on the input too where it can exceed
+        # 2**24 (see plan.requant.stage_latency).
+        luts += 2 * v_bits + (2 * in_bits if in_bits > 25 else 0)
     r_bits = max(v_bits - int(stage.shift), stage.out_type.bits)
     luts += v_bits + 4 * r_bits                          # rounding; clip compare and mux
     return luts + table / 16

@@ -35,12 +35,13 @@ __all__ = [
     "round_shift", "requant", "requant_stages", "dense", "conv", "max_pool", "window_sum",
     "add", "join", "resize_nearest", "pad", "run_layer", "run_dataflow", "quantize_linear",
     "dequantize_linear", "round_float", "ROUNDINGS", "SHIFT_ROUNDINGS", "threshold", "lookup",
-    "trunc",
+    "trunc", "requant_float32",
     "matmul_integer", "conv_integer", "qlinear_matmul", "qlinear_conv", "requantize_float",
 ]
 
-#: The roundings of :func:`round_shift` (and so of a RequantStage).
-SHIFT_ROUNDINGS = ir.ROUNDINGS
+#: The roundings of :func:`round_shift` (and so of a RequantStage but ``"float32"``, see
+#: :func:`requant`).
+SHIFT_ROUNDINGS = ir.SHIFT_ROUNDINGS
 
 _INT64_SAFE = (1 << 62)
 
@@ -135,6 +136,9 @@ def requant(x, stage: RequantStage) -> np.ndarray:
         return a.reshape((1,) + a.shape) if a.ndim else a
 
     centred = x - stage.in_zero_point
+    if stage.rounding == "float32":
+        return requant_float32(centred, param(ir.float32_scales(stage.multiplier, stage.shift)),
+                               stage.zero_point, stage.lo, stage.hi)
     pairs = [(param(stage.multiplier), param(stage.offset))]
     if stage.neg_multiplier is not None:
         pairs.append((param(stage.neg_multiplier), param(stage.neg_offset)))
@@ -148,6 +152,19 @@ def requant(x, stage: RequantStage) -> np.ndarray:
     v = vals[0] if len(vals) == 1 else np.where(vals[0] < 0, vals[1], vals[0])
     y = round_shift(v, stage.shift, stage.rounding) + stage.zero_point
     return np.clip(y, stage.lo, stage.hi)
+
+
+def requant_float32(x, scale, zero_point: int, lo: int, hi: int) -> np.ndarray:
+    """onnxruntime's requantization of an integer kernel's int32 result ``x`` (bias
+    included) by the float32 ``scale`` (``x_scale * w_scale / y_scale`` evaluated in float32,
+    left to right): ``clip(rne(f32(f32(x) * scale)) + zero_point, lo, hi)``, the float32
+    conversion, product and conversion back (half to even) of MLAS
+    ``MlasRequantizeOutput`` (onnxruntime/core/mlas/lib/requantize.cpp: ``cvtepi32_ps``,
+    ``mul_ps``, clamp, ``cvtps_epi32``). numpy's float32 arithmetic is that IEEE arithmetic.
+    Returns int64."""
+    with np.errstate(over="ignore"):
+        v = np.rint(np.asarray(x, np.int64).astype(np.float32) * np.asarray(scale, np.float32))
+    return _saturate(v, zero_point, lo, hi)
 
 
 def requant_stages(x, stages) -> np.ndarray:

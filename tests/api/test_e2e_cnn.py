@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import onnx2fpga
-from tests.helpers.models import CNN_KINDS, float_cnn, ort_qdq_cnn
+from tests.helpers.models import CNN_KINDS, float_cnn, ort_qdq_cnn, qdq_requant_ties
 from tests.helpers.paths import EXAMPLES
 
 EXAMPLE = os.path.join(EXAMPLES,
@@ -58,6 +58,29 @@ def test_cnn_rtl_equals_golden_under_backpressure(designs, kind, how):
     if kind == "residual":
         # The skip branch has the FIFO the planner computed, and the run did not deadlock.
         assert d.manifest["edge_fifos"]
+    # onnxruntime's models get onnxruntime's requantization (float32 stages), ours not.
+    assert d.manifest["quantization"]["requant"] == ("onnxruntime" if how == "qdq" else
+                                                     "exact")
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("op, activation, big", [("conv", "uint8", True),
+                                                 ("gemm", "int8", True)])
+def test_requant_ties_rtl_equals_onnxruntime(tmp_path, op, activation, big):
+    # The layer whose requantization falls next to ties (see qdq_requant_ties): the RTL's
+    # float32 stage gives onnxruntime's integers, accumulators beyond 2**24 included.
+    import onnxruntime as ort
+    logging.disable(logging.WARNING)
+    model, x = qdq_requant_ties(op, activation=activation, big=big, channels=8)
+    logging.disable(logging.NOTSET)
+    x = x[:64] if op == "gemm" else x
+    ref = ort.InferenceSession(model.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    d = onnx2fpga.compile(model, tmp_path / "d")
+    rtl = d.simulate(x, engine="rtl", seed=3, stall_in=0.3, stall_out=0.3)
+    np.testing.assert_array_equal(np.asarray(rtl).reshape(ref.shape), ref)
+    exact = onnx2fpga.compile(model, tmp_path / "e", requant="exact")
+    assert np.any(np.asarray(exact.simulate(x, engine="golden")).reshape(ref.shape) != ref)
 
 
 @pytest.fixture(scope="module")

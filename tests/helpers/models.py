@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 __all__ = ["float_mlp", "ort_qdq_mlp", "qdq_matmul", "save", "CNN_KINDS", "float_cnn",
            "ort_qdq_cnn", "skl2onnx_mlp", "float_softmax_mlp", "float_multi_io",
-           "ort_qdq_multi_io", "block_model"]
+           "ort_qdq_multi_io", "block_model", "qdq_requant_ties"]
 
 
 def float_mlp(sizes=(16, 12, 6), *, kind="gemm", opset=13, softmax=True, seed=0,
@@ -534,3 +534,70 @@ def block_model(op, blocksize, *, shape=(3, 6, 6), **attrs):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model
+
+
+def qdq_requant_ties(op="gemm", *, activation="int8", big=False, channels=32, seed=0):
+    """One quantized layer whose requantization is crafted to fall next to ties: a model as
+    onnxruntime's quantizer writes it (producer ``onnx.quantize``), input ``x`` quantized
+    with scale 1, then DequantizeLinear, the layer with an identity weight (per-channel
+    scales ``s[c]``, int32 bias ``b[c]``), QuantizeLinear with scale 1. The accumulator is
+    ``x - zero_point + b[c]``; each ``s[c]`` is the float32 nearest ``(k + 0.5) / a`` for an
+    accumulator ``a`` the inputs reach, so that the exact product lies within float32
+    rounding of a tie: onnxruntime's float32 product (rounded twice) and the exact product
+    (rounded once) then disagree on about a third of such channels. ``big``: biases beyond
+    2**25, where the accumulator's conversion to float32 rounds too.
+
+    ``op``: ``"gemm"``, ``"matmul"`` (MatMul + Add), ``"conv"`` (1x1) or ``"depthwise"``.
+    Returns ``(model, x)``: every input code of the type in every channel (float32,
+    ``(256, channels)`` or ``(1, channels, 16, 16)``)."""
+    rng = np.random.default_rng(seed)
+    lo, zx, et = (-128, 0, TensorProto.INT8) if activation == "int8" else \
+        (0, 128, TensorProto.UINT8)
+    npt = np.int8 if activation == "int8" else np.uint8
+    b = rng.integers(-2000, 2000, channels)
+    if big:
+        b = b + (1 << 25) * rng.choice([-1, 1], channels) + rng.integers(0, 1 << 20, channels)
+    a0 = b + rng.integers(-100, 100, channels)
+    s = np.abs(((rng.integers(-100, 100, channels) + 0.5) / a0).astype(np.float32))
+    c = channels
+    inits = [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(zx, npt), "zx"),
+             numpy_helper.from_array(np.array(0, npt) if activation == "int8" else
+                                     np.array(128, npt), "zy"),
+             numpy_helper.from_array(s, "sw"),
+             numpy_helper.from_array(np.zeros(c, np.int8), "zw"),
+             numpy_helper.from_array(b.astype(np.int32), "bq"),
+             numpy_helper.from_array(s, "sb"),
+             numpy_helper.from_array(np.zeros(c, np.int32), "zb")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "one", "zx"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "one", "zx"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["bq", "sb", "zb"], ["bf"], axis=0)]
+    codes = np.arange(lo, lo + 256, dtype=np.float32)
+    if op in ("conv", "depthwise"):
+        w = np.eye(c, dtype=np.int8).reshape(c, c, 1, 1) if op == "conv" else \
+            np.ones((c, 1, 1, 1), np.int8)
+        nodes += [helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wf"], axis=0),
+                  helper.make_node("Conv", ["xf", "wf", "bf"], ["yf"],
+                                   group=1 if op == "conv" else c)]
+        shape = [1, c, 16, 16]
+        x = np.broadcast_to(codes.reshape(1, 1, 16, 16), shape).copy()
+    else:
+        w = np.eye(c, dtype=np.int8)
+        nodes.append(helper.make_node("DequantizeLinear", ["wq", "sw", "zw"], ["wf"], axis=1))
+        nodes += [helper.make_node("Gemm", ["xf", "wf", "bf"], ["yf"])] if op == "gemm" else \
+            [helper.make_node("MatMul", ["xf", "wf"], ["mf"]),
+             helper.make_node("Add", ["mf", "bf"], ["yf"])]
+        shape = [256, c]
+        x = np.broadcast_to(codes.reshape(256, 1), shape).copy()
+    inits.append(numpy_helper.from_array(w, "wq"))
+    nodes += [helper.make_node("QuantizeLinear", ["yf", "one", "zy"], ["yq"]),
+              helper.make_node("DequantizeLinear", ["yq", "one", "zy"], ["y"])]
+    dims = [1 if op in ("conv", "depthwise") else "N", *shape[1:]]
+    g = helper.make_graph(nodes, f"ties_{op}",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)],
+                          producer_name="onnx.quantize")
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    return m, x

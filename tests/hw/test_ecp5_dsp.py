@@ -93,3 +93,26 @@ def test_requantization_of_four_partial_products_equals_golden(tmp_path):
     assert ecp5_v.count("MULT18X18D ") == 16 + 4
     assert "m0_prod0_1" in ecp5_v and "m0_prod0_1" not in emit_verilog(df)
     check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
+
+
+@pytest.mark.rtl
+def test_float32_requantization_equals_golden(tmp_path):
+    """onnxruntime's requantization (a stage rounding "float32") on 28-bit accumulators:
+    the accumulator rounded to 24 significant bits first, so the DSPs' input registers take
+    the rounded value the register before them loads; values and cycles as in the
+    platform-free design. A 10-bit output: more levels than a threshold core takes."""
+    from onnx2fpga.frontend.epilogue import float32_params
+    rng = np.random.default_rng(7)
+    u8, i10 = IntType(8, False), IntType(10, True)
+    m, shift = float32_params((rng.uniform(0.5, 1, 6) * 2.0 ** -rng.integers(21, 24, 6))
+                              .astype(np.float32))
+    fc = DenseLayer("fc", u8, 3, rng.integers(-32768, 32768, size=(6, 16)),
+                    IntType(16, True), rng.integers(-999, 999, size=6),
+                    [RequantStage(m, [0], shift, 0, i10.lo, i10.hi, i10, rounding="float32")],
+                    simd=8, pe=2)
+    assert fc.acc_type.bits > 26
+    df = Dataflow([fc], Port("x", (16,), u8, 1.0, 3, lanes=8),
+                  Port("fc", (6,), i10, 1.0, 0, lanes=2), fifo_depths=[2])
+    ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    assert ecp5_v.count("MULT18X18D ") > 16 and "xmask0" in ecp5_v    # the matvec's 16
+    check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
