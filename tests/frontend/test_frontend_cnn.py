@@ -9,9 +9,6 @@
 - Options the hardware does not support are reported by node, operator and option.
 """
 
-import logging
-import warnings
-
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -27,13 +24,22 @@ from tests.helpers.models import CNN_KINDS, float_cnn, ort_qdq_cnn, ort_quantize
 KINDS = list(CNN_KINDS)
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.disable(logging.WARNING)           # onnxruntime's quantizer advice
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_quantizer")
+
+
+def on_onnxruntime_inputs(design, x, ref):
+    """Each hardware layer whose output onnxruntime quantizes (``ref``:
+    :func:`~tests.helpers.models.ort_quantized_tensors` of the inputs ``x``), with the golden
+    model's output on onnxruntime's own input integers: ``(layer, got)`` pairs; the other
+    layers' golden outputs feed the layers after them."""
+    env = dict(ref)
+    env.setdefault(design.dataflow.input.name, run_head(design, x))
+    for layer in design.dataflow.layers:
+        got = golden.run_layer(layer, *(env[t] for t in layer.inputs)).reshape(len(x), -1)
+        if layer.output in ref:
+            yield layer, got
+        else:
+            env[layer.output] = got
 
 
 def _inputs(kind, n, seed):
@@ -49,15 +55,8 @@ def test_ort_qdq_cnn_layers_match_onnxruntime(tmp_path, kind, activation, opset)
     df = d.design.dataflow
     x = _inputs(kind, 60, 1)
     ref = ort_quantized_tensors(path, x)
-    # Each layer on onnxruntime's own input integers, against onnxruntime's output integers.
-    env = {t: v for t, v in ref.items()}
-    env.setdefault(df.input.name, run_head(d.design, x))
     compared = 0
-    for layer in df.layers:
-        got = golden.run_layer(layer, *(env[t] for t in layer.inputs)).reshape(len(x), -1)
-        if layer.output not in ref:
-            env[layer.output] = got
-            continue
+    for layer, got in on_onnxruntime_inputs(d.design, x, ref):
         diff = np.abs(got - ref[layer.output])
         # Exact, except where onnxruntime's float32 kernels (average pool, add) round a
         # value next to a tie the other way: then one step.
@@ -183,14 +182,8 @@ def test_ds_cnn_with_tensorflow_padding_matches_onnxruntime(tmp_path, padding, p
     assert pool.kernel == (25, 5) and pool.is_global
     x = np.random.default_rng(3).standard_normal((40, 1) + DS_CNN_SHAPE).astype(np.float32)
     ref = ort_quantized_tensors(path, x)
-    env = dict(ref)
-    env.setdefault(df.input.name, run_head(d.design, x))
     compared = 0
-    for layer in df.layers:
-        got = golden.run_layer(layer, *(env[t] for t in layer.inputs)).reshape(len(x), -1)
-        if layer.output not in ref:
-            env[layer.output] = got
-            continue
+    for layer, got in on_onnxruntime_inputs(d.design, x, ref):
         diff = np.abs(got - ref[layer.output])
         # onnxruntime's float32 average pool may round a value next to a tie the other way
         assert diff.max() <= (1 if layer.kind == "pool" else 0), layer.name

@@ -13,9 +13,6 @@ onnx.reference.
   results used as integers, QOperator ops without hardware) with their exact reasons.
 """
 
-import logging
-import warnings
-
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -32,13 +29,7 @@ from onnx2fpga.sim import golden
 from onnx2fpga.sim.model import run_head
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.disable(logging.WARNING)           # onnxruntime's quantizer advice
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_quantizer")
 
 
 def _ref(op, inputs, **attrs):

@@ -3,9 +3,6 @@ against onnxruntime itself: layers whose requantization falls next to ties, wher
 product rounded twice and the exact product rounded once disagree, and models quantized by
 ``quantize_static`` on hundreds of inputs."""
 
-import logging
-import warnings
-
 import numpy as np
 import pytest
 
@@ -18,13 +15,7 @@ from tests.helpers.models import ort_qdq_cnn, ort_qdq_mlp, ort_quantized_tensors
     qdq_requant_ties
 
 
-@pytest.fixture(autouse=True)
-def _quiet():
-    logging.disable(logging.WARNING)           # onnxruntime's quantizer advice
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_quantizer")
 
 
 def _ort(model, x):
