@@ -55,42 +55,10 @@ def _ds_cnn(tmp):
     return onnx2fpga.compile(qdq, tmp / "d"), (1,) + DS_CNN_SHAPE
 
 
-def _torch_nets():
-    from torch import nn
-
-    class Stack(nn.Module):
-        """ResNet-8's residual stack: two 3x3 convolutions, the first with ``stride``, and a
-        1x1 projection shortcut with the same stride."""
-
-        def __init__(self, cin, cout, stride):
-            super().__init__()
-            self.a = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1), nn.ReLU())
-            self.b = nn.Conv2d(cout, cout, 3, 1, 1)
-            self.short = nn.Conv2d(cin, cout, 1, stride) if stride != 1 else nn.Identity()
-
-        def forward(self, x):
-            return nn.functional.relu(self.b(self.a(x)) + self.short(x))
-
-    resnet = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1), nn.ReLU(), Stack(8, 8, 1), Stack(8, 16, 2),
-                           nn.AvgPool2d(8), nn.Flatten(), nn.Linear(16, 10))
-    conv1d = nn.Sequential(nn.Conv1d(2, 8, 5, 2, 2), nn.ReLU(), nn.Conv1d(8, 16, 3, 1, 1),
-                           nn.ReLU(), nn.MaxPool1d(2), nn.Conv1d(16, 16, 3, 1, 1), nn.ReLU(),
-                           nn.AvgPool1d(16), nn.Flatten(), nn.Linear(16, 4))
-    return {"resnet_small": (resnet, (3, 16, 16)), "conv1d_net": (conv1d, (2, 64))}
-
-
-def _torch(name):
+def _paced(kind, size=16):
     def build(tmp):
-        import torch
-
-        from tests.helpers.torch_models import ort_quantize
-        torch.manual_seed(0)
-        net, shape = _torch_nets()[name]
-        fp = str(tmp / f"{name}_fp.onnx")
-        torch.onnx.export(net.eval(), (torch.zeros(1, *shape),), fp, dynamo=False,
-                          opset_version=17, input_names=["x"], output_names=["y"])
-        cal = np.random.default_rng(1).standard_normal((32, 1) + shape).astype(np.float32)
-        qdq = ort_quantize(fp, tmp / f"{name}_qdq.onnx", cal)
+        from tests.helpers.torch_models import paced_net_qdq
+        qdq, shape = paced_net_qdq(tmp, kind, size=size)
         return onnx2fpga.compile(qdq, tmp / "d"), (1,) + shape
     return build
 
@@ -106,8 +74,8 @@ MODELS = {
     "conv1d": _cnn("conv1d"),
     "conv1d_lanes": _float_cnn("conv1d", max_lanes=6),
     "ds_cnn": _ds_cnn,
-    "resnet_small": _torch("resnet_small"),
-    "conv1d_net": _torch("conv1d_net"),
+    "resnet_small": _paced("resnet"),
+    "conv1d_net": _paced("conv1d"),
 }
 
 
