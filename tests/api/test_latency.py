@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import onnx2fpga
-from tests.helpers.models import CNN_KINDS, ort_qdq_cnn
+from tests.helpers.models import CNN_KINDS, float_cnn, ort_qdq_cnn
 
 CASES = ["residual_cnn", "conv1d_net", "resnet_like"]
 
@@ -44,3 +44,28 @@ def test_manifest_latency_is_the_rtl_latency(tmp_path, case):
     assert run["latency_cycles"] == pytest.approx(manifest["latency_cycles"], rel=0.05)
     assert run["cycles_per_inference"] == pytest.approx(manifest["cycles_per_inference"],
                                                         rel=0.05)
+
+
+@pytest.mark.rtl
+def test_optimize_latency_is_shorter_in_rtl(tmp_path):
+    """``optimize="latency"``: the same rate as the balanced plan, a shorter latency in
+    Verilator, and the manifest's latency still the RTL's."""
+    cal = np.random.default_rng(1).standard_normal((32, 1) + CNN_KINDS["depthwise"])
+    cal = cal.astype(np.float32)
+    x = cal[:2]
+    runs = {}
+    logging.disable(logging.WARNING)
+    try:
+        for optimize in ("throughput", "latency"):
+            d = onnx2fpga.compile(float_cnn("depthwise"), tmp_path / optimize, calibration=cal,
+                                  max_lanes=16, optimize=optimize)
+            np.testing.assert_array_equal(d.simulate(x, engine="rtl", stall_in=0, stall_out=0),
+                                          d.simulate(x, engine="golden"))
+            assert d.manifest["folding"]["optimize"] == optimize
+            assert d.last_run["latency_cycles"] == pytest.approx(d.manifest["latency_cycles"],
+                                                                 rel=0.05)
+            runs[optimize] = d.last_run
+    finally:
+        logging.disable(logging.NOTSET)
+    assert runs["latency"]["cycles_per_inference"] == runs["throughput"]["cycles_per_inference"]
+    assert runs["latency"]["latency_cycles"] < 0.8 * runs["throughput"]["latency_cycles"]
