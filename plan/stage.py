@@ -123,18 +123,21 @@ class CoreKind:
         input), the output never stalled.
 
         By default from :meth:`timing`: output transfer ``k`` follows the input transfer at the
-        same share of the stream by the drain time (last output after last input), and none
-        leaves before its share of the way from the first output to the paced last one. Kinds
+        same share of the stream by the drain time (last output after last input); a core
+        with more cycles than transfers, none before its share of the way from the first
+        output to the paced last one. Kinds
         whose output depends on the input's pace in a more particular way (a window's rows, a
         matrix unit's vectors) override it; :func:`onnx2fpga.plan.cost.plan_traces` applies them."""
         first, last = self.inputs_timing(stage, [(int(t[0]), int(t[-1])) for t in ins])
         first_out, drained = self.timing(stage, first, last)
-        last_out = max(drained, first + self.cycles(stage)) if self.paced else drained
         n = stage.out_beats
         src = max(ins, key=lambda t: int(t[-1]))
         k = np.arange(n, dtype=np.int64)
         idx = ((k + 1) * len(src) + n - 1) // n - 1
-        # Following the input by the drain time, and no faster than the core's own pace.
-        pace = first_out + (k * max(last_out - first_out, 0)) // max(n - 1, 1)
-        out = np.maximum(src[idx] + (drained - last), pace)
-        return spaced(out)
+        # Following the input by the drain time; a core slower than its streams (more cycles
+        # than transfers) no faster than its own pace.
+        pace = first_out + k
+        if self.paced and self.cycles(stage) > max(stage.in_beats, stage.out_beats):
+            last_out = max(drained, first + self.cycles(stage))
+            pace = first_out + (k * max(last_out - first_out, 0)) // max(n - 1, 1)
+        return spaced(np.maximum(src[idx] + (drained - last), pace))
