@@ -86,17 +86,15 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         of layers while the latency shrinks (:mod:`onnx2fpga.plan.optimize`).
 
     The choice is recorded in ``dataflow.folding_info``: ``optimize``, the rate the search
-    aimed at, what
-    stopped it from going faster (``limited_by``), the layers whose products are in LUTs
-    (``lut_multipliers``) and the memories in soft logic (``logic_memories``).
+    aimed at, what stopped it from going faster (``limited_by``), the layers whose products
+    are in LUTs (``lut_multipliers``) and the memories in soft logic (``logic_memories``).
 
     Raises
     ------
     OptionError
         If ``max_lanes`` or ``target_cycles`` is not a positive integer, ``optimize`` is
-        neither ``"throughput"`` nor ``"latency"``, an override names an
-        unknown layer or does not fit the layer's sizes, or no plan reaches ``target_cycles``
-        within the budget.
+        neither ``"throughput"`` nor ``"latency"``, an override names an unknown layer or does
+        not fit the layer's sizes, or no plan reaches ``target_cycles`` within the budget.
     SizeError
         With ``fits``, if no plan fits (without it, every layer takes its cheapest folding).
     """
