@@ -1,7 +1,7 @@
 """The manifest's latency and cycles per inference against the RTL simulation's, on small
 models as exporters write them.
 
-    python benchmarks/latency_model.py [--only NAME ...] [--keep DIR] [--json]
+    python benchmarks/latency_model.py [--only NAME ...] [--mlperf] [--keep DIR] [--json]
 
 Each model is compiled, simulated in Verilator (``design.simulate(x, engine="rtl")``: the
 testbench's latency phase feeds one inference with no stall on either side and counts from the
@@ -63,6 +63,26 @@ def _paced(kind, size=16):
     return build
 
 
+def _mlperf(name):
+    def build(tmp):
+        # MLPerf Tiny's networks as benchmarks/mlperf_tiny.py builds them, folded for the ECP5
+        # board it measures them on; a few minutes each.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import mlperf_tiny
+        from exporters import ort_quantize
+
+        net, shape = mlperf_tiny._nets()[name]
+        fp, qdq = str(tmp / f"{name}_fp.onnx"), str(tmp / f"{name}_qdq.onnx")
+        mlperf_tiny._export(net, shape, fp)
+        if name == "kws":
+            from tests.helpers.torch_models import tf_same
+            tf_same(fp)                 # TensorFlow's SAME pads, as mlperf_tiny.py measures it
+        cal = np.random.default_rng(0).standard_normal((64,) + shape[1:]).astype(np.float32)
+        ort_quantize(fp, qdq, cal)
+        return onnx2fpga.compile(qdq, tmp / "d", board="ulx3s-85f"), shape[1:]
+    return build
+
+
 #: name -> function(tmp) -> (design, input shape of one inference)
 MODELS = {
     "mlp": _mlp,
@@ -78,9 +98,12 @@ MODELS = {
     "conv1d_net": _paced("conv1d"),
 }
 
+#: Larger models, run with --mlperf.
+MLPERF = {"ic": _mlperf("ic"), "kws": _mlperf("kws")}
+
 
 def measure(name: str, tmp: str) -> dict:
-    design, shape = MODELS[name](tmp)
+    design, shape = {**MODELS, **MLPERF}[name](tmp)
     x = np.random.default_rng(0).standard_normal((2,) + shape).astype(np.float32)
     design.simulate(x, engine="rtl", stall_in=0.0, stall_out=0.0)
     est, run = design.manifest, design.last_run
@@ -94,7 +117,10 @@ def measure(name: str, tmp: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", nargs="+", choices=sorted(MODELS), help="models to run")
+    ap.add_argument("--only", nargs="+", choices=sorted(MODELS) + sorted(MLPERF),
+                    help="models to run")
+    ap.add_argument("--mlperf", action="store_true",
+                    help="also MLPerf Tiny's ResNet-8 and DS-CNN (ic, kws; minutes each)")
     ap.add_argument("--keep", help="compile into this folder (kept) instead of a temporary one")
     ap.add_argument("--json", action="store_true", help="print one JSON object per model")
     args = ap.parse_args(argv)
@@ -106,7 +132,7 @@ def main(argv=None) -> int:
         if not args.json:
             print(f"{'model':<15}{'latency est':>12}{'rtl':>9}{'err %':>8}"
                   f"{'cycles est':>12}{'rtl':>9}{'err %':>8}")
-        for name in args.only or MODELS:
+        for name in args.only or [*MODELS, *(MLPERF if args.mlperf else ())]:
             tmp = Path(root) / name
             os.makedirs(tmp, exist_ok=True)
             row = measure(name, tmp)
