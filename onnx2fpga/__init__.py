@@ -74,7 +74,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
             requant: str | None = None,
             board: str | None = None, target_fps: float | None = None,
             clock_mhz: float | None = None, utilization: float = 0.8,
-            verbose: bool = False, stop_after: str = "emit",
+            optimize: str = "throughput", verbose: bool = False, stop_after: str = "emit",
             name: str = "top") -> CompiledDesign:
     """Compile an ONNX model (path or ``onnx.ModelProto``) into a design directory; see
     :func:`onnx2fpga.api.compile`, whose parameters these are."""
@@ -84,9 +84,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
                     weight_bits=weight_bits, activation_bits=activation_bits,
                     per_channel=per_channel, max_lanes=max_lanes, folding=folding,
                     multiplier_bits=multiplier_bits, requant=requant, board=board,
-                    target_fps=target_fps,
-                    clock_mhz=clock_mhz, utilization=utilization, verbose=verbose,
-                    stop_after=stop_after, name=name)
+                    target_fps=target_fps, clock_mhz=clock_mhz, utilization=utilization,
+                    optimize=optimize, verbose=verbose, stop_after=stop_after, name=name)
 
 
 def load(directory) -> CompiledDesign:

@@ -66,7 +66,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
             requant: str | None = None,
             board: str | None = None, target_fps: float | None = None,
             clock_mhz: float | None = None, utilization: float = 0.8,
-            verbose: bool = False, stop_after: str = "emit",
+            optimize: str = "throughput", verbose: bool = False, stop_after: str = "emit",
             name: str = DEFAULT_MODULE) -> CompiledDesign:
     """Compile an ONNX model into a design directory.
 
@@ -110,6 +110,12 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         second at ``clock_mhz`` (both needed; with ``board`` it must also fit).
     utilization : float
         Share of the device's LUTs and flip-flops a ``board`` fold may use (routing margin).
+    optimize : str
+        ``"throughput"`` (default): at the chosen rate every layer takes its cheapest folding
+        (a balanced pipeline). ``"latency"``: at the same rate, what is left of the budget
+        (``max_lanes``, the ``board``'s device) goes to faster foldings of layers while the
+        manifest's ``latency_cycles`` shrinks; the same as ``"throughput"`` without a budget
+        (``target_fps`` without ``board``).
     multiplier_bits : int, optional
         Significant bits of requantization multipliers. By default 24 for models quantized
         elsewhere (the golden model then agrees with onnxruntime within one LSB) and 16 for
@@ -151,7 +157,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     check_module_name(name)
     fold_opts = fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                              pinned={name for name, o in (folding or {}).items()
-                                     if isinstance(o, dict) and "multipliers" in o})
+                                     if isinstance(o, dict) and "multipliers" in o},
+                             optimize=optimize)
     keep = [p for p in (model, calibration) if isinstance(p, (str, os.PathLike))]
     out = check_target(output_dir, force, keep) if output_dir is not None else None
     say = progress if verbose else (lambda msg: None)

@@ -84,6 +84,10 @@ def _parser():
                    help="multiply lanes (sum of simd*pe) for automatic folding (default 8, "
                    "which fits an iCE40 UP5K with LUT multipliers; no budget with --board or "
                    "--target-fps)")
+    c.add_argument("--optimize", choices=("throughput", "latency"), default="throughput",
+                   help="what the folding optimizes at its rate: 'throughput' (default; every "
+                   "layer at its cheapest folding for the rate) or 'latency' (the budget left "
+                   "at that rate folds layers faster while the latency shrinks)")
     c.add_argument("--board", default=None, metavar="NAME",
                    help="fold for this board: the fastest design whose estimated resources "
                    "fit its device (see 'onnx2fpga boards')")
@@ -248,7 +252,8 @@ def _compile(args):
                  max_lanes=args.max_lanes, folding=args.folding,
                  multiplier_bits=args.multiplier_bits, requant=args.requant, board=args.board,
                  target_fps=args.target_fps, clock_mhz=args.clock,
-                 utilization=args.utilization, verbose=True, stop_after=args.stop_after,
+                 utilization=args.utilization, optimize=args.optimize, verbose=True,
+                 stop_after=args.stop_after,
                  name=args.name)
     if args.stop_after != "emit":
         print(f"stopped after {args.stop_after}; wrote {os.path.abspath(args.output)}")

@@ -274,6 +274,8 @@ def _summary_rows(m: dict, builds: dict, measured: dict | None = None) -> list:
             goal.append(f"{_fmt(f['target_fps'])} inferences/s at {_fmt(f['clock_mhz'])} MHz")
         if f.get("max_lanes"):
             goal.append(f"at most {f['max_lanes']} multiply lanes")
+        if f.get("optimize") == "latency":
+            goal.append("the latency shortened at that rate")
         rows.append(["folding", f"{', '.join(goal) or 'automatic'}; limited by "
                                 f"{f['limited_by']}"])
     if f.get("lut_multipliers"):

@@ -51,6 +51,7 @@ from .ir.layers import product_mapping
 from .ir.serialize import save_design
 from .manifest import core_text, filelist_text, make_manifest
 from .plan.devices import FAMILIES, logic_cells
+from .plan.optimize import OPTIMIZE
 from .report import write_report
 from .sim.model import accepted_layouts, first_bad_element
 
@@ -127,9 +128,13 @@ def check_options(weight_bits, activation_bits, multiplier_bits, folding=None,
 
 
 def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
-                  pinned=frozenset()) -> dict:
+                  pinned=frozenset(), optimize="throughput") -> dict:
     """Check the folding options; the keyword arguments of :func:`plan.fold.fold`.
-    ``pinned``: the layers whose multipliers the user chose."""
+    ``pinned``: the layers whose multipliers the user chose; ``optimize``: one of
+    :data:`onnx2fpga.plan.optimize.OPTIMIZE`."""
+    if optimize not in OPTIMIZE:
+        raise OptionError(f"optimize must be one of {', '.join(map(repr, OPTIMIZE))}, not "
+                          f"{optimize!r}")
     if (target_fps is None) != (clock_mhz is None):
         raise OptionError("target_fps and clock_mhz go together: the rate in inferences per "
                           "second and the clock in MHz it is reached at")
@@ -142,7 +147,8 @@ def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
         raise OptionError(f"utilization must be a number in (0, 1], not {utilization!r}")
     if max_lanes is not None and (not _is_int(max_lanes) or max_lanes < 1):
         raise OptionError(f"max_lanes must be a positive integer, not {max_lanes!r}")
-    opts = {"max_lanes": max_lanes if max_lanes is not None or board or target_fps else 8}
+    opts = {"max_lanes": max_lanes if max_lanes is not None or board or target_fps else 8,
+            "optimize": optimize}
     if target_fps is not None:
         cycles = int(clock_mhz * 1e6 // target_fps)
         if cycles < 1:

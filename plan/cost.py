@@ -33,10 +33,16 @@ same list the hardware is built from. Per core:
 - :class:`~onnx2fpga.hw.reduce.WindowReduceCore`: one input transfer per cycle; a group's
   last output 2 cycles after its last input.
 
-For a single vector through dense layers the latency is exact; with images it is a model: the
-first output of a stage follows the first input after the stage's start-up (the rows a
-window needs, one vector of a matrix unit), the last output follows the last input by the
-stage's drain time, and no stream carries more than one transfer per cycle.
+The latency follows every transfer of one inference (:func:`plan_traces`): each core's
+:meth:`~onnx2fpga.plan.stage.CoreKind.trace` turns the cycles of its input transfers into
+those of its output transfers, so a core fed at the pace of a slower one before it starts its
+work when the data it needs has come at that pace (a window's rows, a matrix unit's vectors),
+not when it would have come at one transfer per cycle. Exact for dense layers; with images
+a model whose traces assume the output is never stalled (a core held up by a slower one
+behind it is not delayed further; ``benchmarks/latency_model.py`` compares it with the
+RTL). The first and last transfer of every net alone (:func:`plan_timing`,
+:func:`stage_timing`: start-up and drain times, no stream carrying more than one transfer
+per cycle) give each layer's latency on its own.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from .stage import Stage
 
 __all__ = [
     "stage_cycles", "stage_timing", "layer_cycles", "layer_latency", "dataflow_cycles",
-    "plan_timing", "layer_need", "edge_fifo_depths",
+    "plan_timing", "plan_traces", "layer_need", "edge_fifo_depths",
 ]
 
 
@@ -84,6 +90,21 @@ def plan_timing(plan: Plan, in_beats: int) -> dict:
         for n in stage.outputs:
             timing[n] = out
     return timing
+
+
+def plan_traces(plan: Plan, in_beats: int, arrival=None) -> dict:
+    """Cycle of every transfer of every net of ``plan`` for one inference, the cores idle
+    before and the output never stalled: each core's
+    :meth:`~onnx2fpga.plan.stage.CoreKind.trace` applied in stage order, from the input's
+    ``arrival`` (one transfer per cycle from cycle 0 by default)."""
+    if arrival is None:
+        arrival = np.arange(in_beats, dtype=np.int64)
+    traces = {plan.input_net: np.asarray(arrival, dtype=np.int64)}
+    for stage in plan.stages:
+        out = core_kind(stage).trace(stage, [traces[n] for n in stage.inputs])
+        for n in stage.outputs:
+            traces[n] = out
+    return traces
 
 
 def layer_cycles(layer) -> int:
@@ -123,8 +144,9 @@ def dataflow_cycles(dataflow: Dataflow, plan: Plan | None = None) -> dict:
         maximum over every core's :func:`stage_cycles` and the input and output port transfer
         counts (``beats``). ``latency_cycles``: cycles from the first ``s_axis`` transfer of
         an input tensor to the last ``m_axis`` transfer (``tlast``) of its output tensor, for
-        an idle accelerator fed at one transfer per cycle with ``m_axis_tready`` high (exact
-        for dense layers, a model with images; see the module docstring). ``layers``: per
+        an idle accelerator fed at one transfer per cycle with ``m_axis_tready`` high, from
+        :func:`plan_traces` (exact for dense layers, a model with images; see the module
+        docstring). ``layers``: per
         layer, ``name``, ``cycles`` (the slowest of its cores in the accelerator),
         ``latency`` (on its own, :func:`layer_latency`) and ``bottleneck`` (the layer whose
         cycles set the rate).
@@ -153,13 +175,13 @@ def dataflow_cycles(dataflow: Dataflow, plan: Plan | None = None) -> dict:
         layers.append(entry)
     cycles = max([dataflow.input.beats, dataflow.output.beats]
                  + [stage_cycles(s) for s in plan.stages])
-    timing = plan_timing(plan, dataflow.input.beats)
+    traces = plan_traces(plan, dataflow.input.beats)
     top = max(max(ly["cycles"], ly.get("reorder_cycles", 0)) for ly in layers)
     for ly in layers:
         ly["bottleneck"] = max(ly["cycles"], ly.get("reorder_cycles", 0)) == top
     return {
         "cycles_per_inference": int(cycles),
-        "latency_cycles": int(timing[plan.output_net][1]),
+        "latency_cycles": int(traces[plan.output_net][-1]),
         "layers": layers,
     }
 

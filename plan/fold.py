@@ -23,9 +23,10 @@ from ..ir.layers import (
     MULTIPLIERS,
     product_mapping,
 )
-from .cost import edge_fifo_depths, stage_cycles
+from .cost import dataflow_cycles, edge_fifo_depths, stage_cycles
 from .graph import plan_graph, tensor_orders
 from .layers import kind_of
+from .optimize import check_optimize, shorten_latency
 
 __all__ = ["fold", "layer_options", "width"]
 
@@ -63,7 +64,7 @@ def _apply(layer, params: dict) -> None:
 
 def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | None = None,
          fifo_depth: int = 2, fits=None, target_cycles: int | None = None,
-         progress=None) -> Dataflow:
+         progress=None, optimize: str = "throughput") -> Dataflow:
     """Set the parallelism of every layer, the ports' lanes and orders and the FIFO depths
     (in place; also returned).
 
@@ -93,17 +94,21 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         Cycles per inference the design must reach.
     progress : callable, optional
         ``progress(line)`` is told every plan ``fits`` is asked about, and its answer.
+    optimize : str
+        ``"throughput"`` (the balanced plan above) or ``"latency"``: then the budget left at
+        the chosen rate (``max_lanes``, ``fits``; none without either) goes to faster foldings
+        of layers while the latency shrinks (:mod:`onnx2fpga.plan.optimize`).
 
-    The choice is recorded in ``dataflow.folding_info``: the rate the search aimed at, what
-    stopped it from going faster (``limited_by``), the layers whose products are in LUTs
-    (``lut_multipliers``) and the memories in soft logic (``logic_memories``).
+    The choice is recorded in ``dataflow.folding_info``: ``optimize``, the rate the search
+    aimed at, what stopped it from going faster (``limited_by``), the layers whose products
+    are in LUTs (``lut_multipliers``) and the memories in soft logic (``logic_memories``).
 
     Raises
     ------
     OptionError
-        If ``max_lanes`` or ``target_cycles`` is not a positive integer, an override names an
-        unknown layer or does not fit the layer's sizes, or no plan reaches ``target_cycles``
-        within the budget.
+        If ``max_lanes`` or ``target_cycles`` is not a positive integer, ``optimize`` is
+        neither ``"throughput"`` nor ``"latency"``, an override names an unknown layer or does
+        not fit the layer's sizes, or no plan reaches ``target_cycles`` within the budget.
     SizeError
         With ``fits``, if no plan fits (without it, every layer takes its cheapest folding).
     """
@@ -113,6 +118,10 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
     if target_cycles is not None and (not isinstance(target_cycles, int)
                                       or isinstance(target_cycles, bool) or target_cycles < 1):
         raise OptionError(f"target_cycles must be a positive integer, not {target_cycles!r}")
+    try:
+        check_optimize(optimize)
+    except ValueError as e:
+        raise OptionError(str(e)) from None
     layers = dataflow.layers
     unknown = sorted(set(overrides or {}) - {ly.name for ly in layers})
     if unknown:
@@ -227,8 +236,18 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
     if chosen is None:      # nothing fits: the cheapest folding of every layer
         chosen = [opts[0][2] for opts in options]
         info["limited_by"] = "nothing fits: every layer at its cheapest folding"
+    info["optimize"] = optimize
+    refit = False
+    if optimize == "latency" and chosen_target is not None and \
+            (max_lanes is not None or fits is not None):
+        faster = _shorter_latency(dataflow, options, chosen, max(chosen_target, floor),
+                                  max_lanes, fits, overrides, fifo_depth)
+        refit = faster != chosen
+        chosen = faster
     _fold_full(dataflow, chosen, overrides, fifo_depth)
-    if chosen_target is not None:
+    if refit and fits is not None:
+        fits(dataflow)      # the products and memories the faster plan moves into LUTs
+    elif chosen_target is not None:
         mults, dataflow.logic_memories = mappings[chosen_target]
         for layer, mult in zip(layers, mults):
             if mult is not None:
@@ -240,6 +259,22 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         info["logic_memories"] = list(dataflow.logic_memories)
     dataflow.folding_info = info
     return dataflow
+
+
+def _shorter_latency(dataflow, options, chosen, cycles, max_lanes, fits, overrides,
+                     fifo_depth) -> list:
+    """``chosen`` with layers folded faster while the latency shrinks, the design keeps
+    ``cycles`` per inference and fits (:func:`onnx2fpga.plan.optimize.shorten_latency`)."""
+    def latency_of(plan):
+        if max_lanes is not None and sum(o[1] for o in plan) > max_lanes:
+            return None
+        _fold_full(dataflow, [o[2] for o in plan], overrides, fifo_depth)
+        if _design_cycles(dataflow) > cycles or (fits is not None and fits(dataflow)):
+            return None
+        return dataflow_cycles(dataflow)["latency_cycles"]
+
+    start = [next(o for o in opts if o[2] == params) for opts, params in zip(options, chosen)]
+    return [o[2] for o in shorten_latency(options, start, latency_of)]
 
 
 def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int) -> None:

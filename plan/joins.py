@@ -4,8 +4,10 @@ conventions of :mod:`onnx2fpga.plan.cost`.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .checks import check_count
-from .stage import CoreKind, Stage
+from .stage import CoreKind, Stage, spaced
 
 __all__ = [
     "BROADCAST_LATENCY", "ADD_LATENCY", "CONCAT_LATENCY", "broadcast_cycles",
@@ -123,6 +125,19 @@ class ForkTiming(CoreKind):
     def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
         return first + 1, last + 1
 
+    def trace(self, stage: Stage, ins: list) -> np.ndarray:
+        if stage.kind == "broadcast" and len(ins[0]) == stage.out_beats:
+            return ins[0] + BROADCAST_LATENCY
+        chunks = stage.params.get("chunks")
+        if stage.kind == "concat" and chunks and len(chunks) == len(ins):
+            # Round r takes chunks[k] transfers from input k in turn.
+            rounds = {len(t) // c for t, c in zip(ins, chunks)}
+            if len(rounds) == 1 and sum(len(t) for t in ins) == stage.out_beats:
+                n = rounds.pop()
+                parts = [t.reshape(n, c) for t, c in zip(ins, chunks)]
+                return spaced(np.concatenate(parts, axis=1).reshape(-1) + CONCAT_LATENCY)
+        return super().trace(stage, ins)
+
 
 class AddTiming(CoreKind):
     """An add: :data:`ADD_LATENCY` cycles through."""
@@ -130,3 +145,9 @@ class AddTiming(CoreKind):
 
     def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
         return first + ADD_LATENCY, last + ADD_LATENCY
+
+    def trace(self, stage: Stage, ins: list) -> np.ndarray:
+        """Each output transfer :data:`ADD_LATENCY` cycles after the later of its inputs'."""
+        if len({len(t) for t in ins}) != 1 or len(ins[0]) != stage.out_beats:
+            return super().trace(stage, ins)
+        return spaced(np.maximum.reduce(ins) + ADD_LATENCY)

@@ -5,6 +5,8 @@ pipeline depth, latency and cycles per inference, in the conventions of
 
 from __future__ import annotations
 
+import numpy as np
+
 from .stage import CoreKind, Stage
 
 __all__ = [
@@ -66,3 +68,19 @@ class MatVecTiming(CoreKind):
         else:
             first_out = first + 2 * folds + d
         return first_out, last + folds * groups + 1 + d
+
+    def trace(self, stage: Stage, ins: list) -> np.ndarray:
+        """Vector ``v`` is computed from the cycle after its last input transfer or after
+        vector ``v - 1``'s ``folds * groups`` steps, whichever is later (the input buffer is
+        double: the next vector loads meanwhile); its group ``g`` leaves
+        ``(g + 1) * folds + d`` cycles after that start."""
+        folds, groups, vectors = _matvec_figures(stage)
+        t = ins[0]
+        if len(t) != vectors * folds or stage.out_beats != vectors * groups:
+            return super().trace(stage, ins)
+        d = matvec_stages(stage.params["layer"].simd)
+        steps = folds * groups
+        v = np.arange(vectors, dtype=np.int64) * steps
+        start = np.maximum.accumulate(t[folds - 1::folds] + 1 - v) + v
+        g = (np.arange(groups, dtype=np.int64) + 1) * folds + d
+        return (start[:, None] + g[None, :]).reshape(-1)

@@ -4,7 +4,9 @@ converters) and of casts (wires), in the conventions of :mod:`onnx2fpga.plan.cos
 
 from __future__ import annotations
 
-from .stage import CoreKind, Stage
+import numpy as np
+
+from .stage import CoreKind, Stage, spaced
 
 __all__ = ["fifo_latency", "FifoTiming", "ConvertTiming", "CastTiming"]
 
@@ -27,6 +29,9 @@ class FifoTiming(CoreKind):
         d = fifo_latency(stage.params["depth"])
         return first + d, last + d
 
+    def trace(self, stage: Stage, ins: list) -> np.ndarray:
+        return ins[0] + fifo_latency(stage.params["depth"])
+
 
 class ConvertTiming(CoreKind):
     """A :class:`~onnx2fpga.hw.plumbing.WidthConverter`: gathering ``k`` transfers, the output
@@ -45,6 +50,16 @@ class ConvertTiming(CoreKind):
             return first + 1, last + k
         return first, last
 
+    def trace(self, stage: Stage, ins: list) -> np.ndarray:
+        t = ins[0]
+        if stage.out_lanes > stage.in_lanes:
+            k = stage.out_lanes // stage.in_lanes
+            return t[k - 1::k] + 1
+        if stage.out_lanes < stage.in_lanes:
+            k = stage.in_lanes // stage.out_lanes
+            return spaced(np.repeat(t, k) + 1 + np.tile(np.arange(k), len(t)))
+        return t
+
 
 class CastTiming(CoreKind):
     """A value-preserving change of element type: wires."""
@@ -54,3 +69,6 @@ class CastTiming(CoreKind):
 
     def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
         return first, last
+
+    def trace(self, stage: Stage, ins: list) -> np.ndarray:
+        return ins[0]

@@ -5,8 +5,10 @@ partial results, and its cycles and latency in the conventions of :mod:`onnx2fpg
 
 from __future__ import annotations
 
+import numpy as np
+
 from .checks import check_count, check_lanes
-from .stage import CoreKind, Stage
+from .stage import CoreKind, Stage, spaced
 
 __all__ = ["REGISTER_FOLDS_MAX", "REDUCE_OPS", "reduce_cycles", "reduce_latency", "ReduceTiming"]
 
@@ -77,3 +79,14 @@ class ReduceTiming(CoreKind):
     def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
         window, folds = stage.params["window"], stage.params["channels"] // stage.in_lanes
         return (first + (window - 1) * folds + 2 + self.extra, last + 2 + self.extra)
+
+    def trace(self, stage: Stage, ins: list) -> np.ndarray:
+        """Fold ``f`` of a group leaves 2 cycles (:class:`DepthwiseTiming`: 3) after the
+        group's last window position of that fold came in."""
+        window, folds = stage.params["window"], stage.params["channels"] // stage.in_lanes
+        t = ins[0]
+        if len(t) % (window * folds) or stage.out_beats * window != len(t) or \
+                stage.in_lanes != stage.out_lanes:
+            return super().trace(stage, ins)
+        last_pos = t.reshape(-1, window * folds)[:, (window - 1) * folds:]
+        return spaced(last_pos.reshape(-1) + 2 + self.extra)

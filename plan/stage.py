@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ir.types import IntType
 
-__all__ = ["Stage", "CoreKind", "value_key"]
+__all__ = ["Stage", "CoreKind", "value_key", "spaced"]
 
 
 def value_key(value):
@@ -33,6 +33,13 @@ def value_key(value):
                 *((f.name, value_key(getattr(value, f.name)))
                   for f in dataclasses.fields(value)))
     raise TypeError(f"no key for a {type(value).__name__}")
+
+
+def spaced(times: np.ndarray) -> np.ndarray:
+    """``times`` pushed later where needed so that consecutive transfers are at least one
+    cycle apart (a stream carries one transfer per cycle): ``t[k] = max(t[k], t[k-1] + 1)``."""
+    k = np.arange(len(times), dtype=np.int64)
+    return np.maximum.accumulate(np.asarray(times, dtype=np.int64) - k) + k
 
 
 @dataclass(frozen=True)
@@ -133,3 +140,28 @@ class CoreKind:
         """Cycles of the first and last output transfer given those of the (latest) input,
         before the pacing :func:`onnx2fpga.plan.cost.stage_timing` applies."""
         raise NotImplementedError
+
+    def trace(self, stage: Stage, ins: list) -> np.ndarray:
+        """Cycle of every output transfer of one inference (``stage.out_beats`` increasing
+        integers) given the cycle of every transfer of each input (``ins``, one array per
+        input), the output never stalled.
+
+        By default from :meth:`timing`: output transfer ``k`` follows the input transfer at the
+        same share of the stream by the drain time (last output after last input); a core
+        with more cycles than transfers, none before its share of the way from the first
+        output to the paced last one. Kinds
+        whose output depends on the input's pace in a more particular way (a window's rows, a
+        matrix unit's vectors) override it; :func:`onnx2fpga.plan.cost.plan_traces` applies them."""
+        first, last = self.inputs_timing(stage, [(int(t[0]), int(t[-1])) for t in ins])
+        first_out, drained = self.timing(stage, first, last)
+        n = stage.out_beats
+        src = max(ins, key=lambda t: int(t[-1]))
+        k = np.arange(n, dtype=np.int64)
+        idx = ((k + 1) * len(src) + n - 1) // n - 1
+        # Following the input by the drain time; a core slower than its streams (more cycles
+        # than transfers) no faster than its own pace.
+        pace = first_out + k
+        if self.paced and self.cycles(stage) > max(stage.in_beats, stage.out_beats):
+            last_out = max(drained, first + self.cycles(stage))
+            pace = first_out + (k * max(last_out - first_out, 0)) // max(n - 1, 1)
+        return spaced(np.maximum(src[idx] + (drained - last), pace))

@@ -251,6 +251,31 @@ class WindowGeometry:
             issue_end.append(start + row_out - 1)
         return in_end, [t + 1 for t in issue_end]
 
+    def follow(self, arrival: np.ndarray) -> np.ndarray:
+        """Cycle of every output transfer of one inference, the core idle before, when input
+        transfer ``k`` is offered at cycle ``arrival[k]`` (``in_beats`` of them) and the output
+        never stalls: :meth:`timeline`'s schedule with each input row written no earlier than
+        its last transfer is offered."""
+        row_in, row_out = self.width * self.folds, self.row_beats
+        spans = [self.row_span(oh) for oh in range(self.out_height)]
+        offered = np.asarray(arrival, dtype=np.int64)[row_in - 1::row_in]
+        in_end, issue_end, freeing = [], [], 0
+        for j, (_, need) in enumerate(spans):
+            while len(in_end) < need:
+                g = len(in_end)
+                while freeing < j and spans[freeing][0] + self.rows <= g:
+                    freeing += 1
+                start = in_end[-1] + 1 if in_end else 0
+                if freeing:
+                    start = max(start, issue_end[freeing - 1] + 1)
+                in_end.append(max(start + row_in - 1, int(offered[g])))
+            start = issue_end[-1] + 1 if issue_end else 0
+            if need:
+                start = max(start, in_end[need - 1] + 1)
+            issue_end.append(start + row_out - 1)
+        starts = np.asarray(issue_end, dtype=np.int64) - (row_out - 1)
+        return (starts[:, None] + 1 + np.arange(row_out, dtype=np.int64)[None, :]).reshape(-1)
+
     @property
     def latency(self) -> int:
         """See :func:`window_latency`."""
@@ -346,3 +371,9 @@ class WindowTiming(CoreKind):
         # After the last input row, only the output rows that read it remain.
         last_rows = sum(1 for oh in range(g.out_height) if g.row_span(oh)[1] == g.height)
         return first_out, last + max(last_rows, 1) * g.row_beats + 1
+
+    def trace(self, stage: Stage, ins: list) -> np.ndarray:
+        g = _geometry(stage)
+        if len(ins[0]) != g.in_beats:
+            return super().trace(stage, ins)
+        return g.follow(ins[0])

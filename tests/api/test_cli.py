@@ -333,3 +333,23 @@ def test_build_verbose_and_quiet(tmp_path, capsys, float_model, monkeypatch):
     package = logging.getLogger("onnx2fpga")
     assert [type(h) for h in package.handlers] == [logging.NullHandler]
     assert package.level == logging.NOTSET
+
+
+def test_optimize_latency_reaches_the_manifest(tmp_path, capsys, float_model):
+    """--optimize latency: the manifest says so, the rate is the default's, the latency not
+    longer; an unknown value is a usage error."""
+    path, cal_path, _ = float_model
+    runs = {}
+    for optimize in ("throughput", "latency"):
+        code, _, err = _run(capsys, "compile", path, "-o", tmp_path / optimize, "--calibration",
+                            cal_path, "--max-lanes", "10", "--optimize", optimize)
+        assert code == 0, err
+        runs[optimize] = json.loads((tmp_path / optimize / "manifest.json").read_text())
+        assert runs[optimize]["folding"]["optimize"] == optimize
+    fast, short = runs["throughput"], runs["latency"]
+    assert short["cycles_per_inference"] == fast["cycles_per_inference"]
+    assert short["latency_cycles"] <= fast["latency_cycles"]
+    with pytest.raises(SystemExit) as e:
+        main(["compile", str(path), "-o", str(tmp_path / "x"), "--optimize", "speed"])
+    assert e.value.code == 2
+    assert "argument --optimize: invalid choice: 'speed'" in capsys.readouterr().err

@@ -372,6 +372,9 @@ def test_summary_names_lut_products_and_soft_memories(cnn):
     assert rows["memories in soft logic (block RAM ran out)"] == \
         "matvec_1/w_mem, wrapper/rx_fifo"
     assert rows["folding"] == "fits icebreaker; limited by logic cells 10 > 9"
+    m["folding"]["optimize"] = "latency"
+    assert dict(_summary_rows(m, {}))["folding"] == \
+        "fits icebreaker, the latency shortened at that rate; limited by logic cells 10 > 9"
 
 
 # A name as hostile as a model file can make it: a table separator, an escaped one, a code

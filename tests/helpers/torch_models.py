@@ -15,7 +15,7 @@ from .models import ort_quantized_tensors
 
 __all__ = ["TORCH_PATTERNS", "SHAPE", "torch_model", "export", "ort_quantize", "torch_qdq",
            "ort_quantized_tensors", "tf_same", "DS_CNN_SHAPE", "ds_cnn", "ds_cnn_qdq",
-           "output_step"]
+           "output_step", "paced_net", "paced_net_qdq"]
 
 #: The input shape (without the batch) of every model here.
 SHAPE = (3, 6, 6)
@@ -305,3 +305,56 @@ def output_step(path) -> float:
     last = next(n for n in m.graph.node if n.output[0] == m.graph.output[0].name)
     return float(next(numpy_helper.to_array(t) for t in m.graph.initializer
                       if t.name == last.input[1]))
+
+
+def paced_net(kind: str, *, size: int = 16, seed: int = 0):
+    """A network whose layers run at different paces, for the latency model: ``(module in eval
+    mode, input shape without the batch)``.
+
+    ``"resnet"``: on ``(3, size, size)``, ResNet-8's shape at small scale: Conv 3x3 (8), Relu,
+    a residual stack of two 3x3 convolutions (8) with an identity shortcut, one with the first
+    convolution at stride 2 (16) and a 1x1 stride-2 projection shortcut, AvgPool over the
+    whole map, Linear(16, 10). ``"conv1d"``: on ``(2, 4 * size)``: Conv1d(2->8, kernel 5,
+    stride 2, pads 2), Relu, Conv1d(8->16, kernel 3, pads 1), Relu, MaxPool1d(2),
+    Conv1d(16->16, kernel 3, pads 1), Relu, AvgPool1d over the whole map, Linear(16, 4).
+    """
+    import torch
+    from torch import nn
+
+    class Stack(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.a = nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1), nn.ReLU())
+            self.b = nn.Conv2d(cout, cout, 3, 1, 1)
+            self.short = nn.Conv2d(cin, cout, 1, stride) if stride != 1 else nn.Identity()
+
+        def forward(self, x):
+            return nn.functional.relu(self.b(self.a(x)) + self.short(x))
+
+    torch.manual_seed(seed)
+    if kind == "resnet":
+        net = nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1), nn.ReLU(), Stack(8, 8, 1),
+                            Stack(8, 16, 2), nn.AvgPool2d(size // 2), nn.Flatten(),
+                            nn.Linear(16, 10))
+        return net.eval(), (3, size, size)
+    if kind == "conv1d":
+        net = nn.Sequential(nn.Conv1d(2, 8, 5, 2, 2), nn.ReLU(), nn.Conv1d(8, 16, 3, 1, 1),
+                            nn.ReLU(), nn.MaxPool1d(2), nn.Conv1d(16, 16, 3, 1, 1), nn.ReLU(),
+                            nn.AvgPool1d(size), nn.Flatten(), nn.Linear(16, 4))
+        return net.eval(), (2, 4 * size)
+    raise ValueError(f"Kind must be 'resnet' or 'conv1d', not {kind!r}")
+
+
+def paced_net_qdq(tmp_path, kind: str, *, size: int = 16, samples: int = 32):
+    """:func:`paced_net` exported by the legacy exporter (opset 17) and quantized by
+    :func:`ort_quantize`: ``(QDQ path, input shape without the batch)``."""
+    import torch
+
+    net, shape = paced_net(kind, size=size)
+    fp = str(tmp_path / f"paced_{kind}_{size}_fp.onnx")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net, (torch.zeros(1, *shape),), fp, dynamo=False, opset_version=17,
+                          input_names=["x"], output_names=["y"])
+    cal = np.random.default_rng(1).standard_normal((samples, 1) + shape).astype(np.float32)
+    return ort_quantize(fp, tmp_path / f"paced_{kind}_{size}_qdq.onnx", cal), shape

@@ -11,12 +11,23 @@ from onnx2fpga.hw import arith, memory
 from onnx2fpga.hw.matvec import MatVecCore
 from onnx2fpga.hw.plumbing import StreamFIFO, WidthConverter
 from onnx2fpga.hw.requant import RequantCore
-from onnx2fpga.hw.testing import random_values, run_stream, run_timed, shape_range, to_transfers
+from onnx2fpga.hw.testing import (
+    random_values,
+    run_stream,
+    run_timed,
+    shape_range,
+    simulate,
+    stream_send,
+    timed_receiver,
+    to_transfers,
+)
 from onnx2fpga.ir.layers import DenseLayer
 from onnx2fpga.ir.stages import RequantStage
 from onnx2fpga.ir.types import IntType
 from onnx2fpga.plan import cost
 from onnx2fpga.plan import requant as requant_timing
+from onnx2fpga.plan.cores import core_kind
+from onnx2fpga.plan.stage import Stage
 from onnx2fpga.plan.thresholds import sign_split
 from onnx2fpga.sim import golden
 
@@ -100,6 +111,32 @@ def test_matvec_timing(case):
     # Steady state: one vector every folds*groups cycles, no bubbles between vectors.
     np.testing.assert_array_equal(np.diff(t_out[:, -1]), folds * groups)
     assert cost.layer_cycles(layer) == layer.cycles == folds * groups
+
+
+@pytest.mark.parametrize("case, idle", [(MATVEC_CASES[0], 0.7), (MATVEC_CASES[3], 0.5),
+                                        (MATVEC_CASES[8], 0.9), (MATVEC_CASES[9], 0.3),
+                                        (MATVEC_CASES[10], 0.5)])
+def test_matvec_follows_a_paced_input(case, idle):
+    """Vectors at an irregular pace (a convolution's pixels from a window fed by a slower
+    core): every output transfer leaves in the cycle the latency model's trace says."""
+    layer = make_dense(0, *case)
+    dut = MatVecCore(layer)
+    vectors, groups = 6, layer.out_features // layer.pe
+    x = random_ints(np.random.default_rng(1), layer.in_type, (vectors, layer.in_features))
+    times = {}
+
+    async def send(ctx):
+        times["in"] = await stream_send(ctx, dut.i_stream, to_transfers(x, layer.simd),
+                                        rng=np.random.default_rng(2), idle=idle)
+
+    simulate(dut, send, timed_receiver(dut.o_stream, vectors * groups, times, "out"))
+    np.testing.assert_array_equal(np.array(times["out_items"]).reshape(vectors, -1),
+                                  golden.run_layer(layer, x))
+    stage = Stage("matvec", "fc", layer.in_type, layer.in_type, layer.simd, layer.pe,
+                  vectors * layer.out_features, params={"layer": layer},
+                  in_size=vectors * layer.in_features)
+    trace = core_kind(stage).trace(stage, [np.array(times["in"])])
+    np.testing.assert_array_equal(times["out"], trace)
 
 
 # (in_type, in_zero_point, weight type, in_features, out_features, simd, pe): weights of 4 or

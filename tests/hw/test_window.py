@@ -7,7 +7,15 @@ from amaranth import signed, unsigned
 from amaranth.back import verilog
 from amaranth.hdl import Fragment
 
-from onnx2fpga.hw.testing import image_transfers, random_images, run_stream, run_timed
+from onnx2fpga.hw.testing import (
+    image_transfers,
+    random_images,
+    run_stream,
+    run_timed,
+    simulate,
+    stream_send,
+    timed_receiver,
+)
 from onnx2fpga.hw.window import SlidingWindowCore
 from onnx2fpga.ir.types import IntType
 from onnx2fpga.plan.window import WindowGeometry, window_cycles, window_latency
@@ -192,6 +200,27 @@ def test_window_timing(name):
         assert steady == max(dut.in_beats, dut.out_beats)
     else:                        # the smallest buffer still works, only slower
         assert steady > max(dut.in_beats, dut.out_beats)
+
+
+@pytest.mark.parametrize("name, idle", [("3x3_pad1", 0.8), ("3x3_stride2", 0.5), ("1d", 0.8),
+                                        ("lanes_folds", 0.3), ("maxpool_3x3_s3", 0.8),
+                                        ("1x1_stride2_skip_rows", 0.8), ("kernel7", 0.6)])
+def test_window_follows_a_paced_input(name, idle):
+    """Input at an irregular pace (as a slower core before it delivers): every output transfer
+    leaves in the cycle :meth:`WindowGeometry.follow` computes from the input transfers' cycles
+    (the latency model's trace of the window)."""
+    dut = make_core(WINDOW_CASES[name])
+    items, expected = case_data(WINDOW_CASES[name], 0, 1)
+    times = {}
+
+    async def send(ctx):
+        times["in"] = await stream_send(ctx, dut.i_stream, items,
+                                        rng=np.random.default_rng(5), idle=idle)
+
+    simulate(dut, send, timed_receiver(dut.o_stream, len(expected), times, "out",
+                                       timeout=TIMEOUT))
+    np.testing.assert_array_equal(np.array(times["out_items"]), expected)
+    np.testing.assert_array_equal(times["out"], dut.geometry.follow(np.array(times["in"])))
 
 
 # Layers of realistic networks: (channels, height, width, kernel, stride, pads, lanes)
