@@ -51,6 +51,7 @@ from ..plan.devices import (
 )
 from ..plan.graph import plan_graph
 from ..plan.stage import Stage, value_key
+from .collect import one_collection
 from .top import make_core
 
 __all__ = [
@@ -470,16 +471,18 @@ def _stage_estimate(stage, family, ice40_dsp, mine) -> dict:
     core._MustUse__used = True
     stand_ins = core.weight_rom_shapes(_platform(family)) \
         if hasattr(core, "weight_rom_shapes") else None
-    netlist = estimate_netlist(core, family)
     families = (family,) if stage.kind in PLATFORM_STAGES else FAMILIES
     out = {}
-    for fam in families:
-        feats = read_netlist(netlist, fam, ice40_dsp=ice40_dsp, logic=mine,
-                             stand_ins=stand_ins)
-        est = out[fam] = _estimate(feats, fam)
-        est["block_memories"] = [(n, mm.cells, w, d, rom) for n, (w, d, rom, mm)
-                                 in zip(feats["memory_names"], feats["memories"])
-                                 if mm.kind == "block"]
+    with one_collection():
+        netlist = estimate_netlist(core, family)
+        for fam in families:
+            feats = read_netlist(netlist, fam, ice40_dsp=ice40_dsp, logic=mine,
+                                 stand_ins=stand_ins)
+            est = out[fam] = _estimate(feats, fam)
+            est["block_memories"] = [(n, mm.cells, w, d, rom) for n, (w, d, rom, mm)
+                                     in zip(feats["memory_names"], feats["memories"])
+                                     if mm.kind == "block"]
+        del netlist
     return out
 
 
