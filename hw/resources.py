@@ -51,7 +51,7 @@ from ..plan.devices import (
 )
 from ..plan.graph import plan_graph
 from ..plan.stage import Stage, value_key
-from .collect import one_collection
+from .collect import fewer_collections
 from .top import make_core
 
 __all__ = [
@@ -473,7 +473,7 @@ def _stage_estimate(stage, family, ice40_dsp, mine) -> dict:
         if hasattr(core, "weight_rom_shapes") else None
     families = (family,) if stage.kind in PLATFORM_STAGES else FAMILIES
     out = {}
-    with one_collection():
+    with fewer_collections():
         netlist = estimate_netlist(core, family)
         for fam in families:
             feats = read_netlist(netlist, fam, ice40_dsp=ice40_dsp, logic=mine,
@@ -482,7 +482,6 @@ def _stage_estimate(stage, family, ice40_dsp, mine) -> dict:
             est["block_memories"] = [(n, mm.cells, w, d, rom) for n, (w, d, rom, mm)
                                      in zip(feats["memory_names"], feats["memories"])
                                      if mm.kind == "block"]
-        del netlist
     return out
 
 

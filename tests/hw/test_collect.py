@@ -1,11 +1,11 @@
-"""hw/collect.py: garbage collection paused while a netlist lives, collected once after."""
+"""hw/collect.py: fewer garbage collections while a netlist is built, none skipped."""
 
 import gc
 import weakref
 
 import pytest
 
-from onnx2fpga.hw.collect import one_collection
+from onnx2fpga.hw.collect import NETLIST_GC_THRESHOLD, fewer_collections
 
 
 class _Node:
@@ -19,34 +19,35 @@ def _cycle():
     return weakref.ref(a)
 
 
-def test_one_collection_pauses_and_collects_at_the_end():
-    assert gc.isenabled()
-    with one_collection():
-        assert not gc.isenabled()
-        ref = _cycle()
-        with one_collection():              # nested: the outer block collects
-            assert not gc.isenabled()
-            inner = _cycle()
-        assert not gc.isenabled()
-        assert ref() is not None and inner() is not None
-    assert gc.isenabled()
-    assert ref() is None and inner() is None
-
-
-def test_one_collection_leaves_collection_off_when_the_caller_turned_it_off():
-    gc.disable()
-    try:
-        with one_collection():
-            ref = _cycle()
-        assert not gc.isenabled()
-        assert ref() is not None
-    finally:
-        gc.enable()
-    gc.collect()
-    assert ref() is None
-
-
-def test_one_collection_restores_collection_after_an_error():
-    with pytest.raises(ValueError, match=r"^x$"), one_collection():
+def test_fewer_collections_raises_the_first_threshold_and_restores_it():
+    before = gc.get_threshold()
+    assert before[0] < NETLIST_GC_THRESHOLD
+    with fewer_collections():
+        assert gc.get_threshold() == (NETLIST_GC_THRESHOLD, *before[1:])
+        with fewer_collections():
+            assert gc.get_threshold() == (NETLIST_GC_THRESHOLD, *before[1:])
+        assert gc.get_threshold() == (NETLIST_GC_THRESHOLD, *before[1:])
+    assert gc.get_threshold() == before
+    with pytest.raises(ValueError, match=r"^x$"), fewer_collections():
         raise ValueError("x")
-    assert gc.isenabled()
+    assert gc.get_threshold() == before
+
+
+def test_fewer_collections_keeps_a_higher_threshold():
+    before = gc.get_threshold()
+    gc.set_threshold(10 * NETLIST_GC_THRESHOLD, *before[1:])
+    try:
+        with fewer_collections():
+            assert gc.get_threshold()[0] == 10 * NETLIST_GC_THRESHOLD
+        assert gc.get_threshold()[0] == 10 * NETLIST_GC_THRESHOLD
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_cycles_are_still_collected_inside():
+    with fewer_collections():
+        first = _cycle()
+        refs = [_cycle() for _ in range(2 * NETLIST_GC_THRESHOLD)]
+        # Each cycle allocates three tracked objects: the collector ran meanwhile.
+        assert first() is None
+        assert sum(r() is None for r in refs) > NETLIST_GC_THRESHOLD
