@@ -21,9 +21,10 @@ quantization are those of the files:
 * ``ad``: the autoencoder 640-128-128-128-128-8-128-128-128-128-640 with ReLU.
 
 Per model and board it prints whether ``compile --board`` takes it (else its one-line error),
-the compile's wall time, cycles per inference (II) and latency in cycles, latency in ms at
-100 MHz, the estimated resources, the multiply limit (MACs / (2 x the ECP5's MULT18X18D), two
-int8 products per DSP) and the share of it reached, and the published figures beside them;
+the compile's wall and CPU time and the process's peak memory so far, cycles per inference
+(II) and latency in cycles, latency in ms at 100 MHz, the estimated resources, the multiply
+limit (MACs / (2 x the ECP5's MULT18X18D), two int8 products per DSP) and the share of it
+reached, and the published figures beside them;
 then the golden model against onnxruntime on ``--samples`` random inputs (argmax agreement and
 the largest difference of the outputs) and on the quantized logits (the QuantizeLinear before
 the Softmax, or the last one: share of identical integers and the largest difference in LSB),
@@ -38,6 +39,7 @@ import io
 import json
 import logging
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -195,15 +197,29 @@ def golden_tensor(d, x, name):
     return env.get(name)
 
 
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timing(row, start, cpu) -> None:
+    """Wall and CPU seconds of the compile (CPU time is the steadier figure on a machine
+    shared with other jobs) and the process's peak resident memory so far, in MB (Linux
+    reports ``ru_maxrss`` in kB; the largest compile of the run sets it)."""
+    row["compile_s"] = round(time.monotonic() - start, 1)
+    row["compile_cpu_s"] = round(_cpu_s() - cpu, 1)
+    row["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
 def _row(name, board, qdq, x, requant=None) -> dict:
     row = {"model": name, "board": board}
-    start = time.monotonic()
+    start, cpu = time.monotonic(), _cpu_s()
     try:
         with tempfile.TemporaryDirectory(prefix=f"mlperf-{name}-") as out:
             d = onnx2fpga.compile(qdq, os.path.join(out, "d"), force=True, requant=requant,
                                   board=None if board == "none" else board)
             row["requant"] = d.manifest["quantization"].get("requant")
-            row["compile_s"] = round(time.monotonic() - start, 1)
+            _timing(row, start, cpu)
             man = d.manifest
             row["ii_cycles"] = man["cycles_per_inference"]
             row["latency_cycles"] = man.get("latency_cycles")
@@ -224,7 +240,7 @@ def _row(name, board, qdq, x, requant=None) -> dict:
                 row["logits_exact"] = round(float(np.mean(diff == 0)), 4)
                 row["logits_worst_lsb"] = int(diff.max())
     except onnx2fpga.Onnx2FpgaError as e:
-        row["compile_s"] = round(time.monotonic() - start, 1)
+        _timing(row, start, cpu)
         row["error"] = str(e).splitlines()[0]
     return row
 
@@ -267,14 +283,16 @@ def main(argv=None):
     if args.json:
         print(json.dumps(rows, indent=1))
         return
-    print(f"{'model':<5} {'board':<11} {'compile':>8} {'II':>9} {'latency':>9} {'ms@100':>7} "
-          f"{'limit':>7} {'share':>6} {'pub. ms':>8}  agreement / error")
+    print(f"{'model':<5} {'board':<11} {'compile':>8} {'cpu':>7} {'MB':>5} {'II':>9} "
+          f"{'latency':>9} {'ms@100':>7} {'limit':>7} {'share':>6} {'pub. ms':>8}  "
+          f"agreement / error")
     for r in rows:
         tail = r.get("error") or (f"argmax {r['argmax_agreement']}, max diff "
                                   f"{r['max_abs_diff_vs_ort']:.3g}; quantized logits "
                                   f"({r['requant']}): {r.get('logits_exact', '-')} exact, "
                                   f"worst {r.get('logits_worst_lsb', '-')} LSB")
-        print(f"{r['model']:<5} {r['board']:<11} {r['compile_s']:>7}s {r.get('ii_cycles', '-'):>9}"
+        print(f"{r['model']:<5} {r['board']:<11} {r['compile_s']:>7}s {r['compile_cpu_s']:>6}s"
+              f" {r['peak_rss_mb']:>5} {r.get('ii_cycles', '-'):>9}"
               f" {r.get('latency_cycles', '-') or '-':>9} {r.get('latency_ms_100mhz', '-'):>7}"
               f" {r['ecp5_85f_multiply_limit_cycles']:>7} {r.get('share_of_limit', '-'):>6}"
               f" {r['published_ms']:>8}  {tail}")

@@ -4,7 +4,8 @@ One file per core (:mod:`.matvec`, :mod:`.requant`, :mod:`.threshold`, :mod:`.lu
 :mod:`.reduce`, :mod:`.depthwise`, :mod:`.joins`, :mod:`.resize`, :mod:`.plumbing`) over a
 public library of building blocks (:mod:`.blocks`, :mod:`.arith`, :mod:`.memory`); the top
 level (:mod:`.top`), Verilog emission (:mod:`.emit`) and resource estimates read from the
-netlist (:mod:`.resources`). What the cores are and how fast they run is planned in
+netlist (:mod:`.resources`), both with fewer garbage collections while a netlist is built
+(:mod:`.collect`). What the cores are and how fast they run is planned in
 :mod:`onnx2fpga.plan`.
 """
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from amaranth.back import verilog
 
 from ..ir.dataflow import Dataflow
+from .collect import fewer_collections
 from .top import Accelerator
 
 __all__ = ["emit_verilog"]
@@ -33,5 +34,6 @@ def emit_verilog(dataflow: Dataflow, name: str = "top", *, platform=None) -> str
         raise TypeError(f"Module name must be a string, not {name!r}")
     if not name.isidentifier() or not name.isascii():
         raise ValueError(f"Module name must be a Verilog identifier, not {name!r}")
-    top = Accelerator(dataflow)
-    return verilog.convert(top, name=name, emit_src=False, platform=platform)
+    with fewer_collections():
+        top = Accelerator(dataflow)
+        return verilog.convert(top, name=name, emit_src=False, platform=platform)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from ..plan.devices import (
     ECP5_DSP_BITS,
+    FAMILIES,
     MemoryMap,
     check_family,
     const_multiplier_bits,
@@ -50,12 +51,14 @@ from ..plan.devices import (
 )
 from ..plan.graph import plan_graph
 from ..plan.stage import Stage, value_key
+from .collect import fewer_collections
 from .top import make_core
 
 __all__ = [
     "netlist_features", "memory_path", "stage_resources", "dataflow_resources", "WRAPPER",
     "WRAPPER_RX_FIFO", "wrapper_resources", "LUT_FEATURES", "LUT_COEFFICIENTS", "stage_key",
-    "STAGE_CACHE_SIZE", "PRODUCT_STAGES", "REQUANT_STAGES", "stage_part",
+    "STAGE_CACHE_SIZE", "PRODUCT_STAGES", "PLATFORM_STAGES", "estimate_netlist",
+    "read_netlist", "REQUANT_STAGES", "stage_part",
 ]
 
 
@@ -143,14 +146,37 @@ def netlist_features(elaboratable, family: str, *, ice40_dsp: bool = False,
         ROMs and RAMs left in soft logic, distributed RAM cells, flip-flop bits, and 1 (the
         core's fixed part).
     """
-    from amaranth.hdl import Fragment, _nir
-    from amaranth.hdl._ir import build_netlist
+    check_family(family)
+    return read_netlist(estimate_netlist(elaboratable, family), family, ice40_dsp=ice40_dsp,
+                        logic=logic, stand_ins=stand_ins)
 
+
+def estimate_netlist(elaboratable, family: str):
+    """Amaranth's netlist of ``elaboratable`` elaborated for ``family``'s platform, as
+    ``build_netlist`` makes it but without what only the Verilog back end needs: the
+    combinational-loop check, net flows and port directions (a third of its time on the
+    MLPerf Tiny designs). The cells, their nets resolved, are the same; the Verilog emission
+    of the whole design still runs every check."""
+    from amaranth.hdl import Fragment, _ir, _nir
+
+    check_family(family)
+    design = Fragment.get(elaboratable, _platform(family)).prepare(hierarchy=("top",))
+    netlist = _nir.Netlist()
+    _ir._emit_netlist(netlist, design, all_undef_to_ff=False)
+    for cell in netlist.cells:
+        cell.resolve_nets(netlist)
+    return netlist
+
+
+def read_netlist(netlist, family: str, *, ice40_dsp: bool = False, logic=frozenset(),
+                 stand_ins=None) -> dict:
+    """:func:`netlist_features` of a netlist already built (:func:`estimate_netlist`), read
+    for ``family``: a core whose elaboration does not depend on the platform is built once
+    and read for both families."""
+    from amaranth.hdl import _nir
 
     check_family(family)
     stand_ins = stand_ins or {}
-    frag = Fragment.get(elaboratable, _platform(family))
-    netlist = build_netlist(frag, name="top")
     f = dict.fromkeys(LUT_FEATURES, 0)
     f["one"] = 1
     f.update(dsp=0, bram=0, memories=[], memory_names=[], multipliers=[], logic_memory_lut=0)
@@ -399,14 +425,18 @@ def stage_resources(stage, family: str, *, ice40_dsp: bool = False, logic=frozen
     mine = frozenset(k[len(prefix):] for k in logic if k.startswith(prefix))
     key = stage_key(stage)
     if key is not None:
-        key = (key, family, ice40_dsp, mine)
-        out = _STAGE_CACHE.get(key)
+        out = _STAGE_CACHE.get((key, family, ice40_dsp, mine))
         if out is None:
-            out = _STAGE_CACHE[key] = _stage_estimate(stage, family, ice40_dsp, mine)
-            if len(_STAGE_CACHE) > STAGE_CACHE_SIZE:
+            # Both families' estimates of a core that elaborates alike on both are read
+            # from one netlist: the manifest's estimate for the other family then finds
+            # them here.
+            for fam, est in _stage_estimate(stage, family, ice40_dsp, mine).items():
+                _STAGE_CACHE[(key, fam, ice40_dsp, mine)] = est
+            out = _STAGE_CACHE[(key, family, ice40_dsp, mine)]
+            while len(_STAGE_CACHE) > STAGE_CACHE_SIZE:
                 del _STAGE_CACHE[next(iter(_STAGE_CACHE))]      # the oldest
     else:
-        out = _stage_estimate(stage, family, ice40_dsp, mine)
+        out = _stage_estimate(stage, family, ice40_dsp, mine)[family]
     res = {k: out[k] for k in ("lut", "ff", "dsp", "bram")}
     if memories:
         res["block_memories"] = [(prefix + n, *rest) for n, *rest in out["block_memories"]]
@@ -432,20 +462,33 @@ def stage_key(stage) -> tuple | None:
 
 
 def _stage_estimate(stage, family, ice40_dsp, mine) -> dict:
-    """The estimate of one stage, its block memories named relative to the stage."""
+    """The estimate of one stage, its block memories named relative to the stage:
+    ``{family: estimate}``, with the other family's too when the core's elaboration does not
+    depend on the platform (its kind is not in :data:`PLATFORM_STAGES`)."""
     core = make_core(stage, rom_stand_in=True)
     if core is None:                                    # a cast: wires
-        return {"lut": 0, "ff": 0, "dsp": 0, "bram": 0, "block_memories": []}
+        return {family: {"lut": 0, "ff": 0, "dsp": 0, "bram": 0, "block_memories": []}}
     core._MustUse__used = True
     stand_ins = core.weight_rom_shapes(_platform(family)) \
         if hasattr(core, "weight_rom_shapes") else None
-    feats = netlist_features(core, family, ice40_dsp=ice40_dsp, logic=mine, stand_ins=stand_ins)
-    out = _estimate(feats, family)
-    out["block_memories"] = [(n, mm.cells, w, d, rom) for n, (w, d, rom, mm)
-                             in zip(feats["memory_names"], feats["memories"])
-                             if mm.kind == "block"]
+    families = (family,) if stage.kind in PLATFORM_STAGES else FAMILIES
+    out = {}
+    with fewer_collections():
+        netlist = estimate_netlist(core, family)
+        for fam in families:
+            feats = read_netlist(netlist, fam, ice40_dsp=ice40_dsp, logic=mine,
+                                 stand_ins=stand_ins)
+            est = out[fam] = _estimate(feats, fam)
+            est["block_memories"] = [(n, mm.cells, w, d, rom) for n, (w, d, rom, mm)
+                                     in zip(feats["memory_names"], feats["memories"])
+                                     if mm.kind == "block"]
     return out
 
+
+#: Stage kinds whose cores elaborate differently per platform (:mod:`onnx2fpga.hw.arith`'s
+#: ``is_ecp5``, ``is_ice40``, ``mul_chunks``; :func:`~onnx2fpga.hw.memory.rom_slices`): their
+#: estimate is elaborated for each family; every other core is built once for both.
+PLATFORM_STAGES = frozenset({"matvec", "requant"})
 
 #: Stage kinds that compute a layer's products: what ``multipliers="lut"`` (a layer's
 #: :func:`~onnx2fpga.ir.product_mapping`) moves into LUTs.

@@ -686,6 +686,7 @@ def _emit(c: Compilation, say) -> None:
     say("generating Verilog")
     name = c.options.get("name", DEFAULT_MODULE)
     c.verilog = emit_verilog(c.design.dataflow, name=name)
+    say("estimating the resources on iCE40 and ECP5 for the manifest")
     c.manifest = make_manifest(c.design, c.verilog, c.quant_info, name)
 
 

@@ -147,6 +147,9 @@ def test_host_compute_needs_the_option_and_the_partition_is_printed(tmp_path, ca
     assert "warning: 1 compute node run on the host in float (allowed): Node 'fc1' " \
         "(MatMul, opset 13)" in err
     assert "[onnx2fpga] partition: host: Softmax, MatMul (tail); hardware: 1 layer\n" in err
+    # The manifest's resource estimates, after the Verilog, are a step of their own.
+    assert "[onnx2fpga] generating Verilog\n[onnx2fpga] estimating the resources on iCE40 " \
+        "and ECP5 for the manifest\n" in err
 
 
 def test_simulate_refuses_to_overwrite_outputs(tmp_path, capsys, float_model):

@@ -236,6 +236,69 @@ def test_stage_estimates_are_kept_by_what_the_core_is_built_from():
         dataclasses.replace(matvec, params={**matvec.params, "layer": other}))
 
 
+@pytest.mark.parametrize("kind", ["residual", "depthwise", "avgpool", "concat"])
+def test_estimate_netlist_reads_as_amaranths_netlist(kind):
+    """The estimates' netlist (built without the Verilog back end's checks) reads as
+    Amaranth's ``build_netlist``, for both families; a core whose kind is not in
+    ``PLATFORM_STAGES`` reads the same for one family whichever platform elaborated it, so
+    the manifest's estimate for the other family is read from the folding's netlists:
+    only the platform's cores are elaborated again, and the figures are those of a fresh
+    estimate."""
+    from amaranth.hdl import Fragment
+    from amaranth.hdl._ir import build_netlist
+
+    from onnx2fpga.hw import resources
+    from onnx2fpga.plan.devices import FAMILIES
+    from tests.helpers.models import CNN_KINDS, float_cnn
+
+    cal = np.random.default_rng(0).standard_normal((16, *CNN_KINDS[kind])).astype(np.float32)
+    df = api.compile(float_cnn(kind), calibration=cal, stop_after="fold").design.dataflow
+    stages = plan_graph(df).stages
+    assert {s.kind for s in stages} - resources.PLATFORM_STAGES
+
+    def core(stage):
+        c = make_core(stage, rom_stand_in=True)
+        if c is not None:
+            c._MustUse__used = True
+        return c
+
+    for stage in stages:
+        if core(stage) is None:
+            continue
+        for fam in FAMILIES:
+            platform = resources._platform(fam)
+            stand_ins = getattr(core(stage), "weight_rom_shapes", lambda p: None)(platform)
+            want = resources.read_netlist(
+                build_netlist(Fragment.get(core(stage), platform), name="top"), fam,
+                stand_ins=stand_ins)
+            assert resources.read_netlist(resources.estimate_netlist(core(stage), fam), fam,
+                                          stand_ins=stand_ins) == want
+            if stage.kind not in resources.PLATFORM_STAGES:
+                other = next(f for f in FAMILIES if f != fam)
+                assert resources.read_netlist(resources.estimate_netlist(core(stage), other),
+                                              fam, stand_ins=stand_ins) == want
+
+    built = []
+
+    def counting(elaboratable, family):
+        built.append(family)
+        return estimate_netlist(elaboratable, family)
+
+    estimate_netlist = resources.estimate_netlist
+    resources._STAGE_CACHE.clear()
+    fresh = dataflow_resources(df, "ice40", wrapper=True, memories=True)
+    resources._STAGE_CACHE.clear()
+    try:
+        resources.estimate_netlist = counting
+        dataflow_resources(df, "ecp5", wrapper=True, memories=True)
+        del built[:]
+        assert dataflow_resources(df, "ice40", wrapper=True, memories=True) == fresh
+    finally:
+        resources.estimate_netlist = estimate_netlist
+    assert len(built) == len({resources.stage_key(s) for s in stages
+                              if s.kind in resources.PLATFORM_STAGES})
+
+
 # ---------------------------------------------------------------------------------------------
 # Against real builds
 
