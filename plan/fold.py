@@ -35,11 +35,14 @@ def layer_options(layer) -> list[tuple[int, int, dict]]:
     """The foldings of ``layer``: ``(cycles, cost, params)``, where ``params`` are the
     attributes to set (``simd``/``pe``/``lanes``) and ``cost`` counts multiply lanes
     (its kind's :meth:`~onnx2fpga.plan.layers.base.LayerKind.options`). The cheapest first,
-    then the narrowest streams (:func:`width`), then the fastest: the first folding that
-    meets a cycle target is the one to take, so that a layer with no multipliers (a pool, a
-    concat, a pad, a resize, a slice) takes the fewest lanes that meet it."""
+    then the fewest output channels in parallel (each ``pe`` is an activation lane: a
+    requantization or a row of thresholds), then the narrowest streams (:func:`width`), then
+    the fastest: the first folding that meets a cycle target is the one to take, so that a
+    layer with no multipliers (a pool, a concat, a pad, a resize, a slice) takes the fewest
+    lanes that meet it."""
     opts = kind_of(layer).options(layer)
-    return sorted(opts, key=lambda o: (o[1], width(o[2]), o[0], sorted(o[2].items())))
+    return sorted(opts, key=lambda o: (o[1], o[2].get("pe", 0), width(o[2]), o[0],
+                                       sorted(o[2].items())))
 
 
 def width(params: dict) -> int:
