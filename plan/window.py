@@ -196,7 +196,7 @@ class WindowGeometry:
 
     # -- Timing model
 
-    def timeline(self, inferences: int) -> tuple[list, list]:
+    def timeline(self, inferences: int, offered=None) -> tuple[list, list]:
         """Cycle of the last transfer of every input row and of every output row.
 
         Models the core with full-rate input from cycle 0 and an output that never stalls, for
@@ -206,7 +206,8 @@ class WindowGeometry:
         Output row ``j`` is issued in :attr:`row_beats` consecutive cycles, starting as soon as
         the previous output row is issued and the last input row it reads has been written (a
         row wholly in the top padding: the last row of the previous inference); each output
-        transfer leaves one cycle after its issue.
+        transfer leaves one cycle after its issue. With ``offered`` (one cycle per input row),
+        row ``g`` is written no earlier than its last transfer is offered at ``offered[g]``.
 
         Returns
         -------
@@ -237,7 +238,8 @@ class WindowGeometry:
                 start = in_end[-1] + 1 if in_end else 0
                 if freeing:
                     start = max(start, issue_end[freeing - 1] + 1)
-                in_end.append(start + row_in - 1)
+                end = start + row_in - 1
+                in_end.append(end if offered is None else max(end, int(offered[g])))
             if len(issue_end) == n_out:
                 continue
             j = len(issue_end)
@@ -257,23 +259,8 @@ class WindowGeometry:
         never stalls: :meth:`timeline`'s schedule with each input row written no earlier than
         its last transfer is offered."""
         row_in, row_out = self.width * self.folds, self.row_beats
-        spans = [self.row_span(oh) for oh in range(self.out_height)]
-        offered = np.asarray(arrival, dtype=np.int64)[row_in - 1::row_in]
-        in_end, issue_end, freeing = [], [], 0
-        for j, (_, need) in enumerate(spans):
-            while len(in_end) < need:
-                g = len(in_end)
-                while freeing < j and spans[freeing][0] + self.rows <= g:
-                    freeing += 1
-                start = in_end[-1] + 1 if in_end else 0
-                if freeing:
-                    start = max(start, issue_end[freeing - 1] + 1)
-                in_end.append(max(start + row_in - 1, int(offered[g])))
-            start = issue_end[-1] + 1 if issue_end else 0
-            if need:
-                start = max(start, in_end[need - 1] + 1)
-            issue_end.append(start + row_out - 1)
-        starts = np.asarray(issue_end, dtype=np.int64) - (row_out - 1)
+        _, out_end = self.timeline(1, np.asarray(arrival, dtype=np.int64)[row_in - 1::row_in])
+        starts = np.asarray(out_end, dtype=np.int64) - row_out
         return (starts[:, None] + 1 + np.arange(row_out, dtype=np.int64)[None, :]).reshape(-1)
 
     @property
