@@ -398,11 +398,12 @@ def merge_pads(layers: list, outputs) -> list:
                 conv.in_zero_point == layer.value and \
                 tuple(conv.in_shape) == tuple(layer.out_shape):
             pads[id(conv)] = layer
+    merged = {id(pad) for pad in pads.values()}
     out = []
     for layer in layers:
-        pad = pads.get(id(layer))
-        if isinstance(layer, PadLayer) and any(p is layer for p in pads.values()):
+        if id(layer) in merged:
             continue
+        pad = pads.get(id(layer))
         if pad is not None:
             layer = dataclasses.replace(
                 layer, in_shape=pad.in_shape, inputs=list(pad.inputs),
