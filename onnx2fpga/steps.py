@@ -51,7 +51,7 @@ from .ir.layers import product_mapping
 from .ir.serialize import save_design
 from .manifest import core_text, filelist_text, make_manifest
 from .plan.devices import FAMILIES, logic_cells
-from .plan.optimize import OPTIMIZE
+from .plan.optimize import check_optimize
 from .report import write_report
 from .sim.model import accepted_layouts, first_bad_element
 
@@ -132,9 +132,7 @@ def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
     """Check the folding options; the keyword arguments of :func:`plan.fold.fold`.
     ``pinned``: the layers whose multipliers the user chose; ``optimize``: one of
     :data:`onnx2fpga.plan.optimize.OPTIMIZE`."""
-    if optimize not in OPTIMIZE:
-        raise OptionError(f"optimize must be one of {', '.join(map(repr, OPTIMIZE))}, not "
-                          f"{optimize!r}")
+    check_optimize(optimize)
     if (target_fps is None) != (clock_mhz is None):
         raise OptionError("target_fps and clock_mhz go together: the rate in inferences per "
                           "second and the clock in MHz it is reached at")

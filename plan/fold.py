@@ -121,10 +121,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
     if target_cycles is not None and (not isinstance(target_cycles, int)
                                       or isinstance(target_cycles, bool) or target_cycles < 1):
         raise OptionError(f"target_cycles must be a positive integer, not {target_cycles!r}")
-    try:
-        check_optimize(optimize)
-    except ValueError as e:
-        raise OptionError(str(e)) from None
+    check_optimize(optimize)
     layers = dataflow.layers
     unknown = sorted(set(overrides or {}) - {ly.name for ly in layers})
     if unknown:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..errors import OptionError
+
 __all__ = ["OPTIMIZE", "check_optimize", "shorten_latency"]
 
 #: What ``fold(optimize=...)`` may optimize besides the rate.
@@ -21,10 +23,10 @@ OPTIMIZE = ("throughput", "latency")
 
 
 def check_optimize(optimize) -> str:
-    """``optimize`` if it is one of :data:`OPTIMIZE`; else ``ValueError``."""
+    """``optimize`` if it is one of :data:`OPTIMIZE`; else ``OptionError`` (a ``ValueError``)."""
     if optimize not in OPTIMIZE:
-        raise ValueError(f"optimize must be one of {', '.join(map(repr, OPTIMIZE))}, "
-                         f"not {optimize!r}")
+        raise OptionError(f"optimize must be one of {', '.join(map(repr, OPTIMIZE))}, "
+                          f"not {optimize!r}")
     return optimize
 
 
