@@ -222,6 +222,8 @@ def one_dsp(px, pm) -> bool:
     with the same count (see :func:`onnx2fpga.plan.devices.multiplier_dsps`)."""
     if pm is None:
         return False
+    if not isinstance(pm, int) and min(len(px), len(pm)) <= LUT_PRODUCT_MAX_BITS:
+        return False                    # a LUT product (see partial_products)
     b_bits = const_multiplier_bits(pm) if isinstance(pm, int) else len(pm)
     return max(len(px), b_bits) <= ECP5_DSP_BITS and \
         multiplier_dsps(len(px), b_bits, "ecp5") == 1
@@ -251,12 +253,17 @@ DIGIT_CHUNK = 4
 
 def mul_chunks(platform) -> tuple:
     """``(x_chunk, m_chunk)`` for :func:`partial_products` when elaborating for
-    ``platform``: ``(None, 8)`` (``x`` whole) on iCE40, ``(16, 16)`` otherwise (the emitted
-    Verilog, ECP5). The pipeline is the same either way: only how a product is cut into
-    partial products differs, never a value or a cycle."""
+    ``platform``: ``(None, 8)`` (``x`` whole) on iCE40; ``(18, 18)`` on ECP5, whose
+    ``MULT18X18D`` takes 18-bit operands signed or unsigned (:func:`mult18x18d` sets
+    ``SIGNEDA``/``SIGNEDB`` by the piece's shape), so that an 18-bit input times a 24-bit
+    multiplier takes two DSPs instead of four; ``(16, 16)`` otherwise (the emitted
+    Verilog: one iCE40 SB_MAC16 each). The pipeline is the same either way: only how a
+    product is cut into partial products differs, never a value or a cycle."""
     from amaranth.vendor import LatticeICE40Platform
     if isinstance(platform, LatticeICE40Platform):
         return LUT_CHUNKS
+    if is_ecp5(platform):
+        return ECP5_DSP_BITS, ECP5_DSP_BITS
     return MUL_CHUNK, MUL_CHUNK
 
 
@@ -361,8 +368,10 @@ def operand_chunks(value, size):
 
 def partial_products(x, mult, chunks=(MUL_CHUNK, MUL_CHUNK)):
     """``x * mult`` as ``(shift, product)`` pairs whose shifted sum is the product (see
-    :func:`partial_factors`)."""
-    return [(shift, px if pm is None else px * (C(pm) if isinstance(pm, int) else pm))
+    :func:`partial_factors`); a piece times a table's piece of at most
+    :data:`LUT_PRODUCT_MAX_BITS` bits (the 2-bit top of an 18-bit cut) is a LUT product
+    (:func:`product`), not a hard multiplier of its own."""
+    return [(shift, px if pm is None else px * C(pm) if isinstance(pm, int) else product(px, pm))
             for shift, px, pm in partial_factors(x, mult, chunks)]
 
 

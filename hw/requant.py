@@ -21,7 +21,13 @@ from amaranth.lib.wiring import In, Out
 
 from ..ir.stages import RequantStage
 from ..plan import requant as timing
-from ..plan.requant import FLOAT32_BITS, float32_input_rounds, round_significant, stage_latency
+from ..plan.requant import (
+    FLOAT32_BITS,
+    clamp_bounds,
+    float32_input_rounds,
+    round_significant,
+    stage_latency,
+)
 from ..plan.checks import check_count
 from ..plan.thresholds import affine_range, sign_split
 from .arith import (
@@ -49,21 +55,29 @@ from .blocks import (
 __all__ = ["RequantCore", "significant_mask", "mask_carry", "round_to_mask"]
 
 
-def significant_mask(value, bits: int = FLOAT32_BITS):
+def significant_mask(m: Module, value, bits: int = FLOAT32_BITS, *, name: str = "mask"):
     """The bits of integer ``value`` below its ``bits`` most significant ones, as a mask
     (unsigned, ``len(value) - bits`` bits, aligned with ``value``'s lowest bits): the
     suffix OR of the magnitude's bits from ``bits`` up (``~value`` stands for a negative
     value's magnitude: it is one less, which moves the top bit only for a power of two, whose
-    lower bits are all zero anyway). None if ``value`` never has more than ``bits``."""
+    lower bits are all zero anyway). None if ``value`` never has more than ``bits``.
+
+    Each doubling step of the suffix OR is a combinational signal of ``m`` (named
+    ``name``): as one expression every step would copy the previous one twice, ``2**steps``
+    copies of the magnitude in the netlist (yosys merges them; the netlist-based LUT
+    estimate counted 8,712 bits of logic for one 46-bit lane instead of 156)."""
     w = len(value)
     signed = value.shape().signed
     if w - signed <= bits:
         return None
+    t = Signal(w - bits, name=f"{name}_mag")
     mag = value.as_unsigned() ^ value[-1].replicate(w) if signed else value.as_unsigned()
-    t = mag[bits:]
+    m.d.comb += t.eq(mag[bits:])
     d = 1
     while d < len(t):
-        t = t | (t >> d)
+        nxt = Signal(len(t), name=f"{name}_or{d}")
+        m.d.comb += nxt.eq(t | (t >> d))
+        t = nxt
         d *= 2
     return t
 
@@ -264,7 +278,11 @@ class RequantCore(wiring.Component):
         self._channels = channels
         self._lanes = lanes
         self._in_shape = shape
-        x_lo, x_hi = shape_range(shape)
+        # The input clamped to the range beyond which no output changes where that saves
+        # multiplier pieces (see plan.requant.clamp_bounds): the same outputs.
+        self._sat = clamp_bounds(self._stages, *shape_range(shape))
+        x_lo, x_hi = self._sat
+        self._sat_shape = range_shape(x_lo, x_hi)
         self._plans = []
         for stage in self._stages:
             plan = _StagePlan(stage, channels, lanes, x_lo, x_hi)
@@ -326,22 +344,36 @@ class RequantCore(wiring.Component):
         x = Signal(data.ArrayLayout(self._in_shape, lanes), reset_less=True)
         valid = Signal()
         t_cur = Signal(t_shape)
-        x1 = Signal.like(x, name="x1", reset_less=True)
+        # The second register holds the input clamped to the saturation bounds.
+        full_lo, full_hi = shape_range(self._in_shape)
+        sat_lo, sat_hi = self._sat
+
+        def clamp(v):
+            if sat_hi < full_hi:
+                v = Mux(v > sat_hi, sat_hi, v)
+            if sat_lo > full_lo:
+                v = Mux(v < sat_lo, sat_lo, v)
+            return v
+        # Signals, so that every partial product and the register share one clamp.
+        x_sat = [Signal(self._sat_shape, name=f"xsat_{j}") for j in range(lanes)]
+        m.d.comb += [x_sat[j].eq(clamp(x[j])) for j in range(lanes)]
+        x1 = Signal(data.ArrayLayout(self._sat_shape, lanes), name="x1", reset_less=True)
         valid1 = Signal()
         t1 = Signal(t_shape)
         with m.If(advance):
             m.d.sync += [x.eq(i_stream.payload), valid.eq(i_stream.valid), t_cur.eq(t_in),
-                         x1.eq(x), valid1.eq(valid), t1.eq(t_cur)]
+                         valid1.eq(valid), t1.eq(t_cur)]
+            m.d.sync += [x1[j].eq(x_sat[j]) for j in range(lanes)]
         # LUT multipliers (iCE40): the second input register also holds 3 * x, so that the
         # first stage's products are sums of shifted 0, x, 2x or 3x (radix-4 digits of the
         # multiplier) instead of full LUT multipliers.
         x3 = None
         digits = lut_mul and not self._plans[0].x_rounds
         if digits:
-            x3 = [Signal(range_shape(*times3_range(self._in_shape)), name=f"x3_{j}",
+            x3 = [Signal(range_shape(*times3_range(self._sat_shape)), name=f"x3_{j}",
                          reset_less=True) for j in range(lanes)]
             with m.If(advance):
-                m.d.sync += [x3[j].eq(x[j] + (x[j] << 1)) for j in range(lanes)]
+                m.d.sync += [x3[j].eq(x_sat[j] + (x_sat[j] << 1)) for j in range(lanes)]
         # ECP5: partial products that take one hard multiplier are registered MULT18X18D
         # whose input registers take the place of the registers in front of them (the
         # second input register or the previous stage's output, and the parameter
@@ -349,7 +381,7 @@ class RequantCore(wiring.Component):
         # `p_next`. An inferred DSP has no registers (yosys packs none into it), and its
         # route in and out was the jet tagger's critical path on an ECP5 (12.1 ns).
         dsp = is_ecp5(platform)
-        x_next = x
+        x_next = x_sat
         x, valid, ts = x1, valid1, [t_in, t_cur, t1]
 
         for k, plan in enumerate(self._plans):
@@ -358,7 +390,7 @@ class RequantCore(wiring.Component):
                 # the input and its mask, then the rounded input).
                 xm = [Signal(Shape.cast(x[j].shape()), name=f"xm{k}_{j}", reset_less=True)
                       for j in range(lanes)]
-                masks = [significant_mask(x[j]) for j in range(lanes)]
+                masks = [significant_mask(m, x[j], name=f"xsig{k}_{j}") for j in range(lanes)]
                 mk = [Signal(Shape.cast(masks[j].shape()), name=f"xmask{k}_{j}",
                              reset_less=True) for j in range(lanes)]
                 ck = [Signal(name=f"xcarry{k}_{j}", reset_less=True) for j in range(lanes)]
@@ -471,7 +503,7 @@ class RequantCore(wiring.Component):
                     # float32, two more steps: the mask of the product's bits beyond 24
                     # significant ones, then the product rounded to 24 bits (half to even),
                     # which d rounds again to an integer.
-                    mask = significant_mask(v[j])
+                    mask = significant_mask(m, v[j], name=f"p{k}_sig{j}")
                     p1 = Signal(plan.v_shape, name=f"p{k}_m{j}", reset_less=True)
                     src = Signal(plan.p_shape, name=f"p{k}_r{j}", reset_less=True)
                     with m.If(advance):

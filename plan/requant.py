@@ -5,10 +5,16 @@ rounding ``"float32"`` (onnxruntime's requantization: see :class:`~onnx2fpga.ir.
 
 from __future__ import annotations
 
+import numpy as np
+
+from ..ir.stages import RequantStage
+from ..sim.golden import requant_stages
+from .devices import LUT_PRODUCT_MAX_BITS
 from .stage import CoreKind, Stage
 
 __all__ = ["requant_latency", "stage_latency", "RequantTiming", "round_significant",
-           "FLOAT32_BITS", "float32_input_rounds"]
+           "FLOAT32_BITS", "float32_input_rounds", "saturation_bounds",
+           "clamp_bounds"]
 
 #: Significant bits of a float32.
 FLOAT32_BITS = 24
@@ -43,6 +49,109 @@ def stage_latency(stage, lo: int, hi: int) -> int:
     return 7 + (2 if float32_input_rounds(lo, hi) else 0)
 
 
+#: :func:`saturation_bounds` already computed, by the stages' values and the input range.
+_BOUNDS: dict = {}
+_BOUNDS_SIZE = 4096
+
+
+def _monotone(stages) -> bool:
+    """Every stage a :class:`~onnx2fpga.ir.RequantStage` without a negative side and with
+    multipliers of one sign (non-negative): then the whole chain is a non-decreasing
+    function of its input, channel by channel."""
+    return bool(stages) and all(
+        isinstance(st, RequantStage) and st.neg_multiplier is None
+        and bool((np.asarray(st.multiplier) >= 0).all()) for st in stages)
+
+
+def _key(stages, lo, hi):
+    return (lo, hi) + tuple(
+        (st.rounding, int(st.shift), int(st.zero_point), int(st.in_zero_point), int(st.lo),
+         int(st.hi), np.asarray(st.multiplier).tobytes(), np.asarray(st.offset).tobytes())
+        for st in stages)
+
+
+def saturation_bounds(stages, lo: int, hi: int) -> tuple[int, int]:
+    """The narrowest input range ``[s_lo, s_hi]`` within ``[lo, hi]`` such that clamping an
+    input to it changes no output of ``stages`` (a layer's requantization chain, per channel):
+    ``s_hi`` is the largest over the channels of the smallest input whose output is already
+    the output at ``hi`` (the top of the clip), ``s_lo`` likewise from below. Exact because
+    each such chain is non-decreasing in its input (a float32 conversion, a product by a
+    non-negative scale, roundings and a clip all are); a chain that is not known to be
+    (a negative side, a threshold or table stage, a negative multiplier) keeps ``[lo, hi]``.
+
+    The requantization core clamps its input so where that saves hardware
+    (:func:`clamp_bounds`): an accumulator of 22 bits whose outputs clip beyond 2**17
+    multiplies 18 bits, one hard multiplier's operand instead of two."""
+    lo, hi = int(lo), int(hi)
+    if hi <= lo or not _monotone(stages):
+        return lo, hi
+    key = _key(stages, lo, hi)
+    got = _BOUNDS.get(key)
+    if got is not None:
+        return got
+    channels = max(max(np.asarray(st.multiplier).size, np.asarray(st.offset).size)
+                   for st in stages)
+
+    def f(x):
+        return requant_stages(np.asarray(x, np.int64).reshape(1, channels), stages)[0]
+
+    top, bottom = f(np.full(channels, hi)), f(np.full(channels, lo))
+    # Smallest x with f(x) == top: f(a) < top <= f(b) == top, bisected per channel.
+    a, b = np.full(channels, lo - 1, np.int64), np.full(channels, hi, np.int64)
+    while (b - a > 1).any():
+        mid = (a + b) // 2
+        mid_c = np.clip(mid, lo, hi)
+        at_top = f(mid_c) == top
+        b = np.where(at_top & (b - a > 1), mid, b)
+        a = np.where(~at_top & (b - a > 1), mid, a)
+    s_hi = int(max(b.max(), lo))
+    # Largest x with f(x) == bottom: f(c) == bottom < f(d).
+    c, d = np.full(channels, lo, np.int64), np.full(channels, hi + 1, np.int64)
+    while (d - c > 1).any():
+        mid = (c + d) // 2
+        mid_c = np.clip(mid, lo, hi)
+        at_bottom = f(mid_c) == bottom
+        c = np.where(at_bottom & (d - c > 1), mid, c)
+        d = np.where(~at_bottom & (d - c > 1), mid, d)
+    s_lo = int(min(c.min(), hi))
+    got = (min(s_lo, s_hi), max(s_lo, s_hi))
+    if len(_BOUNDS) >= _BOUNDS_SIZE:
+        _BOUNDS.clear()
+    _BOUNDS[key] = got
+    return got
+
+
+def _bits(lo: int, hi: int) -> int:
+    if lo >= 0:
+        return max(hi.bit_length(), 1)
+    return max((-lo - 1).bit_length(), hi.bit_length()) + 1
+
+
+def clamp_bounds(stages, lo: int, hi: int) -> tuple[int, int]:
+    """The range the requantization core clamps its input to: :func:`saturation_bounds`
+    where that cuts the multiplier's operand into fewer pieces wider than
+    :data:`~onnx2fpga.plan.devices.LUT_PRODUCT_MAX_BITS` (hard multipliers: of 18 bits, an
+    ECP5 ``MULT18X18D``'s operand, or of 16, an iCE40 ``SB_MAC16``'s; or as many, but fewer
+    narrow ones, each a LUT product dearer than the clamp) or spares a float32 stage
+    its input's rounding to 24 significant bits (two pipeline steps); otherwise ``[lo, hi]``
+    (a clamp that saves nothing costs two comparators)."""
+    lo, hi = int(lo), int(hi)
+    s_lo, s_hi = saturation_bounds(stages, lo, hi)
+    if (s_lo, s_hi) == (lo, hi):
+        return lo, hi
+    full, sat = _bits(lo, hi), _bits(s_lo, s_hi)
+    m = np.unique(np.asarray(stages[0].multiplier))
+    product = not (m.size == 1 and int(m[0]) & (int(m[0]) - 1) == 0)   # not 0, 1, 2**k
+
+    def pieces(bits, size):             # (hard multipliers, LUT products: narrow pieces)
+        widths = [min(size, bits - lo) for lo in range(0, bits, size)]
+        return sum(w > LUT_PRODUCT_MAX_BITS for w in widths), len(widths)
+    fewer = product and any(pieces(sat, c) < pieces(full, c) for c in (16, 18))
+    rounding = stages[0].rounding == "float32" and float32_input_rounds(lo, hi) and \
+        not float32_input_rounds(s_lo, s_hi)
+    return (s_lo, s_hi) if fewer or rounding else (lo, hi)
+
+
 def requant_latency(stages, in_type=None) -> int:
     """Latency of a :class:`~onnx2fpga.hw.requant.RequantCore` of ``stages`` on inputs of
     ``in_type`` (``2 + 5 * n`` for ``n`` stages rounding a shift; see :func:`stage_latency`;
@@ -51,7 +160,8 @@ def requant_latency(stages, in_type=None) -> int:
         return 2 + 5 * stages if stages else 0
     if not stages:
         return 0
-    total, lo, hi = 2, in_type.lo, in_type.hi
+    lo, hi = clamp_bounds(stages, in_type.lo, in_type.hi)
+    total = 2
     for st in stages:
         total += stage_latency(st, lo, hi)
         lo, hi = st.lo, st.hi

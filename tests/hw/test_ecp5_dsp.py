@@ -28,11 +28,11 @@ def _dataflow(seed=0):
     int6 (DSPs, simd 2, pe 2; 22-bit products, so the DSP's signedness matters) whose
     accumulators are the output, so that output stalls reach its DSPs.
 
-    Requantization: fc1's 19-bit accumulators are cut into a 16-bit and a signed 3-bit piece,
-    each times a 7-bit per-channel multiplier from a table, on both sides of a LeakyRelu (4
-    DSPs); the lut layer's has a table multiplier, then a second stage whose constant
-    multiplier 70001 is a 16-bit piece (a DSP fed from the first stage's clip) and a 1
-    (a shift)."""
+    Requantization: fc1's 19-bit accumulators are cut into an 18-bit and a signed 1-bit
+    piece (ECP5's 18-bit operands), each times a 7-bit per-channel multiplier from a table,
+    on both sides of a LeakyRelu (2 DSPs for the 18-bit pieces; the 1-bit ones are LUT
+    logic); the lut layer's has a table multiplier, then a second stage whose constant
+    multiplier 70001 is an 18-bit piece (a DSP fed from the first stage's clip)."""
     rng = np.random.default_rng(seed)
     u8, i8, i16 = IntType(8, False), IntType(8, True), IntType(16, True)
     fc1 = DenseLayer("fc1", u8, 3, rng.integers(-128, 128, size=(6, 16)), i8,
@@ -69,25 +69,27 @@ def test_registered_dsps_equal_golden_with_the_same_cycles(tmp_path):
     ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
     plain_v = emit_verilog(df)
     # fc1: 8 x 2 products, fc2: 2 x 2; the 3-bit weights stay in LUTs. Requantization:
-    # 4 + 1 + 1 (see _dataflow).
-    assert ecp5_v.count("MULT18X18D ") == 26 and "MULT18X18D" not in plain_v
+    # 2 + 1 + 1 (see _dataflow).
+    assert ecp5_v.count("MULT18X18D ") == 24 and "MULT18X18D" not in plain_v
     assert emit_verilog(df, platform=get_board("ulx3s-85f").platform()) == ecp5_v
     check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
 
 
 @pytest.mark.rtl
 def test_requantization_of_four_partial_products_equals_golden(tmp_path):
-    """A 24-bit multiplier on 19-bit accumulators: four partial products (DSPs) per lane,
-    whose sum the ECP5 build splits over two stages (one adder level behind the DSPs);
-    values and cycles as in the platform-free design."""
+    """A 23-bit multiplier on 23-bit accumulators whose outputs change over their whole range
+    (no clamp narrows them; a 10-bit output, so no threshold core): four partial products
+    (DSPs, 18-bit pieces) per lane, whose sum the ECP5 build splits over two stages (one
+    adder level behind the DSPs); values and cycles as in the platform-free design."""
     rng = np.random.default_rng(5)
-    u8, i8 = IntType(8, False), IntType(8, True)
-    fc = DenseLayer("fc", u8, 3, rng.integers(-128, 128, size=(6, 16)), i8,
+    u8, i10, i12 = IntType(8, False), IntType(10, True), IntType(12, True)
+    fc = DenseLayer("fc", u8, 3, rng.integers(-2048, 2048, size=(6, 16)), i12,
                     rng.integers(-999, 999, size=6),
-                    [RequantStage(rng.integers(2 ** 22, 2 ** 23, size=6), [-9000], 30, 0,
-                                  -128, 127, i8)], simd=8, pe=2)
+                    [RequantStage(rng.integers(2 ** 22, 2 ** 23, size=6), [-9000], 40, 0,
+                                  i10.lo, i10.hi, i10)], simd=8, pe=2)
+    assert fc.acc_type.bits > 20
     df = Dataflow([fc], Port("x", (16,), u8, 1.0, 3, lanes=8),
-                  Port("fc", (6,), i8, 1.0, 0, lanes=2), fifo_depths=[2])
+                  Port("fc", (6,), i10, 1.0, 0, lanes=2), fifo_depths=[2])
     ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
     # 16 products, and 4 partial products in the requantization's one lane.
     assert ecp5_v.count("MULT18X18D ") == 16 + 4

@@ -87,7 +87,9 @@ def test_float32_stage_differs_from_one_rounding():
 def test_float32_stage_timing(bits):
     rng = np.random.default_rng(bits)
     t = IntType(bits, True)
-    stage = _stage(rng, 2, spread=1)
+    # exp 24: outputs still change beyond 2**24, so the input's rounding stays (with scales
+    # near 2**-8 every input beyond 2**16 clips, and the core clamps it first).
+    stage = _stage(rng, 2, spread=1, exp=8 if bits <= 25 else 24)
     dut = RequantCore([stage], 2, 2, signed(bits))
     x = rng.integers(-1000, 1000, size=(12, 2))
     times = run_timed(dut, to_transfers(x.reshape(-1), 2), 12)
@@ -96,3 +98,64 @@ def test_float32_stage_timing(bits):
     np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), latency)
     np.testing.assert_array_equal(np.array(times["out_items"]).reshape(-1, 2),
                                   golden.requant_stages(x, [stage]))
+
+
+def _exact_stage(rng, channels, *, relu):
+    m = rng.integers(1 << 14, 1 << 15, channels)
+    off = rng.integers(-(1 << 20), 1 << 20, channels)
+    out = IntType(8, True)
+    return RequantStage(m, off, 24, -128 if relu else 5, -128 if relu else out.lo, out.hi,
+                        out, rounding="half_even")
+
+
+@pytest.mark.parametrize("kind", ["float32", "float32_wide", "exact", "exact_relu"])
+def test_saturation_bounds_change_no_output(kind):
+    """Clamping the input to ``saturation_bounds`` changes no output of any channel, and the
+    bounds are tight: one step inside either of them, some channel's output changes."""
+    rng = np.random.default_rng(len(kind))
+    t = IntType(24, True)
+    if kind.startswith("float32"):
+        stage = _stage(rng, 5, spread=3, exp=8 if kind == "float32" else 17)
+    else:
+        stage = _exact_stage(rng, 5, relu=kind == "exact_relu")
+    lo, hi = requant_timing.saturation_bounds([stage], t.lo, t.hi)
+    assert t.lo < lo < hi < t.hi
+    x = np.concatenate([rng.integers(t.lo, t.hi, (2000, 5), endpoint=True),
+                        rng.integers(lo - 300, lo + 300, (300, 5)),
+                        rng.integers(hi - 300, hi + 300, (300, 5)),
+                        [[t.lo] * 5, [t.hi] * 5, [lo] * 5, [hi] * 5]])
+    x = np.clip(x, t.lo, t.hi)
+    np.testing.assert_array_equal(golden.requant_stages(np.clip(x, lo, hi), [stage]),
+                                  golden.requant_stages(x, [stage]))
+    for inner, edge in ((hi - 1, t.hi), (lo + 1, t.lo)):
+        assert np.any(golden.requant_stages(np.full((1, 5), inner), [stage])
+                      != golden.requant_stages(np.full((1, 5), edge), [stage]))
+
+
+def test_saturation_bounds_keep_a_negative_side():
+    """A fused LeakyRelu's stage is left alone (not known to be monotone)."""
+    rng = np.random.default_rng(7)
+    st = _exact_stage(rng, 3, relu=False)
+    leaky = RequantStage(st.multiplier, st.offset, st.shift, st.zero_point, st.lo, st.hi,
+                         st.out_type, neg_multiplier=st.multiplier // 8,
+                         neg_offset=st.offset // 8)
+    assert requant_timing.saturation_bounds([leaky], -(1 << 23), (1 << 23) - 1) == \
+        (-(1 << 23), (1 << 23) - 1)
+
+
+def test_saturated_core_matches_golden_on_every_range():
+    """The clamped core (a multiplier operand narrower than its 24-bit input) equals the
+    golden model on inputs across the whole input range, under stalls."""
+    rng = np.random.default_rng(11)
+    t = IntType(24, True)
+    stage = _stage(rng, 4, spread=2, exp=10)
+    dut = RequantCore([stage], 4, 2, signed(24))
+    lo, hi = requant_timing.saturation_bounds([stage], t.lo, t.hi)
+    assert dut._sat == (lo, hi) == requant_timing.clamp_bounds([stage], t.lo, t.hi)
+    assert t.lo < lo and hi < t.hi
+    x = np.concatenate([rng.integers(t.lo, t.hi, (40, 4), endpoint=True),
+                        rng.integers(lo - 4, lo + 4, (8, 4)), rng.integers(hi - 4, hi + 4, (8, 4)),
+                        [[t.lo] * 4, [t.hi] * 4]])
+    got = run_stream(dut, to_transfers(x.reshape(-1), 2), x.size // 2, 1)
+    np.testing.assert_array_equal(np.array(got).reshape(-1),
+                                  golden.requant_stages(x, [stage]).reshape(-1))
