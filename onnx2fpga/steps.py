@@ -197,8 +197,10 @@ def device_check(target, utilization: float, pinned=frozenset()):
     with the figures: ``"136 MULT18X18D > 124 (156 x 0.8; 133 requantizing, ...)"``.
 
     When the hard multipliers overflow, layers move their products into LUTs
-    (``multipliers = "lut"``), those with the most multipliers in their products first (the
-    fewest layers change), until the multipliers fit; a layer's requantization keeps its
+    (``multipliers = "lut"``): the set of layers whose products free enough multipliers with
+    the fewest products moved (each costs LUTs; :func:`cheapest_cover`; ties: the fewest
+    layers), where the layers with the most products first had moved 36 more than needed
+    on MobileNetV1; a layer's requantization keeps its
     hard multipliers (the ``"products"`` and ``"requant"`` parts of
     :func:`~onnx2fpga.hw.resources.dataflow_resources`), and layers in ``pinned`` keep the
     user's choice. When the block RAMs overflow, memories move into soft logic
@@ -246,18 +248,13 @@ def device_check(target, utilization: float, pinned=frozenset()):
         over = overflow(res)
         if over and res["board"]["dsp"] > caps["dsp"]:
             by_name = {ly.name: ly for ly in df.layers}
-            movable = sorted((lr for lr in res["layers"] if lr["products"]["dsp"] > 0
-                              and lr["name"] not in pinned
-                              and product_mapping(by_name[lr["name"]]) == "dsp"),
-                             key=lambda lr: (-lr["products"]["dsp"], lr["name"]))
-            excess = res["board"]["dsp"] - caps["dsp"]
-            moved = False
-            for lr in movable:
-                if excess <= 0:
-                    break
-                by_name[lr["name"]].multipliers = "lut"
-                excess -= lr["products"]["dsp"]
-                moved = True
+            movable = [(lr["name"], lr["products"]["dsp"], lr["products"]["dsp"])
+                       for lr in res["layers"] if lr["products"]["dsp"] > 0
+                       and lr["name"] not in pinned
+                       and product_mapping(by_name[lr["name"]]) == "dsp"]
+            moved = cheapest_cover(movable, res["board"]["dsp"] - caps["dsp"])
+            for name in moved:
+                by_name[name].multipliers = "lut"
             if moved:
                 res = dataflow_resources(df, target.family, wrapper=True, memories=True)
                 over = overflow(res)

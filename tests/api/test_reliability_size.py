@@ -125,8 +125,9 @@ def test_a_board_no_folding_fits_is_an_error_not_a_design(tmp_path):
 
 
 def test_a_board_whose_requantizations_alone_overflow_its_multipliers_is_refused(tmp_path):
-    """Six layers whose requantizations take more MULT18X18D at the slowest folding than the
-    board may use (28 x 0.3 on the OrangeCrab 25F): products can move into LUTs, the
+    """Ten layers of 8 whose requantizations take more MULT18X18D at the slowest folding than the
+    board may use (28 x 0.3 on the OrangeCrab 25F; one each, the inputs clamped to the 18 bits
+    where outputs still change): products can move into LUTs, the
     requantizations' multipliers cannot, so compile refuses at once, with the figures,
     and writes nothing."""
     from onnx2fpga.hw.resources import netlist_features
@@ -134,8 +135,8 @@ def test_a_board_whose_requantizations_alone_overflow_its_multipliers_is_refused
     from onnx2fpga.plan.fold import _fold_full, layer_options
     from onnx2fpga.plan.graph import plan_graph
 
-    model = save(float_mlp((16,) * 6 + (4,), softmax=False, seed=2), tmp_path / "m.onnx")
-    cal = np.random.default_rng(1).standard_normal((32, 1, 16)).astype(np.float32)
+    model = save(float_mlp((8,) * 10 + (4,), softmax=False, seed=2), tmp_path / "m.onnx")
+    cal = np.random.default_rng(1).standard_normal((32, 1, 8)).astype(np.float32)
     np.save(tmp_path / "cal.npy", cal)
     out = tmp_path / "d"
     msg = _one_error(*_cli(tmp_path, "compile", model, "-o", out, "--board", "orangecrab-25f",
