@@ -23,12 +23,15 @@ quantization are those of the files:
 Per model and board it prints whether ``compile --board`` takes it (else its one-line error),
 the compile's wall and CPU time and the process's peak memory so far, cycles per inference
 (II) and latency in cycles, latency in ms at 100 MHz, the estimated resources, the multiply
-limit (MACs / (2 x the ECP5's MULT18X18D), two int8 products per DSP) and the share of it
-reached, and the published figures beside them;
+limit (MACs / the ECP5-85F's 156 MULT18X18D: one int8 x int8 product each, since
+nextpnr-ecp5 places MULT18X18D only, not the 9x9 halves, and two products share one only for
+unsigned inputs times weights of at most 5 bits; the issue's figure assumed two) and the share
+of it reached, and the published figures beside them;
 then the golden model against onnxruntime on ``--samples`` random inputs (argmax agreement and
 the largest difference of the outputs) and on the quantized logits (the QuantizeLinear before
-the Softmax, or the last one: share of identical integers and the largest difference in LSB),
-with the compile's requantization (``--requant``, by default its own choice: onnxruntime's for
+the Softmax, or the last one: share of identical integers and the largest difference in LSB,
+against onnxruntime as it runs by default and with its integer kernels for int8 activations,
+``session.qdqisint8allowed``), with the compile's requantization (``--requant``, by default its own choice: onnxruntime's for
 these models). ``--boards none`` compiles without a board's folding (faster). Figures, not
 pass/fail.
 """
@@ -61,7 +64,7 @@ PUBLISHED = {"ic": (0.411, "fpgaConvNet, ZedBoard, 211 DSPs at 143 MHz; 0.147 ms
              "vww": (0.720, "fpgaConvNet, ZC706"),
              "ad": (0.0187, "hls4ml AD08 (a smaller model), Pynq-Z2")}
 
-#: The ECP5-85F's hard multipliers (two int8 products each) for the multiply limit.
+#: The ECP5-85F's hard multipliers (one int8 product each) for the multiply limit.
 ECP5_85F_DSPS = 156
 
 
@@ -168,9 +171,12 @@ def logits_tensor(path) -> str:
     return [n.output[0] for n in g.node if n.op_type == "QuantizeLinear"][-1]
 
 
-def ort_tensor(path, x, name) -> np.ndarray:
+def ort_tensor(path, x, name, integer_kernels=False) -> np.ndarray:
     """onnxruntime's value of tensor ``name`` (made a graph output) per sample, int64
-    ``(samples, size)``."""
+    ``(samples, size)``; ``integer_kernels``: with ``session.qdqisint8allowed``, so that the
+    int8-activation Convs run in onnxruntime's integer kernels on x86 too (by default they run
+    as DequantizeLinear, a float Conv, QuantizeLinear there, whose float sums decide a few
+    ties per million outputs differently)."""
     import onnx
     import onnxruntime as ort
     from onnx import helper
@@ -178,7 +184,11 @@ def ort_tensor(path, x, name) -> np.ndarray:
     q = next(n for n in m.graph.node if n.output[0] == name)
     zp = next(i for i in m.graph.initializer if i.name == q.input[2])
     m.graph.output.append(helper.make_tensor_value_info(name, zp.data_type, None))
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    so.log_severity_level = 3           # the quantizer's unused initializers
+    if integer_kernels:
+        so.add_session_config_entry("session.qdqisint8allowed", "1")
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
     iname = sess.get_inputs()[0].name
     return np.stack([sess.run([name], {iname: x[i:i + 1]})[0].reshape(-1)
                      for i in range(len(x))]).astype(np.int64)
@@ -239,6 +249,9 @@ def _row(name, board, qdq, x, requant=None) -> dict:
                 diff = np.abs(mine - ort_tensor(qdq, x, t))
                 row["logits_exact"] = round(float(np.mean(diff == 0)), 4)
                 row["logits_worst_lsb"] = int(diff.max())
+                diff = np.abs(mine - ort_tensor(qdq, x, t, integer_kernels=True))
+                row["logits_exact_int_kernels"] = round(float(np.mean(diff == 0)), 4)
+                row["logits_worst_lsb_int_kernels"] = int(diff.max())
     except onnx2fpga.Onnx2FpgaError as e:
         _timing(row, start, cpu)
         row["error"] = str(e).splitlines()[0]
@@ -270,7 +283,7 @@ def main(argv=None):
             ort_quantize(fpath, qpath, cal)
             x = rng.standard_normal((args.samples, *shape[1:])).astype(np.float32)
             n_macs = macs(fpath)
-            limit = n_macs / (2 * ECP5_85F_DSPS)
+            limit = n_macs / ECP5_85F_DSPS
             for board in args.boards.split(","):
                 row = _row(name, board, qpath, x, args.requant)
                 row["macs"] = n_macs
@@ -290,7 +303,10 @@ def main(argv=None):
         tail = r.get("error") or (f"argmax {r['argmax_agreement']}, max diff "
                                   f"{r['max_abs_diff_vs_ort']:.3g}; quantized logits "
                                   f"({r['requant']}): {r.get('logits_exact', '-')} exact, "
-                                  f"worst {r.get('logits_worst_lsb', '-')} LSB")
+                                  f"worst {r.get('logits_worst_lsb', '-')} LSB; against "
+                                  f"onnxruntime's integer kernels "
+                                  f"{r.get('logits_exact_int_kernels', '-')} exact, worst "
+                                  f"{r.get('logits_worst_lsb_int_kernels', '-')} LSB")
         print(f"{r['model']:<5} {r['board']:<11} {r['compile_s']:>7}s {r['compile_cpu_s']:>6}s"
               f" {r['peak_rss_mb']:>5} {r.get('ii_cycles', '-'):>9}"
               f" {r.get('latency_cycles', '-') or '-':>9} {r.get('latency_ms_100mhz', '-'):>7}"

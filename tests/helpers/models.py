@@ -494,9 +494,12 @@ def ort_qdq_multi_io(tmp_path, kind="two_heads", seed=0, samples=64):
     return q, cal
 
 
-def ort_quantized_tensors(path, x) -> dict:
+def ort_quantized_tensors(path, x, *, integer_kernels: bool = False) -> dict:
     """onnxruntime's own value of every QuantizeLinear output of the model at ``path``, for
-    each sample of ``x`` (input ``x``): tensor name -> int64 ``(samples, size)``."""
+    each sample of ``x`` (input ``x``): tensor name -> int64 ``(samples, size)``.
+    ``integer_kernels``: with the session option ``session.qdqisint8allowed``, so that
+    onnxruntime fuses int8-activation QDQ nodes into its integer kernels on x86 too (by
+    default there it runs them as DequantizeLinear, a float op, QuantizeLinear)."""
     import onnxruntime as ort
 
     m = onnx.shape_inference.infer_shapes(onnx.load(str(path)))
@@ -507,7 +510,10 @@ def ort_quantized_tensors(path, x) -> dict:
             names.append(n.output[0])
             m.graph.output.append(helper.make_tensor_value_info(n.output[0],
                                                                 types[n.output[0]], None))
-    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    if integer_kernels:
+        so.add_session_config_entry("session.qdqisint8allowed", "1")
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
     outs = [dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"x": s})))
             for s in x]
     return {t: np.stack([o[t] for o in outs]).reshape(len(x), -1).astype(np.int64)
