@@ -141,6 +141,24 @@ class CoreKind:
         before the pacing :func:`onnx2fpga.plan.cost.stage_timing` applies."""
         raise NotImplementedError
 
+    def takes(self, stage: Stage, ins: list, taken=None) -> list:
+        """Cycle at which the core takes every transfer of each input (one array per input,
+        as ``ins``) when input transfer ``k`` is offered at ``ins[j][k]`` from an unbounded
+        queue, in the schedule of :meth:`trace`, and its output transfer ``k`` is taken at
+        ``taken[k]`` (``None``: as :meth:`trace` gives it, never stalled).
+
+        By default a pipeline that never holds its input back but for a stalled output: with
+        as many transfers out as in, input ``k`` no earlier than its output is held back
+        (``taken[k]`` minus the core's delay); otherwise as offered. Cores that fill a buffer
+        and wait for room in it (a window's line buffer, a matrix unit's vector buffer)
+        override it. :func:`onnx2fpga.plan.fifos.fifo_depths` sizes the queue in front of a
+        core from it."""
+        ins = [np.asarray(t, dtype=np.int64) for t in ins]
+        if taken is None or len(ins) != 1 or len(taken) != len(ins[0]):
+            return ins
+        out = self.trace(stage, ins)
+        return [spaced(np.maximum(ins[0], ins[0] + np.asarray(taken) - out))]
+
     def trace(self, stage: Stage, ins: list) -> np.ndarray:
         """Cycle of every output transfer of one inference (``stage.out_beats`` increasing
         integers) given the cycle of every transfer of each input (``ins``, one array per

@@ -1,0 +1,173 @@
+"""FIFO depths between layers, from the cycle model: each queue holds what its producer has
+written and its consumer not yet taken when both run as :func:`onnx2fpga.plan.cost.plan_traces`
+says.
+
+Layers of different paces throttle each other through shallow queues: a window or a matrix
+unit that emits a row or a vector's outputs in a burst, then a core that takes them at its own
+pace. With the queue deep enough for the burst, neither waits for the other and the hardware
+runs at the modelled rate and latency (a DS-CNN's 38,500 cycles per inference with 2-deep
+queues against the model's 36,000, and exactly the model's with 64-deep ones).
+
+For the queue after a layer (``Dataflow.fifo_depths``) and on a fork's branch
+(``Dataflow.edge_fifos``): the producer's output trace (the cycle of every transfer written
+into the queue) against the cycle each transfer is taken out of it (its readers'
+:meth:`~onnx2fpga.plan.stage.CoreKind.takes`, through casts, width converters and forks; the
+output port takes every transfer as it comes), for two inferences, the second offered one
+initiation interval after the first. The largest number held (:func:`fifo_occupancy`) plus
+:data:`MARGIN` is the depth; 2 where the consumer keeps up (a write while the previous
+transfer leaves), at most :data:`MAX_DEPTH`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.dataflow import Dataflow
+from .builder import Plan
+from .cores import core_kind
+from .cost import plan_traces, stage_cycles
+from .layers import kind_of
+from .stage import spaced
+
+__all__ = ["MIN_DEPTH", "MARGIN", "MAX_DEPTH", "fifo_occupancy", "fifo_depths", "fifo_bits"]
+
+#: The shallowest queue, the depth every layer had before: a 2-deep
+#: :class:`~onnx2fpga.hw.plumbing.StreamFIFO` passes one transfer per cycle in flip-flops with
+#: its ``ready`` registered (a 1-deep one passes its reader's ``ready`` through).
+MIN_DEPTH = 2
+
+#: Transfers added to the largest occupancy when the consumer holds data back: a queue deeper
+#: than 4 takes a cycle longer through (block RAM, :func:`~onnx2fpga.plan.plumbing.fifo_latency`),
+#: which the model's traces, computed with 2-deep queues, do not count.
+MARGIN = 2
+
+#: The deepest queue sized from the model: 1024 transfers (a few 18-kbit block RAMs at the
+#: usual widths). A queue that would need more (a consumer that takes a whole tensor before it
+#: starts) runs slower than the model until it is given more by hand.
+MAX_DEPTH = 1024
+
+
+def fifo_occupancy(written: np.ndarray, taken: np.ndarray) -> int:
+    """The most transfers a queue holds when transfer ``k`` is written at cycle ``written[k]``
+    and taken out at ``taken[k]`` (both increasing), counting the one being written: the
+    depth a :class:`~onnx2fpga.hw.plumbing.StreamFIFO` needs (it takes a write only while it
+    is not full, whatever is read in the same cycle) so that no write waits.
+
+    ``max_k (k + 1 - #{j : taken[j] < written[k]})``; 0 for no transfers.
+
+    Raises
+    ------
+    ValueError
+        If the arrays differ in length or a transfer is taken before it is written.
+    """
+    written = np.asarray(written, dtype=np.int64)
+    taken = np.asarray(taken, dtype=np.int64)
+    if written.shape != taken.shape or written.ndim != 1:
+        raise ValueError(f"Written and taken cycles must be two arrays of one length, not "
+                         f"shapes {written.shape} and {taken.shape}")
+    if not len(written):
+        return 0
+    if (taken < written).any():
+        k = int(np.argmax(taken < written))
+        raise ValueError(f"Transfer {k} is taken at cycle {int(taken[k])}, before it is "
+                         f"written at {int(written[k])}")
+    k = np.arange(len(written), dtype=np.int64)
+    return int((k + 1 - np.searchsorted(taken, written, side="left")).max())
+
+
+def _taken(net: str, traces: dict, readers: dict, memo: dict) -> np.ndarray:
+    """Cycle at which every transfer of ``net`` is taken by its readers in the model of one
+    inference: each reader's :meth:`~onnx2fpga.plan.stage.CoreKind.takes` given when its own
+    output is taken, back to the next queue (which takes as offered: it is sized on its own)
+    or the output port (never stalled)."""
+    if net in memo:
+        return memo[net]
+    offered = traces[net]
+    out = offered
+    for stage, j in readers.get(net, []):
+        if stage.kind == "fifo":
+            continue
+        after = [_taken(o, traces, readers, memo) for o in stage.outputs]
+        if stage.kind == "broadcast":
+            t = np.maximum.reduce(after)
+        elif stage.kind == "cast":
+            t = after[0]
+        elif stage.kind == "convert" and stage.out_lanes > stage.in_lanes:
+            # Gathering k transfers into one word: the next word gathers while the previous
+            # one waits in the output register, and after it has left.
+            k = stage.out_lanes // stage.in_lanes
+            t = np.repeat(np.concatenate([[np.iinfo(np.int64).min // 2], after[0][:-1]]), k)
+        elif stage.kind == "convert" and stage.out_lanes < stage.in_lanes:
+            # Splitting one word into k pieces: the next word once the previous one's last
+            # piece has left.
+            k = stage.in_lanes // stage.out_lanes
+            t = np.concatenate([[np.iinfo(np.int64).min // 2], after[0][k - 1:-1:k]])
+        else:
+            t = core_kind(stage).takes(stage, [traces[n] for n in stage.inputs],
+                                       after[0] if len(after) == 1 else None)[j]
+        out = np.maximum(out, t)
+    memo[net] = spaced(out)
+    return memo[net]
+
+
+def fifo_depths(dataflow: Dataflow, plan: Plan, *, cycles: int | None = None,
+                margin: int = MARGIN, cap: int = MAX_DEPTH) -> tuple[list, dict]:
+    """Depths of the queues of ``plan`` (the core graph of ``dataflow`` with its current
+    queues) from its traces, see the module docstring.
+
+    Parameters
+    ----------
+    cycles : int, optional
+        The initiation interval: the second inference is offered this many cycles after the
+        first (default: the design's cycles per inference).
+    margin, cap : int
+        Added to an occupancy above :data:`MIN_DEPTH`; the largest depth.
+
+    Returns
+    -------
+    (list of int, dict)
+        The depth after every layer (as ``dataflow.fifo_depths`` where it has none, and for a
+        view) and ``"tensor->layer"`` -> the depth of each of ``dataflow.edge_fifos``.
+    """
+    in_beats = dataflow.input.beats
+    if cycles is None:
+        cycles = max([in_beats, dataflow.output.beats]
+                     + [stage_cycles(s) for s in plan.stages])
+    # Each core's model is of one inference: the second's transfers are the first's one
+    # initiation interval later, after the first's on every stream.
+    traces = plan_traces(plan, in_beats)
+    readers: dict = {}
+    for stage in plan.stages:
+        for j, n in enumerate(stage.inputs):
+            readers.setdefault(n, []).append((stage, j))
+    queues = {s.outputs[0]: s for s in plan.stages if s.kind == "fifo"}
+    memo: dict = {}
+
+    def twice(t):
+        return spaced(np.concatenate([t, t + cycles]))
+
+    def depth(net):
+        written = traces[queues[net].inputs[0]]
+        held = fifo_occupancy(twice(written), twice(_taken(net, traces, readers, memo)))
+        return MIN_DEPTH if held <= MIN_DEPTH else min(held + margin, cap)
+
+    after = []
+    for k, layer in enumerate(dataflow.layers):
+        net = plan.tensor_nets.get(layer.output)
+        own = dataflow.fifo_depths[k] and not kind_of(layer).is_view and net in queues
+        after.append(depth(net) if own else dataflow.fifo_depths[k])
+    labels = {dataflow.input.name: "in"}
+    labels.update({ly.output: str(k) for k, ly in enumerate(dataflow.layers)})
+    edges = {}
+    for key, old in dataflow.edge_fifos.items():
+        tensor, consumer = key.split("->")
+        name = f"fifo_{labels[tensor]}_{consumer}"
+        stage = next((s for s in plan.stages if s.name == name), None)
+        edges[key] = old if stage is None else max(old, depth(stage.outputs[0]))
+    return after, edges
+
+
+def fifo_bits(plan: Plan) -> int:
+    """Bits of storage of every queue of ``plan``: depth times the transfer's width."""
+    return sum(s.params["depth"] * s.out_lanes * s.out_type.bits
+               for s in plan.stages if s.kind == "fifo")

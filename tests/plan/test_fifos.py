@@ -1,0 +1,109 @@
+"""FIFO depths from the cycle model (:mod:`onnx2fpga.plan.fifos`): the occupancy of a queue on
+hand-built traces, the take models of the cores that hold their input back against their own
+output schedules, and the depths ``fold`` sets."""
+
+import numpy as np
+import pytest
+
+from onnx2fpga.errors import OptionError
+from onnx2fpga.ir.dataflow import Dataflow, Port
+from onnx2fpga.ir.layers import ConvLayer
+from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan.fifos import MARGIN, MIN_DEPTH, fifo_bits, fifo_occupancy
+from onnx2fpga.plan.fold import fold
+from onnx2fpga.plan.graph import plan_graph
+from onnx2fpga.plan.window import WindowGeometry
+from onnx2fpga.sim import golden
+from tests.plan.test_graph import fit_stage
+
+U4, I8 = IntType(4, False), IntType(8, True)
+
+
+def test_occupancy_of_a_burst_taken_slowly():
+    # Eight transfers written at cycles 0..7, taken one every 4 cycles from cycle 1: at cycle
+    # 7 the ones taken at 1 and 5 have left, the other six are held.
+    written = np.arange(8)
+    taken = 1 + 4 * np.arange(8)
+    assert fifo_occupancy(written, taken) == 6
+    # All taken long after the last write: the queue holds the whole burst.
+    assert fifo_occupancy(written, 100 + np.arange(8)) == 8
+
+
+def test_occupancy_of_a_stream_that_flows_through():
+    # Each transfer taken the cycle after it is written: one held while the next is written.
+    assert fifo_occupancy(np.arange(10), np.arange(10) + 1) == 2
+    # Taken every other cycle while written every other cycle: never more than one.
+    assert fifo_occupancy(2 * np.arange(10), 2 * np.arange(10) + 1) == 1
+    assert fifo_occupancy(np.zeros(0), np.zeros(0)) == 0
+
+
+def test_occupancy_refuses_inconsistent_traces():
+    with pytest.raises(ValueError, match="one length"):
+        fifo_occupancy(np.arange(3), np.arange(4))
+    with pytest.raises(ValueError, match="Transfer 1 is taken at cycle 0"):
+        fifo_occupancy(np.array([0, 1]), np.array([0, 0]))
+
+
+@pytest.mark.parametrize("geom", [
+    dict(channels=4, height=7, width=5, kernel=(3, 3), pads=(1, 1, 1, 1), lanes=2),
+    dict(channels=1, height=49, width=10, kernel=(10, 4), stride=(2, 2), pads=(4, 1, 5, 1)),
+    dict(channels=3, height=6, width=6, kernel=(2, 2), stride=(2, 2)),
+])
+@pytest.mark.parametrize("gap", [0, 3])
+def test_window_takes_its_rows_in_the_timeline(geom, gap):
+    """Each input row's last transfer is taken at the cycle the row-level schedule writes it,
+    whether the input comes at full rate or slower; none before it is offered."""
+    g = WindowGeometry.make(**geom)
+    arrival = np.arange(g.in_beats) * (1 + gap)
+    takes = g.takes(arrival)
+    row_in = g.width * g.folds
+    in_end, _ = g.timeline(1, arrival[row_in - 1::row_in])
+    np.testing.assert_array_equal(takes[row_in - 1::row_in], in_end)
+    assert (takes >= arrival).all() and (np.diff(takes) >= 1).all()
+
+
+def _conv_dataflow():
+    """A 3x3 convolution (8 channels) into a pointwise one (8 channels): the first matrix unit
+    emits each pixel's 8 outputs in a burst, the pointwise one at one product per cycle takes
+    a pixel's 8 channels over 64 cycles."""
+    rng = np.random.default_rng(0)
+    probe = rng.integers(0, 16, size=(16, 2, 6, 6))
+    conv0 = ConvLayer("conv0", U4, 3, (2, 6, 6), rng.integers(-7, 8, size=(8, 2, 3, 3)),
+                      IntType(4, True), rng.integers(-20, 20, 8), [], pads=(1, 1, 1, 1),
+                      inputs=["x"], output="a")
+    conv0.requant.append(fit_stage(rng, golden.run_layer(conv0, probe), U4, relu=True))
+    h = golden.run_layer(conv0, probe)
+    conv1 = ConvLayer("conv1", U4, 0, (8, 6, 6), rng.integers(-7, 8, size=(8, 8, 1, 1)),
+                      IntType(4, True), rng.integers(-9, 9, 8), [], inputs=["a"], output="y")
+    conv1.requant.append(fit_stage(rng, golden.run_layer(conv1, h), I8))
+    return Dataflow([conv0, conv1], Port("x", (1, 2, 6, 6), U4, 0.1, 3),
+                    Port("y", (1, 8, 6, 6), I8, 0.1, 0))
+
+
+@pytest.mark.parametrize("conv1, deep", [({"simd": 8, "pe": 8}, False),
+                                          ({"simd": 8, "pe": 1}, False),
+                                          ({"simd": 2, "pe": 1}, True),
+                                          ({"simd": 1, "pe": 1}, True)])
+def test_fold_sizes_the_queue_before_a_slower_consumer(conv1, deep):
+    """conv0 emits a pixel's 8 channels in one transfer every 18 cycles (its window's pace);
+    a pointwise layer that takes a pixel in 1 or 8 cycles keeps up and leaves the queue at
+    its least, one that takes 32 or 64 cycles a pixel leaves there what its line buffer
+    cannot hold: deeper the slower it is, never deeper than the pixels of two inferences."""
+    df = fold(_conv_dataflow(), overrides={"conv0": {"simd": 18, "pe": 8}, "conv1": conv1})
+    plan = plan_graph(df)
+    assert df.fifo_depths[1] == MIN_DEPTH        # the output port takes every transfer
+    if not deep:
+        assert df.fifo_depths[0] == MIN_DEPTH
+        return
+    assert MIN_DEPTH < df.fifo_depths[0] <= 2 * 36 + MARGIN
+    slower = fold(_conv_dataflow(), overrides={"conv0": {"simd": 18, "pe": 8},
+                                               "conv1": {"simd": 1, "pe": 1}})
+    assert slower.fifo_depths[0] >= df.fifo_depths[0]
+    assert fifo_bits(plan) == sum(d * w for d, w in zip(df.fifo_depths, (8 * 4, 8)))
+
+
+def test_fold_keeps_an_explicit_fifo_depth():
+    df = fold(_conv_dataflow(), fifo_depth=3)
+    assert df.fifo_depths == [3, 3]
+    with pytest.raises(OptionError, match="fifo_depth must be a non-negative integer"):
+        fold(_conv_dataflow(), fifo_depth=-1)
