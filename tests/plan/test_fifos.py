@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from onnx2fpga.errors import OptionError
+from onnx2fpga.hw.resources import dataflow_resources
 from onnx2fpga.ir.dataflow import Dataflow, Port
 from onnx2fpga.ir.layers import ConvLayer
 from onnx2fpga.ir.types import IntType
@@ -107,3 +108,15 @@ def test_fold_keeps_an_explicit_fifo_depth():
     assert df.fifo_depths == [3, 3]
     with pytest.raises(OptionError, match="fifo_depth must be a non-negative integer"):
         fold(_conv_dataflow(), fifo_depth=-1)
+
+
+def test_the_estimate_counts_the_deeper_queue():
+    """The resource estimate a board's folding checks is of the queues fold sized: the layer
+    before a slow consumer costs more than with 2-deep queues, by its queue alone."""
+    over = {"conv0": {"simd": 18, "pe": 8}, "conv1": {"simd": 1, "pe": 1}}
+    deep = fold(_conv_dataflow(), overrides=over)
+    shallow = fold(_conv_dataflow(), overrides=over, fifo_depth=MIN_DEPTH)
+    assert deep.fifo_depths[0] > MIN_DEPTH and shallow.fifo_depths[0] == MIN_DEPTH
+    a, b = (dataflow_resources(df, "ecp5")["layers"] for df in (deep, shallow))
+    assert a[0]["lut"] + a[0]["ff"] > b[0]["lut"] + b[0]["ff"]
+    assert (a[0]["products"], a[1]) == (b[0]["products"], b[1])
