@@ -27,9 +27,11 @@ from .builder import Plan
 from .cores import core_kind
 from .cost import plan_traces, stage_cycles
 from .layers import kind_of
+from .plumbing import fifo_latency
 from .stage import spaced
 
-__all__ = ["MIN_DEPTH", "MARGIN", "MAX_DEPTH", "fifo_occupancy", "fifo_depths", "fifo_bits"]
+__all__ = ["MIN_DEPTH", "MARGIN", "MAX_DEPTH", "fifo_occupancy", "latest_writes", "fifo_depths",
+           "fifo_bits"]
 
 #: The shallowest queue, the depth every layer had before: a 2-deep
 #: :class:`~onnx2fpga.hw.plumbing.StreamFIFO` passes one transfer per cycle in flip-flops with
@@ -73,6 +75,18 @@ def fifo_occupancy(written: np.ndarray, taken: np.ndarray) -> int:
                          f"written at {int(written[k])}")
     k = np.arange(len(written), dtype=np.int64)
     return int((k + 1 - np.searchsorted(taken, written, side="left")).max())
+
+
+def latest_writes(written: np.ndarray, taken: np.ndarray, latency: int) -> np.ndarray:
+    """When a producer that would write transfer ``k`` at ``written[k]`` writes it when held
+    back by a full queue, as late as it can without delaying any transfer its reader takes
+    at ``taken`` (``latency`` cycles through the queue): ``written[k] + min over j >= k of
+    (taken[j] - latency - written[j])``, at least ``written[k]``. A producer held back is
+    assumed never to catch up (its gaps between transfers do not shrink): a producer faster
+    than its reader needs no room for what it would run ahead, only for its bursts."""
+    written = np.asarray(written, dtype=np.int64)
+    slack = np.asarray(taken, dtype=np.int64) - latency - written
+    return written + np.maximum(np.minimum.accumulate(slack[::-1])[::-1], 0)
 
 
 def _taken(net: str, traces: dict, readers: dict, memo: dict) -> np.ndarray:
@@ -134,7 +148,8 @@ def fifo_depths(dataflow: Dataflow, plan: Plan, *, cycles: int | None = None,
         cycles = max([in_beats, dataflow.output.beats]
                      + [stage_cycles(s) for s in plan.stages])
     # Each core's model is of one inference: the second's transfers are the first's one
-    # initiation interval later, after the first's on every stream.
+    # initiation interval later, after the first's on every stream. A producer held back in
+    # one inference is not in the next: it starts each on its own input.
     traces = plan_traces(plan, in_beats)
     readers: dict = {}
     for stage in plan.stages:
@@ -147,8 +162,11 @@ def fifo_depths(dataflow: Dataflow, plan: Plan, *, cycles: int | None = None,
         return spaced(np.concatenate([t, t + cycles]))
 
     def depth(net):
-        written = traces[queues[net].inputs[0]]
-        held = fifo_occupancy(twice(written), twice(_taken(net, traces, readers, memo)))
+        queue = queues[net]
+        taken = _taken(net, traces, readers, memo)
+        written = latest_writes(traces[queue.inputs[0]], taken,
+                                fifo_latency(queue.params["depth"]))
+        held = fifo_occupancy(twice(written), twice(taken))
         return MIN_DEPTH if held <= MIN_DEPTH else min(held + margin, cap)
 
     after = []
