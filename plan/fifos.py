@@ -13,9 +13,10 @@ For the queue after a layer (``Dataflow.fifo_depths``) and on a fork's branch
 into the queue) against the cycle each transfer is taken out of it (its readers'
 :meth:`~onnx2fpga.plan.stage.CoreKind.takes`, through casts, width converters and forks; the
 output port takes every transfer as it comes), for two inferences, the second offered one
-initiation interval after the first. The largest number held (:func:`fifo_occupancy`) plus
-:data:`MARGIN` is the depth; 2 where the consumer keeps up (a write while the previous
-transfer leaves), at most :data:`MAX_DEPTH`.
+initiation interval after the first, the producer held back as long as that delays no
+transfer its reader takes (:func:`latest_writes`). The largest number held
+(:func:`fifo_occupancy`) is the depth, at least :data:`MIN_DEPTH`; above
+:data:`SMALL_DEPTH`, plus :data:`MARGIN`, at most :data:`MAX_DEPTH`.
 """
 
 from __future__ import annotations
@@ -28,19 +29,23 @@ from .cores import core_kind
 from .cost import plan_traces, stage_cycles
 from .layers import kind_of
 from .plumbing import fifo_latency
-from .stage import spaced
+from .stage import spaced, spaced_before
 
-__all__ = ["MIN_DEPTH", "MARGIN", "MAX_DEPTH", "fifo_occupancy", "latest_writes", "fifo_depths",
-           "fifo_bits"]
+__all__ = ["MIN_DEPTH", "SMALL_DEPTH", "MARGIN", "MAX_DEPTH", "fifo_occupancy", "latest_writes",
+           "fifo_depths", "fifo_bits"]
 
 #: The shallowest queue, the depth every layer had before: a 2-deep
 #: :class:`~onnx2fpga.hw.plumbing.StreamFIFO` passes one transfer per cycle in flip-flops with
 #: its ``ready`` registered (a 1-deep one passes its reader's ``ready`` through).
 MIN_DEPTH = 2
 
-#: Transfers added to the largest occupancy when the consumer holds data back: a queue deeper
-#: than 4 takes a cycle longer through (block RAM, :func:`~onnx2fpga.plan.plumbing.fifo_latency`),
-#: which the model's traces, computed with 2-deep queues, do not count.
+#: The deepest queue of flip-flops (1 cycle through, :func:`~onnx2fpga.plan.plumbing.fifo_latency`):
+#: an occupancy up to it is the depth.
+SMALL_DEPTH = 4
+
+#: Transfers added to a larger occupancy: a queue deeper than :data:`SMALL_DEPTH` takes a cycle
+#: longer through (memory), which the model's traces, computed with 2-deep queues, do not
+#: count.
 MARGIN = 2
 
 #: The deepest queue sized from the model: 1024 transfers (a few 18-kbit block RAMs at the
@@ -89,38 +94,53 @@ def latest_writes(written: np.ndarray, taken: np.ndarray, latency: int) -> np.nd
     return written + np.maximum(np.minimum.accumulate(slack[::-1])[::-1], 0)
 
 
-def _taken(net: str, traces: dict, readers: dict, memo: dict) -> np.ndarray:
-    """Cycle at which every transfer of ``net`` is taken by its readers in the model of one
-    inference: each reader's :meth:`~onnx2fpga.plan.stage.CoreKind.takes` given when its own
-    output is taken, back to the next queue (which takes as offered: it is sized on its own)
-    or the output port (never stalled)."""
+_NEVER = np.iinfo(np.int64).min // 4
+
+
+def _taken(net: str, traces: dict, readers: dict, memo: dict) -> tuple:
+    """``(earliest, latest)``: the cycles at which every transfer of ``net`` is taken by its
+    readers in the model of one inference, and the latest at which they could be without
+    delaying any output: each reader's :meth:`~onnx2fpga.plan.stage.CoreKind.takes` and
+    :meth:`~onnx2fpga.plan.stage.CoreKind.deadlines` given the same of its own output, back
+    to the next queue (which takes as offered: it is sized on its own) or the output port
+    (never stalled)."""
     if net in memo:
         return memo[net]
     offered = traces[net]
-    out = offered
+    early, late = offered, None
     for stage, j in readers.get(net, []):
         if stage.kind == "fifo":
-            continue
-        after = [_taken(o, traces, readers, memo) for o in stage.outputs]
-        if stage.kind == "broadcast":
-            t = np.maximum.reduce(after)
-        elif stage.kind == "cast":
-            t = after[0]
-        elif stage.kind == "convert" and stage.out_lanes > stage.in_lanes:
-            # Gathering k transfers into one word: the next word gathers while the previous
-            # one waits in the output register, and after it has left.
-            k = stage.out_lanes // stage.in_lanes
-            t = np.repeat(np.concatenate([[np.iinfo(np.int64).min // 2], after[0][:-1]]), k)
-        elif stage.kind == "convert" and stage.out_lanes < stage.in_lanes:
-            # Splitting one word into k pieces: the next word once the previous one's last
-            # piece has left.
-            k = stage.in_lanes // stage.out_lanes
-            t = np.concatenate([[np.iinfo(np.int64).min // 2], after[0][k - 1:-1:k]])
+            e, d = offered, offered
         else:
-            t = core_kind(stage).takes(stage, [traces[n] for n in stage.inputs],
-                                       after[0] if len(after) == 1 else None)[j]
-        out = np.maximum(out, t)
-    memo[net] = spaced(out)
+            after = [_taken(o, traces, readers, memo) for o in stage.outputs]
+            if stage.kind == "broadcast":
+                e = np.maximum.reduce([a[0] for a in after])
+                d = np.minimum.reduce([a[1] for a in after])
+            elif stage.kind == "cast":
+                e, d = after[0]
+            elif stage.kind == "convert" and stage.out_lanes > stage.in_lanes:
+                # Gathering k transfers into one word (out 1 cycle after its last piece): the
+                # next word gathers while the previous one waits in the output register.
+                k = stage.out_lanes // stage.in_lanes
+                e = np.repeat(np.concatenate([[_NEVER], after[0][0][:-1]]), k)
+                d = (np.repeat(after[0][1] - 1, k) - np.tile(np.arange(k)[::-1], len(after[0][1])))
+            elif stage.kind == "convert" and stage.out_lanes < stage.in_lanes:
+                # Splitting one word into k pieces (piece i out i + 1 cycles after it): the
+                # next word once the previous one's last piece has left.
+                k = stage.in_lanes // stage.out_lanes
+                e = np.concatenate([[_NEVER], after[0][0][k - 1:-1:k]])
+                d = (after[0][1].reshape(-1, k) - 1 - np.arange(k)[None, :]).min(axis=1)
+            else:
+                kind = core_kind(stage)
+                ins = [traces[n] for n in stage.inputs]
+                one = len(after) == 1
+                e = kind.takes(stage, ins, after[0][0] if one else None)[j]
+                d = kind.deadlines(stage, ins, after[0][1] if one else None)[j]
+        early = np.maximum(early, e)
+        late = d if late is None else np.minimum(late, d)
+    early = spaced(early)
+    late = early if late is None else np.maximum(spaced_before(late), early)
+    memo[net] = early, late
     return memo[net]
 
 
@@ -163,11 +183,14 @@ def fifo_depths(dataflow: Dataflow, plan: Plan, *, cycles: int | None = None,
 
     def depth(net):
         queue = queues[net]
-        taken = _taken(net, traces, readers, memo)
-        written = latest_writes(traces[queue.inputs[0]], taken,
-                                fifo_latency(queue.params["depth"]))
+        early, late = _taken(net, traces, readers, memo)
+        lat = fifo_latency(queue.params["depth"])
+        written = latest_writes(traces[queue.inputs[0]], late, lat)
+        taken = spaced(np.maximum(early, written + lat))
         held = fifo_occupancy(twice(written), twice(taken))
-        return MIN_DEPTH if held <= MIN_DEPTH else min(held + margin, cap)
+        if held <= SMALL_DEPTH:
+            return max(held, MIN_DEPTH)
+        return min(held + margin, cap)
 
     after = []
     for k, layer in enumerate(dataflow.layers):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .stage import CoreKind, Stage, spaced
+from .stage import CoreKind, Stage, spaced, spaced_before
 
 __all__ = [
     "ADDER_LEVELS_PER_STAGE", "matvec_tree_stages", "matvec_stages", "matvec_latency",
@@ -99,6 +99,25 @@ class MatVecTiming(CoreKind):
                                done[:-2]])
         k = np.arange(folds, dtype=np.int64)
         return [spaced(np.maximum(t, (free[:, None] + k[None, :]).reshape(-1)))]
+
+    def deadlines(self, stage: Stage, ins: list, late=None) -> list:
+        """Vector ``v``'s last transfer the cycle before its computation starts, as late as
+        its groups may leave (group ``g`` ``(g + 1) * folds + d`` cycles after the start) and
+        the next vector start on time."""
+        folds, groups, vectors = _matvec_figures(stage)
+        t = np.asarray(ins[0], dtype=np.int64)
+        if len(t) != vectors * folds or stage.out_beats != vectors * groups:
+            return super().deadlines(stage, ins, late)
+        steps = folds * groups
+        start = _starts(t, folds, groups)
+        if late is not None:
+            d = matvec_stages(stage.params["layer"].simd)
+            g = (np.arange(groups, dtype=np.int64) + 1) * folds + d
+            start = (np.asarray(late).reshape(vectors, groups) - g[None, :]).min(axis=1)
+            v = np.arange(vectors, dtype=np.int64) * steps
+            start = np.minimum.accumulate((start - v)[::-1])[::-1] + v
+        k = np.arange(folds, dtype=np.int64)
+        return [spaced_before((start[:, None] - folds + k[None, :]).reshape(-1))]
 
 
 def _starts(t: np.ndarray, folds: int, groups: int) -> np.ndarray:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .checks import check_count, check_lanes
-from .stage import CoreKind, Stage, spaced
+from .stage import CoreKind, Stage, spaced, spaced_before
 
 __all__ = ["WindowGeometry", "window_cycles", "window_latency", "WindowTiming"]
 
@@ -286,6 +286,23 @@ class WindowGeometry:
         free = np.asarray(starts, dtype=np.int64)[:, None] + np.arange(row_in)[None, :]
         return spaced(np.maximum(arrival, free.reshape(-1)))
 
+    def deadlines(self, arrival: np.ndarray, late=None) -> np.ndarray:
+        """The latest cycle at which every input transfer of one inference can be written
+        without output transfer ``k`` leaving after ``late[k]`` (``None``: after
+        :meth:`follow`'s cycle): each input row the cycle before the first output row that
+        reads it is issued, the output rows issued as late as their transfers may leave."""
+        row_in, row_out = self.width * self.folds, self.row_beats
+        late = self.follow(arrival) if late is None else np.asarray(late, dtype=np.int64)
+        issue = (late.reshape(-1, row_out) - 1 - np.arange(row_out)[None, :]).min(axis=1)
+        j = np.arange(len(issue), dtype=np.int64) * row_out
+        issue = np.minimum.accumulate((issue - j)[::-1])[::-1] + j
+        need = np.array([self.row_span(oh)[1] for oh in range(self.out_height)])
+        first = np.searchsorted(need, np.arange(self.height), side="right")
+        rows = np.where(first < len(issue), issue[np.minimum(first, len(issue) - 1)] - 1,
+                        issue[-1] + row_out)
+        return spaced_before((rows[:, None] - row_in + 1
+                              + np.arange(row_in)[None, :]).reshape(-1))
+
     @property
     def latency(self) -> int:
         """See :func:`window_latency`."""
@@ -393,3 +410,9 @@ class WindowTiming(CoreKind):
         if len(ins[0]) != g.in_beats or (taken is not None and len(taken) != g.out_beats):
             return super().takes(stage, ins, taken)
         return [g.takes(ins[0], taken)]
+
+    def deadlines(self, stage: Stage, ins: list, late=None) -> list:
+        g = _geometry(stage)
+        if len(ins[0]) != g.in_beats or (late is not None and len(late) != g.out_beats):
+            return super().deadlines(stage, ins, late)
+        return [g.deadlines(ins[0], late)]

@@ -10,7 +10,13 @@ from onnx2fpga.hw.resources import dataflow_resources
 from onnx2fpga.ir.dataflow import Dataflow, Port
 from onnx2fpga.ir.layers import ConvLayer
 from onnx2fpga.ir.types import IntType
-from onnx2fpga.plan.fifos import MARGIN, MIN_DEPTH, fifo_bits, fifo_occupancy
+from onnx2fpga.plan.fifos import (
+    MARGIN,
+    MIN_DEPTH,
+    fifo_bits,
+    fifo_occupancy,
+    latest_writes,
+)
 from onnx2fpga.plan.fold import fold
 from onnx2fpga.plan.graph import plan_graph
 from onnx2fpga.plan.window import WindowGeometry
@@ -81,26 +87,65 @@ def _conv_dataflow():
                     Port("y", (1, 8, 6, 6), I8, 0.1, 0))
 
 
-@pytest.mark.parametrize("conv1, deep", [({"simd": 8, "pe": 8}, False),
-                                          ({"simd": 8, "pe": 1}, False),
-                                          ({"simd": 2, "pe": 1}, True),
-                                          ({"simd": 1, "pe": 1}, True)])
-def test_fold_sizes_the_queue_before_a_slower_consumer(conv1, deep):
-    """conv0 emits a pixel's 8 channels in one transfer every 18 cycles (its window's pace);
-    a pointwise layer that takes a pixel in 1 or 8 cycles keeps up and leaves the queue at
-    its least, one that takes 32 or 64 cycles a pixel leaves there what its line buffer
-    cannot hold: deeper the slower it is, never deeper than the pixels of two inferences."""
-    df = fold(_conv_dataflow(), overrides={"conv0": {"simd": 18, "pe": 8}, "conv1": conv1})
-    plan = plan_graph(df)
-    assert df.fifo_depths[1] == MIN_DEPTH        # the output port takes every transfer
-    if not deep:
+def test_a_producer_faster_than_its_reader_needs_no_room():
+    # Written every 2 cycles, taken every 5: held back, the producer writes each transfer
+    # the cycle before it is taken, and the queue holds one.
+    written, taken = 2 * np.arange(20), 10 + 5 * np.arange(20)
+    late = latest_writes(written, taken, 1)
+    np.testing.assert_array_equal(late, taken - 1)
+    assert fifo_occupancy(late, taken) == 1
+    # A burst the reader takes one by one: no transfer can come later than it is taken, and
+    # none earlier than written, so the burst's head waits in the queue.
+    written, taken = np.array([0, 1, 2, 3]), np.array([4, 5, 6, 7])
+    np.testing.assert_array_equal(latest_writes(written, taken, 1), [3, 4, 5, 6])
+
+
+def _dw_dataflow(c=8, h=6, w=6):
+    """A depthwise 3x3 convolution into a pointwise one (DS-CNN's block): the depthwise core
+    emits a pixel's channels at the window's pace, row by row with gaps at the edges; the
+    pointwise layer takes a pixel's channels at once into its matrix unit, and then computes
+    for ``c * c / simd`` cycles."""
+    rng = np.random.default_rng(0)
+    probe = rng.integers(0, 16, size=(16, c, h, w))
+    dw = ConvLayer("dw", U4, 3, (c, h, w), rng.integers(-7, 8, size=(c, 1, 3, 3)),
+                   IntType(4, True), rng.integers(-20, 20, c), [], pads=(1, 1, 1, 1), group=c,
+                   inputs=["x"], output="a")
+    dw.requant.append(fit_stage(rng, golden.run_layer(dw, probe), U4, relu=True))
+    h1 = golden.run_layer(dw, probe)
+    pw = ConvLayer("pw", U4, 0, (c, h, w), rng.integers(-7, 8, size=(c, c, 1, 1)),
+                   IntType(4, True), rng.integers(-9, 9, c), [], inputs=["a"], output="y")
+    pw.requant.append(fit_stage(rng, golden.run_layer(pw, h1), I8))
+    return Dataflow([dw, pw], Port("x", (1, c, h, w), U4, 0.1, 3),
+                    Port("y", (1, c, h, w), I8, 0.1, 0))
+
+
+@pytest.mark.parametrize("lanes, deep", [(2, False), (3, True), (4, True), (6, False),
+                                         (8, False)])
+def test_fold_sizes_the_queue_between_paces(lanes, deep):
+    """Depthwise then pointwise, 8 channels on 6x6: with 2 depthwise lanes (1,296 cycles)
+    before a pointwise layer of 1,152 or 2,304, the depthwise rows come in bursts the
+    pointwise layer must not wait for, and the queue between them is deeper than 2; with
+    a depthwise layer much faster than the pointwise (4 or 8 lanes, or 1 lane against
+    1 product), it writes as late as needed and 2 suffice. The output port never needs
+    more than 2. Never deeper than the pixels' transfers of two inferences."""
+    df = fold(_dw_dataflow(), max_lanes=lanes)
+    assert df.fifo_depths[1] == MIN_DEPTH
+    if deep:
+        assert MIN_DEPTH < df.fifo_depths[0] <= 2 * 36 * 8 // df.layers[0].lanes + MARGIN
+    else:
         assert df.fifo_depths[0] == MIN_DEPTH
-        return
-    assert MIN_DEPTH < df.fifo_depths[0] <= 2 * 36 + MARGIN
-    slower = fold(_conv_dataflow(), overrides={"conv0": {"simd": 18, "pe": 8},
-                                               "conv1": {"simd": 1, "pe": 1}})
-    assert slower.fifo_depths[0] >= df.fifo_depths[0]
-    assert fifo_bits(plan) == sum(d * w for d, w in zip(df.fifo_depths, (8 * 4, 8)))
+    plan = plan_graph(df)
+    assert fifo_bits(plan) == sum(d * w for d, w in zip(df.fifo_depths, (
+        df.layers[0].lanes * 4, 8)))
+
+
+def test_a_slow_reader_behind_a_fast_producer_leaves_the_queue_at_its_least():
+    """conv0 emits a pixel every 18 cycles, the pointwise layer takes one every 32 or 64:
+    the producer has time to spare and waits; the queue stays at 2."""
+    for simd in (1, 2):
+        df = fold(_conv_dataflow(), overrides={"conv0": {"simd": 18, "pe": 8},
+                                               "conv1": {"simd": simd, "pe": 1}})
+        assert df.fifo_depths == [MIN_DEPTH, MIN_DEPTH]
 
 
 def test_fold_keeps_an_explicit_fifo_depth():
@@ -112,10 +157,9 @@ def test_fold_keeps_an_explicit_fifo_depth():
 
 def test_the_estimate_counts_the_deeper_queue():
     """The resource estimate a board's folding checks is of the queues fold sized: the layer
-    before a slow consumer costs more than with 2-deep queues, by its queue alone."""
-    over = {"conv0": {"simd": 18, "pe": 8}, "conv1": {"simd": 1, "pe": 1}}
-    deep = fold(_conv_dataflow(), overrides=over)
-    shallow = fold(_conv_dataflow(), overrides=over, fifo_depth=MIN_DEPTH)
+    before a layer of another pace costs more than with 2-deep queues, by its queue alone."""
+    deep = fold(_dw_dataflow(), max_lanes=4)
+    shallow = fold(_dw_dataflow(), max_lanes=4, fifo_depth=MIN_DEPTH)
     assert deep.fifo_depths[0] > MIN_DEPTH and shallow.fifo_depths[0] == MIN_DEPTH
     a, b = (dataflow_resources(df, "ecp5")["layers"] for df in (deep, shallow))
     assert a[0]["lut"] + a[0]["ff"] > b[0]["lut"] + b[0]["ff"]
