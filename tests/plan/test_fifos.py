@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from onnx2fpga.errors import OptionError
+from onnx2fpga.hw.emit import emit_verilog
 from onnx2fpga.hw.resources import dataflow_resources
 from onnx2fpga.ir.dataflow import Dataflow, Port
 from onnx2fpga.ir.layers import ConvLayer
@@ -164,3 +165,9 @@ def test_the_estimate_counts_the_deeper_queue():
     a, b = (dataflow_resources(df, "ecp5")["layers"] for df in (deep, shallow))
     assert a[0]["lut"] + a[0]["ff"] > b[0]["lut"] + b[0]["ff"]
     assert (a[0]["products"], a[1]) == (b[0]["products"], b[1])
+
+
+def test_the_sized_queues_give_the_same_verilog_every_time():
+    a, b = (fold(_dw_dataflow(), max_lanes=4) for _ in range(2))
+    assert a.fifo_depths == b.fifo_depths and a.fifo_depths[0] > MIN_DEPTH
+    assert emit_verilog(a) == emit_verilog(b)
