@@ -11,6 +11,7 @@ from onnx2fpga.hw.resources import dataflow_resources
 from onnx2fpga.ir.dataflow import Dataflow, Port
 from onnx2fpga.ir.layers import ConvLayer
 from onnx2fpga.ir.types import IntType
+from onnx2fpga.plan.cost import edge_fifo_depths
 from onnx2fpga.plan.fifos import (
     MARGIN,
     MIN_DEPTH,
@@ -22,7 +23,7 @@ from onnx2fpga.plan.fold import fold
 from onnx2fpga.plan.graph import plan_graph
 from onnx2fpga.plan.window import WindowGeometry
 from onnx2fpga.sim import golden
-from tests.plan.test_graph import fit_stage
+from tests.plan.test_graph import fit_stage, residual_dataflow
 
 U4, I8 = IntType(4, False), IntType(8, True)
 
@@ -171,3 +172,12 @@ def test_the_sized_queues_give_the_same_verilog_every_time():
     a, b = (fold(_dw_dataflow(), max_lanes=4) for _ in range(2))
     assert a.fifo_depths == b.fifo_depths and a.fifo_depths[0] > MIN_DEPTH
     assert emit_verilog(a) == emit_verilog(b)
+
+
+def test_a_skip_branch_keeps_at_least_the_depth_of_the_layers_needs():
+    """On a fork's branch the queue is the deeper of the two sizings: the need-based one that
+    keeps the join from deadlocking and running slow (``edge_fifo_depths``) and the traces'."""
+    df = fold(residual_dataflow())
+    need = edge_fifo_depths(df)
+    assert list(df.edge_fifos) == list(need) == ["a->add"]
+    assert df.edge_fifos["a->add"] >= need["a->add"]
