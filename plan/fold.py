@@ -8,9 +8,13 @@ such foldings together fit ``max_lanes``; each layer then takes its cheapest fol
 target (fewest lanes, then the narrowest streams). Lane counts of neighbours need not divide
 each other: the planner joins them with width converters.
 
-FIFO depths: ``fifo_depth`` transfers after every layer; the branches of a fork that meet
-again in a join get the depth :func:`onnx2fpga.plan.cost.edge_fifo_depths` computes from the
-layers' cycle behaviour, so that the join can never deadlock.
+FIFO depths: after every layer, what the cycle model says its consumer leaves in the queue
+(:func:`onnx2fpga.plan.fifos.fifo_depths`: the producer's output trace against the cycles the
+consumer takes its input, two inferences back to back), at least 2, so that layers of
+different paces do not throttle each other; ``fifo_depth`` sets one depth for all instead. The
+branches of a fork that meet again in a join get at least the depth
+:func:`onnx2fpga.plan.cost.edge_fifo_depths` computes from the layers' cycle behaviour, so
+that the join can never deadlock.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ..ir.layers import (
     product_mapping,
 )
 from .cost import dataflow_cycles, edge_fifo_depths, stage_cycles
+from .fifos import MIN_DEPTH, fifo_depths
 from .graph import plan_graph, tensor_orders
 from .layers import kind_of
 from .optimize import check_optimize, shorten_latency
@@ -66,7 +71,7 @@ def _apply(layer, params: dict) -> None:
 
 
 def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | None = None,
-         fifo_depth: int = 2, fits=None, target_cycles: int | None = None,
+         fifo_depth: int | None = None, fits=None, target_cycles: int | None = None,
          progress=None, optimize: str = "throughput") -> Dataflow:
     """Set the parallelism of every layer, the ports' lanes and orders and the FIFO depths
     (in place; also returned).
@@ -84,8 +89,9 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
     overrides : dict, optional
         Maps a layer name to any of ``{"simd": s, "pe": p, "lanes": l, "multipliers": m}``
         (``m`` one of :data:`~onnx2fpga.ir.MULTIPLIERS`); wins over the plan.
-    fifo_depth : int
-        Transfers of the FIFO after every layer.
+    fifo_depth : int, optional
+        Transfers of the FIFO after every layer; by default each its own, from the cycle
+        model (:func:`onnx2fpga.plan.fifos.fifo_depths`).
     fits : callable, optional
         ``fits(dataflow) -> None or str``, called on a completely folded dataflow: ``None``
         if the design fits the device, otherwise why not (``"dsp 160 > 156"``). Assumed to
@@ -121,6 +127,9 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
     if target_cycles is not None and (not isinstance(target_cycles, int)
                                       or isinstance(target_cycles, bool) or target_cycles < 1):
         raise OptionError(f"target_cycles must be a positive integer, not {target_cycles!r}")
+    if fifo_depth is not None and (not isinstance(fifo_depth, int)
+                                   or isinstance(fifo_depth, bool) or fifo_depth < 0):
+        raise OptionError(f"fifo_depth must be a non-negative integer, not {fifo_depth!r}")
     check_optimize(optimize)
     layers = dataflow.layers
     unknown = sorted(set(overrides or {}) - {ly.name for ly in layers})
@@ -277,14 +286,19 @@ def _shorter_latency(dataflow, options, chosen, cycles, max_lanes, fits, overrid
     return [o[2] for o in shorten_latency(options, start, latency_of)]
 
 
-def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int) -> None:
-    """Apply ``chosen`` and the overrides, then the ports and all FIFO depths."""
+def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int | None) -> None:
+    """Apply ``chosen`` and the overrides, then the ports and all FIFO depths (``fifo_depth``
+    after every layer, or each from the cycle model with ``None``)."""
 
     _fold_with(dataflow, chosen, overrides)
     dataflow.logic_memories = []
-    dataflow.fifo_depths = [fifo_depth] * len(dataflow.layers)
+    depth = MIN_DEPTH if fifo_depth is None else fifo_depth
+    dataflow.fifo_depths = [depth] * len(dataflow.layers)
     plan = plan_graph(dataflow, check_ports=False)
     dataflow.edge_fifos = edge_fifo_depths(dataflow, plan)
+    if fifo_depth is None:
+        plan = plan_graph(dataflow, check_ports=False)
+        dataflow.fifo_depths, dataflow.edge_fifos = fifo_depths(dataflow, plan)
 
 
 def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .stage import CoreKind, Stage
+from .stage import CoreKind, Stage, spaced, spaced_before
 
 __all__ = [
     "ADDER_LEVELS_PER_STAGE", "matvec_tree_stages", "matvec_stages", "matvec_latency",
@@ -79,8 +79,51 @@ class MatVecTiming(CoreKind):
         if len(t) != vectors * folds or stage.out_beats != vectors * groups:
             return super().trace(stage, ins)
         d = matvec_stages(stage.params["layer"].simd)
-        steps = folds * groups
-        v = np.arange(vectors, dtype=np.int64) * steps
-        start = np.maximum.accumulate(t[folds - 1::folds] + 1 - v) + v
         g = (np.arange(groups, dtype=np.int64) + 1) * folds + d
-        return (start[:, None] + g[None, :]).reshape(-1)
+        return (_starts(t, folds, groups)[:, None] + g[None, :]).reshape(-1)
+
+    def takes(self, stage: Stage, ins: list, taken=None) -> list:
+        """The input buffer is double: vector ``v`` is written into the bank vector ``v - 2``
+        was computed from, one transfer per cycle from the cycle after that vector's
+        ``folds * groups`` steps (with ``taken``, no earlier than ``d`` cycles before its
+        last output is taken: a stalled output stops the steps), no earlier than offered."""
+        folds, groups, vectors = _matvec_figures(stage)
+        t = np.asarray(ins[0], dtype=np.int64)
+        if len(t) != vectors * folds or stage.out_beats != vectors * groups:
+            return super().takes(stage, ins, taken)
+        done = _starts(t, folds, groups) + folds * groups
+        if taken is not None:
+            d = matvec_stages(stage.params["layer"].simd)
+            done = np.maximum(done, np.asarray(taken)[groups - 1::groups] - d)
+        free = np.concatenate([np.full(min(2, vectors), np.iinfo(np.int64).min // 2),
+                               done[:-2]])
+        k = np.arange(folds, dtype=np.int64)
+        return [spaced(np.maximum(t, (free[:, None] + k[None, :]).reshape(-1)))]
+
+    def deadlines(self, stage: Stage, ins: list, late=None) -> list:
+        """Vector ``v``'s last transfer the cycle before its computation starts, as late as
+        its groups may leave (group ``g`` ``(g + 1) * folds + d`` cycles after the start) and
+        the next vector start on time."""
+        folds, groups, vectors = _matvec_figures(stage)
+        t = np.asarray(ins[0], dtype=np.int64)
+        if len(t) != vectors * folds or stage.out_beats != vectors * groups:
+            return super().deadlines(stage, ins, late)
+        steps = folds * groups
+        start = _starts(t, folds, groups)
+        if late is not None:
+            d = matvec_stages(stage.params["layer"].simd)
+            g = (np.arange(groups, dtype=np.int64) + 1) * folds + d
+            start = (np.asarray(late).reshape(vectors, groups) - g[None, :]).min(axis=1)
+            v = np.arange(vectors, dtype=np.int64) * steps
+            start = np.minimum.accumulate((start - v)[::-1])[::-1] + v
+        k = np.arange(folds, dtype=np.int64)
+        return [spaced_before((start[:, None] - folds + k[None, :]).reshape(-1))]
+
+
+def _starts(t: np.ndarray, folds: int, groups: int) -> np.ndarray:
+    """Cycle at which each vector's computation starts: the cycle after its last input
+    transfer ``t`` or after the previous vector's ``folds * groups`` steps, whichever is
+    later."""
+    steps = folds * groups
+    v = np.arange(len(t) // folds, dtype=np.int64) * steps
+    return np.maximum.accumulate(t[folds - 1::folds] + 1 - v) + v

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..ir.types import IntType
 
-__all__ = ["Stage", "CoreKind", "value_key", "spaced"]
+__all__ = ["Stage", "CoreKind", "value_key", "spaced", "spaced_before"]
 
 
 def value_key(value):
@@ -40,6 +40,13 @@ def spaced(times: np.ndarray) -> np.ndarray:
     cycle apart (a stream carries one transfer per cycle): ``t[k] = max(t[k], t[k-1] + 1)``."""
     k = np.arange(len(times), dtype=np.int64)
     return np.maximum.accumulate(np.asarray(times, dtype=np.int64) - k) + k
+
+
+def spaced_before(times: np.ndarray) -> np.ndarray:
+    """``times`` pulled earlier where needed so that consecutive transfers are at least one
+    cycle apart, the last one kept: ``t[k] = min(t[k], t[k+1] - 1)`` (deadlines)."""
+    t = np.asarray(times, dtype=np.int64)
+    return -spaced(-t[::-1])[::-1]
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,40 @@ class CoreKind:
         """Cycles of the first and last output transfer given those of the (latest) input,
         before the pacing :func:`onnx2fpga.plan.cost.stage_timing` applies."""
         raise NotImplementedError
+
+    def takes(self, stage: Stage, ins: list, taken=None) -> list:
+        """Cycle at which the core takes every transfer of each input (one array per input,
+        as ``ins``) when input transfer ``k`` is offered at ``ins[j][k]`` from an unbounded
+        queue, in the schedule of :meth:`trace`, and its output transfer ``k`` is taken at
+        ``taken[k]`` (``None``: as :meth:`trace` gives it, never stalled).
+
+        By default a pipeline that never holds its input back but for a stalled output: with
+        as many transfers out as in, input ``k`` no earlier than its output is held back
+        (``taken[k]`` minus the core's delay); otherwise as offered. Cores that fill a buffer
+        and wait for room in it (a window's line buffer, a matrix unit's vector buffer)
+        override it. :func:`onnx2fpga.plan.fifos.fifo_depths` sizes the queue in front of a
+        core from it."""
+        ins = [np.asarray(t, dtype=np.int64) for t in ins]
+        if taken is None or len(ins) != 1 or len(taken) != len(ins[0]):
+            return ins
+        out = self.trace(stage, ins)
+        return [spaced(np.maximum(ins[0], ins[0] + np.asarray(taken) - out))]
+
+    def deadlines(self, stage: Stage, ins: list, late=None) -> list:
+        """The latest cycle at which the core can take every transfer of each input (one
+        array per input, as ``ins``) without any output transfer ``k`` leaving after
+        ``late[k]`` (``None``: after :meth:`trace`'s cycle), the input offered at ``ins``.
+
+        By default, with as many transfers out as in, input ``k`` as late as its output may
+        be (the core's delay kept); otherwise no later than :meth:`takes` (no slack known).
+        Cores that take their input well before they use it (a window's rows, a matrix
+        unit's vectors) override it."""
+        ins = [np.asarray(t, dtype=np.int64) for t in ins]
+        if len(ins) != 1 or stage.out_beats != len(ins[0]):
+            return self.takes(stage, ins)
+        if late is None:
+            return ins
+        return [spaced_before(ins[0] + np.asarray(late) - self.trace(stage, ins))]
 
     def trace(self, stage: Stage, ins: list) -> np.ndarray:
         """Cycle of every output transfer of one inference (``stage.out_beats`` increasing

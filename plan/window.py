@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .checks import check_count, check_lanes
-from .stage import CoreKind, Stage
+from .stage import CoreKind, Stage, spaced, spaced_before
 
 __all__ = ["WindowGeometry", "window_cycles", "window_latency", "WindowTiming"]
 
@@ -196,7 +196,8 @@ class WindowGeometry:
 
     # -- Timing model
 
-    def timeline(self, inferences: int, offered=None) -> tuple[list, list]:
+    def timeline(self, inferences: int, offered=None, starts: list | None = None,
+                 taken=None) -> tuple[list, list]:
         """Cycle of the last transfer of every input row and of every output row.
 
         Models the core with full-rate input from cycle 0 and an output that never stalls, for
@@ -208,6 +209,10 @@ class WindowGeometry:
         row wholly in the top padding: the last row of the previous inference); each output
         transfer leaves one cycle after its issue. With ``offered`` (one cycle per input row),
         row ``g`` is written no earlier than its last transfer is offered at ``offered[g]``.
+        With ``starts`` (a list), the cycle from which each input row's slot is free (its
+        first transfer can be written) is appended to it. With ``taken`` (one cycle per output
+        row), output row ``j`` is issued no earlier than the cycle before its last transfer is
+        taken downstream at ``taken[j]`` (a stalled output).
 
         Returns
         -------
@@ -239,6 +244,8 @@ class WindowGeometry:
                 if freeing:
                     start = max(start, issue_end[freeing - 1] + 1)
                 end = start + row_in - 1
+                if starts is not None:
+                    starts.append(start)
                 in_end.append(end if offered is None else max(end, int(offered[g])))
             if len(issue_end) == n_out:
                 continue
@@ -250,7 +257,8 @@ class WindowGeometry:
             start = issue_end[-1] + 1 if issue_end else 0
             if need:
                 start = max(start, in_end[need - 1] + 1)
-            issue_end.append(start + row_out - 1)
+            end = start + row_out - 1
+            issue_end.append(end if taken is None else max(end, int(taken[j]) - 1))
         return in_end, [t + 1 for t in issue_end]
 
     def follow(self, arrival: np.ndarray) -> np.ndarray:
@@ -262,6 +270,38 @@ class WindowGeometry:
         _, out_end = self.timeline(1, np.asarray(arrival, dtype=np.int64)[row_in - 1::row_in])
         starts = np.asarray(out_end, dtype=np.int64) - row_out
         return (starts[:, None] + 1 + np.arange(row_out, dtype=np.int64)[None, :]).reshape(-1)
+
+    def takes(self, arrival: np.ndarray, taken=None) -> np.ndarray:
+        """Cycle at which every input transfer of one inference is written (taken), the core
+        idle before, input transfer ``k`` offered at ``arrival[k]`` and output transfer ``k``
+        taken at ``taken[k]`` (``None``: never stalled): each row from the cycle its slot in
+        the line buffer is free (:meth:`timeline`), one transfer per cycle, none before it is
+        offered."""
+        row_in = self.width * self.folds
+        arrival = np.asarray(arrival, dtype=np.int64)
+        starts: list = []
+        rows_taken = None if taken is None else \
+            np.asarray(taken, dtype=np.int64)[self.row_beats - 1::self.row_beats]
+        self.timeline(1, arrival[row_in - 1::row_in], starts, rows_taken)
+        free = np.asarray(starts, dtype=np.int64)[:, None] + np.arange(row_in)[None, :]
+        return spaced(np.maximum(arrival, free.reshape(-1)))
+
+    def deadlines(self, arrival: np.ndarray, late=None) -> np.ndarray:
+        """The latest cycle at which every input transfer of one inference can be written
+        without output transfer ``k`` leaving after ``late[k]`` (``None``: after
+        :meth:`follow`'s cycle): each input row the cycle before the first output row that
+        reads it is issued, the output rows issued as late as their transfers may leave."""
+        row_in, row_out = self.width * self.folds, self.row_beats
+        late = self.follow(arrival) if late is None else np.asarray(late, dtype=np.int64)
+        issue = (late.reshape(-1, row_out) - 1 - np.arange(row_out)[None, :]).min(axis=1)
+        j = np.arange(len(issue), dtype=np.int64) * row_out
+        issue = np.minimum.accumulate((issue - j)[::-1])[::-1] + j
+        need = np.array([self.row_span(oh)[1] for oh in range(self.out_height)])
+        first = np.searchsorted(need, np.arange(self.height), side="right")
+        rows = np.where(first < len(issue), issue[np.minimum(first, len(issue) - 1)] - 1,
+                        issue[-1] + row_out)
+        return spaced_before((rows[:, None] - row_in + 1
+                              + np.arange(row_in)[None, :]).reshape(-1))
 
     @property
     def latency(self) -> int:
@@ -364,3 +404,15 @@ class WindowTiming(CoreKind):
         if len(ins[0]) != g.in_beats:
             return super().trace(stage, ins)
         return g.follow(ins[0])
+
+    def takes(self, stage: Stage, ins: list, taken=None) -> list:
+        g = _geometry(stage)
+        if len(ins[0]) != g.in_beats or (taken is not None and len(taken) != g.out_beats):
+            return super().takes(stage, ins, taken)
+        return [g.takes(ins[0], taken)]
+
+    def deadlines(self, stage: Stage, ins: list, late=None) -> list:
+        g = _geometry(stage)
+        if len(ins[0]) != g.in_beats or (late is not None and len(late) != g.out_beats):
+            return super().deadlines(stage, ins, late)
+        return [g.deadlines(ins[0], late)]

@@ -244,13 +244,14 @@ def tf_same(path, *, auto_pad: str | None = None) -> str:
 DS_CNN_SHAPE = (490,)
 
 
-def ds_cnn(channels: int = 8, classes: int = 12, *, seed: int = 0, zero_pad: bool = False):
+def ds_cnn(channels: int = 8, classes: int = 12, *, seed: int = 0, zero_pad: bool = False,
+           blocks: int = 1):
     """A small DS-CNN shaped as MLPerf Tiny's keyword spotter: the flat input reshaped to
     49x10x1, a 10x4 stride-2 convolution (torch pads 4, 1: the 24x5 map; :func:`tf_same`
     makes it TensorFlow's 25x5; ``zero_pad``: TensorFlow's pads written the way torch can,
     ``nn.ZeroPad2d`` in front of an unpadded convolution), one depthwise 3x3 + pointwise
-    1x1 block, an average pool over the whole map, a Linear and Softmax; seeded, in eval
-    mode."""
+    1x1 block (``blocks`` of them: MLPerf's has 4 of 64 channels), an average pool over the
+    whole map, a Linear and Softmax; seeded, in eval mode."""
     import torch
     from torch import nn
 
@@ -263,8 +264,9 @@ def ds_cnn(channels: int = 8, classes: int = 12, *, seed: int = 0, zero_pad: boo
             super().__init__()
             self.body = nn.Sequential(
                 *first, nn.ReLU(),
-                nn.Conv2d(channels, channels, 3, 1, 1, groups=channels), nn.ReLU(),
-                nn.Conv2d(channels, channels, 1), nn.ReLU(),
+                *[m for _ in range(blocks) for m in (
+                    nn.Conv2d(channels, channels, 3, 1, 1, groups=channels), nn.ReLU(),
+                    nn.Conv2d(channels, channels, 1), nn.ReLU())],
                 nn.AvgPool2d((25 if zero_pad else 24, 5)), nn.Flatten(),
                 nn.Linear(channels, classes))
 
@@ -274,25 +276,28 @@ def ds_cnn(channels: int = 8, classes: int = 12, *, seed: int = 0, zero_pad: boo
     return DSCNN().eval()
 
 
-def ds_cnn_qdq(tmp_path, *, padding: str = "pads", samples: int = 32):
+def ds_cnn_qdq(tmp_path, *, padding: str = "pads", samples: int = 32, channels: int = 8,
+               blocks: int = 1):
     """:func:`ds_cnn` exported by the legacy exporter (opset 17), its padding made
     TensorFlow's by :func:`tf_same` (``padding``: ``"pads"`` explicit, ``"SAME_UPPER"`` or
     ``"SAME_LOWER"``; ``"ZeroPad2d"``: torch's own Pad in front of the convolution;
-    ``"torch"`` leaves torch's), quantized by :func:`ort_quantize`:
+    ``"torch"`` leaves torch's; ``channels`` and ``blocks`` as :func:`ds_cnn`), quantized by
+    :func:`ort_quantize`:
     ``(float path, QDQ path, calibration inputs (samples, 1, 490))``."""
     import torch
 
-    fp = str(tmp_path / f"ds_cnn_{padding}_fp.onnx")
+    tag = f"ds_cnn_{padding}" + ("" if (channels, blocks) == (8, 1) else f"_{channels}x{blocks}")
+    fp = str(tmp_path / f"{tag}_fp.onnx")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(ds_cnn(zero_pad=padding == "ZeroPad2d"),
+        torch.onnx.export(ds_cnn(channels, zero_pad=padding == "ZeroPad2d", blocks=blocks),
                           (torch.zeros(1, *DS_CNN_SHAPE),), fp, dynamo=False,
                           opset_version=17, input_names=["x"], output_names=["y"])
     if padding not in ("torch", "ZeroPad2d"):
         tf_same(fp, auto_pad=None if padding == "pads" else padding)
     cal = np.random.default_rng(1).standard_normal((samples, 1) + DS_CNN_SHAPE)
     cal = cal.astype(np.float32)
-    return fp, ort_quantize(fp, tmp_path / f"ds_cnn_{padding}_qdq.onnx", cal), cal
+    return fp, ort_quantize(fp, tmp_path / f"{tag}_qdq.onnx", cal), cal
 
 
 def output_step(path) -> float:
