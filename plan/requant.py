@@ -95,25 +95,21 @@ def saturation_bounds(stages, lo: int, hi: int) -> tuple[int, int]:
     def f(x):
         return requant_stages(np.asarray(x, np.int64).reshape(1, channels), stages)[0]
 
-    top, bottom = f(np.full(channels, hi)), f(np.full(channels, lo))
-    # Smallest x with f(x) == top: f(a) < top <= f(b) == top, bisected per channel.
-    a, b = np.full(channels, lo - 1, np.int64), np.full(channels, hi, np.int64)
-    while (b - a > 1).any():
-        mid = (a + b) // 2
-        mid_c = np.clip(mid, lo, hi)
-        at_top = f(mid_c) == top
-        b = np.where(at_top & (b - a > 1), mid, b)
-        a = np.where(~at_top & (b - a > 1), mid, a)
-    s_hi = int(max(b.max(), lo))
-    # Largest x with f(x) == bottom: f(c) == bottom < f(d).
-    c, d = np.full(channels, lo, np.int64), np.full(channels, hi + 1, np.int64)
-    while (d - c > 1).any():
-        mid = (c + d) // 2
-        mid_c = np.clip(mid, lo, hi)
-        at_bottom = f(mid_c) == bottom
-        c = np.where(at_bottom & (d - c > 1), mid, c)
-        d = np.where(~at_bottom & (d - c > 1), mid, d)
-    s_lo = int(min(c.min(), hi))
+    def edge(inside: int, outside: int) -> np.ndarray:
+        """Per channel, the input nearest ``outside`` whose output is still the output at
+        ``inside`` (an end of the range), bisected: ``b`` has that output, ``a`` not (``a``
+        starts one beyond the range)."""
+        value = f(np.full(channels, inside))
+        a, b = np.full(channels, outside, np.int64), np.full(channels, inside, np.int64)
+        while (np.abs(b - a) > 1).any():
+            open_ = np.abs(b - a) > 1
+            mid = (a + b) // 2
+            same = f(np.clip(mid, lo, hi)) == value
+            b, a = np.where(same & open_, mid, b), np.where(~same & open_, mid, a)
+        return b
+
+    s_hi = int(max(edge(hi, lo - 1).max(), lo))
+    s_lo = int(min(edge(lo, hi + 1).min(), hi))
     got = (min(s_lo, s_hi), max(s_lo, s_hi))
     if len(_BOUNDS) >= _BOUNDS_SIZE:
         _BOUNDS.clear()
