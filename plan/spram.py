@@ -1,0 +1,172 @@
+"""Weights in the iCE40 UP5K's single-port RAMs: where each layer's weights go, how many a
+core may read per cycle, the weight image the loader writes into them, and where it sits in
+the board's SPI flash.
+
+The device
+----------
+An iCE40 UP5K has :data:`UP5K_SPRAMS` ``SB_SPRAM256KA``: each :data:`SPRAM_WORDS` words of
+:data:`SPRAM_BITS` bits (256 kbit, 128 KB in all), one port (a write or a read per cycle, the
+read's data one cycle after the address, like a block RAM's read port), and no initial
+contents: they power up undefined, so the weights are written at start-up by a loader
+(:class:`onnx2fpga.hw.spram.SpramLoader`) from the SPI flash, where they follow the
+bitstream at :data:`FLASH_OFFSET`.
+
+The layout
+----------
+The cores of a streaming dataflow all run at once, and an SPRAM has one port: two layers
+cannot share one without stalling each other. So each layer whose weights live in SPRAM
+gets SPRAMs of its own, ``k`` of them side by side (:func:`spram_layout`): its weight word
+``n`` (the word ``g * folds + f`` a :class:`~onnx2fpga.hw.matvec.MatVecCore` reads at step
+``(g, f)``, ``simd * pe`` weights) sits at address ``n`` of all ``k``, bits ``[16 j, 16 j +
+16)`` of the word in the ``j``-th. A layer's ``k`` SPRAMs give ``16 k`` weight bits per
+cycle, so its ``simd * pe`` is at most :func:`spram_lanes` (``16 k // weight_bits``): a
+layer whose folding asks more per cycle must be folded slower (:func:`spram_fits` is the
+rule the folding asks). Its depth (``groups * folds`` words) must fit
+:data:`SPRAM_WORDS`. The SPRAMs are numbered in the order of the layers given, and the
+layer's first SPRAM holds the word's low bits.
+
+The image
+---------
+:func:`weight_image`: :data:`IMAGE_MAGIC` (4 bytes), then for each SPRAM in turn its used
+words (the depth of its layer), each 16 bits little-endian (low byte first). The loader
+checks the magic first: a flash that holds no image (erased flash reads ``0xFF``) leaves the
+accelerator not ready rather than computing with undefined weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+__all__ = [
+    "SPRAM_WORDS", "SPRAM_BITS", "UP5K_SPRAMS", "FLASH_OFFSET", "IMAGE_MAGIC", "SpramSlot",
+    "spram_count", "spram_depths", "spram_lanes", "spram_fits", "spram_layout", "spram_words",
+    "weight_image", "image_sha256",
+]
+
+#: Words of one ``SB_SPRAM256KA``.
+SPRAM_WORDS = 16384
+#: Bits of one word of an ``SB_SPRAM256KA``.
+SPRAM_BITS = 16
+#: ``SB_SPRAM256KA`` of an iCE40 UP5K.
+UP5K_SPRAMS = 4
+#: Byte offset of the weight image in the board's SPI flash: 1 MiB, past the UP5K's
+#: bitstream (104,090 bytes) and the 128 KB image, inside the iCEBreaker's 16 MB flash
+#: (W25Q128); ``iceprog -o 1M`` writes there.
+FLASH_OFFSET = 0x100000
+#: The first 4 bytes of a weight image.
+IMAGE_MAGIC = b"O2FW"
+
+
+def _positive(name, value):
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    return value
+
+
+def spram_count(width: int) -> int:
+    """SPRAMs side by side that hold words of ``width`` bits: ``ceil(width / 16)``."""
+    return -(-_positive("width", width) // SPRAM_BITS)
+
+
+def spram_lanes(weight_bits: int, sprams: int) -> int:
+    """Weights of ``weight_bits`` bits that ``sprams`` SPRAMs side by side give per cycle:
+    ``16 * sprams // weight_bits`` (a weight never straddles two words' worth of cycles)."""
+    return SPRAM_BITS * _positive("sprams", sprams) // _positive("weight_bits", weight_bits)
+
+
+def spram_fits(simd: int, pe: int, weight_bits: int, depth: int, sprams: int) -> bool:
+    """Whether a core reading ``simd * pe`` weights of ``weight_bits`` bits per cycle from a
+    weight memory of ``depth`` words can take them from ``sprams`` SPRAMs of its own: at most
+    :func:`spram_lanes` weights per cycle and at most :data:`SPRAM_WORDS` words. The folding
+    rule of a layer whose weights live in SPRAM."""
+    return (simd * pe <= spram_lanes(weight_bits, sprams)
+            and _positive("depth", depth) <= SPRAM_WORDS)
+
+
+@dataclass(frozen=True)
+class SpramSlot:
+    """Where one layer's weights live: SPRAMs ``first .. first + count - 1``, ``depth``
+    words each, the layer's word ``width`` bits wide (its low 16 bits in SPRAM
+    ``first``)."""
+    name: str
+    first: int
+    count: int
+    width: int
+    depth: int
+
+
+def spram_layout(layers, available: int = UP5K_SPRAMS) -> list[SpramSlot]:
+    """The SPRAMs of each layer, in the order given.
+
+    Parameters
+    ----------
+    layers : iterable of (str, int, int)
+        ``(name, width, depth)``: a layer's weight word width in bits and its words.
+    available : int
+        SPRAMs of the device (:data:`UP5K_SPRAMS`).
+
+    Raises
+    ------
+    ValueError
+        One line: a layer deeper than :data:`SPRAM_WORDS`, or more SPRAMs needed than the
+        device has (the count per layer named).
+    """
+    slots, first = [], 0
+    for name, width, depth in layers:
+        if _positive("depth", depth) > SPRAM_WORDS:
+            raise ValueError(f"Weights of layer {name!r} take {depth:,} words, more than the "
+                             f"{SPRAM_WORDS:,} of an SPRAM: fold it with more lanes")
+        n = spram_count(width)
+        slots.append(SpramSlot(name, first, n, width, depth))
+        first += n
+    if first > available:
+        need = ", ".join(f"{s.name} {s.count}" for s in slots)
+        raise ValueError(f"Weights need {first} SPRAMs ({need}), more than the {available} "
+                         f"of the device: fold the layers with fewer lanes or keep some "
+                         f"in block RAM")
+    return slots
+
+
+def spram_depths(slots) -> list[int]:
+    """The used words of each SPRAM of ``slots`` (:func:`spram_layout`), in SPRAM order: the
+    depth of its layer (what the image holds of it)."""
+    return [s.depth for s in slots for _ in range(s.count)]
+
+
+def spram_words(slot: SpramSlot, words) -> list[list[int]]:
+    """The 16-bit words of each SPRAM of ``slot`` from the layer's ``words`` (ints of
+    ``slot.width`` bits, ``slot.depth`` of them): ``out[j][n]`` is bits ``[16 j, 16 j + 16)``
+    of word ``n``."""
+    words = [int(w) for w in words]
+    if len(words) != slot.depth:
+        raise ValueError(f"Layer {slot.name!r} has {len(words)} weight words, not "
+                         f"{slot.depth}")
+    limit = 1 << slot.width
+    for w in words:
+        if not 0 <= w < limit:
+            raise ValueError(f"Weight word {w} of layer {slot.name!r} does not fit "
+                             f"{slot.width} unsigned bits")
+    mask = (1 << SPRAM_BITS) - 1
+    return [[(w >> (SPRAM_BITS * j)) & mask for w in words] for j in range(slot.count)]
+
+
+def weight_image(slots, words_per_layer) -> bytes:
+    """The weight image of ``slots`` (:func:`spram_layout`) holding ``words_per_layer`` (one
+    list of words per slot, as :func:`spram_words` takes): :data:`IMAGE_MAGIC`, then each
+    SPRAM's words in SPRAM order, 16 bits little-endian."""
+    slots = list(slots)
+    words_per_layer = list(words_per_layer)
+    if len(slots) != len(words_per_layer):
+        raise ValueError(f"{len(words_per_layer)} weight lists for {len(slots)} layers")
+    out = bytearray(IMAGE_MAGIC)
+    for slot, words in zip(slots, words_per_layer):
+        for column in spram_words(slot, words):
+            for w in column:
+                out += w.to_bytes(2, "little")
+    return bytes(out)
+
+
+def image_sha256(image: bytes) -> str:
+    """The SHA-256 of a weight image, in hex (the manifest records it)."""
+    return hashlib.sha256(image).hexdigest()

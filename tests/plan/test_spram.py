@@ -1,0 +1,60 @@
+"""Planning weights in SPRAM: each layer's SPRAMs, the weights a core may read per cycle, the
+image's bytes, and the one-line refusals."""
+
+import pytest
+
+from onnx2fpga.plan.spram import (
+    IMAGE_MAGIC,
+    SPRAM_WORDS,
+    SpramSlot,
+    spram_depths,
+    spram_fits,
+    spram_lanes,
+    spram_layout,
+    weight_image,
+)
+
+
+def test_layout_numbers_sprams_in_layer_order():
+    slots = spram_layout([("a", 8, 100), ("b", 33, 7)])
+    assert slots == [SpramSlot("a", 0, 1, 8, 100), SpramSlot("b", 1, 3, 33, 7)]
+    assert spram_depths(slots) == [100, 7, 7, 7]
+
+
+def test_layout_refuses_more_sprams_than_the_device_has():
+    with pytest.raises(ValueError) as e:
+        spram_layout([("a", 32, 100), ("b", 33, 7)])
+    assert str(e.value) == ("Weights need 5 SPRAMs (a 2, b 3), more than the 4 of the device: "
+                            "fold the layers with fewer lanes or keep some in block RAM")
+
+
+def test_layout_refuses_a_layer_deeper_than_an_spram():
+    with pytest.raises(ValueError, match=r"^Weights of layer 'a' take 16,385 words, more than "
+                                         r"the 16,384 of an SPRAM: fold it with more lanes$"):
+        spram_layout([("a", 8, SPRAM_WORDS + 1)])
+
+
+def test_lanes_per_cycle():
+    # 8-bit weights: 2 per SPRAM per cycle; 3-bit weights: 5 (a 16-bit word holds 5 whole).
+    assert spram_lanes(8, 1) == 2 and spram_lanes(8, 4) == 8 and spram_lanes(3, 1) == 5
+    assert spram_fits(2, 1, 8, 4096, 1) and not spram_fits(2, 2, 8, 4096, 1)
+    assert spram_fits(2, 2, 8, 4096, 2) and not spram_fits(1, 1, 8, SPRAM_WORDS + 1, 1)
+
+
+def test_image_bytes():
+    """The magic, then SPRAM 0's words, then SPRAM 1's, ..., each 16 bits low byte first;
+    a 20-bit word splits over two SPRAMs, its low 16 bits in the first."""
+    slots = spram_layout([("a", 20, 2), ("b", 4, 1)])
+    image = weight_image(slots, [[0xABCDE, 0x12345], [0x9]])
+    assert image == IMAGE_MAGIC + bytes([0xDE, 0xBC, 0x45, 0x23,      # SPRAM 0
+                                         0x0A, 0x00, 0x01, 0x00,      # SPRAM 1
+                                         0x09, 0x00])                 # SPRAM 2
+
+
+def test_image_refuses_words_that_do_not_fit():
+    slots = spram_layout([("a", 4, 2)])
+    with pytest.raises(ValueError, match=r"^Weight word 16 of layer 'a' does not fit 4 "
+                                         r"unsigned bits$"):
+        weight_image(slots, [[1, 16]])
+    with pytest.raises(ValueError, match=r"^Layer 'a' has 1 weight words, not 2$"):
+        weight_image(slots, [[1]])
