@@ -88,6 +88,11 @@ def _parser():
                    help="what the folding optimizes at its rate: 'throughput' (default; every "
                    "layer at its cheapest folding for the rate) or 'latency' (the budget left "
                    "at that rate folds layers faster while the latency shrinks)")
+    c.add_argument("--weights", choices=("auto", "rom", "spram"), default="auto",
+                   help="on a board with SPRAMs (iCE40 UP5K): 'auto' (default) moves the "
+                   "largest layers' weights into SPRAM when block RAM runs out, 'spram' "
+                   "always, 'rom' never; weights in SPRAM load from the board's flash at "
+                   "start-up (weights.bin, written by 'flash')")
     c.add_argument("--board", default=None, metavar="NAME",
                    help="fold for this board: the fastest design whose estimated resources "
                    "fit its device (see 'onnx2fpga boards')")
@@ -254,7 +259,7 @@ def _compile(args):
                  target_fps=args.target_fps, clock_mhz=args.clock,
                  utilization=args.utilization, optimize=args.optimize, verbose=True,
                  stop_after=args.stop_after,
-                 name=args.name)
+                 name=args.name, weights=args.weights)
     if args.stop_after != "emit":
         print(f"stopped after {args.stop_after}; wrote {os.path.abspath(args.output)}")
         return 0

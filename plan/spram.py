@@ -41,7 +41,8 @@ from dataclasses import dataclass
 __all__ = [
     "SPRAM_WORDS", "SPRAM_BITS", "UP5K_SPRAMS", "FLASH_OFFSET", "IMAGE_MAGIC", "SpramSlot",
     "spram_count", "spram_depths", "spram_lanes", "spram_fits", "spram_layout", "spram_words",
-    "weight_image", "image_sha256",
+    "weight_image", "image_sha256", "WEIGHT_PLACES", "matvec_weight_shape",
+    "weight_memories", "place_weights",
 ]
 
 #: Words of one ``SB_SPRAM256KA``.
@@ -56,6 +57,10 @@ UP5K_SPRAMS = 4
 FLASH_OFFSET = 0x100000
 #: The first 4 bytes of a weight image.
 IMAGE_MAGIC = b"O2FW"
+#: Where weights may go (compile's ``weights``): ``"auto"`` (block RAM, and SPRAM for the
+#: largest layers when the block RAMs run out on a device with SPRAMs), ``"rom"`` (block RAM
+#: or soft logic only), ``"spram"`` (the largest layers in SPRAM, as many as fit).
+WEIGHT_PLACES = ("auto", "rom", "spram")
 
 
 def _positive(name, value):
@@ -170,3 +175,43 @@ def weight_image(slots, words_per_layer) -> bytes:
 def image_sha256(image: bytes) -> str:
     """The SHA-256 of a weight image, in hex (the manifest records it)."""
     return hashlib.sha256(image).hexdigest()
+
+
+def matvec_weight_shape(layer, arithmetic: str) -> tuple[int, int]:
+    """``(width, depth)`` of the weight memory of a MatVec of ``layer`` (a
+    :class:`~onnx2fpga.ir.DenseLayer` folded by ``simd`` and ``pe``): ``simd * pe`` weights a
+    word (one bit each unless ``arithmetic`` is ``"multiply"``), ``groups * folds`` words."""
+    bits = layer.weight_type.bits if arithmetic == "multiply" else 1
+    return (layer.simd * layer.pe * bits,
+            (layer.out_features // layer.pe) * (layer.in_features // layer.simd))
+
+
+def weight_memories(stages) -> list[tuple[str, int, int]]:
+    """``[("stage/w_mem", width, depth), ...]`` of the MatVec stages among ``stages`` (a
+    :class:`~onnx2fpga.plan.graph.Plan`'s), in stage order: the weight memories SPRAM may
+    hold (:attr:`Dataflow.spram_memories <onnx2fpga.ir.Dataflow>` names)."""
+    return [(f"{s.name}/w_mem", *matvec_weight_shape(s.params["layer"],
+                                                      s.params.get("arithmetic", "multiply")))
+            for s in stages if s.kind == "matvec"]
+
+
+def place_weights(memories, available: int = UP5K_SPRAMS, *, wanted=None) -> list[str]:
+    """The weight memories to put in SPRAM: the largest (in bits) first, each that still
+    fits beside those chosen before it (:func:`spram_layout`; a memory too wide or too deep
+    is skipped), until ``wanted`` of them (``None``: as many as fit).
+
+    Parameters
+    ----------
+    memories : list of (str, int, int)
+        :func:`weight_memories`.
+    """
+    chosen, rest = [], sorted(memories, key=lambda m: (-m[1] * m[2], m[0]))
+    for mem in rest:
+        if wanted is not None and len(chosen) >= wanted:
+            break
+        try:
+            spram_layout(chosen + [mem], available)
+        except ValueError:
+            continue
+        chosen.append(mem)
+    return sorted(name for name, _, _ in chosen)

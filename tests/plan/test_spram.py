@@ -58,3 +58,30 @@ def test_image_refuses_words_that_do_not_fit():
         weight_image(slots, [[1, 16]])
     with pytest.raises(ValueError, match=r"^Layer 'a' has 1 weight words, not 2$"):
         weight_image(slots, [[1]])
+
+
+def test_placement_takes_the_largest_memories_that_fit():
+    from onnx2fpga.plan.spram import place_weights
+    mems = [("s/a", 16, 4096), ("s/b", 40, 10), ("s/c", 8, 9000), ("s/d", 64, 100),
+            ("s/e", 4, 20)]
+    # By size: c (72,000 bits, 1 SPRAM), a (65,536, 1), then d (6,400) would take 4 and b
+    # (400) 3: skipped; e (80, 1) fits the fourth.
+    assert place_weights(mems) == ["s/a", "s/c", "s/e"]
+    assert place_weights(mems, wanted=1) == ["s/c"]
+    assert place_weights(mems, 2) == ["s/a", "s/c"]
+    assert place_weights(mems, 1) == ["s/c"]
+    # Too deep for an SPRAM: never placed.
+    assert place_weights([("s/x", 8, SPRAM_WORDS + 1)]) == []
+
+
+def test_matvec_weight_shape():
+    import numpy as np
+
+    from onnx2fpga.ir.layers import DenseLayer
+    from onnx2fpga.ir.types import IntType
+    from onnx2fpga.plan.spram import matvec_weight_shape
+    i8 = IntType(8, True)
+    layer = DenseLayer("fc", i8, 0, np.ones((6, 16), dtype=np.int64), i8, np.zeros(6),
+                       [], simd=4, pe=3)
+    assert matvec_weight_shape(layer, "multiply") == (96, 8)      # 2 groups x 4 folds
+    assert matvec_weight_shape(layer, "sign") == (12, 8)
