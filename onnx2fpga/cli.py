@@ -216,7 +216,8 @@ def _parser():
                        description="Run the board's programmer (iceprog, icesprog, "
                        "openFPGALoader or dfu-util) on the bitstream built for NAME in "
                        "DIR/build/NAME, after checking it was built for that board and for "
-                       "the design in DIR.")
+                       "the design in DIR; then, for weights in SPRAM, the weight image "
+                       "DIR/weights.bin at byte 0x100000 of the flash (iceprog -o).")
     f.add_argument("dir", metavar="DIR")
     f.add_argument("--board", required=True, metavar="NAME", help="see 'onnx2fpga boards'")
     f.add_argument("--dry-run", action="store_true", help="print the command, do not run it")
@@ -484,13 +485,15 @@ def _run(args):
 def _flash(args):
     import shlex
 
-    from .boards.flash import flash_plan, run_flash
-    argv = flash_plan(args.dir, args.board)
+    from .boards.flash import flash_plans, run_flash
+    plans = flash_plans(args.dir, args.board)
     if args.dry_run:
-        print(shlex.join(argv))
+        for argv in plans:
+            print(shlex.join(argv))
         return 0
-    print(f"$ {shlex.join(argv)}", file=sys.stderr, flush=True)
-    run_flash(argv)
+    for argv in plans:
+        print(f"$ {shlex.join(argv)}", file=sys.stderr, flush=True)
+        run_flash(argv)
     return 0
 
 
