@@ -126,8 +126,13 @@ def board_source(directory, manifest: dict) -> str:
     ------
     SimBoardError
         If ``NAME.v`` cannot be read, differs from the manifest's hash or has no module
-        ``NAME``.
+        ``NAME``, or the design keeps weights in SPRAM (``manifest["spram"]``), which it
+        loads from a flash the simulated board does not model.
     """
+    if manifest.get("spram"):
+        raise SimBoardError(f"{directory}: the design loads its weights into SPRAM from the "
+                            f"board's flash, which the simulated board does not model; "
+                            f"simulate it with engine='rtl' (a flash model inside)")
     # Verilator names its classes after the prefix "Vtop" that cocotb's runner uses; a
     # module called "top" below the toplevel collides with them, so the accelerator's
     # module is renamed, and its submodules with it (``\NAME.matvec_0``: NAME could be
