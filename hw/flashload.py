@@ -27,15 +27,19 @@ from amaranth.lib.wiring import In, Out
 
 from ..plan.spram import FLASH_OFFSET, IMAGE_MAGIC, SPRAM_BITS, spram_depths
 
-__all__ = ["CMD_READ", "CMD_WAKE", "SpramLoader", "SpiFlashModel", "load_cycles"]
+__all__ = ["CMD_READ", "CMD_WAKE", "WAKE_CYCLES", "SpramLoader", "SpiFlashModel",
+           "load_cycles"]
 
 #: The SPI flash READ command (24-bit address, no dummy cycles).
 CMD_READ = 0x03
 #: *Release from deep power-down* (the flash ignores every other command while powered down).
 CMD_WAKE = 0xAB
+#: The accelerator's wait between waking the flash and reading it: 3.2 us at 100 MHz (the
+#: flash's tRES1 is at most 3 us), 27 us at the iCEBreaker's 12 MHz.
+WAKE_CYCLES = 320
 
 
-def load_cycles(slots, wake_cycles: int) -> int:
+def load_cycles(slots, wake_cycles: int = WAKE_CYCLES) -> int:
     """System clock cycles from reset to :class:`SpramLoader`'s ``done`` (two per SPI bit):
     the wake command (8 bits), ``wake_cycles``, the READ command (32 bits), the magic and
     the image's words, a cycle to start and one to finish."""
@@ -69,7 +73,8 @@ class SpramLoader(wiring.Component):
         stays high).
     """
 
-    def __init__(self, slots, *, offset: int = FLASH_OFFSET, wake_cycles: int = 40):
+    def __init__(self, slots, *, offset: int = FLASH_OFFSET,
+                 wake_cycles: int = WAKE_CYCLES):
         self._depths = spram_depths(slots)
         if not isinstance(offset, int) or not 0 <= offset < (1 << 24):
             raise ValueError(f"Flash offset must be an integer in [0, 2**24), not {offset!r}")

@@ -12,7 +12,7 @@ from ..plan.graph import plan_graph
 from ..plan.spram import FLASH_OFFSET, spram_layout, weight_image
 from .blocks import int_shape, quiet_if_invalid
 from .depthwise import DepthwiseCore
-from .flashload import SpiFlashModel, SpramLoader
+from .flashload import WAKE_CYCLES, SpiFlashModel, SpramLoader
 from .joins import AddCore, BroadcastCore, ConcatCore
 from .lut import LutCore
 from .matvec import MatVecCore
@@ -97,7 +97,8 @@ class Accelerator(wiring.Component):
     """
 
     @quiet_if_invalid
-    def __init__(self, dataflow: Dataflow, *, flash_image=None, wake_cycles: int = 320):
+    def __init__(self, dataflow: Dataflow, *, flash_image=None,
+                 wake_cycles: int = WAKE_CYCLES):
         self._plan = plan_graph(dataflow)
         self._dataflow = dataflow
         cores = []

@@ -280,7 +280,7 @@ class CompiledDesign:
         df = self.design.dataflow
         slots = spram_layout([m for m in weight_memories(plan_graph(df).stages)
                               if m[0] in df.spram_memories])
-        return out, load_cycles(slots, 320)
+        return out, load_cycles(slots)
 
     def simulate(self, x, engine: str = "rtl", *, stall_in: float = 0.3,
                  stall_out: float = 0.3, seed: int = 0, progress: bool = False,

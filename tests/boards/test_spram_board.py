@@ -3,11 +3,13 @@ the configuration flash's pins and instantiates the hard SPRAMs (the build plan,
 
 import re
 
+import pytest
 from amaranth_boards.icebreaker import ICEBreakerPlatform
 
+from onnx2fpga.boards.simboard import SimBoardError, board_source
 from onnx2fpga.boards.wrapper import UartBridge
 from onnx2fpga.hw.top import Accelerator
-from tests.hw.test_spram_top import SPRAM, _dataflow
+from tests.hw.test_spram_top import SPRAM, spram_dataflow
 
 
 def _plan_files(df):
@@ -20,7 +22,7 @@ def _plan_files(df):
 
 
 def test_flash_pins_and_hard_sprams():
-    files = _plan_files(_dataflow(SPRAM))
+    files = _plan_files(spram_dataflow(SPRAM))
     pcf, rtlil = files["top.pcf"], files["top.il"]
     pins = dict(re.findall(r"set_io (?:-nowarn )?(\S*spi_flash\S*) (\d+)", pcf))
     assert sorted(pins.values()) == ["12", "13", "14", "15", "16", "17"]
@@ -28,15 +30,12 @@ def test_flash_pins_and_hard_sprams():
 
 
 def test_no_flash_without_weights_in_spram():
-    files = _plan_files(_dataflow())
+    files = _plan_files(spram_dataflow())
     assert "spi_flash" not in files["top.pcf"]
     assert "SB_SPRAM256KA" not in files["top.il"]
 
 
 def test_the_simulated_board_refuses_weights_in_spram(tmp_path):
-    import pytest
-
-    from onnx2fpga.boards.simboard import SimBoardError, board_source
     with pytest.raises(SimBoardError) as e:
         board_source(tmp_path, {"spram": {"file": "weights.bin"}})
     assert str(e.value) == (f"{tmp_path}: the design loads its weights into SPRAM from the "

@@ -18,7 +18,7 @@ from onnx2fpga.sim.rtl import simulate_rtl
 from onnx2fpga.sim.verilator_build import RtlSimulationError
 
 
-def _dataflow(spram=()):
+def spram_dataflow(spram=()):
     """int8 x int8 (simd 2, pe 1: 16 bits a word, one SPRAM), int8 x int3 (simd 3, pe 2:
     18 bits, two SPRAMs), a +-1 layer (sign arithmetic, simd 4: 4 bits) last."""
     rng = np.random.default_rng(0)
@@ -43,7 +43,7 @@ SPRAM = ["matvec_0/w_mem", "matvec_1/w_mem", "matvec_2/w_mem"]
 
 
 def test_weights_loaded_from_flash_run_bit_exactly(tmp_path):
-    df = _dataflow(SPRAM)
+    df = spram_dataflow(SPRAM)
     acc = Accelerator(df)
     acc._MustUse__used = True
     assert [(s.first, s.count, s.width, s.depth) for s in acc.spram_slots] == \
@@ -53,7 +53,7 @@ def test_weights_loaded_from_flash_run_bit_exactly(tmp_path):
     assert image[:4] == IMAGE_MAGIC and len(image) == 4 + 2 * (48 + 4 + 4 + 3)
     assert {"flash_sck", "flash_cs_n", "flash_copi", "flash_cipo"} <= set(acc.signature.members)
     (tmp_path / "spram.v").write_text(emit_verilog(df, flash_image=image))
-    (tmp_path / "plain.v").write_text(emit_verilog(_dataflow()))
+    (tmp_path / "plain.v").write_text(emit_verilog(spram_dataflow()))
     # The weights come from the flash: one weight byte changed changes the results.
     wrong = bytearray(image)
     wrong[4] ^= 0x5A
@@ -72,7 +72,7 @@ def test_weights_loaded_from_flash_run_bit_exactly(tmp_path):
 
 def test_a_wrong_image_is_not_computed_with(tmp_path):
     """A flash without the image (erased): the input is never taken."""
-    df = _dataflow(SPRAM[:1])
+    df = spram_dataflow(SPRAM[:1])
     image = weight_image_of(df)
     (tmp_path / "erased.v").write_text(emit_verilog(df, flash_image=b"\xff" * len(image)))
     x = np.zeros((1, 16), dtype=np.int64)
