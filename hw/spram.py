@@ -8,12 +8,12 @@ the loader that writes the image into the store at start-up is :mod:`.flashload`
 
 from __future__ import annotations
 
-from amaranth import Cat, ClockSignal, Instance, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, ClockSignal, Instance, Module, Mux, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..plan.spram import SPRAM_BITS, SPRAM_WORDS, SpramSlot
+from ..plan.spram import SPRAM_BITS, SPRAM_WORDS, SpramSlot, spram_depths
 from .arith import is_ice40
 
 __all__ = ["SPRAM_UNDEFINED", "is_up5k", "Spram", "weight_read_signature", "SpramStore"]
@@ -131,14 +131,14 @@ class SpramStore(wiring.Component):
         :func:`~onnx2fpga.plan.spram.spram_layout`: layer ``k`` owns SPRAMs
         ``slots[k].first ..``, side by side.
     model_depth : int, optional
-        Words of each behavioural model (default: the deepest slot's depth; the hard
-        blocks have 16,384).
+        Words of each behavioural model (default: as many as the most any SPRAM of the
+        slots uses; the hard blocks have 16,384).
 
     Members
     -------
-    read{k} : ``In(weight_read_signature(slots[k].depth, 16 * slots[k].count))``
-        Layer ``k``'s read port: its SPRAMs read at ``addr`` with ``en``, the word from all
-        of them, the first one's in the low bits.
+    read{k} : ``In(weight_read_signature(slots[k].depth, 16 * slots[k].cols))``
+        Layer ``k``'s read port: its SPRAMs read at ``addr`` with ``en``, the word from the
+        row of SPRAMs ``addr`` falls in, its first column's in the low bits.
     wr_spram : ``In(range(n))``, wr_addr : ``In(14)``, wr_data : ``In(16)``, wr_en : ``In(1)``
         The loader's writes: one 16-bit word into SPRAM ``wr_spram`` at ``wr_addr``.
     loading : ``In(1)``
@@ -152,8 +152,8 @@ class SpramStore(wiring.Component):
             raise ValueError(f"SpramStore needs a non-empty list of SpramSlot, not {slots!r}")
         self._slots = slots
         self._n = sum(s.count for s in slots)
-        self._model_depth = model_depth or max(s.depth for s in slots)
-        members = {f"read{k}": In(weight_read_signature(s.depth, SPRAM_BITS * s.count))
+        self._model_depth = model_depth or max(spram_depths(slots))
+        members = {f"read{k}": In(weight_read_signature(s.depth, SPRAM_BITS * s.cols))
                    for k, s in enumerate(slots)}
         members.update(wr_spram=In(range(max(self._n, 2))), wr_addr=In(14),
                        wr_data=In(SPRAM_BITS), wr_en=In(1), loading=In(1))
@@ -172,19 +172,31 @@ class SpramStore(wiring.Component):
         m = Module()
         for k, slot in enumerate(self._slots):
             port = getattr(self, f"read{k}")
-            datas = []
-            for j in range(slot.count):
-                n = slot.first + j
-                m.submodules[f"spram{n}"] = ram = Spram(self._model_depth)
-                m.d.comb += [
-                    ram.address.eq(Mux(self.loading, self.wr_addr, port.addr)),
-                    ram.datain.eq(self.wr_data),
-                    ram.maskwren.eq(0b1111),
-                    ram.wren.eq(self.loading & self.wr_en & (self.wr_spram == n)),
-                    ram.chipselect.eq(Mux(self.loading, self.wr_en & (self.wr_spram == n),
-                                          port.en)),
-                ]
-                datas.append(ram.dataout)
-            m.d.comb += port.data.eq(Cat(*datas))
+            # Row r holds words [r * 16384, (r + 1) * 16384): enabled by the address's high
+            # bits, its data picked by them a cycle later (registered with the read).
+            hi = port.addr[14:] if slot.rows > 1 else 0
+            row_data = []
+            for r in range(slot.rows):
+                datas = []
+                for j in range(slot.cols):
+                    n = slot.first + r * slot.cols + j
+                    m.submodules[f"spram{n}"] = ram = Spram(self._model_depth)
+                    mine = self.wr_en & (self.wr_spram == n)
+                    m.d.comb += [
+                        ram.address.eq(Mux(self.loading, self.wr_addr, port.addr[:14])),
+                        ram.datain.eq(self.wr_data),
+                        ram.maskwren.eq(0b1111),
+                        ram.wren.eq(self.loading & mine),
+                        ram.chipselect.eq(Mux(self.loading, mine, port.en & (hi == r))),
+                    ]
+                    datas.append(ram.dataout)
+                row_data.append(Cat(*datas))
+            if slot.rows == 1:
+                m.d.comb += port.data.eq(row_data[0])
+            else:
+                sel = Signal(range(slot.rows), name=f"read{k}_row")
+                with m.If(port.en & ~self.loading):
+                    m.d.sync += sel.eq(hi)
+                m.d.comb += port.data.eq(Array(row_data)[sel])
         return m
 

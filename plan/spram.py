@@ -15,20 +15,22 @@ The layout
 ----------
 The cores of a streaming dataflow all run at once, and an SPRAM has one port: two layers
 cannot share one without stalling each other. So each layer whose weights live in SPRAM
-gets SPRAMs of its own, ``k`` of them side by side (:func:`spram_layout`): its weight word
-``n`` (the word ``g * folds + f`` a :class:`~onnx2fpga.hw.matvec.MatVecCore` reads at step
-``(g, f)``, ``simd * pe`` weights) sits at address ``n`` of all ``k``, bits ``[16 j, 16 j +
-16)`` of the word in the ``j``-th. A layer's ``k`` SPRAMs give ``16 k`` weight bits per
-cycle, so its ``simd * pe`` is at most :func:`spram_lanes` (``16 k // weight_bits``): a
-layer whose folding asks more per cycle must be folded slower (:func:`spram_fits` is the
-rule the folding asks). Its depth (``groups * folds`` words) must fit
-:data:`SPRAM_WORDS`. The SPRAMs are numbered in the order of the layers given, and the
-layer's first SPRAM holds the word's low bits.
+gets SPRAMs of its own (:func:`spram_layout`): ``cols`` side by side, ``cols = ceil(width /
+16)`` for its weight word of ``width`` bits (the word ``n = g * folds + f`` a
+:class:`~onnx2fpga.hw.matvec.MatVecCore` reads at step ``(g, f)``, ``simd * pe`` weights),
+bits ``[16 j, 16 j + 16)`` of the word in column ``j``; and ``rows = ceil(depth /
+16384)`` of those deep, word ``n`` in row ``n // 16384`` at address ``n % 16384`` (the
+row's SPRAMs are enabled by the address's high bits, their data picked by the same bits a
+cycle later). A layer's SPRAMs give ``16 cols`` weight bits per cycle, so its ``simd *
+pe`` is at most :func:`spram_lanes` (``16 cols // weight_bits``): a layer whose folding
+asks more per cycle must be folded slower (:func:`spram_fits` is the rule the folding
+asks). The SPRAMs are numbered in the order of the layers given, then row by row, then
+column by column: SPRAM ``first + r * cols + j`` holds row ``r``, column ``j``.
 
 The image
 ---------
 :func:`weight_image`: :data:`IMAGE_MAGIC` (4 bytes), then for each SPRAM in turn its used
-words (the depth of its layer), each 16 bits little-endian (low byte first). The loader
+words (:func:`spram_depths`), each 16 bits little-endian (low byte first). The loader
 checks the magic first: a flash that holds no image (erased flash reads ``0xFF``) leaves the
 accelerator not ready rather than computing with undefined weights.
 """
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "SPRAM_WORDS", "SPRAM_BITS", "UP5K_SPRAMS", "FLASH_OFFSET", "IMAGE_MAGIC", "SpramSlot",
-    "spram_count", "spram_depths", "spram_lanes", "spram_fits", "spram_layout", "spram_words",
+    "spram_count", "spram_rows", "spram_depths", "spram_lanes", "spram_fits", "spram_layout", "spram_words",
     "weight_image", "image_sha256", "WEIGHT_PLACES", "matvec_weight_shape",
     "weight_memories", "place_weights",
 ]
@@ -80,25 +82,40 @@ def spram_lanes(weight_bits: int, sprams: int) -> int:
     return SPRAM_BITS * _positive("sprams", sprams) // _positive("weight_bits", weight_bits)
 
 
+def spram_rows(depth: int) -> int:
+    """SPRAMs stacked to hold ``depth`` words: ``ceil(depth / 16384)``."""
+    return -(-_positive("depth", depth) // SPRAM_WORDS)
+
+
 def spram_fits(simd: int, pe: int, weight_bits: int, depth: int, sprams: int) -> bool:
     """Whether a core reading ``simd * pe`` weights of ``weight_bits`` bits per cycle from a
-    weight memory of ``depth`` words can take them from ``sprams`` SPRAMs of its own: at most
-    :func:`spram_lanes` weights per cycle and at most :data:`SPRAM_WORDS` words. The folding
-    rule of a layer whose weights live in SPRAM."""
-    return (simd * pe <= spram_lanes(weight_bits, sprams)
-            and _positive("depth", depth) <= SPRAM_WORDS)
+    weight memory of ``depth`` words can take them from ``sprams`` SPRAMs of its own: its
+    :func:`spram_rows` each as wide as :func:`spram_lanes` weights. The folding rule of a
+    layer whose weights live in SPRAM."""
+    rows = spram_rows(depth)
+    cols = _positive("sprams", sprams) // rows
+    return cols >= 1 and simd * pe <= spram_lanes(weight_bits, cols)
 
 
 @dataclass(frozen=True)
 class SpramSlot:
-    """Where one layer's weights live: SPRAMs ``first .. first + count - 1``, ``depth``
-    words each, the layer's word ``width`` bits wide (its low 16 bits in SPRAM
-    ``first``)."""
+    """Where one layer's weights live: SPRAMs ``first .. first + count - 1`` (``rows`` of
+    ``cols``, see the module docstring), ``depth`` words of ``width`` bits."""
     name: str
     first: int
     count: int
     width: int
     depth: int
+
+    @property
+    def cols(self) -> int:
+        """SPRAMs side by side: ``ceil(width / 16)``."""
+        return spram_count(self.width)
+
+    @property
+    def rows(self) -> int:
+        """SPRAMs deep: ``ceil(depth / 16384)``."""
+        return spram_rows(self.depth)
 
 
 def spram_layout(layers, available: int = UP5K_SPRAMS) -> list[SpramSlot]:
@@ -114,15 +131,11 @@ def spram_layout(layers, available: int = UP5K_SPRAMS) -> list[SpramSlot]:
     Raises
     ------
     ValueError
-        One line: a layer deeper than :data:`SPRAM_WORDS`, or more SPRAMs needed than the
-        device has (the count per layer named).
+        One line: more SPRAMs needed than the device has (the count per layer named).
     """
     slots, first = [], 0
     for name, width, depth in layers:
-        if _positive("depth", depth) > SPRAM_WORDS:
-            raise ValueError(f"Weights of layer {name!r} take {depth:,} words, more than the "
-                             f"{SPRAM_WORDS:,} of an SPRAM: fold it with more lanes")
-        n = spram_count(width)
+        n = spram_count(width) * spram_rows(depth)
         slots.append(SpramSlot(name, first, n, width, depth))
         first += n
     if first > available:
@@ -136,13 +149,14 @@ def spram_layout(layers, available: int = UP5K_SPRAMS) -> list[SpramSlot]:
 def spram_depths(slots) -> list[int]:
     """The used words of each SPRAM of ``slots`` (:func:`spram_layout`), in SPRAM order: the
     depth of its layer (what the image holds of it)."""
-    return [s.depth for s in slots for _ in range(s.count)]
+    return [min(SPRAM_WORDS, s.depth - r * SPRAM_WORDS)
+            for s in slots for r in range(s.rows) for _ in range(s.cols)]
 
 
 def spram_words(slot: SpramSlot, words) -> list[list[int]]:
     """The 16-bit words of each SPRAM of ``slot`` from the layer's ``words`` (ints of
-    ``slot.width`` bits, ``slot.depth`` of them): ``out[j][n]`` is bits ``[16 j, 16 j + 16)``
-    of word ``n``."""
+    ``slot.width`` bits, ``slot.depth`` of them), in SPRAM order: ``out[r * cols + j][a]``
+    is bits ``[16 j, 16 j + 16)`` of word ``r * 16384 + a``."""
     words = [int(w) for w in words]
     if len(words) != slot.depth:
         raise ValueError(f"Layer {slot.name!r} has {len(words)} weight words, not "
@@ -153,7 +167,9 @@ def spram_words(slot: SpramSlot, words) -> list[list[int]]:
             raise ValueError(f"Weight word {w} of layer {slot.name!r} does not fit "
                              f"{slot.width} unsigned bits")
     mask = (1 << SPRAM_BITS) - 1
-    return [[(w >> (SPRAM_BITS * j)) & mask for w in words] for j in range(slot.count)]
+    return [[(w >> (SPRAM_BITS * j)) & mask
+             for w in words[r * SPRAM_WORDS:(r + 1) * SPRAM_WORDS]]
+            for r in range(slot.rows) for j in range(slot.cols)]
 
 
 def weight_image(slots, words_per_layer) -> bytes:

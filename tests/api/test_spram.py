@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import onnx2fpga
-from onnx2fpga.errors import DesignDirError, OptionError
+from onnx2fpga.errors import DesignDirError, OptionError, SizeError
 from onnx2fpga.plan.spram import FLASH_OFFSET, IMAGE_MAGIC
 from tests.helpers.models import ort_qdq_cnn, qdq_matmul, save
 
@@ -27,18 +27,22 @@ def _check_image(d):
 
 
 def test_weights_beyond_block_ram_go_to_spram(tmp_path, capfd):
-    """128 x 128 int8 weights (128 kbit) do not fit the UP5K's 30 block RAMs (120 kbit):
-    they go to SPRAM, at 8 weights a cycle (4 SPRAMs of 16 bits), and run bit-exactly."""
-    model = save(qdq_matmul(128, 128), tmp_path / "mm.onnx")
+    """256 x 96 int8 weights (192 kbit) fit neither the UP5K's 30 block RAMs (120 kbit) nor
+    those and its LUTs as ROM (151 kbit, refused with --weights rom): they go to SPRAM, at
+    8 weights a cycle (4 SPRAMs of 16 bits side by side), and run bit-exactly."""
+    model = save(qdq_matmul(256, 96), tmp_path / "mm.onnx")
+    with pytest.raises(SizeError, match=r"^The weights take 192 kbit .* holds at most 151 "
+                                        r"kbit of them"):
+        onnx2fpga.compile(model, tmp_path / "rom", board="icebreaker", weights="rom")
     d = onnx2fpga.compile(model, tmp_path / "d", board="icebreaker", verbose=True)
     err = capfd.readouterr().err
     assert "weights in SPRAM: matvec_0/w_mem (loaded at start-up from the board's flash at " \
            "0x100000, weights.bin)" in err
     assert d.manifest["folding"]["spram_memories"] == ["matvec_0/w_mem"]
-    assert d.manifest["cycles_per_inference"] == 128 * 128 // 8
+    assert d.manifest["cycles_per_inference"] == 256 * 96 // 8
     image = _check_image(d)
-    assert len(image) == 4 + 128 * 128
-    x = np.random.default_rng(0).standard_normal((3, 128)).astype(np.float32)
+    assert len(image) == 4 + 256 * 96
+    x = np.random.default_rng(0).standard_normal((3, 256)).astype(np.float32)
     np.testing.assert_array_equal(d.simulate(x, seed=1), d.simulate(x, engine="golden"))
     assert d.last_run["cycles_per_inference"] == d.manifest["cycles_per_inference"]
     # A weight image that is not the manifest's is refused before any simulation.

@@ -79,3 +79,23 @@ def test_a_wrong_image_is_not_computed_with(tmp_path):
     with pytest.raises(RtlSimulationError, match="accepted 0 of 8 input beats"):
         simulate_rtl(tmp_path / "erased.v", df.input, df.output, x, build_dir=tmp_path / "b",
                      progress=False, max_cycles_per_inference=5_000, jobs=1)
+
+
+def test_a_layer_two_sprams_deep(tmp_path):
+    """1,040 x 16 int8 weights one a cycle: 16,640 words, two SPRAMs deep (the second holds
+    256); the last words, in the second SPRAM, are read as the first."""
+    rng = np.random.default_rng(5)
+    u8, i8 = IntType(8, False), IntType(8, True)
+    fc = DenseLayer("fc", u8, 0, rng.integers(-128, 128, size=(16, 1040)), i8,
+                    rng.integers(-999, 999, size=16), [], simd=1, pe=1)
+    df = Dataflow([fc], Port("x", (1040,), u8, 1.0, 0, lanes=1),
+                  Port("y", (16,), fc.acc_type, 1.0, 0, lanes=1), fifo_depths=[2])
+    df.spram_memories = ["matvec_0/w_mem"]
+    image = weight_image_of(df)
+    assert len(image) == 4 + 2 * 16 * 1040
+    (tmp_path / "deep.v").write_text(emit_verilog(df, flash_image=image))
+    x = rng.integers(0, 256, size=(3, 1040))
+    res = simulate_rtl(tmp_path / "deep.v", df.input, df.output, x, build_dir=tmp_path / "b",
+                       stall_prob_in=0.2, stall_prob_out=0.3, progress=False, jobs=1,
+                       timing_runs=0, max_cycles_per_inference=700_000)
+    np.testing.assert_array_equal(res.outputs, run_dataflow(df, x))

@@ -28,10 +28,16 @@ def test_layout_refuses_more_sprams_than_the_device_has():
                             "fold the layers with fewer lanes or keep some in block RAM")
 
 
-def test_layout_refuses_a_layer_deeper_than_an_spram():
-    with pytest.raises(ValueError, match=r"^Weights of layer 'a' take 16,385 words, more than "
-                                         r"the 16,384 of an SPRAM: fold it with more lanes$"):
-        spram_layout([("a", 8, SPRAM_WORDS + 1)])
+def test_a_layer_deeper_than_an_spram_takes_rows_of_them():
+    """20 bits x 40,000 words: 2 columns x 3 rows, numbered row by row; the last row holds
+    the rest (7,232 words)."""
+    slots = spram_layout([("a", 8, 5), ("b", 20, 40_000)], 7)
+    assert slots[1] == SpramSlot("b", 1, 6, 20, 40_000)
+    assert (slots[1].rows, slots[1].cols) == (3, 2)
+    assert spram_depths(slots) == [5, *[SPRAM_WORDS] * 4, 7_232, 7_232]
+    with pytest.raises(ValueError, match=r"^Weights need 7 SPRAMs \(a 1, b 6\), more than "
+                                         r"the 4 of the device"):
+        spram_layout([("a", 8, 5), ("b", 20, 40_000)])
 
 
 def test_lanes_per_cycle():
@@ -39,6 +45,9 @@ def test_lanes_per_cycle():
     assert spram_lanes(8, 1) == 2 and spram_lanes(8, 4) == 8 and spram_lanes(3, 1) == 5
     assert spram_fits(2, 1, 8, 4096, 1) and not spram_fits(2, 2, 8, 4096, 1)
     assert spram_fits(2, 2, 8, 4096, 2) and not spram_fits(1, 1, 8, SPRAM_WORDS + 1, 1)
+    # Two rows deep: two SPRAMs give one column, 2 weights a cycle; four give 4.
+    assert spram_fits(2, 1, 8, SPRAM_WORDS + 1, 2) and not spram_fits(2, 2, 8, 20_000, 2)
+    assert spram_fits(2, 2, 8, 20_000, 4)
 
 
 def test_image_bytes():
@@ -49,6 +58,18 @@ def test_image_bytes():
     assert image == IMAGE_MAGIC + bytes([0xDE, 0xBC, 0x45, 0x23,      # SPRAM 0
                                          0x0A, 0x00, 0x01, 0x00,      # SPRAM 1
                                          0x09, 0x00])                 # SPRAM 2
+
+
+def test_image_of_a_deep_layer_row_by_row():
+    slots = spram_layout([("a", 20, SPRAM_WORDS + 2)])
+    words = list(range(SPRAM_WORDS)) + [0xABCDE, 0x12345]
+    image = weight_image(slots, [words])
+    assert len(image) == 4 + 2 * 2 * (SPRAM_WORDS + 2)
+    # SPRAM 0: row 0's low halves (word n: n); SPRAM 1: their high halves (0); SPRAM 2:
+    # row 1's low halves; SPRAM 3: its high halves.
+    assert image[4:8] == bytes([0, 0, 1, 0])
+    rest = image[4 + 4 * SPRAM_WORDS:]
+    assert rest == bytes([0xDE, 0xBC, 0x45, 0x23, 0x0A, 0x00, 0x01, 0x00])
 
 
 def test_image_refuses_words_that_do_not_fit():
@@ -70,8 +91,9 @@ def test_placement_takes_the_largest_memories_that_fit():
     assert place_weights(mems, wanted=1) == ["s/c"]
     assert place_weights(mems, 2) == ["s/a", "s/c"]
     assert place_weights(mems, 1) == ["s/c"]
-    # Too deep for an SPRAM: never placed.
-    assert place_weights([("s/x", 8, SPRAM_WORDS + 1)]) == []
+    # Deeper than all four SPRAMs: never placed; two rows deep: placed.
+    assert place_weights([("s/x", 8, 4 * SPRAM_WORDS + 1)]) == []
+    assert place_weights([("s/x", 8, SPRAM_WORDS + 1)]) == ["s/x"]
 
 
 def test_matvec_weight_shape():
