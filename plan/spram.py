@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 __all__ = [
     "SPRAM_WORDS", "SPRAM_BITS", "UP5K_SPRAMS", "FLASH_OFFSET", "IMAGE_MAGIC", "SpramSlot",
-    "spram_count", "spram_rows", "spram_depths", "spram_lanes", "spram_fits", "spram_layout", "spram_words",
-    "weight_image", "image_sha256", "WEIGHT_PLACES", "matvec_weight_shape",
+    "spram_count", "spram_rows", "spram_depths", "spram_lanes", "spram_fits", "spram_layout",
+    "spram_words", "weight_image", "image_sha256", "WEIGHT_PLACES", "matvec_weight_shape",
     "weight_memories", "place_weights",
 ]
 
