@@ -40,6 +40,7 @@ def test_weights_beyond_block_ram_go_to_spram(tmp_path, capfd):
            "0x100000, weights.bin)" in err
     assert d.manifest["folding"]["spram_memories"] == ["matvec_0/w_mem"]
     assert d.manifest["cycles_per_inference"] == 256 * 96 // 8
+    assert d.manifest["resources"]["ice40"]["board"]["spram"] == 4
     image = _check_image(d)
     assert len(image) == 4 + 256 * 96
     x = np.random.default_rng(0).standard_normal((3, 256)).astype(np.float32)
