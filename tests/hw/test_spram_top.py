@@ -99,3 +99,13 @@ def test_a_layer_two_sprams_deep(tmp_path):
                        stall_prob_in=0.2, stall_prob_out=0.3, progress=False, jobs=1,
                        timing_runs=0, max_cycles_per_inference=700_000)
     np.testing.assert_array_equal(res.outputs, run_dataflow(df, x))
+
+
+def test_verilog_is_deterministic():
+    """The same design gives the same text, with the flash ports or with the flash model."""
+    df = spram_dataflow(SPRAM)
+    image = weight_image_of(df)
+    assert emit_verilog(df) == emit_verilog(spram_dataflow(SPRAM))
+    with_model = emit_verilog(df, flash_image=image)
+    assert with_model == emit_verilog(spram_dataflow(SPRAM), flash_image=image)
+    assert "flash_cipo" in emit_verilog(df) and "flash_cipo" not in with_model
