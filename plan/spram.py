@@ -33,6 +33,19 @@ The image
 words (:func:`spram_depths`), each 16 bits little-endian (low byte first). The loader
 checks the magic first: a flash that holds no image (erased flash reads ``0xFF``) leaves the
 accelerator not ready rather than computing with undefined weights.
+
+Where it is used
+----------------
+Compile's ``weights`` (:data:`WEIGHT_PLACES`) decides which MatVec weight memories go to
+SPRAM on a board that has them (:func:`place_weights` over :func:`weight_memories`, in the
+fit check of the folding: ``onnx2fpga.steps.device_check``), recorded as
+``Dataflow.spram_memories``; the accelerator builds the store and the loader
+(:mod:`onnx2fpga.hw.spram`, :mod:`onnx2fpga.hw.flashload`), the compile writes the image
+(``weights.bin``, ``manifest["spram"]``) and ``flash`` writes it at :data:`FLASH_OFFSET`.
+Not (yet) in SPRAM: the weights of depthwise convolutions (a
+:class:`~onnx2fpga.hw.depthwise.DepthwiseCore` keeps its ROM), which are small beside the
+pointwise ones; loading over the host link instead of the flash; the simulated board
+(``run --sim``), which has no flash model (``simulate`` has one).
 """
 
 from __future__ import annotations
