@@ -13,6 +13,7 @@ import pytest
 import onnx2fpga
 from onnx2fpga.errors import DesignDirError, OptionError, SizeError
 from onnx2fpga.plan.spram import FLASH_OFFSET, IMAGE_MAGIC
+from tests.helpers.cli import run_cli
 from tests.helpers.models import ort_qdq_cnn, qdq_matmul, save
 
 
@@ -81,3 +82,13 @@ def test_weights_option_errors(tmp_path, board, weights, message):
         onnx2fpga.compile(model, tmp_path / "d", board=board, weights=weights)
     assert str(e.value) == message
     assert not (tmp_path / "d").exists()
+
+
+def test_cli_weights_option(tmp_path, capfd):
+    model = save(qdq_matmul(4, 4), tmp_path / "mm.onnx")
+    code, out, err = run_cli(capfd, "compile", str(model), "-o", str(tmp_path / "d"),
+                             "--weights", "spram")
+    assert (code, out) == (2, "")
+    assert err.strip().splitlines()[-1] == (
+        "error: weights='spram' needs a board whose device has SPRAMs (an iCE40 UltraPlus: "
+        "--board icebreaker or icesugar)")
