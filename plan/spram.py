@@ -44,8 +44,9 @@ fit check of the folding: ``onnx2fpga.steps.device_check``), recorded as
 (``weights.bin``, ``manifest["spram"]``) and ``flash`` writes it at :data:`FLASH_OFFSET`.
 Not (yet) in SPRAM: the weights of depthwise convolutions (a
 :class:`~onnx2fpga.hw.depthwise.DepthwiseCore` keeps its ROM), which are small beside the
-pointwise ones; loading over the host link instead of the flash; the simulated board
-(``run --sim``), which has no flash model (``simulate`` has one).
+pointwise ones; loading over the host link instead of the flash. ``simulate`` and the
+simulated board (``run --sim``) run the design with a model of the flash
+(:class:`~onnx2fpga.hw.flashload.SpiFlashModel`) holding the image.
 """
 
 from __future__ import annotations

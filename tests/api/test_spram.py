@@ -92,3 +92,16 @@ def test_cli_weights_option(tmp_path, capfd):
     assert err.strip().splitlines()[-1] == (
         "error: weights='spram' needs a board whose device has SPRAMs (an iCE40 UltraPlus: "
         "--board icebreaker or icesugar)")
+
+
+@pytest.mark.rtl
+def test_the_simulated_board_loads_the_weights_from_its_flash(tmp_path):
+    """run --sim: the board wrapper and NAME.v in Verilator, with a model of the board's
+    flash holding weights.bin; the results equal the golden model's."""
+    path, cal = ort_qdq_cnn(tmp_path, kind="basic")
+    d = onnx2fpga.compile(path, tmp_path / "d", board="icebreaker", weights="spram",
+                          requant="exact")
+    x = cal[:3]
+    with onnx2fpga.connect(d.directory, sim=True, timeout=10.0) as board:
+        y = board.infer(x)
+    np.testing.assert_array_equal(y, d.simulate(x, engine="golden"))

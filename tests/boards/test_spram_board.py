@@ -3,10 +3,8 @@ the configuration flash's pins and instantiates the hard SPRAMs (the build plan,
 
 import re
 
-import pytest
 from amaranth_boards.icebreaker import ICEBreakerPlatform
 
-from onnx2fpga.boards.simboard import SimBoardError, board_source
 from onnx2fpga.boards.wrapper import UartBridge
 from onnx2fpga.hw.top import Accelerator
 from tests.hw.test_spram_top import SPRAM, spram_dataflow
@@ -33,11 +31,3 @@ def test_no_flash_without_weights_in_spram():
     files = _plan_files(spram_dataflow())
     assert "spi_flash" not in files["top.pcf"]
     assert "SB_SPRAM256KA" not in files["top.il"]
-
-
-def test_the_simulated_board_refuses_weights_in_spram(tmp_path):
-    with pytest.raises(SimBoardError) as e:
-        board_source(tmp_path, {"spram": {"file": "weights.bin"}})
-    assert str(e.value) == (f"{tmp_path}: the design loads its weights into SPRAM from the "
-                            f"board's flash, which the simulated board does not model; "
-                            f"simulate it with engine='rtl' (a flash model inside)")
