@@ -21,19 +21,22 @@ _log = get_logger(__name__)
 
 # What each resource is called in a message, and its limit on the device.
 _LIMITS = {"logic cells": lambda lim: lim.lut, "lut": lambda lim: lim.lut,
-           "ff": lambda lim: lim.ff, "dsp": lambda lim: lim.dsp, "bram": lambda lim: lim.bram}
+           "ff": lambda lim: lim.ff, "dsp": lambda lim: lim.dsp, "bram": lambda lim: lim.bram,
+           "spram": lambda lim: lim.spram}
 _WORDS = {"logic cells": "logic cells", "lut": "LUTs", "ff": "flip-flops",
-          "dsp": "hard multipliers", "bram": "block RAMs"}
+          "dsp": "hard multipliers", "bram": "block RAMs", "spram": "SPRAMs"}
 
 
 def estimate_for(resources: dict, family: str) -> dict | None:
     """The estimate of the design and board wrapper on ``family`` (``lut``, ``ff``, ``dsp``,
-    ``bram``) from ``resources`` (the manifest's), or ``None`` where it has none (a Gowin
-    device; an older manifest)."""
+    ``bram``, ``spram``: 0 without weights in SPRAM) from ``resources`` (the manifest's), or
+    ``None`` where it has none (a Gowin device; an older manifest)."""
     try:
         board = resources[family]["board"]
-        return {k: int(board[k]) for k in ("lut", "ff", "dsp", "bram")}
-    except (KeyError, TypeError, ValueError):
+        out = {k: int(board[k]) for k in ("lut", "ff", "dsp", "bram")}
+        out["spram"] = int(board.get("spram", 0))
+        return out
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
@@ -41,7 +44,8 @@ def overflows(estimate: dict, target: BoardTarget) -> list[tuple[str, int, int]]
     """``(resource, estimated, available)`` for every resource of ``estimate`` beyond the
     device of ``target``; on iCE40, logic cells replace LUTs."""
     used = dict(estimate)
-    names = ["lut", "ff", "dsp", "bram"]
+    used.setdefault("spram", 0)
+    names = ["lut", "ff", "dsp", "bram", "spram"]
     if target.family == "ice40":
         used["logic cells"] = logic_cells(estimate)
         names[0] = "logic cells"

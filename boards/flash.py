@@ -12,17 +12,21 @@ attached).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 
+from ..designdir import WEIGHT_IMAGE
 from ..errors import Onnx2FpgaError
+from ..plan.spram import FLASH_OFFSET
 from .build import REPORT, tool_command, tool_env_var
 from .targets import get_board
 
-__all__ = ["FlashError", "flash_plan", "run_flash", "INSTALL_HINTS"]
+__all__ = ["FlashError", "flash_plan", "image_plan", "flash_plans", "run_flash",
+           "INSTALL_HINTS"]
 
 #: How to get each programmer.
 INSTALL_HINTS = {
@@ -95,6 +99,61 @@ def flash_plan(directory, board) -> list[str]:
     # program or command line for it.
     default = target.flash_command(path)
     return [*tool_command(target.flash_tool), *default[1:]]
+
+
+def image_plan(directory, board) -> list[str] | None:
+    """The programmer command that writes the design's weight image (``weights.bin``, for
+    weights in SPRAM: ``manifest["spram"]``) into the board's flash at
+    :data:`~onnx2fpga.plan.spram.FLASH_OFFSET`, where the design loads it from at start-up;
+    ``None`` for a design without one.
+
+    Raises
+    ------
+    FlashError
+        The image is missing or not the one the manifest records, the manifest names
+        another offset or file, or the board's programmer cannot write at an offset (only
+        ``iceprog`` is known to: ``-o``).
+    """
+    target = get_board(board)
+    directory = os.path.abspath(os.fspath(directory))
+    try:
+        with open(os.path.join(directory, "manifest.json")) as f:
+            spram = json.load(f).get("spram")
+    except (OSError, ValueError, AttributeError) as e:
+        raise FlashError(f"{directory}: not a design directory ({e})") from None
+    if not spram:
+        return None
+    hint = "compile the model again"
+    if not isinstance(spram, dict) or spram.get("file") != WEIGHT_IMAGE or \
+            spram.get("flash_offset") != FLASH_OFFSET:
+        raise FlashError(f"{directory}: manifest.json's weight image is not {WEIGHT_IMAGE} at "
+                         f"{FLASH_OFFSET:#x}; {hint}")
+    path = os.path.join(directory, WEIGHT_IMAGE)
+    try:
+        with open(path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    except OSError as e:
+        raise FlashError(f"{path}: cannot read the weight image ({e.strerror}); {hint}") \
+            from None
+    if digest != spram.get("sha256"):
+        raise FlashError(f"{path}: the weight image is not the one manifest.json records; "
+                         f"{hint}")
+    if target.flash_tool != "iceprog":
+        raise FlashError(f"{target.name}: its programmer {target.flash_tool} cannot write the "
+                         f"weight image at an offset here; write {path} at byte "
+                         f"{FLASH_OFFSET:#x} of the flash yourself")
+    return [*tool_command(target.flash_tool), "-o", str(FLASH_OFFSET), path]
+
+
+def flash_plans(directory, board) -> list[list[str]]:
+    """The programmer commands for ``board``, in order: the bitstream (:func:`flash_plan`),
+    then the weight image where the design has one (:func:`image_plan`). Both are checked
+    before either runs."""
+    plans = [flash_plan(directory, board)]
+    image = image_plan(directory, board)
+    if image is not None:
+        plans.append(image)
+    return plans
 
 
 def run_flash(argv, *, stream=None) -> None:

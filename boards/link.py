@@ -34,7 +34,7 @@ from ..errors import MissingExtraError
 from ..hw.blocks import quiet_if_invalid
 from .uart import UARTRx, UARTTx
 
-__all__ = ["LINKS", "USB_VID", "USB_PID", "ByteLink", "UsbAcmLink", "UsbAcmDevice",
+__all__ = ["flash_pins", "LINKS", "USB_VID", "USB_PID", "ByteLink", "UsbAcmLink", "UsbAcmDevice",
            "check_link", "serial_front_end", "usb_bridge_members"]
 
 #: The links a bridge can use.
@@ -303,6 +303,26 @@ def _usb_link(m, platform, bridge) -> ByteLink:
                     overrun=zero, framing_error=zero)
 
 
+def flash_pins(m, platform, accelerator) -> bool:
+    """Join an accelerator's SPI flash ports (weights in SPRAM: ``flash_sck``, ``flash_cs_n``,
+    ``flash_copi``, ``flash_cipo``, :class:`~onnx2fpga.hw.top.Accelerator`) to the board's
+    configuration flash, ``spi_flash_1x`` 0 (its write protect and hold inactive). Whether
+    it had them: without them nothing is requested."""
+    if accelerator is None or not hasattr(accelerator, "flash_sck"):
+        return False
+    flash = platform.request("spi_flash_1x", 0, dir="-")
+    b = {}
+    for name, direction in (("cs", "o"), ("clk", "o"), ("copi", "o"), ("cipo", "i"),
+                            ("wp", "o"), ("hold", "o")):
+        if hasattr(flash, name):
+            b[name] = io.Buffer(direction, getattr(flash, name))
+            m.submodules[f"flash_{name}_buffer"] = b[name]
+    m.d.comb += [b["cs"].o.eq(~accelerator.flash_cs_n), b["clk"].o.eq(accelerator.flash_sck),
+                 b["copi"].o.eq(accelerator.flash_copi),
+                 accelerator.flash_cipo.eq(b["cipo"].i)]
+    return True
+
+
 def serial_front_end(m, platform, bridge, leds) -> ByteLink:
     """The link ``bridge.link`` names, added to ``m``; on a platform also the LEDs of
     ``bridge.led_resources``, driven by ``leds`` in order (an LED the board lacks is skipped).
@@ -313,6 +333,7 @@ def serial_front_end(m, platform, bridge, leds) -> ByteLink:
     """
     if platform is not None:
         _request_leds(m, platform, bridge.led_resources, leds)
+        flash_pins(m, platform, getattr(bridge, "accelerator", None))
     if bridge.link == "usb":
         return _usb_link(m, platform, bridge)
     return _uart_link(m, platform, bridge)

@@ -23,6 +23,7 @@ Faults: ``faults={"to_board": {index: xor_mask}, "to_host": {...}}`` flips bits 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import json
 import re
@@ -37,8 +38,10 @@ from pathlib import Path
 from amaranth.back import verilog
 from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal
 
-from ..designdir import check_top, design_files, module_name
+from ..designdir import WEIGHT_IMAGE, check_top, design_files, module_name
 from ..errors import DesignDirError, Onnx2FpgaError
+from ..hw.flashload import SpiFlashModel
+from ..plan.spram import FLASH_OFFSET
 from ..sim.verilator_build import new_run_dir, shared_simulator
 from .framed import FramedBridge
 from .protocol import design_id_from_sha256
@@ -73,8 +76,12 @@ class VerilogAccelerator(Elaboratable):
     drops into :class:`~.framed.FramedBridge`; ``clk`` and ``rst`` come from ``sync``.
     """
 
-    def __init__(self, in_tdata_width, out_tdata_width, module="top"):
+    def __init__(self, in_tdata_width, out_tdata_width, module="top", *, flash=False):
         self.module = module
+        self.flash = bool(flash)
+        if self.flash:                  # weights in SPRAM: the accelerator's flash ports
+            self.flash_sck, self.flash_cs_n = Signal(), Signal(init=1)
+            self.flash_copi, self.flash_cipo = Signal(), Signal()
         self.s_axis_tdata = Signal(in_tdata_width)
         self.s_axis_tvalid = Signal()
         self.s_axis_tready = Signal()
@@ -86,12 +93,34 @@ class VerilogAccelerator(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
+        flash = {}
+        if self.flash:
+            flash = dict(o_flash_sck=self.flash_sck, o_flash_cs_n=self.flash_cs_n,
+                         o_flash_copi=self.flash_copi, i_flash_cipo=self.flash_cipo)
         m.submodules.top = Instance(
             self.module, i_clk=ClockSignal(), i_rst=ResetSignal(),
             i_s_axis_tdata=self.s_axis_tdata, i_s_axis_tvalid=self.s_axis_tvalid,
             o_s_axis_tready=self.s_axis_tready, i_s_axis_tlast=self.s_axis_tlast,
             o_m_axis_tdata=self.m_axis_tdata, o_m_axis_tvalid=self.m_axis_tvalid,
-            i_m_axis_tready=self.m_axis_tready, o_m_axis_tlast=self.m_axis_tlast)
+            i_m_axis_tready=self.m_axis_tready, o_m_axis_tlast=self.m_axis_tlast, **flash)
+        return m
+
+
+class _FlashBoard(Elaboratable):
+    """The bridge and, for weights in SPRAM, a model of the board's SPI flash holding the
+    weight image, joined to the accelerator's flash ports."""
+
+    def __init__(self, bridge, image):
+        self.bridge, self.image = bridge, image
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.bridge = self.bridge
+        if self.image is not None:
+            acc = self.bridge.accelerator
+            m.submodules.flash = flash = SpiFlashModel(self.image, offset=FLASH_OFFSET)
+            m.d.comb += [flash.sck.eq(acc.flash_sck), flash.cs_n.eq(acc.flash_cs_n),
+                         flash.copi.eq(acc.flash_copi), acc.flash_cipo.eq(flash.cipo)]
         return m
 
 
@@ -99,7 +128,8 @@ def sim_bridge(manifest: dict, accelerator=None) -> FramedBridge:
     """The wrapper as the simulated board runs it (module ``board``)."""
     s, o = manifest["ports"]["s_axis"], manifest["ports"]["m_axis"]
     if accelerator is None:
-        accelerator = VerilogAccelerator(s["tdata_width"], o["tdata_width"], _ACCEL_MODULE)
+        accelerator = VerilogAccelerator(s["tdata_width"], o["tdata_width"], _ACCEL_MODULE,
+                                         flash=bool(manifest.get("spram")))
     return FramedBridge(
         accelerator, s["tdata_width"], o["tdata_width"], s["beats"], o["beats"],
         clk_freq=SIM_CLOCK_HZ, baud=SIM_CLOCK_HZ // SIM_DIVISOR,
@@ -108,11 +138,13 @@ def sim_bridge(manifest: dict, accelerator=None) -> FramedBridge:
         in_payload_width=s["lanes"] * s["bits"])
 
 
-def board_verilog(manifest: dict) -> str:
+def board_verilog(manifest: dict, image: bytes | None = None) -> str:
     """Verilog of module ``board``: the wrapper, instantiating the accelerator's module
-    renamed ``onnx2fpga_accelerator`` (not included)."""
+    renamed ``onnx2fpga_accelerator`` (not included); with ``image`` (weights in SPRAM), a
+    model of the SPI flash holding it at :data:`~onnx2fpga.plan.spram.FLASH_OFFSET`."""
     bridge = sim_bridge(manifest)
-    return verilog.convert(bridge, name="board", ports=[
+    top = bridge if image is None else _FlashBoard(bridge, image)
+    return verilog.convert(top, name="board", ports=[
         bridge.rx, bridge.tx, bridge.activity, bridge.error_led, bridge.overrun,
         bridge.framing_error, bridge.tlast_error, bridge.frames_ok, bridge.frames_bad])
 
@@ -122,11 +154,15 @@ def board_source(directory, manifest: dict) -> str:
     design's ``NAME.v`` (checked against ``manifest``) with its module renamed
     ``onnx2fpga_accelerator``, then :func:`board_verilog`'s module ``board``.
 
+    For weights in SPRAM (``manifest["spram"]``) the board has a model of its SPI flash
+    holding ``weights.bin`` (checked against the manifest's hash), which the design loads
+    at start-up.
+
     Raises
     ------
     SimBoardError
-        If ``NAME.v`` cannot be read, differs from the manifest's hash or has no module
-        ``NAME``.
+        If ``NAME.v`` or ``weights.bin`` cannot be read or differs from the manifest's hash,
+        or ``NAME.v`` has no module ``NAME``.
     """
     # Verilator names its classes after the prefix "Vtop" that cocotb's runner uses; a
     # module called "top" below the toplevel collides with them, so the accelerator's
@@ -146,7 +182,24 @@ def board_source(directory, manifest: dict) -> str:
     if count != 1:
         raise SimBoardError(f"{path} has no module {name!r}")
     top = top.replace(f"\\{name}.", f"\\{_ACCEL_MODULE}.")
-    return top + "\n" + board_verilog(manifest)
+    return top + "\n" + board_verilog(manifest, _weight_image(directory, manifest))
+
+
+def _weight_image(directory: Path, manifest: dict) -> bytes | None:
+    """``weights.bin`` of a design with weights in SPRAM, checked against the manifest."""
+    spram = manifest.get("spram")
+    if not spram:
+        return None
+    path = directory / WEIGHT_IMAGE
+    try:
+        image = path.read_bytes()
+    except OSError as e:
+        raise SimBoardError(f"{path}: cannot read the weight image ({e.strerror})") from None
+    if not isinstance(spram, dict) or \
+            hashlib.sha256(image).hexdigest() != spram.get("sha256"):
+        raise SimBoardError(f"{path}: the weight image is not the one manifest.json records; "
+                            f"compile the model again")
+    return image
 
 
 class SimBoard:

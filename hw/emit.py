@@ -11,7 +11,8 @@ from .top import Accelerator
 __all__ = ["emit_verilog"]
 
 
-def emit_verilog(dataflow: Dataflow, name: str = "top", *, platform=None) -> str:
+def emit_verilog(dataflow: Dataflow, name: str = "top", *, platform=None,
+                 flash_image=None) -> str:
     """Verilog source of :class:`~onnx2fpga.hw.top.Accelerator` for ``dataflow``.
 
     The module is called ``name``; its ports are ``clk``, ``rst`` and the AXI4-Stream signals
@@ -22,6 +23,10 @@ def emit_verilog(dataflow: Dataflow, name: str = "top", *, platform=None) -> str
     ``platform`` (an Amaranth platform, default none) elaborates the cores as a board build
     does for it: on an ECP5, for instance, hard products become ``MULT18X18D`` instances
     (black boxes here) with the same cycle behaviour as the platform-free design.
+
+    ``flash_image`` (bytes): for a simulation of a design with weights in SPRAM, a model of
+    the SPI flash holding them inside the module in place of its flash ports (the
+    Accelerator's ``flash_image``; usually ``Accelerator(dataflow).weight_image``).
 
     Raises
     ------
@@ -35,5 +40,5 @@ def emit_verilog(dataflow: Dataflow, name: str = "top", *, platform=None) -> str
     if not name.isidentifier() or not name.isascii():
         raise ValueError(f"Module name must be a Verilog identifier, not {name!r}")
     with fewer_collections():
-        top = Accelerator(dataflow)
+        top = Accelerator(dataflow, flash_image=flash_image)
         return verilog.convert(top, name=name, emit_src=False, platform=platform)

@@ -27,6 +27,7 @@ from ..plan import matvec as timing
 from ..plan.builder import matvec_arithmetic
 from ..plan.checks import check_count
 from ..plan.devices import ice40_paired_product, ice40_registered_product
+from ..plan.spram import SPRAM_BITS, spram_count
 from .arith import (
     DIGIT_MIN_BITS,
     LUT_CHUNKS,
@@ -56,6 +57,7 @@ from .memory import (
     varying_fields,
     word_ints,
 )
+from .spram import weight_read_signature
 
 __all__ = ["MatVecCore"]
 
@@ -113,6 +115,12 @@ class MatVecCore(wiring.Component):
         in place of the operand and product registers; otherwise an iCE40 builds them in
         LUTs. The same values and cycles. The graph sets it within the design's budget of
         DSPs (:attr:`Dataflow.ice40_dsps <onnx2fpga.ir.Dataflow>`).
+    w_spram : bool
+        The weights are not in a ROM of the core but read through its ``w_read`` port
+        (:func:`~onnx2fpga.hw.spram.weight_read_signature`, ``weight_depth`` words of 16 bits
+        per SPRAM the word takes), which the accelerator connects to the layer's SPRAMs
+        (:class:`~onnx2fpga.hw.spram.SpramStore`): word ``n`` of :meth:`weight_words` at
+        address ``n``, with a memory read port's timing. The same values and cycles.
     rom_stand_in : bool
         For the resource estimates only: the weight ROM (``w_mem``, or its slices
         ``w_mem_col{k}``) is a memory of its width but at most two words, holding zeros (the
@@ -178,11 +186,11 @@ class MatVecCore(wiring.Component):
         p = stage.params
         return cls(p["layer"], arithmetic=p.get("arithmetic"), w_logic=p.get("w_logic", False),
                    x_logic=p.get("x_logic", False), ice40_dsp=p.get("ice40_dsp", False),
-                   rom_stand_in=rom_stand_in)
+                   w_spram=p.get("w_spram", False), rom_stand_in=rom_stand_in)
 
     @quiet_if_invalid
     def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False, x_logic=False,
-                 ice40_dsp=False, rom_stand_in=False):
+                 ice40_dsp=False, w_spram=False, rom_stand_in=False):
         if not isinstance(layer, DenseLayer):
             raise TypeError(f"Layer must be a DenseLayer, not {layer!r}")
         simd = check_count(f"SIMD of layer {layer.name!r}", layer.simd)
@@ -216,17 +224,23 @@ class MatVecCore(wiring.Component):
                              f"2 bits wide for arithmetic='xnor', not {layer.in_type.name}")
         self._arithmetic = arithmetic
         self._layer = layer
-        self._w_banks = logic_rom_banks(self.groups * self.folds) if w_logic else 1
+        self._w_spram = bool(w_spram)
+        self._w_banks = logic_rom_banks(self.groups * self.folds) \
+            if w_logic and not w_spram else 1
         self._x_logic = bool(x_logic)
         self._ice40_dsp = bool(ice40_dsp)
         self._rom_stand_in = bool(rom_stand_in)
         self._in_shape = int_shape(layer.in_type)
         self._w_shape = int_shape(wt)
         self._acc_shape = signed(layer.acc_type.bits)
-        super().__init__({
+        members = {
             "i_stream": In(stream.Signature(data.ArrayLayout(self._in_shape, simd))),
             "o_stream": Out(stream.Signature(data.ArrayLayout(self._acc_shape, pe))),
-        })
+        }
+        if self._w_spram:
+            members["w_read"] = Out(weight_read_signature(
+                self.weight_depth, SPRAM_BITS * spram_count(self.weight_width)))
+        super().__init__(members)
 
     @property
     def layer(self) -> DenseLayer:
@@ -258,6 +272,28 @@ class MatVecCore(wiring.Component):
         return self._w_banks
 
     @property
+    def w_spram(self) -> bool:
+        """The weights are read through ``w_read`` (from SPRAM), not from a ROM."""
+        return self._w_spram
+
+    @property
+    def weight_width(self) -> int:
+        """Bits of a weight word: ``pe * simd`` weights (one bit each for ``"sign"`` and
+        ``"xnor"``)."""
+        bits = self._w_shape.width if self._arithmetic == "multiply" else 1
+        return self._layer.pe * self._layer.simd * bits
+
+    @property
+    def weight_depth(self) -> int:
+        """Weight words: ``groups * folds``."""
+        return self.groups * self.folds
+
+    def weight_words(self) -> list:
+        """The weight words as ints (see :meth:`_weight_fields`' layout): what the ROM holds,
+        or what a weight image writes into the core's SPRAMs."""
+        return word_ints(*self._weight_fields())
+
+    @property
     def x_logic(self) -> bool:
         """The input buffer is a pair of shift registers (``x_logic``), not a memory."""
         return self._x_logic
@@ -279,7 +315,9 @@ class MatVecCore(wiring.Component):
         (:func:`rom_slices`) or its banks ``"w_mem_bank{n}"`` (``w_logic``), the width
         counting only the columns that vary (yosys drops the others). What
         :func:`~onnx2fpga.hw.resources.netlist_features` counts for the stand-ins of a core
-        built with ``rom_stand_in``."""
+        built with ``rom_stand_in``. Empty with ``w_spram`` (no ROM)."""
+        if self._w_spram:
+            return {}
         fields, bits = self._weight_fields()
         depth = self.groups * self.folds
         if self._w_banks != 1:
@@ -346,7 +384,7 @@ class MatVecCore(wiring.Component):
         w_width = Shape.cast(w_layout).width
         depth = groups * folds
         fields, bits = self._weight_fields()
-        if self._rom_stand_in:
+        if self._rom_stand_in or self._w_spram:
             # For the resource estimates: the ROM without its contents (see
             # weight_rom_shapes), so that estimating a folding takes no time with the weight
             # count.
@@ -361,7 +399,13 @@ class MatVecCore(wiring.Component):
         w_slice_adv = []
         # A stand-in ROM: at most two words of zeros (the address's high bits unused).
         rom_depth = min(depth, 2) if self._rom_stand_in else depth
-        if len(w_cols) > 1:
+        if self._w_spram:
+            # Weights in SPRAM: the read port is the core's `w_read`, with a memory read
+            # port's timing (the word one enabled edge after its address).
+            w_rd = ReadPort(self.w_read.addr, self.w_read.en)
+            w_data = self.w_read.data[:w_width]
+            w_cols = [(0, w_width)]
+        elif len(w_cols) > 1:
             # Column slices of a few block RAMs each, each read with its own replica of the
             # stall state: kwsmlp_w3a3's 768-bit weight word in 22 DP16KD, all enabled by one
             # net, was a 10.1 ns critical path on an ECP5 85F (the net spread over the die).

@@ -37,6 +37,8 @@ width converters, broadcasts) to the layer that feeds it, and reports the board 
 
 from __future__ import annotations
 
+from amaranth import Elaboratable, Module
+
 from ..plan.devices import (
     ECP5_DSP_BITS,
     FAMILIES,
@@ -52,13 +54,16 @@ from ..plan.devices import (
 from ..plan.graph import plan_graph
 from ..plan.stage import Stage, value_key
 from .collect import fewer_collections
+from ..plan.spram import spram_layout, weight_memories
+from .flashload import SpramLoader
+from .spram import SpramStore
 from .top import make_core
 
 __all__ = [
     "netlist_features", "memory_path", "stage_resources", "dataflow_resources", "WRAPPER",
     "WRAPPER_RX_FIFO", "wrapper_resources", "LUT_FEATURES", "LUT_COEFFICIENTS", "stage_key",
     "STAGE_CACHE_SIZE", "PRODUCT_STAGES", "PLATFORM_STAGES", "estimate_netlist",
-    "read_netlist", "REQUANT_STAGES", "stage_part",
+    "read_netlist", "REQUANT_STAGES", "stage_part", "spram_loader_resources",
 ]
 
 
@@ -512,6 +517,35 @@ def _add(a: dict, b: dict) -> dict:
     return {k: a[k] + b[k] for k in ("lut", "ff", "dsp", "bram")}
 
 
+class _WeightLoad(Elaboratable):
+    """The SPRAM store and its loader, joined as the accelerator joins them (estimates)."""
+
+    def __init__(self, slots):
+        self.slots = slots
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.store = store = SpramStore(self.slots)
+        m.submodules.loader = loader = SpramLoader(self.slots)
+        m.d.comb += [store.wr_spram.eq(loader.wr_spram), store.wr_addr.eq(loader.wr_addr),
+                     store.wr_data.eq(loader.wr_data), store.wr_en.eq(loader.wr_en),
+                     store.loading.eq(loader.loading)]
+        for k in range(len(self.slots)):
+            port = getattr(store, f"read{k}")
+            m.d.sync += port.addr.eq(port.addr + 1)         # readers, as the cores drive them
+            m.d.comb += port.en.eq(loader.done)
+        return m
+
+
+def spram_loader_resources(slots, family: str) -> dict:
+    """``lut``, ``ff``, ``dsp``, ``bram`` of the SPRAM store of ``slots`` and its loader from
+    flash (:class:`~onnx2fpga.hw.spram.SpramStore`, :class:`~onnx2fpga.hw.flashload.
+    SpramLoader`): on iCE40 the SPRAMs are hard blocks, counted apart
+    (``dataflow_resources``' ``"spram"``)."""
+    feats = netlist_features(_WeightLoad(list(slots)), family)
+    return _estimate(feats, family)
+
+
 def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
                        wrapper: bool = False, memories: bool = False) -> dict:
     """Estimated resources of the accelerator of ``dataflow`` on ``family``, the memories of
@@ -525,8 +559,10 @@ def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
         it), with ``"products"`` and ``"requant"`` the part of it in the stages
         :func:`stage_part` names so (each ``{"lut", "ff", "dsp", "bram"}``); ``"edges"``: the
         stages between layers (lane converters, broadcasts, reorders, edge FIFOs);
-        ``"total"``: the accelerator; with ``wrapper``, also ``"wrapper"`` (:data:`WRAPPER`)
-        and ``"board"`` (total plus wrapper). With ``memories``, ``"block_memories"``: every
+        ``"total"``: the accelerator (with weights in SPRAM, its store and loader too, also
+        given apart as ``"spram_loader"``); with ``wrapper``, also ``"wrapper"``
+        (:data:`WRAPPER`) and ``"board"`` (total plus wrapper; on iCE40 with weights in
+        SPRAM, ``"spram"``: the SPRAMs they take). With ``memories``, ``"block_memories"``: every
         memory in block RAM, ``[(name, cells, width, depth, rom), ...]`` (the wrapper's too,
         with ``wrapper``; names as in ``logic_memories``).
     """
@@ -558,6 +594,11 @@ def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
     for entry in layers:
         total = _add(total, entry)
     out = {"total": total, "layers": layers, "edges": edges}
+    spram = list(getattr(dataflow, "spram_memories", ()) or ())
+    if spram:
+        slots = spram_layout([m for m in weight_memories(plan.stages) if m[0] in spram])
+        out["spram_loader"] = spram_loader_resources(slots, family)
+        total = out["total"] = _add(total, out["spram_loader"])
     if wrapper:
         inp, outp = dataflow.input, dataflow.output
         out["wrapper"] = wrapper_resources(inp.tdata_width, inp.beats, outp.tdata_width, family,
@@ -565,6 +606,8 @@ def dataflow_resources(dataflow, family: str, *, ice40_dsp: bool = False,
                                            memories=True)
         blocks += out["wrapper"].pop("block_memories")
         out["board"] = _add(total, out["wrapper"])
+        if spram and family == "ice40":
+            out["board"]["spram"] = sum(s.count for s in slots)
     if memories:
         out["block_memories"] = blocks
     return out

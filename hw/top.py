@@ -9,8 +9,10 @@ from amaranth.lib.wiring import In, Out
 from ..ir.dataflow import Dataflow
 from ..plan.cost import dataflow_cycles
 from ..plan.graph import plan_graph
+from ..plan.spram import FLASH_OFFSET, spram_layout, weight_image
 from .blocks import int_shape, quiet_if_invalid
 from .depthwise import DepthwiseCore
+from .flashload import WAKE_CYCLES, SpiFlashModel, SpramLoader
 from .joins import AddCore, BroadcastCore, ConcatCore
 from .lut import LutCore
 from .matvec import MatVecCore
@@ -19,10 +21,12 @@ from .reduce import WindowReduceCore
 from .requant import RequantCore
 from .resize import ReorderCore, ResizeCore
 from .slice import SliceCore
+from .spram import SpramStore
 from .threshold import ThresholdCore
 from .window import SlidingWindowCore
 
-__all__ = ["Accelerator", "StreamAccelerator", "stream_signature", "CORES", "make_core"]
+__all__ = ["Accelerator", "StreamAccelerator", "stream_signature", "CORES", "make_core",
+           "weight_image_of"]
 
 
 class Accelerator(wiring.Component):
@@ -68,6 +72,22 @@ class Accelerator(wiring.Component):
     m_axis_tlast : ``Out(1)``
         High on the last transfer of each output tensor (every ``dataflow.output.beats``
         transfers).
+    flash_sck, flash_cs_n, flash_copi : ``Out(1)``; flash_cipo : ``In(1)``
+        Only when weights live in SPRAM (``dataflow.spram_memories``) and no ``flash_image``
+        is given: the SPI flash the weights are loaded from at start-up
+        (:class:`~onnx2fpga.hw.flashload.SpramLoader`; :attr:`weight_image` at
+        :data:`~onnx2fpga.plan.spram.FLASH_OFFSET`). ``s_axis_tready`` stays low until the
+        last weight is written.
+
+    Other parameters
+    ----------------
+    flash_image : bytes, optional
+        For simulation: a :class:`~onnx2fpga.hw.flashload.SpiFlashModel` holding these bytes
+        at :data:`~onnx2fpga.plan.spram.FLASH_OFFSET` sits inside the accelerator in place of
+        the flash ports (normally :attr:`weight_image`).
+    wake_cycles : int
+        The loader's wait after waking the flash (see
+        :class:`~onnx2fpga.hw.flashload.SpramLoader`).
 
     Raises
     ------
@@ -77,7 +97,8 @@ class Accelerator(wiring.Component):
     """
 
     @quiet_if_invalid
-    def __init__(self, dataflow: Dataflow):
+    def __init__(self, dataflow: Dataflow, *, flash_image=None,
+                 wake_cycles: int = WAKE_CYCLES):
         self._plan = plan_graph(dataflow)
         self._dataflow = dataflow
         cores = []
@@ -89,7 +110,15 @@ class Accelerator(wiring.Component):
                 core._MustUse__used = True
             cores.append(core)
         self._cores = cores
-        super().__init__({
+        # Weights in SPRAM: the layers' SPRAMs in stage order (plan.spram's layout).
+        self._spram_cores = [(stage, core) for stage, core in zip(self._plan.stages, cores)
+                             if getattr(core, "w_spram", False)]
+        self._slots = spram_layout([(stage.name, core.weight_width, core.weight_depth)
+                                    for stage, core in self._spram_cores]) \
+            if self._spram_cores else []
+        self._flash_image = None if flash_image is None else bytes(flash_image)
+        self._wake_cycles = wake_cycles
+        members = {
             "s_axis_tdata": In(dataflow.input.tdata_width),
             "s_axis_tvalid": In(1),
             "s_axis_tready": Out(1),
@@ -98,7 +127,11 @@ class Accelerator(wiring.Component):
             "m_axis_tvalid": Out(1),
             "m_axis_tready": In(1),
             "m_axis_tlast": Out(1),
-        })
+        }
+        if self._slots and self._flash_image is None:
+            members.update(flash_sck=Out(1), flash_cs_n=Out(1, init=1), flash_copi=Out(1),
+                           flash_cipo=In(1))
+        super().__init__(members)
 
     @property
     def dataflow(self) -> Dataflow:
@@ -115,6 +148,21 @@ class Accelerator(wiring.Component):
         return list(self._plan.stages)
 
     @property
+    def spram_slots(self) -> list:
+        """The :class:`~onnx2fpga.plan.spram.SpramSlot` of each layer whose weights live in
+        SPRAM, in stage order (empty if none)."""
+        return list(self._slots)
+
+    @property
+    def weight_image(self) -> bytes | None:
+        """The image the loader reads from flash (:func:`~onnx2fpga.plan.spram.
+        weight_image`), or None without weights in SPRAM."""
+        if not self._slots:
+            return None
+        return weight_image(self._slots, [core.weight_words()
+                                          for _, core in self._spram_cores])
+
+    @property
     def cycles(self) -> dict:
         """:func:`onnx2fpga.plan.cost.dataflow_cycles` of the dataflow."""
         return dataflow_cycles(self._dataflow)
@@ -127,9 +175,10 @@ class Accelerator(wiring.Component):
         in_shape = int_shape(inp.type)
         src = stream.Signature(data.ArrayLayout(in_shape, inp.lanes)).create(path=("s_axis",))
         bits = inp.type.bits
+        loaded = self._weight_store(m)
         m.d.comb += [
-            src.valid.eq(self.s_axis_tvalid),
-            self.s_axis_tready.eq(src.ready),
+            src.valid.eq(self.s_axis_tvalid & loaded),
+            self.s_axis_tready.eq(src.ready & loaded),
             src.payload.eq(self.s_axis_tdata[:inp.lanes * bits]),
         ]
         nets = {self._plan.input_net: src}
@@ -149,6 +198,9 @@ class Accelerator(wiring.Component):
                 nets[stage.outputs[0]] = dst
                 continue
             m.submodules[stage.name] = core
+            if getattr(core, "w_spram", False):
+                k = [c for _, c in self._spram_cores].index(core)
+                wiring.connect(m, core.w_read, getattr(m.submodules.spram_store, f"read{k}"))
             ins, outs = _core_ports(core)
             for net, port in zip(stage.inputs, ins, strict=True):
                 wiring.connect(m, nets.pop(net), port)
@@ -172,6 +224,27 @@ class Accelerator(wiring.Component):
             with m.If(~last):
                 m.d.sync += count.eq(count + 1)
         return m
+
+    def _weight_store(self, m):
+        """The SPRAMs, their loader and its flash (ports or model): 1 without them, else
+        the loader's ``done``."""
+        if not self._slots:
+            return 1
+        m.submodules.spram_store = store = SpramStore(self._slots)
+        m.submodules.spram_loader = loader = SpramLoader(
+            self._slots, offset=FLASH_OFFSET, wake_cycles=self._wake_cycles)
+        m.d.comb += [store.wr_spram.eq(loader.wr_spram), store.wr_addr.eq(loader.wr_addr),
+                     store.wr_data.eq(loader.wr_data), store.wr_en.eq(loader.wr_en),
+                     store.loading.eq(loader.loading)]
+        if self._flash_image is None:
+            m.d.comb += [self.flash_sck.eq(loader.sck), self.flash_cs_n.eq(loader.cs_n),
+                         self.flash_copi.eq(loader.copi), loader.cipo.eq(self.flash_cipo)]
+        else:
+            m.submodules.flash_model = flash = SpiFlashModel(self._flash_image,
+                                                             offset=FLASH_OFFSET)
+            m.d.comb += [flash.sck.eq(loader.sck), flash.cs_n.eq(loader.cs_n),
+                         flash.copi.eq(loader.copi), loader.cipo.eq(flash.cipo)]
+        return loader.done
 
 
 def stream_signature(port) -> stream.Signature:
@@ -292,3 +365,12 @@ def make_core(stage, *, rom_stand_in: bool = False):
     if rom_stand_in and hasattr(core, "weight_rom_shapes"):
         return core.from_stage(stage, rom_stand_in=True)
     return core.from_stage(stage)
+
+
+def weight_image_of(dataflow: Dataflow) -> bytes | None:
+    """The weight image of ``dataflow``'s layers in SPRAM (:attr:`Accelerator.weight_image`:
+    what goes into the flash at :data:`~onnx2fpga.plan.spram.FLASH_OFFSET`), or None when
+    ``dataflow.spram_memories`` is empty."""
+    acc = Accelerator(dataflow)
+    acc._MustUse__used = True           # built for its figures, never elaborated
+    return acc.weight_image

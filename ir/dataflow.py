@@ -95,7 +95,10 @@ class Dataflow:
     ``SB_MAC16`` cells the MatVecs' products may take on an iCE40 (to the layers in order
     whose products fit what is left, see :class:`~onnx2fpga.hw.matvec.MatVecCore`'s
     ``ice40_dsp``); 0 (the default) builds every product in LUTs. Folding for an iCE40 board
-    sets it to the device's DSPs within the utilization.
+    sets it to the device's DSPs within the utilization. ``spram_memories``: the weight
+    memories, ``"stage/w_mem"``, that live in the iCE40 UltraPlus' SPRAMs instead of block
+    RAM, loaded from the board's SPI flash at start-up (see :mod:`onnx2fpga.plan.spram`);
+    the values and cycles per inference are the same, the input waits for the load.
     """
     layers: list
     input: Port
@@ -105,6 +108,7 @@ class Dataflow:
     folding_info: dict = field(default_factory=dict)
     logic_memories: list = field(default_factory=list)
     ice40_dsps: int = 0
+    spram_memories: list = field(default_factory=list)
 
     def __post_init__(self):
         if not self.fifo_depths:

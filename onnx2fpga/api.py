@@ -25,6 +25,7 @@ import numpy as np
 
 from .designdir import (
     DEFAULT_MODULE,
+    WEIGHT_IMAGE,
     FolderLock,
     check_module_name,
     check_target,
@@ -67,7 +68,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
             board: str | None = None, target_fps: float | None = None,
             clock_mhz: float | None = None, utilization: float = 0.8,
             optimize: str = "throughput", verbose: bool = False, stop_after: str = "emit",
-            name: str = DEFAULT_MODULE) -> CompiledDesign:
+            name: str = DEFAULT_MODULE, weights: str = "auto") -> CompiledDesign:
     """Compile an ONNX model into a design directory.
 
     Parameters
@@ -116,6 +117,16 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         (``max_lanes``, the ``board``'s device) goes to faster foldings of layers while the
         manifest's ``latency_cycles`` shrinks; the same as ``"throughput"`` without a budget
         (``target_fps`` without ``board``).
+    weights : str
+        Where the weights go on a ``board`` whose device has SPRAMs (the iCE40 UP5K's four
+        of 256 kbit): ``"auto"`` (default) keeps them in block RAM and, when the block RAMs
+        run out, moves the largest MatVec layers' into SPRAM (a log line names them);
+        ``"spram"`` puts the largest that fit there anyway; ``"rom"`` never. A layer in SPRAM
+        reads at most 16 weight bits per cycle per SPRAM it owns, so its folding may be
+        slower. The SPRAMs have no initial contents: the design loads them at start-up from
+        the board's SPI flash at :data:`~onnx2fpga.plan.spram.FLASH_OFFSET`, from the image
+        ``weights.bin`` the compile writes (``manifest["spram"]``: its offset, size and
+        SHA-256), which ``flash`` writes after the bitstream.
     multiplier_bits : int, optional
         Significant bits of requantization multipliers. By default 24 for models quantized
         elsewhere (the golden model then agrees with onnxruntime within one LSB) and 16 for
@@ -158,7 +169,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     fold_opts = fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                              pinned={name for name, o in (folding or {}).items()
                                      if isinstance(o, dict) and "multipliers" in o},
-                             optimize=optimize)
+                             optimize=optimize, weights=weights)
     keep = [p for p in (model, calibration) if isinstance(p, (str, os.PathLike))]
     out = check_target(output_dir, force, keep) if output_dir is not None else None
     say = progress if verbose else (lambda msg: None)
@@ -169,7 +180,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         "multiplier_bits": multiplier_bits, "requant": requant, "board": board,
         "target_fps": target_fps,
         "clock_mhz": clock_mhz, "utilization": utilization, "folding": folding,
-        "fold_options": fold_opts, "name": name})
+        "fold_options": fold_opts, "name": name, "weights": weights})
     run_steps(c, stop_after, say)
     if out is None:
         out = tempfile.mkdtemp(prefix="onnx2fpga-")
@@ -234,6 +245,43 @@ class CompiledDesign:
 
         return StreamAccelerator(self.design.dataflow)
 
+    def _sim_verilog(self) -> tuple[str, int]:
+        """The Verilog the RTL simulation runs and the cycles its start-up takes: ``NAME.v``
+        and 0, or for weights in SPRAM the same design with a model of the SPI flash holding
+        ``weights.bin`` inside it (``sim_build/NAME_flash.v``) and the cycles of the load."""
+        spram = self.manifest.get("spram")
+        if not spram:
+            return self.verilog_path, 0
+        from .hw.emit import emit_verilog
+        from .hw.flashload import load_cycles
+        from .plan.graph import plan_graph
+        from .plan.spram import image_sha256, spram_layout, weight_memories
+
+        path = os.path.join(self.directory, WEIGHT_IMAGE)
+        try:
+            with open(path, "rb") as f:
+                image = f.read()
+        except OSError as e:
+            raise DesignDirError(f"{path}: cannot read the weight image ({e.strerror}); "
+                                 f"compile the model again") from None
+        if image_sha256(image) != spram.get("sha256"):
+            raise DesignDirError(f"{path}: the weight image is not the one the manifest "
+                                 f"records; compile the model again")
+        text = emit_verilog(self.design.dataflow, name=self.module, flash_image=image)
+        out = os.path.join(self.directory, "sim_build", f"{self.module}_flash.v")
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        old = None
+        if os.path.isfile(out):
+            with open(out, encoding="utf-8") as f:
+                old = f.read()
+        if old != text:
+            with open(out, "w", encoding="utf-8", newline="\n") as f:
+                f.write(text)
+        df = self.design.dataflow
+        slots = spram_layout([m for m in weight_memories(plan_graph(df).stages)
+                              if m[0] in df.spram_memories])
+        return out, load_cycles(slots)
+
     def simulate(self, x, engine: str = "rtl", *, stall_in: float = 0.3,
                  stall_out: float = 0.3, seed: int = 0, progress: bool = False,
                  jobs: int | None = None):
@@ -282,11 +330,12 @@ class CompiledDesign:
                 return y
 
         def rtl_run(dataflow, x_int):
-            res = simulate_rtl(self.verilog_path, dataflow.input, dataflow.output, x_int,
+            path, load = self._sim_verilog()
+            res = simulate_rtl(path, dataflow.input, dataflow.output, x_int,
                                toplevel=self.module,
                                build_dir=os.path.join(self.directory, "sim_build"),
                                stall_prob_in=stall_in, stall_prob_out=stall_out, seed=seed,
-                               max_cycles_per_inference=10_000 + 4 * int(
+                               max_cycles_per_inference=10_000 + load + 4 * int(
                                    self.manifest["latency_cycles"]),
                                progress=progress, jobs=jobs)
             record = write_measured(self.directory, self.manifest, res, inputs=len(x_int),

@@ -88,6 +88,11 @@ def _parser():
                    help="what the folding optimizes at its rate: 'throughput' (default; every "
                    "layer at its cheapest folding for the rate) or 'latency' (the budget left "
                    "at that rate folds layers faster while the latency shrinks)")
+    c.add_argument("--weights", choices=("auto", "rom", "spram"), default="auto",
+                   help="on a board with SPRAMs (iCE40 UP5K): 'auto' (default) moves the "
+                   "largest layers' weights into SPRAM when block RAM runs out, 'spram' "
+                   "always, 'rom' never; weights in SPRAM load from the board's flash at "
+                   "start-up (weights.bin, written by 'flash')")
     c.add_argument("--board", default=None, metavar="NAME",
                    help="fold for this board: the fastest design whose estimated resources "
                    "fit its device (see 'onnx2fpga boards')")
@@ -211,7 +216,8 @@ def _parser():
                        description="Run the board's programmer (iceprog, icesprog, "
                        "openFPGALoader or dfu-util) on the bitstream built for NAME in "
                        "DIR/build/NAME, after checking it was built for that board and for "
-                       "the design in DIR.")
+                       "the design in DIR; then, for weights in SPRAM, the weight image "
+                       "DIR/weights.bin at byte 0x100000 of the flash (iceprog -o).")
     f.add_argument("dir", metavar="DIR")
     f.add_argument("--board", required=True, metavar="NAME", help="see 'onnx2fpga boards'")
     f.add_argument("--dry-run", action="store_true", help="print the command, do not run it")
@@ -254,7 +260,7 @@ def _compile(args):
                  target_fps=args.target_fps, clock_mhz=args.clock,
                  utilization=args.utilization, optimize=args.optimize, verbose=True,
                  stop_after=args.stop_after,
-                 name=args.name)
+                 name=args.name, weights=args.weights)
     if args.stop_after != "emit":
         print(f"stopped after {args.stop_after}; wrote {os.path.abspath(args.output)}")
         return 0
@@ -479,13 +485,15 @@ def _run(args):
 def _flash(args):
     import shlex
 
-    from .boards.flash import flash_plan, run_flash
-    argv = flash_plan(args.dir, args.board)
+    from .boards.flash import flash_plans, run_flash
+    plans = flash_plans(args.dir, args.board)
     if args.dry_run:
-        print(shlex.join(argv))
+        for argv in plans:
+            print(shlex.join(argv))
         return 0
-    print(f"$ {shlex.join(argv)}", file=sys.stderr, flush=True)
-    run_flash(argv)
+    for argv in plans:
+        print(f"$ {shlex.join(argv)}", file=sys.stderr, flush=True)
+        run_flash(argv)
     return 0
 
 

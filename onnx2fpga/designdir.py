@@ -43,9 +43,9 @@ import numpy as np
 from .errors import DesignDirError, OptionError
 
 __all__ = ["OWN_ENTRIES", "HASHED", "LOCK_NAME", "DEFAULT_MODULE", "check_module_name",
-           "module_name", "design_files", "hashed_files", "FolderLock", "check_target", "publish",
-           "file_hashes", "verify", "check_verilog", "check_top", "atomic_write", "output_path",
-           "save_array", "INTERRUPTED", "check_interrupted"]
+           "module_name", "design_files", "hashed_files", "WEIGHT_IMAGE", "FolderLock",
+           "check_target", "publish", "file_hashes", "verify", "check_verilog", "check_top",
+           "atomic_write", "output_path", "save_array", "INTERRUPTED", "check_interrupted"]
 
 #: Set by the command line's SIGINT handler. A KeyboardInterrupt raised inside a ``__del__``
 #: or a callback is swallowed by Python ("Exception ignored in ..."); the long steps check
@@ -65,12 +65,16 @@ LOCK_NAME = ".onnx2fpga.lock"
 #: after the top module (:func:`hashed_files`).
 HASHED = ("design.json", "design.npz")
 
+#: The weight image of a design with weights in SPRAM (``manifest["spram"]``), which
+#: ``flash`` writes after the bitstream.
+WEIGHT_IMAGE = "weights.bin"
+
 #: Everything onnx2fpga's commands write into a design folder besides the files named after
 #: the top module (:func:`design_files`); ``--force`` replaces a folder only if it holds
 #: nothing else.
 OWN_ENTRIES = frozenset({
     *HASHED, "manifest.json", "report.html", "report.md", "graph.json", "quantization.json",
-    "measured.json", "build", "sim_build", "sim_board", LOCK_NAME})
+    "measured.json", "build", "sim_build", "sim_board", WEIGHT_IMAGE, LOCK_NAME})
 
 #: The top module's name when none is chosen (and in manifests written before it could be).
 DEFAULT_MODULE = "top"

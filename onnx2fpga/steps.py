@@ -43,7 +43,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .arrays import read_arrays
-from .designdir import DEFAULT_MODULE, check_interrupted, file_hashes, hashed_files
+from .designdir import (
+    DEFAULT_MODULE,
+    WEIGHT_IMAGE,
+    check_interrupted,
+    file_hashes,
+    hashed_files,
+)
 from .errors import CalibrationError, OptionError, SizeError
 from .ir import REQUANT_MODES
 from .ir.dataflow import Design
@@ -52,6 +58,7 @@ from .ir.serialize import save_design
 from .manifest import core_text, filelist_text, make_manifest
 from .plan.devices import FAMILIES, logic_cells
 from .plan.optimize import check_optimize
+from .plan.spram import FLASH_OFFSET, SPRAM_BITS, SPRAM_WORDS
 from .report import write_report
 from .sim.model import accepted_layouts, first_bad_element
 
@@ -128,11 +135,17 @@ def check_options(weight_bits, activation_bits, multiplier_bits, folding=None,
 
 
 def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
-                  pinned=frozenset(), optimize="throughput") -> dict:
+                  pinned=frozenset(), optimize="throughput", weights="auto") -> dict:
     """Check the folding options; the keyword arguments of :func:`plan.fold.fold`.
     ``pinned``: the layers whose multipliers the user chose; ``optimize``: one of
-    :data:`onnx2fpga.plan.optimize.OPTIMIZE`."""
+    :data:`onnx2fpga.plan.optimize.OPTIMIZE`; ``weights``: one of
+    :data:`onnx2fpga.plan.spram.WEIGHT_PLACES` (``"spram"`` needs a board with SPRAMs)."""
+    from .plan.spram import WEIGHT_PLACES
+
     check_optimize(optimize)
+    if weights not in WEIGHT_PLACES:
+        raise OptionError(f"weights must be one of {', '.join(WEIGHT_PLACES)}, not "
+                          f"{weights!r}")
     if (target_fps is None) != (clock_mhz is None):
         raise OptionError("target_fps and clock_mhz go together: the rate in inferences per "
                           "second and the clock in MHz it is reached at")
@@ -162,7 +175,14 @@ def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                               f"{' and '.join(FAMILIES)} only, not {target.family} "
                               f"({target.device}); compile without --board (or with "
                               f"--target-fps) and build for {target.name}")
-        opts["fits"] = device_check(target, utilization, pinned)
+        if weights == "spram" and not target.limits.spram:
+            raise OptionError(f"weights='spram' needs a board whose device has SPRAMs (an "
+                              f"iCE40 UltraPlus: icebreaker, icesugar), not {target.name} "
+                              f"({target.device})")
+        opts["fits"] = device_check(target, utilization, pinned, weights)
+    elif weights == "spram":
+        raise OptionError("weights='spram' needs a board whose device has SPRAMs (an iCE40 "
+                          "UltraPlus: --board icebreaker or icesugar)")
     return opts
 
 
@@ -191,7 +211,24 @@ _UNITS = {"lut": "LUTs", "ff": "flip-flops", "logic cells": "logic cells",
           "bram": "block RAMs", "dsp": {"ice40": "SB_MAC16", "ecp5": "MULT18X18D"}}
 
 
-def device_check(target, utilization: float, pinned=frozenset()):
+def spram_cover(df, res, excess: int, sprams: int) -> list:
+    """The MatVec weight memories (``"stage/w_mem"``) to move from block RAM into ``sprams``
+    SPRAMs to free ``excess`` block RAMs: the largest first, each that fits beside the
+    others (:func:`onnx2fpga.plan.spram.place_weights`), until enough are freed or none
+    fits; ``res`` is the design's estimate with ``memories``."""
+    from .plan.graph import plan_graph
+    from .plan.spram import place_weights, weight_memories
+
+    cells = {b[0]: b[1] for b in res["block_memories"]}
+    mems = [m for m in weight_memories(plan_graph(df).stages) if cells.get(m[0], 0) > 0]
+    for n in range(1, len(mems) + 1):
+        chosen = place_weights(mems, sprams, wanted=n)
+        if len(chosen) < n or sum(cells[c] for c in chosen) >= excess:
+            return chosen
+    return place_weights(mems, sprams)
+
+
+def device_check(target, utilization: float, pinned=frozenset(), weights: str = "auto"):
     """``fits(dataflow)`` for :func:`plan.fold.fold`: ``None`` if the estimated resources
     of the design plus the board wrapper fit ``target``'s device, otherwise what overflows,
     with the figures: ``"136 MULT18X18D > 124 (156 x 0.8; 133 requantizing, ...)"``.
@@ -206,7 +243,11 @@ def device_check(target, utilization: float, pinned=frozenset()):
     user's choice. When the block RAMs overflow, memories move into soft logic
     (``dataflow.logic_memories``): the set that frees enough block RAMs for the fewest
     logic cells (:func:`cheapest_cover`). The plan then fits if its LUTs and flip-flops do
-    too."""
+    too. On a device with SPRAMs (an iCE40 UltraPlus) and ``weights`` not ``"rom"``, weight
+    memories go to SPRAM (``dataflow.spram_memories``) first: with ``"spram"`` the largest
+    that fit, with ``"auto"`` the largest while the block RAMs overflow
+    (:func:`spram_cover`); their folding must give them no more weights per cycle than
+    their SPRAMs (:func:`onnx2fpga.plan.spram.spram_fits`), or they stay in block RAM."""
     from .hw.resources import dataflow_resources
     from .plan.devices import logic_cost
 
@@ -219,6 +260,7 @@ def device_check(target, utilization: float, pinned=frozenset()):
     of = {"lut": lim.lut, "ff": lim.ff, "dsp": lim.dsp, "logic cells": lim.lut}
     if target.family == "ice40":
         caps["logic cells"] = int(lim.lut * utilization)
+    sprams = getattr(lim, "spram", 0)
 
     def overflow(res):
         total = dict(res["board"])
@@ -244,8 +286,18 @@ def device_check(target, utilization: float, pinned=frozenset()):
         return out
 
     def fits(df):
+        if weights == "spram" and sprams:
+            from .plan.graph import plan_graph
+            from .plan.spram import place_weights, weight_memories
+            df.spram_memories = place_weights(weight_memories(plan_graph(df).stages), sprams)
         res = dataflow_resources(df, target.family, wrapper=True, memories=True)
         over = overflow(res)
+        if weights == "auto" and sprams and over and res["board"]["bram"] > caps["bram"]:
+            df.spram_memories = spram_cover(df, res, res["board"]["bram"] - caps["bram"],
+                                            sprams)
+            if df.spram_memories:
+                res = dataflow_resources(df, target.family, wrapper=True, memories=True)
+                over = overflow(res)
         if over and res["board"]["dsp"] > caps["dsp"]:
             by_name = {ly.name: ly for ly in df.layers}
             movable = [(lr["name"], lr["products"]["dsp"], lr["products"]["dsp"])
@@ -322,9 +374,11 @@ def _block_ram_bits(limits) -> int:
     return limits.bram * limits.bram_kbit * 1024
 
 
-def check_sizes(dataflow, board, utilization: float, say=lambda msg: None) -> None:
+def check_sizes(dataflow, board, utilization: float, say=lambda msg: None,
+                weights: str = "auto") -> None:
     """Refuse, before folding, a design whose weights cannot fit: with ``board``, more
-    weight bits (:func:`weight_sizes`) than the device holds in block RAM and in all of
+    weight bits (:func:`weight_sizes`) than the device holds in block RAM, in its SPRAMs
+    (unless ``weights`` is ``"rom"``) and in all of
     its LUTs (within ``utilization``) as ROM, even at the slowest folding; without a
     board, more than :data:`NO_BOARD_MARGIN` times the block RAM of the largest supported
     device. Raises :class:`~onnx2fpga.errors.SizeError` naming the sizes."""
@@ -340,11 +394,14 @@ def check_sizes(dataflow, board, utilization: float, say=lambda msg: None) -> No
         lim = target.limits
         luts = int(lim.lut * utilization)
         cap = weight_capacity_bits(lim.bram, lim.bram_kbit * 1024, luts)
+        sprams = lim.spram if weights != "rom" else 0
+        cap += sprams * SPRAM_WORDS * SPRAM_BITS
         if total > cap:
+            spram = f", {sprams} SPRAMs of 256 kbit" if sprams else ""
             raise SizeError(
                 f"The weights take {_weights_text(sizes)} even at the slowest folding; "
                 f"{target.name} ({target.device}) holds at most {_bits(cap)} of them: "
-                f"{lim.bram} block RAMs of {lim.bram_kbit} kbit and {luts:,} LUTs "
+                f"{lim.bram} block RAMs of {lim.bram_kbit} kbit{spram} and {luts:,} LUTs "
                 f"({utilization:.0%} of {lim.lut:,}) as ROM")
         return
     targets = [get_board(name) for name in list_boards()]
@@ -490,6 +547,9 @@ class Compilation:
         After ``lower``; folded after ``fold``.
     verilog, manifest : str, dict
         After ``emit``.
+    weight_image : bytes or None
+        After ``emit``, for weights in SPRAM: the image for the flash
+        (:func:`onnx2fpga.plan.spram.weight_image`), written as ``weights.bin``.
     done : list of str
         The steps run so far.
     """
@@ -503,6 +563,7 @@ class Compilation:
     verilog: str | None = None
     manifest: dict | None = None
     done: list = field(default_factory=list)
+    weight_image: bytes | None = None
 
 
 def _load(c: Compilation, say) -> None:
@@ -622,7 +683,7 @@ def _fold(c: Compilation, say) -> None:
 
     o = c.options
     board, utilization = o["board"], o["utilization"]
-    check_sizes(c.design.dataflow, board, utilization, say)
+    check_sizes(c.design.dataflow, board, utilization, say, o.get("weights", "auto"))
     if board is not None:
         from .boards.targets import get_board
         target = get_board(board)
@@ -638,6 +699,10 @@ def _fold(c: Compilation, say) -> None:
     c.design.dataflow.folding_info.update(
         {"board": board, "target_fps": o["target_fps"], "clock_mhz": o["clock_mhz"],
          "utilization": utilization if board else None})
+    spram = c.design.dataflow.spram_memories
+    if spram:
+        say(f"weights in SPRAM: {', '.join(spram)} (loaded at start-up from the board's "
+            f"flash at {FLASH_OFFSET:#x}, weights.bin)")
 
 
 def _evaluate(c: Compilation, say) -> None:
@@ -683,6 +748,15 @@ def _emit(c: Compilation, say) -> None:
     c.verilog = emit_verilog(c.design.dataflow, name=name)
     say("estimating the resources on iCE40 and ECP5 for the manifest")
     c.manifest = make_manifest(c.design, c.verilog, c.quant_info, name)
+    if c.design.dataflow.spram_memories:
+        from .hw.top import weight_image_of
+        from .plan.spram import image_sha256
+
+        c.weight_image = weight_image_of(c.design.dataflow)
+        c.manifest["spram"] = {
+            "file": WEIGHT_IMAGE, "flash_offset": FLASH_OFFSET, "bytes": len(c.weight_image),
+            "sha256": image_sha256(c.weight_image),
+            "memories": list(c.design.dataflow.spram_memories)}
 
 
 _RUN = {"load": _load, "quantize": _quantize, "lower": _lower, "fold": _fold,
@@ -756,6 +830,11 @@ def write_artifacts(c: Compilation, out: str) -> list[str]:
                     os.path.join(out, "design.npz"))
         return ["design.json", "design.npz", dump("quantization.json", c.quant_info)]
     top = c.manifest["top"]
+    extra = []
+    if c.weight_image is not None:
+        with open(os.path.join(out, WEIGHT_IMAGE), "wb") as f:
+            f.write(c.weight_image)
+        extra.append(WEIGHT_IMAGE)
     for name, text in ((top["file"], c.verilog), (top["filelist"], filelist_text(c.manifest)),
                        (top["core"], core_text(c.manifest))):
         with open(os.path.join(out, name), "w", encoding="utf-8", newline="\n") as f:
@@ -766,4 +845,4 @@ def write_artifacts(c: Compilation, out: str) -> list[str]:
     dump("manifest.json", c.manifest)
     write_report(out)
     return [top["file"], top["filelist"], top["core"], "manifest.json", "design.json",
-            "design.npz", "report.html", "report.md"]
+            "design.npz", "report.html", "report.md", *extra]

@@ -191,10 +191,11 @@ def requant_lanes(layer: DenseLayer) -> int:
 class Builder:
     """Appends stages and invents net names."""
 
-    def __init__(self, logic_memories=(), ice40_dsps=0):
+    def __init__(self, logic_memories=(), ice40_dsps=0, spram_memories=()):
         self.stages: list[Stage] = []
         self.logic = frozenset(logic_memories)      # "stage/memory" in soft logic
         self.ice40_dsps = int(ice40_dsps)           # SB_MAC16s not yet given to a MatVec
+        self.spram = frozenset(spram_memories)      # "stage/w_mem" in SPRAM
         self.nets: dict[str, tuple[IntType, int, int]] = {}      # net -> type, lanes, size
         self._count = 0
 
@@ -286,7 +287,8 @@ def add_matvec(b: Builder, dense: DenseLayer, net: str, k: int, layer,
                 * (layer.out_size // dense.out_features), layer=layer,
                 params={"layer": dense, "arithmetic": arithmetic,
                         "w_logic": f"{name}/w_mem" in b.logic,
-                        "x_logic": f"{name}/x_mem" in b.logic, "ice40_dsp": ice40_dsp})
+                        "x_logic": f"{name}/x_mem" in b.logic, "ice40_dsp": ice40_dsp,
+                        "w_spram": f"{name}/w_mem" in b.spram})
     if not layer.requant:
         return net
     d = requant_lanes(dense)

@@ -190,7 +190,8 @@ def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
     inp, out = dataflow.input, dataflow.output
     orders, wanted = tensor_orders(dataflow)
     b = Builder(getattr(dataflow, "logic_memories", ()) or (),
-                 getattr(dataflow, "ice40_dsps", 0) or 0)
+                 getattr(dataflow, "ice40_dsps", 0) or 0,
+                 getattr(dataflow, "spram_memories", ()) or ())
     b.nets["in"] = (inp.type, inp.lanes, inp.size)
     tensor_net = {inp.name: "in"}
     # Readers of every tensor: (layer index, input index); the output port reads one too.

@@ -77,7 +77,8 @@ class Stage:
         see :class:`~onnx2fpga.hw.matvec.MatVecCore`), ``x_logic`` (the same for its input
         buffer ``x_mem``), ``ice40_dsp`` (its products go to SB_MAC16s on an iCE40: the
         MatVecs in dataflow order whose products fit what is left of
-        ``dataflow.ice40_dsps``). ``"requant"`` (only
+        ``dataflow.ice40_dsps``), ``w_spram`` (its weights live in SPRAM, read through the
+        core's ``w_read`` port: ``w_mem`` is among ``dataflow.spram_memories``). ``"requant"`` (only
         RequantStages), ``"threshold"`` (only ThresholdStages) and ``"lut"`` (one
         LutStage): ``stages``, ``channels`` (:func:`stage_cores`). ``"fifo"``: ``depth``.
         ``"window"``: ``channels``, ``height``, ``width``, ``kernel``, ``stride``,

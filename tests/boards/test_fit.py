@@ -95,3 +95,18 @@ def test_full_capacity_not_the_utilization_target():
                        r"--folding or --target-fps\), or build for a larger board"):
         check_fit(ecp5, "ulx3s-25f", folded_for="ulx3s-25f")
     check_fit({}, "tangnano9k")     # no Gowin estimate: nothing to check
+
+
+def test_sprams_count_against_the_device():
+    """Weights in SPRAM: the manifest's estimate names the SPRAMs; more than the UP5K's 4
+    (a hand-edited manifest) is refused like any other resource; an ECP5 has none."""
+    target = get_board("icebreaker")
+    fine = {"lut": 4000, "ff": 100, "dsp": 0, "bram": 10, "spram": 4}
+    assert overflows(fine, target) == []
+    assert overflows({**fine, "spram": 5}, target) == [("spram", 5, 4)]
+    with pytest.raises(SizeError, match=r"^Design does not fit the icebreaker "
+                       r"\(iCE40UP5K-SG48\): estimated 5 SPRAMs > 4 available; "):
+        check_fit({"ice40": {"board": {**fine, "spram": 5}}}, "icebreaker")
+    check_fit({"ice40": {"board": fine}}, "icebreaker")
+    assert overflows({"lut": 100, "ff": 100, "dsp": 0, "bram": 0, "spram": 1},
+                     get_board("ulx3s-85f")) == [("spram", 1, 0)]

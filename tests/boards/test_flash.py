@@ -1,6 +1,7 @@
 """``onnx2fpga flash``: the exact programmer command per board, the checks before it, and a
 programmer that fails (no board attached)."""
 
+import hashlib
 import json
 import os
 import stat
@@ -164,3 +165,58 @@ def test_takes_the_bitstream_only_from_inside_the_build_folder(name, tmp_path, c
     code, out, err = _run(capfd, "flash", d, "--board", "icebreaker", "--dry-run")
     assert code == 2 and out == "" and err.count("\n") == 1, (out, err)
     assert err.startswith(f"error: {report}: bitstream {name!r} ")
+
+
+# -- the weight image of a design with weights in SPRAM ----------------------------------------
+
+IMAGE = b"O2FW" + bytes(range(40))
+
+
+def _spram_design(tmp_path, board="icebreaker", image=IMAGE, **spram):
+    d, bitstream = _design(tmp_path, board)
+    (d / "weights.bin").write_bytes(image)
+    entry = {"file": "weights.bin", "flash_offset": 0x100000, "bytes": len(IMAGE),
+             "sha256": hashlib.sha256(IMAGE).hexdigest(), "memories": ["matvec_0/w_mem"]}
+    entry.update(spram)
+    (d / "manifest.json").write_text(json.dumps({"top": {"verilog_sha256": SHA},
+                                                 "spram": entry}))
+    return d, bitstream
+
+
+def test_the_weight_image_follows_the_bitstream(tmp_path, capfd, monkeypatch):
+    d, bitstream = _spram_design(tmp_path)
+    code, out, err = _run(capfd, "flash", d, "--board", "icebreaker", "--dry-run")
+    assert (code, err) == (0, "")
+    assert out == f"iceprog {bitstream}\niceprog -o 1048576 {d / 'weights.bin'}\n"
+    # Run: both commands, in order (a programmer that records its arguments).
+    fake = tmp_path / "bin" / "iceprog"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> '{tmp_path / 'calls.txt'}'\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("ICEPROG", str(fake))
+    code, _, err = _run(capfd, "flash", d, "--board", "icebreaker")
+    assert code == 0
+    assert (tmp_path / "calls.txt").read_text().splitlines() == [
+        str(bitstream), f"-o 1048576 {d / 'weights.bin'}"]
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"image": b"O2FW" + bytes(40)}, "{img}: the weight image is not the one manifest.json "
+                                     "records; compile the model again"),
+    ({"flash_offset": 0}, "{d}: manifest.json's weight image is not weights.bin at 0x100000; "
+                          "compile the model again"),
+])
+def test_a_wrong_weight_image_is_not_flashed(tmp_path, capfd, change, message):
+    d, _ = _spram_design(tmp_path, **change)
+    code, out, err = _run(capfd, "flash", d, "--board", "icebreaker", "--dry-run")
+    assert (code, out) == (2, "")
+    assert err == "error: " + message.format(d=d, img=d / "weights.bin") + "\n"
+
+
+def test_a_weight_image_needs_iceprog(tmp_path, capfd):
+    d, _ = _spram_design(tmp_path, "icesugar")
+    code, _, err = _run(capfd, "flash", d, "--board", "icesugar", "--dry-run")
+    assert code == 2
+    assert err == (f"error: icesugar: its programmer icesprog cannot write the weight image "
+                   f"at an offset here; write {d / 'weights.bin'} at byte 0x100000 of the "
+                   f"flash yourself\n")

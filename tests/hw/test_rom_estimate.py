@@ -53,6 +53,7 @@ CASES = [
     ("lut_products", (64, 32, 4, 2, i8, 8), {"multipliers": "lut"}),
     ("banks", (320, 8, 1, 2, i8, 8), {"w_logic": True}),
     ("x_logic", (64, 32, 2, 1, i8, 8), {"x_logic": True}),
+    ("spram", (64, 32, 2, 1, i8, 8), {"w_spram": True}),
 ]
 
 
@@ -62,7 +63,7 @@ def _core(args, opts, **kw):
                    multipliers=opts.get("multipliers", "dsp"))
     return MatVecCore(layer, arithmetic=opts.get("arithmetic"),
                       w_logic=opts.get("w_logic", False), x_logic=opts.get("x_logic", False),
-                      **kw)
+                      w_spram=opts.get("w_spram", False), **kw)
 
 
 @pytest.mark.parametrize("family", ["ice40", "ecp5"])
@@ -83,6 +84,9 @@ def test_stand_in_rom_gives_the_netlist_estimate(family, name, args, opts):
         assert netlist_features(core, family, logic={"w_mem"}, stand_ins=shapes) == real
     if name.startswith("ecp5_slices") and family == "ecp5":
         assert len(shapes) > 1          # the case does slice
+    if opts.get("w_spram"):             # weights read through w_read: no weight memory
+        assert shapes == {} and "w_mem" not in real["memory_names"]
+        assert netlist_features(_core(args, {}), family)["memory_names"].count("w_mem") == 1
 
 
 def test_weight_words_are_the_layout_values():
