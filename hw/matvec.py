@@ -329,6 +329,11 @@ class MatVecCore(wiring.Component):
         # ECP5 DSPs take their weights from a fabric register, not straight from the block
         # RAMs (see w_ahead below).
         w_ahead = dsp and not mac16 and self._w_banks == 1
+        # So does the input buffer (a block RAM where it is deep: the autoencoder's 128-to-8
+        # layer, one product per step), read a cycle ahead too where the writer leaves room:
+        # its last word reaches the memory a cycle after the bank is full (registered
+        # writes), and the reader, a cycle earlier now, reads it `folds - 1` cycles later.
+        x_ahead = w_ahead and not self._x_logic and folds >= 3
         x_elem = self._in_shape
         if digits:
             x_elem = data.StructLayout({
@@ -435,7 +440,16 @@ class MatVecCore(wiring.Component):
         f_last = f == folds - 1
         g_last = g == groups - 1
         done = issue & f_last & g_last     # last step on this bank: it may be refilled
-        m.d.comb += [x_rd.addr.eq(raddr), x_rd.en.eq(mem_adv)]
+        if x_ahead:
+            # As the weights (below): the address raddr takes at the next step.
+            raddr_nx = Mux(f_last, Mux(g_last ^ rb, folds, 0), raddr + 1)
+            m.d.comb += [x_rd.addr.eq(Mux(issue, raddr_nx, raddr)), x_rd.en.eq(1)]
+            x_read = Signal(x_layout, name="x_read", reset_less=True)
+            with m.If(mem_adv):
+                m.d.sync += x_read.eq(x_rd.data)
+            x_rdata = x_read
+        else:
+            m.d.comb += [x_rd.addr.eq(raddr), x_rd.en.eq(mem_adv)]
         if w_ahead:
             # The weight ROM is read a cycle ahead, at the address the step counter holds
             # next (waddr_nx is its successor), every cycle: its output is the word at
