@@ -34,6 +34,7 @@ from .arith import (
     digit_terms,
     ecp5_packed_products,
     ecp5_registered_product,
+    is_ecp5,
     is_ice40,
     mul_chunks,
     mult18x18d,
@@ -327,8 +328,10 @@ class MatVecCore(wiring.Component):
         dsp = mac16 or (self._arithmetic == "multiply" and not digits and not lut and
                         ecp5_registered_product(platform, self._in_shape, self._w_shape))
         # ECP5 DSPs take their weights from a fabric register, not straight from the block
-        # RAMs (see w_ahead below).
-        w_ahead = dsp and not mac16 and self._w_banks == 1
+        # RAMs (see w_ahead below), and so do the LUT products' digit pickers (two LUT levels:
+        # a weight ROM's output into them was the autoencoder's critical path once its DSPs
+        # had the register, 11.4 ns with a 4.5 ns route).
+        w_ahead = (dsp and not mac16 or digits and is_ecp5(platform)) and self._w_banks == 1
         # So does the input buffer (a block RAM where it is deep: the autoencoder's 128-to-8
         # layer, one product per step), read a cycle ahead too where the writer leaves room:
         # its last word reaches the memory a cycle after the bank is full (registered
