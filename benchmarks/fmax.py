@@ -17,6 +17,10 @@ Designs (``--designs``; default ``digits cnn``):
 - ``digits32``: the same model folded for 32 lanes (``max_lanes=32``).
 - ``cnn``: ``examples/cnn_digits`` (convolutions, residual add, pool, dense).
 - ``cnn32``: the CNN folded for 32 lanes.
+- ``tiny-ic``, ``tiny-kws``, ``tiny-vww``, ``tiny-ad``: MLPerf Tiny's four architectures as
+  ``benchmarks/mlperf_tiny.py`` builds them (random weights, int8 QDQ; needs torch and
+  onnxruntime), folded for the ULX3S-85F (``board="ulx3s-85f"``: a design of the whole device,
+  which another board refuses). A build takes 20-60 minutes.
 
 Boards (``--boards``; default ``ulx3s-85f icebreaker``): any of ``onnx2fpga boards``. A
 design that does not fit a board is reported as such, not as a failure of the script. Each
@@ -48,6 +52,7 @@ DESIGNS = {
     "digits32": ("digits", {"max_lanes": 32}),
     "cnn": ("cnn_digits", {}),
     "cnn32": ("cnn_digits", {"max_lanes": 32}),
+    **{f"tiny-{m}": (None, {"board": "ulx3s-85f"}) for m in ("ic", "kws", "vww", "ad")},
 }
 
 
@@ -56,6 +61,12 @@ def compile_design(name: str, work: str):
     if name not in DESIGNS:
         raise ValueError(f"Design must be one of {', '.join(DESIGNS)}, not {name!r}")
     folder, options = DESIGNS[name]
+    if folder is None:          # an MLPerf Tiny model, made by mlperf_tiny.py
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from mlperf_tiny import quantized
+        os.makedirs(work, exist_ok=True)
+        qdq = quantized(name.removeprefix("tiny-"), work)[1]
+        return onnx2fpga.compile(qdq, os.path.join(work, name), force=True, **options)
     example = os.path.join(_ROOT, "examples", folder)
     calibration = np.load(os.path.join(example, "calibration.npy"))
     return onnx2fpga.compile(os.path.join(example, "model.onnx"), os.path.join(work, name),

@@ -135,6 +135,21 @@ def _export(net, shape, path):
                           opset_version=17, input_names=["x"], output_names=["y"])
 
 
+def quantized(name, work):
+    """Model ``name``'s float file and its int8 QDQ file in folder ``work`` (calibrated on 64
+    normal inputs); ``(float path, QDQ path, input shape, rng)``, the generator past the
+    calibration draw (the test inputs come next)."""
+    net, shape = _nets()[name]
+    fpath, qpath = (os.path.join(work, f"{name}{s}.onnx") for s in ("_fp32", "_qdq"))
+    _export(net, shape, fpath)
+    if name == "kws":
+        tf_same(fpath)
+    rng = np.random.default_rng(0)
+    cal = rng.standard_normal((64, *shape[1:])).astype(np.float32)
+    ort_quantize(fpath, qpath, cal)
+    return fpath, qpath, shape, rng
+
+
 def macs(path) -> int:
     """Multiply-accumulates of one inference: Conv, Gemm and MatMul nodes."""
     import onnx
@@ -269,18 +284,10 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     logging.getLogger().setLevel(logging.ERROR)      # quantize_static's pre-processing advice
-    nets = _nets()
     rows = []
     with tempfile.TemporaryDirectory(prefix="mlperf-tiny-") as work:
         for name in args.only.split(","):
-            net, shape = nets[name]
-            fpath, qpath = (os.path.join(work, f"{name}{s}.onnx") for s in ("_fp32", "_qdq"))
-            _export(net, shape, fpath)
-            if name == "kws":
-                tf_same(fpath)
-            rng = np.random.default_rng(0)
-            cal = rng.standard_normal((64, *shape[1:])).astype(np.float32)
-            ort_quantize(fpath, qpath, cal)
+            fpath, qpath, shape, rng = quantized(name, work)
             x = rng.standard_normal((args.samples, *shape[1:])).astype(np.float32)
             n_macs = macs(fpath)
             limit = n_macs / ECP5_85F_DSPS

@@ -35,6 +35,7 @@ from .arith import (
     digit_terms,
     ecp5_packed_products,
     ecp5_registered_product,
+    is_ecp5,
     is_ice40,
     mul_chunks,
     mult18x18d,
@@ -44,7 +45,15 @@ from .arith import (
     sb_mac16_pair,
     times3_range,
 )
-from .blocks import counter, int_shape, quiet_if_invalid, range_shape, registered_tree, skid_output
+from .blocks import (
+    counter,
+    int_shape,
+    quiet_if_invalid,
+    range_shape,
+    registered_tree,
+    skid_output,
+    wrap_incr,
+)
 from .memory import (
     LOGIC_ROM_BANK_WORDS,
     ReadPort,
@@ -64,9 +73,6 @@ __all__ = ["MatVecCore"]
 
 #: Products per share of :class:`MatVecCore`'s data registers with an enable of their own, and
 #: the most shares.
-_PRODUCTS_PER_SHARE = 8
-
-
 _PRODUCTS_PER_SHARE = 8
 _MAX_SHARES = 32
 
@@ -356,6 +362,19 @@ class MatVecCore(wiring.Component):
         paired = mac16 and ice40_paired_product(self._in_shape, self._w_shape)
         digits = (self._arithmetic == "multiply" and self._w_shape.width >= DIGIT_MIN_BITS
                   and (lut or mul_chunks(platform) == LUT_CHUNKS) and not mac16)
+        # ECP5: every product in a registered MULT18X18D (all of them or none).
+        dsp = mac16 or (self._arithmetic == "multiply" and not digits and not lut and
+                        ecp5_registered_product(platform, self._in_shape, self._w_shape))
+        # ECP5 DSPs take their weights from a fabric register, not straight from the block
+        # RAMs (see w_ahead below), and so do the LUT products' digit pickers (two LUT levels:
+        # a weight ROM's output into them was the autoencoder's critical path once its DSPs
+        # had the register, 11.4 ns with a 4.5 ns route).
+        w_ahead = (dsp and not mac16 or digits and is_ecp5(platform)) and self._w_banks == 1
+        # So does the input buffer (a block RAM where it is deep: the autoencoder's 128-to-8
+        # layer, one product per step), read a cycle ahead too where the writer leaves room:
+        # its last word reaches the memory a cycle after the bank is full (registered
+        # writes), and the reader, a cycle earlier now, reads it `folds - 1` cycles later.
+        x_ahead = w_ahead and not self._x_logic and folds >= 3
         x_elem = self._in_shape
         if digits:
             x_elem = data.StructLayout({
@@ -416,7 +435,7 @@ class MatVecCore(wiring.Component):
                 m.submodules[f"w_mem_col{k}"] = mem
                 rd = mem.read_port()
                 adv = Signal(name=f"w_mem_col{k}_en")
-                m.d.comb += rd.en.eq(adv)
+                m.d.comb += rd.en.eq(1 if w_ahead else adv)
                 pieces.append(rd)
                 w_slice_adv.append(adv)
             w_rd = ReadPort(Signal(range(max(depth, 2)), name="w_mem_addr"),
@@ -468,10 +487,34 @@ class MatVecCore(wiring.Component):
         f_last = f == folds - 1
         g_last = g == groups - 1
         done = issue & f_last & g_last     # last step on this bank: it may be refilled
-        m.d.comb += [
-            x_rd.addr.eq(raddr), x_rd.en.eq(mem_adv),
-            w_rd.addr.eq(waddr_w), w_rd.en.eq(mem_adv),
-        ]
+        if x_ahead:
+            # As the weights (below): the address raddr takes at the next step.
+            raddr_nx = Mux(f_last, Mux(g_last ^ rb, folds, 0), raddr + 1)
+            m.d.comb += [x_rd.addr.eq(Mux(issue, raddr_nx, raddr)), x_rd.en.eq(1)]
+            x_read = Signal(x_layout, name="x_read", reset_less=True)
+            with m.If(mem_adv):
+                m.d.sync += x_read.eq(x_rd.data)
+            x_rdata = x_read
+        else:
+            m.d.comb += [x_rd.addr.eq(raddr), x_rd.en.eq(mem_adv)]
+        if w_ahead:
+            # The weight ROM is read a cycle ahead, at the address the step counter holds
+            # next (waddr_nx is its successor), every cycle: its output is the word at
+            # waddr_w, which a fabric register takes where the ROM's output was: the same
+            # word on the same cycles. A block RAM's output straight into a DSP's input
+            # register (about 5.8 ns clock-to-out, then the route) was mnist-8's critical path
+            # on the ULX3S (83.8 MHz).
+            waddr_nx = Signal.like(waddr_w, name="waddr_nx", init=1 % depth)
+            with m.If(issue):
+                m.d.sync += waddr_nx.eq(wrap_incr(waddr_nx, depth))
+            m.d.comb += [w_rd.addr.eq(Mux(issue, waddr_nx, waddr_w)), w_rd.en.eq(1)]
+            w_read = Signal(len(w_data), name="w_read", reset_less=True)
+            for (lo, hi), adv in zip(w_cols, w_slice_adv or [mem_adv]):
+                with m.If(adv):
+                    m.d.sync += w_read[lo:hi].eq(w_data[lo:hi])
+            w_data = w_read
+        else:
+            m.d.comb += [w_rd.addr.eq(waddr_w), w_rd.en.eq(mem_adv)]
         if self._w_banks > 1:
             with m.If(issue):
                 for lo in w_lo:
@@ -555,9 +598,6 @@ class MatVecCore(wiring.Component):
                            for p in range(pe)]
         else:
             prod_values = [[~(x_word ^ w_word[p])] for p in range(pe)]
-        # ECP5: every product in a registered MULT18X18D (all of them or none).
-        dsp = mac16 or (self._arithmetic == "multiply" and not digits and not lut and
-                        ecp5_registered_product(platform, self._in_shape, self._w_shape))
         # ECP5, one input transfer per vector: PEs 2i and 2i+1 share a MULT18X18D per input
         # lane (ecp5_packed_products), which halves the DSPs; the jet tagger's 64 x 32 layer
         # took 19,000 LUTs as LUT products where its 128 products found no DSPs. Each packed

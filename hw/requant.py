@@ -417,17 +417,37 @@ class RequantCore(wiring.Component):
                 rom = Memory(shape=data.ArrayLayout(word, lanes), depth=period, init=init)
                 m.submodules[f"params_{k}"] = rom
                 rd = rom.read_port()
-                m.d.comb += [rd.addr.eq(ts[-3]), rd.en.eq(advance)]
                 p_word = Signal.like(rd.data, name=f"p{k}", reset_less=True)
+                p_data = rd.data
+                if dsp:
+                    # ECP5: the ROM is read a cycle ahead, at the address `ts[-3]` holds next
+                    # (the slot before it, or the input counter's successor), every cycle, and
+                    # its word taken into a register where its output was: the same words on
+                    # the same cycles, and no block RAM output goes straight into the DSPs'
+                    # input registers (5.6 ns clock-to-out, then the route: the matrix unit's
+                    # weights into its DSPs were a 12.5 ns path of MLPerf Tiny's autoencoder).
+                    if len(ts) > 3:
+                        ahead = Mux(advance, ts[-4], ts[-3])
+                    else:
+                        t_nx = Signal(t_shape, name="t_nx", init=1 % period)
+                        with m.If(i_stream.valid & advance):
+                            m.d.sync += t_nx.eq(wrap_incr(t_nx, period))
+                        ahead = Mux(i_stream.valid & advance, t_nx, t_in)
+                    m.d.comb += [rd.addr.eq(ahead), rd.en.eq(1)]
+                    p_data = Signal.like(rd.data, name=f"p{k}_read", reset_less=True)
+                    with m.If(advance):
+                        m.d.sync += p_data.eq(rd.data)
+                else:
+                    m.d.comb += [rd.addr.eq(ts[-3]), rd.en.eq(advance)]
                 with m.If(advance):
-                    m.d.sync += p_word.eq(rd.data)
+                    m.d.sync += p_word.eq(p_data)
 
             def lane_params(word, plan=plan):
                 """Per lane, each parameter: a field of `word` or the constant."""
                 return [{name: (getattr(word[j], name) if plan.varies[name] else table[j][0])
                          for name, table in plan.tables.items()} for j in range(lanes)]
             params = lane_params(p_word if fields else None)
-            p_next = lane_params(rd.data if fields else None)
+            p_next = lane_params(p_data if fields else None)
 
             v = [Signal(plan.v_shape, name=f"v{k}_{j}", reset_less=True) for j in range(lanes)]
             r = [Signal(plan.r_shape, name=f"r{k}_{j}", reset_less=True) for j in range(lanes)]

@@ -118,3 +118,21 @@ def test_float32_requantization_equals_golden(tmp_path):
     ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
     assert ecp5_v.count("MULT18X18D ") > 16 and "xmask0" in ecp5_v    # the matvec's 16
     check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
+
+
+@pytest.mark.rtl
+def test_lut_products_read_their_memories_ahead_with_the_same_cycles(tmp_path):
+    """LUT products of 8-bit weights (radix-4 digit pickers) on an ECP5 take their weights
+    and, with three words per bank, their inputs from fabric registers read a cycle ahead:
+    values and cycles as in the platform-free design, which reads them in step."""
+    rng = np.random.default_rng(9)
+    u8, i8 = IntType(8, False), IntType(8, True)
+    fc = DenseLayer("fc", u8, 3, rng.integers(-128, 128, size=(4, 12)), i8,
+                    rng.integers(-999, 999, size=4), [], simd=4, pe=2, multipliers="lut")
+    df = Dataflow([fc], Port("x", (12,), u8, 1.0, 3, lanes=4),
+                  Port("y", (4,), fc.acc_type, 1.0, 0, lanes=2), fifo_depths=[2])
+    ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    plain_v = emit_verilog(df)
+    assert "MULT18X18D" not in ecp5_v
+    assert "w_read" in ecp5_v and "x_read" in ecp5_v and "w_read" not in plain_v
+    check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
