@@ -3,7 +3,8 @@ quantized as the reference files are (int8 QDQ, per-channel weights, onnxruntime
 ``quantize_static``), compiled per board; the measuring instrument of issue 23.
 
     python benchmarks/mlperf_tiny.py [--boards ulx3s-85f,icebreaker|none] [--only ic,kws,vww,ad]
-                                     [--samples 20] [--requant onnxruntime|exact] [--json]
+                                     [--samples 20] [--requant onnxruntime|exact] [--rtl N]
+                                     [--json]
 
 The project cannot download the trained files, so the weights are random (kaiming, as torch
 initializes them) and batch normalization is left out, as if folded; the shapes, operators and
@@ -236,7 +237,18 @@ def _timing(row, start, cpu) -> None:
     row["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
-def _row(name, board, qdq, x, requant=None) -> dict:
+def _rtl(d, x, golden, row) -> None:
+    """Verilator on ``x`` with random stalls on both sides (30 %): whether it equals the
+    golden model, and its cycles per inference and latency (one inference, no stalls) beside
+    the manifest's."""
+    got = d.simulate(x, engine="rtl", stall_in=0.3, stall_out=0.3)
+    row["rtl_equals_golden"] = bool(np.array_equal(np.asarray(got), np.asarray(golden)))
+    d.simulate(x[:1], engine="rtl", stall_in=0, stall_out=0)
+    row["rtl_ii_cycles"] = d.last_run["cycles_per_inference"]
+    row["rtl_latency_cycles"] = d.last_run["latency_cycles"]
+
+
+def _row(name, board, qdq, x, requant=None, rtl=0) -> dict:
     row = {"model": name, "board": board}
     start, cpu = time.monotonic(), _cpu_s()
     try:
@@ -252,6 +264,8 @@ def _row(name, board, qdq, x, requant=None) -> dict:
                 if row["latency_cycles"] else None
             row["resources"] = man.get("resources")
             golden = d.simulate(x, engine="golden")
+            if rtl:
+                _rtl(d, x[:rtl], golden[:rtl], row)
             ref = ort_run(qdq, x)[0]
             got = np.asarray(golden if not isinstance(golden, dict) else
                              next(iter(golden.values()))).reshape(ref.shape)
@@ -281,6 +295,9 @@ def main(argv=None):
     ap.add_argument("--samples", type=int, default=20, help="inputs for golden vs onnxruntime")
     ap.add_argument("--requant", choices=("onnxruntime", "exact"), default=None,
                     help="the compile's requantization (default: its own choice)")
+    ap.add_argument("--rtl", type=int, default=0, metavar="N",
+                    help="also run N inputs in Verilator under stalls (RTL against golden, "
+                         "measured cycles)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     logging.getLogger().setLevel(logging.ERROR)      # quantize_static's pre-processing advice
@@ -292,7 +309,7 @@ def main(argv=None):
             n_macs = macs(fpath)
             limit = n_macs / ECP5_85F_DSPS
             for board in args.boards.split(","):
-                row = _row(name, board, qpath, x, args.requant)
+                row = _row(name, board, qpath, x, args.requant, args.rtl)
                 row["macs"] = n_macs
                 row["ecp5_85f_multiply_limit_cycles"] = round(limit)
                 if "ii_cycles" in row:
@@ -314,6 +331,9 @@ def main(argv=None):
                                   f"onnxruntime's integer kernels "
                                   f"{r.get('logits_exact_int_kernels', '-')} exact, worst "
                                   f"{r.get('logits_worst_lsb_int_kernels', '-')} LSB")
+        if "rtl_equals_golden" in r:
+            tail += (f"; RTL under stalls equals golden: {r['rtl_equals_golden']}, "
+                     f"II {r['rtl_ii_cycles']}, latency {r['rtl_latency_cycles']}")
         print(f"{r['model']:<5} {r['board']:<11} {r['compile_s']:>7}s {r['compile_cpu_s']:>6}s"
               f" {r['peak_rss_mb']:>5} {r.get('ii_cycles', '-'):>9}"
               f" {r.get('latency_cycles', '-') or '-':>9} {r.get('latency_ms_100mhz', '-'):>7}"
