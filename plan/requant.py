@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.stages import RequantStage
+from ..ir.types import IntType
 from ..sim.golden import requant_stages
-from .devices import LUT_PRODUCT_MAX_BITS
+from .devices import LUT_PRODUCT_MAX_BITS, operand_pieces
 from .stage import CoreKind, Stage
 
 __all__ = ["requant_latency", "stage_latency", "RequantTiming", "round_significant",
@@ -117,12 +118,6 @@ def saturation_bounds(stages, lo: int, hi: int) -> tuple[int, int]:
     return got
 
 
-def _bits(lo: int, hi: int) -> int:
-    if lo >= 0:
-        return max(hi.bit_length(), 1)
-    return max((-lo - 1).bit_length(), hi.bit_length()) + 1
-
-
 def clamp_bounds(stages, lo: int, hi: int) -> tuple[int, int]:
     """The range the requantization core clamps its input to: :func:`saturation_bounds`
     where that cuts the multiplier's operand into fewer pieces wider than
@@ -135,12 +130,12 @@ def clamp_bounds(stages, lo: int, hi: int) -> tuple[int, int]:
     s_lo, s_hi = saturation_bounds(stages, lo, hi)
     if (s_lo, s_hi) == (lo, hi):
         return lo, hi
-    full, sat = _bits(lo, hi), _bits(s_lo, s_hi)
+    full, sat = IntType.for_range(lo, hi).bits, IntType.for_range(s_lo, s_hi).bits
     m = np.unique(np.asarray(stages[0].multiplier))
     product = not (m.size == 1 and int(m[0]) & (int(m[0]) - 1) == 0)   # not 0, 1, 2**k
 
     def pieces(bits, size):             # (hard multipliers, LUT products: narrow pieces)
-        widths = [min(size, bits - lo) for lo in range(0, bits, size)]
+        widths = operand_pieces(bits, size)
         return sum(w > LUT_PRODUCT_MAX_BITS for w in widths), len(widths)
     fewer = product and any(pieces(sat, c) < pieces(full, c) for c in (16, 18))
     rounding = stages[0].rounding == "float32" and float32_input_rounds(lo, hi) and \
