@@ -107,14 +107,15 @@ def tree_levels(terms: list, levels=None, op=operator.add) -> list:
     return terms
 
 
-def registered_tree(m: Module, terms: list, per_stage: list, en, name, one_shape=None) -> list:
+def registered_tree(m: Module, terms: list, per_stage: list, en, name, one_shape=None,
+                    op=operator.add) -> list:
     """An adder tree over ``terms`` in ``len(per_stage)`` register stages, each loaded while
     ``en``: stage ``n`` adds ``per_stage[n]`` levels, the last stage the rest. The registers
     of stage ``n`` are named ``name(n, i)``; where a stage leaves one term, its register takes
-    ``one_shape`` if given (modular sums in an accumulator's width). Returns the last stage's
-    registers."""
+    ``one_shape`` if given (modular sums in an accumulator's width); ``op`` adds two terms.
+    Returns the last stage's registers."""
     for n, levels in enumerate(per_stage):
-        terms = tree_levels(terms, levels if n < len(per_stage) - 1 else None)
+        terms = tree_levels(terms, levels if n < len(per_stage) - 1 else None, op)
         regs = [Signal(one_shape if one_shape is not None and len(terms) == 1
                        else Shape.cast(t.shape()), name=name(n, i), reset_less=True)
                 for i, t in enumerate(terms)]

@@ -22,7 +22,7 @@ from amaranth.lib.wiring import In, Out
 from ..ir.layers import MULTIPLIERS
 from ..plan.depthwise import depthwise_cycles, depthwise_latency, int_array
 from ..plan.reduce import REGISTER_FOLDS_MAX, check_geometry, fold_storage
-from .arith import product
+from .arith import is_ecp5, product
 from .blocks import (
     counter,
     int_shape,
@@ -32,6 +32,7 @@ from .blocks import (
     shape_range,
     wrap_incr,
 )
+from .chains import chain_product
 from .reduce import partial_results
 
 __all__ = ["DepthwiseCore"]
@@ -263,7 +264,10 @@ class DepthwiseCore(wiring.Component):
                 s2_valid.eq(s1_valid), s2_first.eq(s1_first), s2_last.eq(s1_last),
                 s2_cf.eq(s1_cf),
             ]
-            m.d.sync += [prods[j].eq(product(s1_x[j], w_word[j], lut=self._lut))
+            # LUT products on an ECP5: on carry chains (hw.chains), about half the LUTs.
+            m.d.sync += [prods[j].eq(chain_product(m, platform, s1_x[j], w_word[j], f"mul_{j}")
+                                     if self._lut and is_ecp5(platform) else
+                                     product(s1_x[j], w_word[j], lut=self._lut))
                          for j in range(lanes)]
 
         # -- Bias of the fold in stage 2.

@@ -7,6 +7,8 @@ Its cycle figures are :mod:`onnx2fpga.plan.cost`'s; its integer semantics
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 from amaranth import (
     C,
@@ -54,6 +56,7 @@ from .blocks import (
     skid_output,
     wrap_incr,
 )
+from .chains import chain_op, chain_pairs, chain_sum
 from .memory import (
     LOGIC_ROM_BANK_WORDS,
     ReadPort,
@@ -360,8 +363,12 @@ class MatVecCore(wiring.Component):
                  and self._arithmetic == "multiply"
                  and ice40_registered_product(self._in_shape, self._w_shape))
         paired = mac16 and ice40_paired_product(self._in_shape, self._w_shape)
+        # ECP5 LUT products: pairs of the weight's bits, each a carry chain whose LUTs also
+        # pick the rows (hw.chains), then carry-chain adders: about half the LUTs of digits.
+        chains = self._arithmetic == "multiply" and lut and is_ecp5(platform)
         digits = (self._arithmetic == "multiply" and self._w_shape.width >= DIGIT_MIN_BITS
-                  and (lut or mul_chunks(platform) == LUT_CHUNKS) and not mac16)
+                  and (lut or mul_chunks(platform) == LUT_CHUNKS) and not mac16
+                  and not chains)
         # ECP5: every product in a registered MULT18X18D (all of them or none).
         dsp = mac16 or (self._arithmetic == "multiply" and not digits and not lut and
                         ecp5_registered_product(platform, self._in_shape, self._w_shape))
@@ -369,7 +376,8 @@ class MatVecCore(wiring.Component):
         # RAMs (see w_ahead below), and so do the LUT products' digit pickers (two LUT levels:
         # a weight ROM's output into them was the autoencoder's critical path once its DSPs
         # had the register, 11.4 ns with a 4.5 ns route).
-        w_ahead = (dsp and not mac16 or digits and is_ecp5(platform)) and self._w_banks == 1
+        w_ahead = (dsp and not mac16 or (digits or chains) and is_ecp5(platform)) \
+            and self._w_banks == 1
         # So does the input buffer (a block RAM where it is deep: the autoencoder's 128-to-8
         # layer, one product per step), read a cycle ahead too where the writer leaves room:
         # its last word reaches the memory a cycle after the bank is full (registered
@@ -588,6 +596,18 @@ class MatVecCore(wiring.Component):
                                    for n, v in enumerate(values)]
                     with m.If(adv_of(p, s)):
                         m.d.sync += [r.eq(v) for r, v in zip(terms[p][s], values)]
+        if chains:
+            # S2 holds the pairs of rows, rows[p][s][n] = (shift, register).
+            rows = [[None] * simd for _ in range(pe)]
+            for p in range(pe):
+                for s in range(simd):
+                    values = chain_pairs(m, platform, x_rdata[s], w_layout(w_data)[p][s],
+                                         f"rows_{p}_{s}")
+                    rows[p][s] = [(shift, Signal(Shape.cast(v.shape()),
+                                                 name=f"rows_{p}_{s}_{n}", reset_less=True))
+                                  for n, (shift, v) in enumerate(values)]
+                    with m.If(adv_of(p, s)):
+                        m.d.sync += [r.eq(v) for (_, r), (_, v) in zip(rows[p][s], values)]
         if self._arithmetic == "multiply":
             xs = [x_word[s].x if digits else x_word[s] for s in range(simd)]
             prod_values = [[product(xs[s], w_word[p][s], lut=lut) for s in range(simd)]
@@ -674,6 +694,9 @@ class MatVecCore(wiring.Component):
                 if digits:
                     value = carry_save_sum(m, terms[p][s], prod.shape(),
                                             f"prod_{p}_{s}_csa")
+                if chains:
+                    value = chain_sum(m, platform, rows[p][s], self._in_shape, self._w_shape,
+                                      f"prod_{p}_{s}")
                 if zero[p][s]:
                     continue
                 with m.If(adv_of(p, s)):
@@ -702,7 +725,9 @@ class MatVecCore(wiring.Component):
                 terms = [t for t, z in zip(prods[p], zero[p]) if not z] or [C(0, 1)]
             terms = registered_tree(m, terms, per_stage, adv_of(p, 0),
                                      lambda n, i, p=p: f"sum{n}_{p}_{i}",
-                                     None if xnor else acc_shape)
+                                     None if xnor else acc_shape,
+                                     op=chain_op(m, platform, f"add_{p}") if chains
+                                     else operator.add)
             sums.append(Cat(C(0, 1), terms[0]) if xnor else terms[0])
         s3_valid, s3_first, s3_last = s_valid[-1], s_first[-1], s_last[-1]
 

@@ -53,6 +53,7 @@ from ..plan.devices import (
 )
 from ..plan.graph import plan_graph
 from ..plan.stage import Stage, value_key
+from .chains import CCU2C_LUTS
 from .collect import fewer_collections
 from ..plan.spram import spram_layout, weight_memories
 from .flashload import SpramLoader
@@ -184,7 +185,8 @@ def read_netlist(netlist, family: str, *, ice40_dsp: bool = False, logic=frozens
     stand_ins = stand_ins or {}
     f = dict.fromkeys(LUT_FEATURES, 0)
     f["one"] = 1
-    f.update(dsp=0, bram=0, memories=[], memory_names=[], multipliers=[], logic_memory_lut=0)
+    f.update(dsp=0, bram=0, memories=[], memory_names=[], multipliers=[], logic_memory_lut=0,
+             ccu2c=0)
     mems = {}
     for idx, cell in enumerate(netlist.cells):
         if isinstance(cell, _nir.Memory):
@@ -210,6 +212,9 @@ def read_netlist(netlist, family: str, *, ice40_dsp: bool = False, logic=frozens
                               for net in cell.ports_i[f"{port}{k}"]])[0] for port in "AB")
             f["multipliers"].append((a, b, 1))
             f["dsp"] += 1
+        elif isinstance(cell, _nir.Instance) and cell.type == "CCU2C":
+            # Two bits of an ECP5 carry chain (hw.chains): two LUTs, whatever they compute.
+            f["ccu2c"] += 1
         elif isinstance(cell, _nir.AssignmentList):
             for k, a in enumerate(cell.assignments):
                 f["assign" if k else "logic"] += len(a.value) if k else 0
@@ -399,8 +404,8 @@ def wrapper_resources(in_tdata_width: int, in_beats: int, out_tdata_width: int,
 
 def _estimate(feats: dict, family: str) -> dict:
     c = LUT_COEFFICIENTS[family]
-    lut = (sum(c[k] * feats[k] for k in LUT_FEATURES) + feats.get("logic_memory_lut", 0)) \
-        * c["pnr"]
+    lut = (sum(c[k] * feats[k] for k in LUT_FEATURES) + feats.get("logic_memory_lut", 0)
+           + CCU2C_LUTS * feats.get("ccu2c", 0)) * c["pnr"]
     return {"lut": int(round(lut)), "ff": int(feats["ff"]), "dsp": int(feats["dsp"]),
             "bram": int(feats["bram"])}
 

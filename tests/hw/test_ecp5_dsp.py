@@ -122,7 +122,7 @@ def test_float32_requantization_equals_golden(tmp_path):
 
 @pytest.mark.rtl
 def test_lut_products_read_their_memories_ahead_with_the_same_cycles(tmp_path):
-    """LUT products of 8-bit weights (radix-4 digit pickers) on an ECP5 take their weights
+    """LUT products of 8-bit weights (carry chains, hw.chains) on an ECP5 take their weights
     and, with three words per bank, their inputs from fabric registers read a cycle ahead:
     values and cycles as in the platform-free design, which reads them in step."""
     rng = np.random.default_rng(9)
@@ -135,4 +135,4 @@ def test_lut_products_read_their_memories_ahead_with_the_same_cycles(tmp_path):
     plain_v = emit_verilog(df)
     assert "MULT18X18D" not in ecp5_v
     assert "w_read" in ecp5_v and "x_read" in ecp5_v and "w_read" not in plain_v
-    check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
+    check_against_plain(tmp_path, df, ecp5_v, (DATA / "ccu2c_model.v").read_text())

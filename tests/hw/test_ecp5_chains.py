@@ -1,0 +1,107 @@
+"""ECP5 LUT products on carry chains (hw.chains): each pair of a weight's bits is one CCU2C
+chain whose LUTs also pick the rows, the pairs and the adder tree are carry-chain adders. The
+platform-free values against Python's products over every operand pair; the ECP5 Verilog (with
+a behavioural model of CCU2C written from Lattice's data sheet, tests/helpers/data) in Verilator
+under stalls against the golden model, with the platform-free design's cycle figures."""
+
+import numpy as np
+import pytest
+from amaranth import Module, Signal, signed, unsigned
+from amaranth.sim import Simulator
+
+from onnx2fpga.boards.targets import get_board
+from onnx2fpga.hw.chains import chain_product
+from onnx2fpga.hw.emit import emit_verilog
+from onnx2fpga.ir.dataflow import Dataflow, Port
+from onnx2fpga.ir.layers import ConvLayer, DenseLayer
+from onnx2fpga.ir.stages import RequantStage
+from onnx2fpga.ir.types import IntType
+from tests.helpers.hard_products import check_against_plain
+from tests.helpers.paths import DATA
+
+MODELS = (DATA / "ccu2c_model.v").read_text() + "\n" + (DATA / "mult18x18d_model.v").read_text()
+
+
+def _values(shape):
+    return range(shape.min, shape.max + 1) if hasattr(shape, "min") else (
+        range(-(1 << (shape.width - 1)), 1 << (shape.width - 1)) if shape.signed
+        else range(1 << shape.width))
+
+
+@pytest.mark.parametrize("xs, ws", [(signed(8), signed(8)), (unsigned(8), signed(8)),
+                                    (signed(8), unsigned(5)), (unsigned(4), signed(3)),
+                                    (signed(6), signed(1)), (unsigned(3), unsigned(2))])
+def test_chain_product_is_the_product(xs, ws):
+    m = Module()
+    x, w = Signal(xs), Signal(ws)
+    y = Signal((x * w).shape())
+    m.d.comb += y.eq(chain_product(m, None, x, w, "p"))
+    got = []
+
+    async def bench(ctx):
+        for a in _values(xs):
+            for b in _values(ws):
+                ctx.set(x, a)
+                ctx.set(w, b)
+                got.append((a * b, ctx.get(y)))
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    want, have = zip(*got)
+    assert list(have) == list(want)
+
+
+def _dataflow(seed=0):
+    """Three LUT-product layers: uint8 x int8 (simd 8, pe 2: a two-stage adder tree, three
+    folds, so the buffers are read ahead), int8 x int5 (an odd weight width: the top bit a row
+    of its own) and int16 x uint3, requantized between them."""
+    rng = np.random.default_rng(seed)
+    u8, i8, i16 = IntType(8, False), IntType(8, True), IntType(16, True)
+    fc1 = DenseLayer("fc1", u8, 3, rng.integers(-128, 128, size=(6, 24)), i8,
+                     rng.integers(-999, 999, size=6),
+                     [RequantStage(rng.integers(40, 120, size=6), [-900], 15, 0, -128, 127, i8)],
+                     simd=8, pe=2, multipliers="lut")
+    fc2 = DenseLayer("fc2", i8, 0, rng.integers(-16, 16, size=(6, 6)), IntType(5, True),
+                     rng.integers(-9, 9, size=6),
+                     [RequantStage(rng.integers(40, 120, size=6), [0], 4, 0, -32768, 32767,
+                                   i16)], simd=3, pe=1, multipliers="lut")
+    fc3 = DenseLayer("fc3", i16, 0, rng.integers(0, 8, size=(4, 6)), IntType(3, False),
+                     rng.integers(-99, 99, size=4), [], simd=2, pe=2, multipliers="lut")
+    return Dataflow([fc1, fc2, fc3], Port("x", (24,), u8, 1.0, 3, lanes=8),
+                    Port("y", (4,), fc3.acc_type, 1.0, 0, lanes=2), fifo_depths=[2, 2, 2])
+
+
+@pytest.mark.rtl
+def test_carry_chain_products_equal_golden_with_the_same_cycles(tmp_path):
+    df = _dataflow()
+    ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    assert "CCU2C" in ecp5_v and "CCU2C" not in emit_verilog(df)
+    assert "w_read" in ecp5_v and "x_read" in ecp5_v
+    check_against_plain(tmp_path, df, ecp5_v, MODELS)
+
+
+@pytest.mark.rtl
+def test_carry_chain_convolutions_equal_golden_with_the_same_cycles(tmp_path):
+    """DS-CNN's block, depthwise 3x3 (uint8 input, int8 weights) then pointwise 1x1 (int8),
+    both with LUT products: the depthwise core's products are carry-chain products too."""
+    from onnx2fpga.plan.fold import fold
+    from onnx2fpga.sim import golden
+    from tests.plan.test_graph import fit_stage
+    rng = np.random.default_rng(4)
+    c, h, w = 6, 5, 5
+    u8, i8 = IntType(8, False), IntType(8, True)
+    probe = rng.integers(0, 256, size=(16, c, h, w))
+    dw = ConvLayer("dw", u8, 131, (c, h, w), rng.integers(-128, 128, size=(c, 1, 3, 3)), i8,
+                   rng.integers(-99, 99, c), [], pads=(1, 1, 1, 1), group=c, inputs=["x"],
+                   output="a")
+    dw.requant.append(fit_stage(rng, golden.run_layer(dw, probe), i8, relu=True))
+    pw = ConvLayer("pw", i8, 0, (c, h, w), rng.integers(-128, 128, size=(c, c, 1, 1)), i8,
+                   rng.integers(-99, 99, c), [], inputs=["a"], output="y")
+    pw.requant.append(fit_stage(rng, golden.run_layer(pw, golden.run_layer(dw, probe)), i8))
+    df = fold(Dataflow([dw, pw], Port("x", (1, c, h, w), u8, 0.1, 131),
+                       Port("y", (1, c, h, w), i8, 0.1, 0)),
+              overrides={"dw": {"lanes": 2, "multipliers": "lut"},
+                         "pw": {"simd": 3, "pe": 2, "multipliers": "lut"}})
+    ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    assert "mul_0_r0_cc0" in ecp5_v and "CCU2C" not in emit_verilog(df)
+    check_against_plain(tmp_path, df, ecp5_v, MODELS)
