@@ -51,11 +51,21 @@ def _bit(value, j: int):
     return value[-1] if value.shape().signed and len(value) else C(0, 1)
 
 
-def _chain(m: Module, name: str, width: int, u, v, cin, u_kind=_AND, v_kind=_AND):
+def _chain(m: Module, platform, name: str, width: int, u, v, cin, u_kind=_AND,
+           v_kind=_AND):
     """``width`` bits of ``u + v + cin`` (modulo ``2**width``) on ``CCU2C`` cells: ``u`` and
     ``v`` are lists of ``width`` pairs of 1-bit values ``(A, B)`` and ``(C, D)``, the bit of
-    the operand ``kind(A, B)``. Returns an unsigned Signal of ``width`` bits."""
+    the operand ``kind(A, B)``. Returns an unsigned Signal of ``width`` bits.
+
+    Elaborated for a resource estimate (a platform with a ``chain_cells`` list, see
+    :func:`~onnx2fpga.hw.resources.estimate_netlist`), the cells are only counted there and
+    the Signal is left undriven: tens of thousands of instances took most of a ResNet-8
+    compile's time in the estimates of its foldings."""
     out = Signal(width, name=name)
+    count = getattr(platform, "chain_cells", None)
+    if count is not None:
+        count[0] += (width + 1) // 2
+        return out
     init = _table(u_kind, v_kind)
     carry = cin
     zero = C(0, 1)
@@ -94,7 +104,7 @@ def chain_add(m: Module, platform, a, b, name: str, shift: int = 0, shape=None):
         return _as(total[:shape.width], shape)
     one = C(1, 1)
     n = shape.width - shift
-    hi = _chain(m, name, n, [(_bit(a, shift + j), one) for j in range(n)],
+    hi = _chain(m, platform, name, n, [(_bit(a, shift + j), one) for j in range(n)],
                 [(_bit(b, j), one) for j in range(n)], C(0, 1))
     return _as(Cat(a.as_unsigned()[:shift], hi) if shift else hi, shape)
 
@@ -142,10 +152,10 @@ def chain_pairs(m: Module, platform, x, w, name: str) -> list:
             # -(x & t) << 1 == ((~x & t) << 1) + (t << 1): the rows of ~x (ANDN), and t added
             # twice at bit 0: as its v bit (~0 & t) and as the carry in.
             v = [(C(0, 1), t)] + [(_bit(x, j - 1), t) for j in range(1, width)]
-            bits = _chain(m, f"{name}_r{lo}", width, u, v, t, _AND, _ANDN)
+            bits = _chain(m, platform, f"{name}_r{lo}", width, u, v, t, _AND, _ANDN)
         else:
             v = [(C(0, 1), C(0, 1))] + [(_bit(x, j - 1), t) for j in range(1, width)]
-            bits = _chain(m, f"{name}_r{lo}", width, u, v, C(0, 1))
+            bits = _chain(m, platform, f"{name}_r{lo}", width, u, v, C(0, 1))
         out.append((lo, _as(bits, shape)))
     return out
 

@@ -166,11 +166,15 @@ def estimate_netlist(elaboratable, family: str):
     from amaranth.hdl import Fragment, _ir, _nir
 
     check_family(family)
-    design = Fragment.get(elaboratable, _platform(family)).prepare(hierarchy=("top",))
+    platform = _platform(family)
+    # ECP5 carry-chain cells (hw.chains) are counted, not instantiated.
+    platform.chain_cells = [0]
+    design = Fragment.get(elaboratable, platform).prepare(hierarchy=("top",))
     netlist = _nir.Netlist()
     _ir._emit_netlist(netlist, design, all_undef_to_ff=False)
     for cell in netlist.cells:
         cell.resolve_nets(netlist)
+    netlist.chain_cells = platform.chain_cells[0]
     return netlist
 
 
@@ -186,7 +190,7 @@ def read_netlist(netlist, family: str, *, ice40_dsp: bool = False, logic=frozens
     f = dict.fromkeys(LUT_FEATURES, 0)
     f["one"] = 1
     f.update(dsp=0, bram=0, memories=[], memory_names=[], multipliers=[], logic_memory_lut=0,
-             ccu2c=0)
+             ccu2c=getattr(netlist, "chain_cells", 0))
     mems = {}
     for idx, cell in enumerate(netlist.cells):
         if isinstance(cell, _nir.Memory):
