@@ -28,7 +28,7 @@ from ..ir.layers import DenseLayer
 from ..plan import matvec as timing
 from ..plan.builder import matvec_arithmetic
 from ..plan.checks import check_count
-from ..plan.devices import ice40_paired_product, ice40_registered_product
+from ..plan.devices import ice40_paired_product, ice40_registered_product, memory_mapping
 from ..plan.spram import SPRAM_BITS, spram_count
 from .arith import (
     DIGIT_MIN_BITS,
@@ -372,17 +372,9 @@ class MatVecCore(wiring.Component):
         # ECP5: every product in a registered MULT18X18D (all of them or none).
         dsp = mac16 or (self._arithmetic == "multiply" and not digits and not lut and
                         ecp5_registered_product(platform, self._in_shape, self._w_shape))
-        # ECP5 DSPs take their weights from a fabric register, not straight from the block
-        # RAMs (see w_ahead below), and so do the LUT products' digit pickers (two LUT levels:
-        # a weight ROM's output into them was the autoencoder's critical path once its DSPs
-        # had the register, 11.4 ns with a 4.5 ns route).
-        w_ahead = (dsp and not mac16 or (digits or chains) and is_ecp5(platform)) \
+        # ECP5 DSPs and LUT products read block RAMs a cycle ahead (w_ahead, x_ahead below).
+        ahead = (dsp and not mac16 or (digits or chains) and is_ecp5(platform)) \
             and self._w_banks == 1
-        # So does the input buffer (a block RAM where it is deep: the autoencoder's 128-to-8
-        # layer, one product per step), read a cycle ahead too where the writer leaves room:
-        # its last word reaches the memory a cycle after the bank is full (registered
-        # writes), and the reader, a cycle earlier now, reads it `folds - 1` cycles later.
-        x_ahead = w_ahead and not self._x_logic and folds >= 3
         x_elem = self._in_shape
         if digits:
             x_elem = data.StructLayout({
@@ -424,6 +416,19 @@ class MatVecCore(wiring.Component):
         w_cols = rom_slices(platform, varying, depth, w_width) if self._w_banks == 1 \
             else [(0, w_width)]
         w_slice_adv = []
+        # ECP5 DSPs take their weights from a fabric register, not straight from the block
+        # RAMs, and so do the LUT products (a weight ROM's output into the digit pickers was
+        # the autoencoder's critical path once its DSPs had the register, 11.4 ns with a
+        # 4.5 ns route). So does the input buffer where it is a block RAM (the autoencoder's
+        # 128-to-8 layer, one product per step), read a cycle ahead too where the writer
+        # leaves room: its last word reaches the memory a cycle after the bank is full
+        # (registered writes), and the reader, a cycle earlier now, reads it `folds - 1`
+        # cycles later. Memories in LUTs are read in step: ahead, the stall logic reached
+        # their address (the autoencoder's 640-input buffer in LUT RAM, 13.4 ns: 74.5 MHz).
+        w_ahead = ahead and not self._w_spram and memory_mapping(
+            max(1, varying.bit_count()), max(depth, 1), "ecp5", rom=True).kind == "block"
+        x_ahead = ahead and not self._x_logic and folds >= 3 and memory_mapping(
+            Shape.cast(x_layout).width, 2 * folds, "ecp5", rom=False).kind == "block"
         # A stand-in ROM: at most two words of zeros (the address's high bits unused).
         rom_depth = min(depth, 2) if self._rom_stand_in else depth
         if self._w_spram:

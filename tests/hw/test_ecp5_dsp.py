@@ -123,13 +123,14 @@ def test_float32_requantization_equals_golden(tmp_path):
 @pytest.mark.rtl
 def test_lut_products_read_their_memories_ahead_with_the_same_cycles(tmp_path):
     """LUT products of 8-bit weights (carry chains, hw.chains) on an ECP5 take their weights
-    and, with three words per bank, their inputs from fabric registers read a cycle ahead:
-    values and cycles as in the platform-free design, which reads them in step."""
+    and inputs from fabric registers read a cycle ahead where those memories are block RAMs
+    (128 words of 64 and of 32 bits here): values and cycles as in the platform-free design,
+    which reads them in step. Memories in LUTs are read in step (test_ecp5_chains)."""
     rng = np.random.default_rng(9)
     u8, i8 = IntType(8, False), IntType(8, True)
-    fc = DenseLayer("fc", u8, 3, rng.integers(-128, 128, size=(4, 12)), i8,
+    fc = DenseLayer("fc", u8, 3, rng.integers(-128, 128, size=(4, 256)), i8,
                     rng.integers(-999, 999, size=4), [], simd=4, pe=2, multipliers="lut")
-    df = Dataflow([fc], Port("x", (12,), u8, 1.0, 3, lanes=4),
+    df = Dataflow([fc], Port("x", (256,), u8, 1.0, 3, lanes=4),
                   Port("y", (4,), fc.acc_type, 1.0, 0, lanes=2), fifo_depths=[2])
     ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
     plain_v = emit_verilog(df)
