@@ -730,33 +730,39 @@ def test_plumbing_errors():
 @pytest.mark.parametrize("sa,sb", [
     (unsigned(1), signed(5)), (signed(2), signed(3)), (signed(3), unsigned(6)),
     (unsigned(4), signed(4)), (signed(4), signed(8)), (unsigned(2), unsigned(3)),
+    (signed(8), signed(8)), (unsigned(8), signed(7)), (signed(6), signed(1)),
 ])
-def test_lut_product_equals_the_product_for_every_operand_pair(sa, sb):
-    """The shift-and-add product of narrow operands (kept out of hard multipliers) against
+def test_lut_products_equal_the_product_for_every_operand_pair(sa, sb):
+    """The shift-and-add product of narrow operands (kept out of hard multipliers) and the
+    carry-chain product (hw.chains, platform-free: the values its ECP5 cells compute) against
     Python's integer product, exhaustively, in both operand orders."""
     from amaranth.sim import Simulator
 
     from onnx2fpga.hw.arith import lut_product
+    from onnx2fpga.hw.chains import chain_product
 
     a, b = Signal(sa), Signal(sb)
-    p, q = Signal((a * b).shape()), Signal((a * b).shape())
     m = Module()
-    m.d.comb += [p.eq(lut_product(a, b)), q.eq(lut_product(b, a))]
-    assert lut_product(a, b).shape() == (a * b).shape()
+    values = [lut_product(a, b), lut_product(b, a), chain_product(m, None, a, b, "ab"),
+              chain_product(m, None, b, a, "ba")]
+    outs = [Signal((a * b).shape(), name=f"p{k}") for k in range(len(values))]
+    m.d.comb += [o.eq(v) for o, v in zip(outs, values)]
+    assert all(v.shape() == (a * b).shape() for v in values)
 
-    def values(s):
+    def operands(s):
         return range(-(1 << (s.width - 1)), 1 << (s.width - 1)) if s.signed \
             else range(1 << s.width)
 
     wrong = []
 
     async def bench(ctx):
-        for x in values(sa):
-            for y in values(sb):
+        for x in operands(sa):
+            for y in operands(sb):
                 ctx.set(a, x)
                 ctx.set(b, y)
-                if (ctx.get(p), ctx.get(q)) != (x * y, x * y):
-                    wrong.append((x, y, ctx.get(p), ctx.get(q)))
+                got = [ctx.get(o) for o in outs]
+                if got != [x * y] * len(outs):
+                    wrong.append((x, y, got))
 
     sim = Simulator(m)
     sim.add_testbench(bench)

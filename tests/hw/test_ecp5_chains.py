@@ -1,16 +1,14 @@
 """ECP5 LUT products on carry chains (hw.chains): each pair of a weight's bits is one CCU2C
-chain whose LUTs also pick the rows, the pairs and the adder tree are carry-chain adders. The
-platform-free values against Python's products over every operand pair; the ECP5 Verilog (with
-a behavioural model of CCU2C written from Lattice's data sheet, tests/helpers/data) in Verilator
-under stalls against the golden model, with the platform-free design's cycle figures."""
+chain whose LUTs also pick the rows, the pairs and the adder tree are carry-chain adders.
+The platform-free values against every operand pair are checked in test_cores
+(test_lut_products_equal_the_product_for_every_operand_pair); here the ECP5 Verilog (with a
+behavioural model of CCU2C written from Lattice's data sheet, tests/helpers/data) runs in
+Verilator under stalls against the golden model, with the platform-free design's cycles."""
 
 import numpy as np
 import pytest
-from amaranth import Module, Signal, signed, unsigned
-from amaranth.sim import Simulator
 
 from onnx2fpga.boards.targets import get_board
-from onnx2fpga.hw.chains import chain_product
 from onnx2fpga.hw.emit import emit_verilog
 from onnx2fpga.ir.dataflow import Dataflow, Port
 from onnx2fpga.ir.layers import ConvLayer, DenseLayer
@@ -22,38 +20,9 @@ from tests.helpers.paths import DATA
 MODELS = (DATA / "ccu2c_model.v").read_text() + "\n" + (DATA / "mult18x18d_model.v").read_text()
 
 
-def _values(shape):
-    return range(shape.min, shape.max + 1) if hasattr(shape, "min") else (
-        range(-(1 << (shape.width - 1)), 1 << (shape.width - 1)) if shape.signed
-        else range(1 << shape.width))
-
-
-@pytest.mark.parametrize("xs, ws", [(signed(8), signed(8)), (unsigned(8), signed(8)),
-                                    (signed(8), unsigned(5)), (unsigned(4), signed(3)),
-                                    (signed(6), signed(1)), (unsigned(3), unsigned(2))])
-def test_chain_product_is_the_product(xs, ws):
-    m = Module()
-    x, w = Signal(xs), Signal(ws)
-    y = Signal((x * w).shape())
-    m.d.comb += y.eq(chain_product(m, None, x, w, "p"))
-    got = []
-
-    async def bench(ctx):
-        for a in _values(xs):
-            for b in _values(ws):
-                ctx.set(x, a)
-                ctx.set(w, b)
-                got.append((a * b, ctx.get(y)))
-    sim = Simulator(m)
-    sim.add_testbench(bench)
-    sim.run()
-    want, have = zip(*got)
-    assert list(have) == list(want)
-
-
 def _dataflow(seed=0):
     """Three LUT-product layers: uint8 x int8 (simd 8, pe 2: a two-stage adder tree, three
-    folds, so the buffers are read ahead), int8 x int5 (an odd weight width: the top bit a row
+    folds; memories in LUTs, read in step), int8 x int5 (an odd weight width: the top bit a row
     of its own) and int16 x uint3, requantized between them."""
     rng = np.random.default_rng(seed)
     u8, i8, i16 = IntType(8, False), IntType(8, True), IntType(16, True)
