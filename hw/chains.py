@@ -22,6 +22,7 @@ from __future__ import annotations
 from amaranth import C, Cat, Const, Instance, Module, Mux, Shape, Signal, signed, unsigned
 
 from .arith import is_ecp5
+from .blocks import range_shape, shape_range
 
 __all__ = ["chain_pairs", "chain_add", "chain_product", "chain_sum", "chain_op", "CCU2C_LUTS",
            "chain_pair_shape"]
@@ -109,19 +110,12 @@ def chain_add(m: Module, platform, a, b, name: str, shift: int = 0, shape=None):
     return _as(Cat(a.as_unsigned()[:shift], hi) if shift else hi, shape)
 
 
-def _range(shape) -> tuple[int, int]:
-    shape = Shape.cast(shape)
-    if shape.signed:
-        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
-    return 0, (1 << shape.width) - 1
-
-
 def chain_pair_shape(x_shape: Shape, signed_top: bool) -> Shape:
     """The shape of one pair of rows ``x * d`` for ``d`` in ``0..3`` (``-2..1`` when the
     pair holds a signed weight's top bit)."""
-    lo, hi = _range(x_shape)
+    lo, hi = shape_range(Shape.cast(x_shape))
     values = [x * d for x in (lo, hi) for d in ((-2, -1, 0, 1) if signed_top else (0, 1, 2, 3))]
-    return Shape.cast(range(min(values), max(values) + 1))
+    return range_shape(min(values), max(values))
 
 
 def chain_pairs(m: Module, platform, x, w, name: str) -> list:
@@ -139,10 +133,10 @@ def chain_pairs(m: Module, platform, x, w, name: str) -> list:
             # One row alone: an AND, or the negated top row of a signed weight.
             out.append((lo, -row_lo if top else row_lo))
             continue
-        row_hi = Mux(w[lo + 1], x, 0) << 1
-        value = row_lo - row_hi if top else row_lo + row_hi
         shape = chain_pair_shape(x.shape(), top)
         if not is_ecp5(platform):
+            row_hi = Mux(w[lo + 1], x, 0) << 1
+            value = row_lo - row_hi if top else row_lo + row_hi
             out.append((lo, _as(value[:shape.width], shape)))
             continue
         width = shape.width
@@ -173,12 +167,13 @@ def chain_sum(m: Module, platform, pairs: list, x_shape, w_shape, name: str):
     adders per halving."""
     x_shape, w_shape = Shape.cast(x_shape), Shape.cast(w_shape)
     shape = (Signal(x_shape) * Signal(w_shape)).shape()
-    xr = _range(x_shape)
+    xr = shape_range(x_shape)
     terms = []
     for shift, value in pairs:
         # The weight bits' part: their value range, times x's.
         n = min(2, w_shape.width - shift)
-        wr = _range(signed(n) if w_shape.signed and shift + n >= w_shape.width else unsigned(n))
+        wr = shape_range(signed(n) if w_shape.signed and shift + n >= w_shape.width
+                         else unsigned(n))
         ends = [a * b for a in xr for b in wr]
         terms.append((shift, value, min(ends), max(ends)))
     level = 0
@@ -189,7 +184,7 @@ def chain_sum(m: Module, platform, pairs: list, x_shape, w_shape, name: str):
             d = sb - sa
             lo, hi = alo + (blo << d), ahi + (bhi << d)
             total = chain_add(m, platform, a, b, f"{name}_a{level}_{i // 2}", shift=d,
-                              shape=Shape.cast(range(lo, hi + 1)))
+                              shape=range_shape(lo, hi))
             nxt.append((sa, total, lo, hi))
         if len(terms) % 2:
             nxt.append(terms[-1])
