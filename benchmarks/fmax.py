@@ -56,11 +56,15 @@ DESIGNS = {
 }
 
 
-def compile_design(name: str, work: str):
-    """Compile design ``name`` of :data:`DESIGNS` into ``work/name``."""
+def compile_design(name: str, work: str, utilization=None):
+    """Compile design ``name`` of :data:`DESIGNS` into ``work/name``; ``utilization``, if
+    given, caps the board folding of the designs compiled for a board (the MLPerf Tiny
+    ones) at that share of each resource instead of the default."""
     if name not in DESIGNS:
         raise ValueError(f"Design must be one of {', '.join(DESIGNS)}, not {name!r}")
     folder, options = DESIGNS[name]
+    if utilization is not None and "board" in options:
+        options = {**options, "utilization": utilization}
     if folder is None:          # an MLPerf Tiny model, made by mlperf_tiny.py
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         from mlperf_tiny import quantized
@@ -126,6 +130,8 @@ def main(argv=None):
                     "at this frequency (nextpnr then places for it); default: the oscillator")
     ap.add_argument("--work", help="keep the designs and builds here (default: a temporary "
                                    "folder)")
+    ap.add_argument("--utilization", type=float, help="cap the board folding of the MLPerf "
+                    "Tiny designs at this share of each resource (default: compile's)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
 
@@ -135,7 +141,7 @@ def main(argv=None):
         if not args.json:
             print(HEADER, flush=True)
         for name in args.designs:
-            design = compile_design(name, work)
+            design = compile_design(name, work, args.utilization)
             for board in args.boards:
                 for seed in args.seeds:
                     row = build_row(design, name, board, seed, args.clock_mhz)

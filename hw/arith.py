@@ -24,6 +24,7 @@ from ..plan.devices import (
     ICE40_DSP_BITS,
     LUT_PRODUCT_MAX_BITS,
     const_multiplier_bits,
+    ecp5_dsp_product,
     multiplier_dsps,
 )
 from .blocks import tree_levels
@@ -73,9 +74,7 @@ def ecp5_registered_product(platform, a, b) -> bool:
     the shapes of ``a`` and ``b``) in a ``MULT18X18D`` with its input and output registers:
     on ECP5, for a product :func:`product` leaves to a hard multiplier, when both operands
     fit 18 bits (as unsigned or signed values, as they are)."""
-    a, b = Shape.cast(a), Shape.cast(b)
-    return (is_ecp5(platform) and min(a.width, b.width) > LUT_PRODUCT_MAX_BITS
-            and max(a.width, b.width) <= ECP5_DSP_BITS)
+    return is_ecp5(platform) and ecp5_dsp_product(Shape.cast(a), Shape.cast(b))
 
 
 def ecp5_packed_products(platform, a, b) -> bool:

@@ -124,6 +124,12 @@ class MatVecCore(wiring.Component):
         in place of the operand and product registers; otherwise an iCE40 builds them in
         LUTs. The same values and cycles. The graph sets it within the design's budget of
         DSPs (:attr:`Dataflow.ice40_dsps <onnx2fpga.ir.Dataflow>`).
+    dsp_register : bool
+        A second register behind the products (the adder tree's first stage adds nothing):
+        on an ECP5 the first is the ``MULT18X18D``'s own and the second is in fabric, where
+        the placer can put it between a DSP and its adder tree however far apart they are.
+        One more cycle of latency on every platform (the graph sets it for
+        :attr:`Dataflow.ecp5_dsp_registers <onnx2fpga.ir.Dataflow>`).
     w_spram : bool
         The weights are not in a ROM of the core but read through its ``w_read`` port
         (:func:`~onnx2fpga.hw.spram.weight_read_signature`, ``weight_depth`` words of 16 bits
@@ -152,9 +158,9 @@ class MatVecCore(wiring.Component):
     ``folds * groups`` cycles (``layer.cycles``) when the output is not stalled. Computing
     starts once a whole vector is buffered; the last output transfer of a vector comes
     ``folds * groups + 1 + d`` cycles after its last input transfer, where
-    ``d = timing.matvec_stages(simd)`` counts the pipeline registers (memory data, operand
-    registers, products, and one adder-tree stage per two adder levels: 4 for
-    ``simd <= 4``, 5 up to 16, 6 up to 64), so ``latency = folds + folds * groups + d``
+    ``d = timing.matvec_stages(simd, dsp_register)`` counts the pipeline registers (memory
+    data, operand registers, products, and one adder-tree stage per two adder levels: 4 for
+    ``simd <= 4``, 5 up to 16, 6 up to 64; one more with ``dsp_register``), so ``latency = folds + folds * groups + d``
     cycles from the first input transfer to the last output transfer when the input arrives
     at one transfer per cycle. Every multiplier and adder-tree stage sits between registers
     so that a board build reaches 100 MHz on ECP5. Elaborated for an iCE40 platform (LUT
@@ -195,11 +201,12 @@ class MatVecCore(wiring.Component):
         p = stage.params
         return cls(p["layer"], arithmetic=p.get("arithmetic"), w_logic=p.get("w_logic", False),
                    x_logic=p.get("x_logic", False), ice40_dsp=p.get("ice40_dsp", False),
-                   w_spram=p.get("w_spram", False), rom_stand_in=rom_stand_in)
+                   w_spram=p.get("w_spram", False), dsp_register=p.get("dsp_register", False),
+                   rom_stand_in=rom_stand_in)
 
     @quiet_if_invalid
     def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False, x_logic=False,
-                 ice40_dsp=False, w_spram=False, rom_stand_in=False):
+                 ice40_dsp=False, w_spram=False, dsp_register=False, rom_stand_in=False):
         if not isinstance(layer, DenseLayer):
             raise TypeError(f"Layer must be a DenseLayer, not {layer!r}")
         simd = check_count(f"SIMD of layer {layer.name!r}", layer.simd)
@@ -238,6 +245,7 @@ class MatVecCore(wiring.Component):
             if w_logic and not w_spram else 1
         self._x_logic = bool(x_logic)
         self._ice40_dsp = bool(ice40_dsp)
+        self._dsp_register = bool(dsp_register)
         self._rom_stand_in = bool(rom_stand_in)
         self._in_shape = int_shape(layer.in_type)
         self._w_shape = int_shape(wt)
@@ -273,7 +281,8 @@ class MatVecCore(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from the first input transfer to the last output transfer of one vector."""
-        return timing.matvec_latency(self.folds, self.groups, self._layer.simd)
+        return timing.matvec_latency(self.folds, self.groups, self._layer.simd,
+                                     self._dsp_register)
 
     @property
     def w_banks(self) -> int:
@@ -567,7 +576,7 @@ class MatVecCore(wiring.Component):
         # then the adder tree in `tree_stages` register stages of at most
         # `timing.ADDER_LEVELS_PER_STAGE` levels each; its last register feeds the accumulator.
         tree_stages = timing.matvec_tree_stages(simd)
-        n_stages = 3 + tree_stages
+        n_stages = 3 + self._dsp_register + tree_stages
         s_valid = [Signal(name=f"s{n + 1}_valid") for n in range(n_stages)]
         s_first = [Signal(name=f"s{n + 1}_first") for n in range(n_stages)]
         s_last = [Signal(name=f"s{n + 1}_last") for n in range(n_stages)]
@@ -722,6 +731,8 @@ class MatVecCore(wiring.Component):
             per_stage.reverse()
             if tree_stages > 1:
                 per_stage[0] = min(per_stage[0], 1)
+        if self._dsp_register:
+            per_stage.insert(0, 0)      # the products once more: a stage without adders
         sums = []
         for p in range(pe):
             if xnor:        # 2 * popcount; the -in_features sits in the bias
@@ -758,7 +769,8 @@ class MatVecCore(wiring.Component):
             # the products' (from the operand register, so one stage shorter), registered
             # with the bias, less off times it, in front of the accumulator.
             xsum = registered_tree(m, [x_word[s] for s in range(simd)],
-                                    [timing.ADDER_LEVELS_PER_STAGE] * tree_stages, advance,
+                                    [timing.ADDER_LEVELS_PER_STAGE]
+                                    * (tree_stages + self._dsp_register), advance,
                                     lambda n, i: f"xsum{n}_{i}")
             corr = xsum[0] << (w_off.bit_length() - 1)
             bias_c = [Signal(acc_shape, name=f"bias_c_{p}", reset_less=True) for p in range(pe)]

@@ -691,6 +691,8 @@ def _fold(c: Compilation, say) -> None:
             # MatVec products may take the device's SB_MAC16s (registered at both ends),
             # within the utilization as every other resource.
             c.design.dataflow.ice40_dsps = int(target.limits.dsp * utilization)
+        # ECP5 DSP products: a fabric register behind each MULT18X18D's output.
+        c.design.dataflow.ecp5_dsp_registers = target.family == "ecp5"
     say("choosing the folding" + (f" for {board}" if board else ""))
     try:
         fold(c.design.dataflow, overrides=o["folding"], progress=say, **o["fold_options"])

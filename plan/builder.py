@@ -18,7 +18,7 @@ from ..ir.layers import (
 )
 from ..ir.stages import LutStage, RequantStage, ThresholdStage
 from ..ir.types import IntType
-from .devices import ice40_matvec_dsps
+from .devices import ecp5_dsp_product, ice40_matvec_dsps
 from .lut import lut_as_thresholds, lut_then, lut_window, prefer_thresholds
 from .stage import Stage
 from .thresholds import requant_as_thresholds, threshold_is_cheaper
@@ -191,11 +191,13 @@ def requant_lanes(layer: DenseLayer) -> int:
 class Builder:
     """Appends stages and invents net names."""
 
-    def __init__(self, logic_memories=(), ice40_dsps=0, spram_memories=()):
+    def __init__(self, logic_memories=(), ice40_dsps=0, spram_memories=(),
+                 ecp5_dsp_registers=False):
         self.stages: list[Stage] = []
         self.logic = frozenset(logic_memories)      # "stage/memory" in soft logic
         self.ice40_dsps = int(ice40_dsps)           # SB_MAC16s not yet given to a MatVec
         self.spram = frozenset(spram_memories)      # "stage/w_mem" in SPRAM
+        self.ecp5_dsp_registers = bool(ecp5_dsp_registers)
         self.nets: dict[str, tuple[IntType, int, int]] = {}      # net -> type, lanes, size
         self._count = 0
 
@@ -283,12 +285,15 @@ def add_matvec(b: Builder, dense: DenseLayer, net: str, k: int, layer,
     if dense.multipliers == "dsp" and arithmetic == "multiply" and 0 < dsps <= b.ice40_dsps:
         ice40_dsp = True
         b.ice40_dsps -= dsps
+    dsp_register = (b.ecp5_dsp_registers and dense.multipliers == "dsp"
+                    and arithmetic == "multiply"
+                    and ecp5_dsp_product(dense.in_type, dense.weight_type))
     net = b.add("matvec", name, [net], dense.acc_type, dense.pe, dense.out_features
                 * (layer.out_size // dense.out_features), layer=layer,
                 params={"layer": dense, "arithmetic": arithmetic,
                         "w_logic": f"{name}/w_mem" in b.logic,
                         "x_logic": f"{name}/x_mem" in b.logic, "ice40_dsp": ice40_dsp,
-                        "w_spram": f"{name}/w_mem" in b.spram})
+                        "w_spram": f"{name}/w_mem" in b.spram, "dsp_register": dsp_register})
     if not layer.requant:
         return net
     d = requant_lanes(dense)

@@ -115,12 +115,13 @@ def layer_cycles(layer) -> int:
     return max([stage_cycles(s) for s in stages] + [layer.in_size // layer.in_lanes])
 
 
-def layer_latency(layer) -> int:
+def layer_latency(layer, *, ecp5_dsp_registers: bool = False) -> int:
     """Cycles from the first input transfer to the last output transfer of one inference
     through ``layer``'s cores alone, fed at one transfer per cycle.
 
     DenseLayer with ``folds = in_features // simd``, ``groups = out_features // pe`` and
-    ``n = len(requant)``: ``folds + folds * groups + d`` (``d = matvec_stages(simd)``)
+    ``n = len(requant)``: ``folds + folds * groups + d`` (``d = matvec_stages(simd)``, one
+    more with ``ecp5_dsp_registers`` for products on DSPs, as the Dataflow's)
     without requantization; with it,
     plus ``2 + 5 * n``, plus, when the requantization core has ``d < pe`` lanes (see
     :func:`onnx2fpga.plan.graph.requant_lanes`), ``pe // d`` (serializing) ``+ 1`` (gathering).
@@ -129,7 +130,7 @@ def layer_latency(layer) -> int:
     ``2 + 5 * n``.
     """
     first, last = 0, layer.in_size // layer.in_lanes - 1
-    for stage in layer_stages(layer):
+    for stage in layer_stages(layer, ecp5_dsp_registers=ecp5_dsp_registers):
         first, last = stage_timing(stage, first, last)
     return last
 
@@ -169,7 +170,9 @@ def dataflow_cycles(dataflow: Dataflow, plan: Plan | None = None) -> dict:
         edge = max([stage_cycles(by_name[n]) for n in names
                     if by_name[n].kind == "reorder"], default=0)
         entry = {"name": layer.name, "cycles": int(cyc),
-                 "latency": int(layer_latency(layer)) if names else 0}
+                 "latency": int(layer_latency(
+                     layer, ecp5_dsp_registers=getattr(dataflow, "ecp5_dsp_registers", False)))
+                 if names else 0}
         if edge:
             entry["reorder_cycles"] = int(edge)     # reordering its input: own core, own rate
         layers.append(entry)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 __all__ = [
     "FAMILIES", "const_multiplier_bits", "multiplier_dsps", "MemoryMap", "memory_mapping",
     "varying_columns", "is_shift_register_buffer", "logic_cost", "logic_memory_cost",
-    "LUT_PRODUCT_MAX_BITS", "ECP5_DSP_BITS", "ICE40_DSP_BITS", "ice40_registered_product",
+    "LUT_PRODUCT_MAX_BITS", "ECP5_DSP_BITS", "ICE40_DSP_BITS", "ecp5_dsp_product",
+    "ice40_registered_product",
     "ice40_paired_product", "ice40_matvec_dsps", "LOGIC_ROM_LUTS_PER_BIT", "logic_cells",
 ]
 
@@ -272,6 +273,15 @@ def _width(operand) -> int:
     if hasattr(operand, "width"):
         return int(operand.width)
     return int(operand)
+
+
+def ecp5_dsp_product(a, b) -> bool:
+    """Whether a MatVec product ``a * b`` (operands of the shapes of ``a`` and ``b``) takes a
+    registered ``MULT18X18D`` on an ECP5 when its layer's products are on DSPs: a product
+    :func:`product` leaves to a hard multiplier (both operands wider than
+    :data:`LUT_PRODUCT_MAX_BITS`) whose operands fit 18 bits."""
+    a, b = _width(a), _width(b)
+    return min(a, b) > LUT_PRODUCT_MAX_BITS and max(a, b) <= ECP5_DSP_BITS
 
 
 def ice40_registered_product(a, b) -> bool:

@@ -153,11 +153,12 @@ def _check_graph(dataflow: Dataflow) -> None:
 # Per-layer cores
 
 
-def layer_stages(layer, index: int = 0) -> list[Stage]:
+def layer_stages(layer, index: int = 0, *, ecp5_dsp_registers: bool = False) -> list[Stage]:
     """The cores of one single-input layer on its own (input in the order it needs, without
-    the FIFO after it). ``index`` numbers the stage names."""
+    the FIFO after it). ``index`` numbers the stage names; ``ecp5_dsp_registers`` as the
+    :class:`~onnx2fpga.ir.Dataflow`'s."""
     kind_of(layer).check(layer)
-    b = Builder()
+    b = Builder(ecp5_dsp_registers=ecp5_dsp_registers)
     ins = []
     for k, shape in enumerate(layer.in_shapes):
         t = layer.in_types[k] if hasattr(layer, "in_types") else layer.in_type
@@ -191,7 +192,8 @@ def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
     orders, wanted = tensor_orders(dataflow)
     b = Builder(getattr(dataflow, "logic_memories", ()) or (),
                  getattr(dataflow, "ice40_dsps", 0) or 0,
-                 getattr(dataflow, "spram_memories", ()) or ())
+                 getattr(dataflow, "spram_memories", ()) or (),
+                 bool(getattr(dataflow, "ecp5_dsp_registers", False)))
     b.nets["in"] = (inp.type, inp.lanes, inp.size)
     tensor_net = {inp.name: "in"}
     # Readers of every tensor: (layer index, input index); the output port reads one too.

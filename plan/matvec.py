@@ -28,18 +28,24 @@ def matvec_tree_stages(simd: int) -> int:
     return max(1, -(-levels // ADDER_LEVELS_PER_STAGE))
 
 
-def matvec_stages(simd: int) -> int:
+def matvec_stages(simd: int, dsp_register: bool = False) -> int:
     """Pipeline registers of a :class:`~onnx2fpga.hw.matvec.MatVecCore` between its memories
-    and its accumulator: memory data, operand registers, products and the adder tree's
-    :func:`matvec_tree_stages` (4 for ``simd <= 4``, 5 up to 16, 6 up to 64)."""
-    return 3 + matvec_tree_stages(simd)
+    and its accumulator: memory data, operand registers, products, with ``dsp_register`` a
+    second register of the products, and the adder tree's :func:`matvec_tree_stages` (4 for
+    ``simd <= 4``, 5 up to 16, 6 up to 64, one more with ``dsp_register``)."""
+    return 3 + bool(dsp_register) + matvec_tree_stages(simd)
 
 
-def matvec_latency(folds: int, groups: int, simd: int) -> int:
+def matvec_latency(folds: int, groups: int, simd: int, dsp_register: bool = False) -> int:
     """Latency of a :class:`~onnx2fpga.hw.matvec.MatVecCore` with ``folds`` input transfers and
     ``groups`` output transfers per vector and ``simd`` products per output and step:
-    ``folds + folds * groups + matvec_stages(simd)``."""
-    return folds + folds * groups + matvec_stages(simd)
+    ``folds + folds * groups + matvec_stages(simd, dsp_register)``."""
+    return folds + folds * groups + matvec_stages(simd, dsp_register)
+
+
+def _stages(stage: Stage) -> int:
+    """:func:`matvec_stages` of a matvec stage."""
+    return matvec_stages(stage.params["layer"].simd, stage.params.get("dsp_register", False))
 
 
 def _matvec_figures(stage: Stage) -> tuple[int, int, int]:
@@ -62,7 +68,7 @@ class MatVecTiming(CoreKind):
 
     def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
         folds, groups, vectors = _matvec_figures(stage)
-        d = matvec_stages(stage.params["layer"].simd)
+        d = _stages(stage)
         if vectors == 1:
             first_out = last + folds + 1 + d
         else:
@@ -78,7 +84,7 @@ class MatVecTiming(CoreKind):
         t = ins[0]
         if len(t) != vectors * folds or stage.out_beats != vectors * groups:
             return super().trace(stage, ins)
-        d = matvec_stages(stage.params["layer"].simd)
+        d = _stages(stage)
         g = (np.arange(groups, dtype=np.int64) + 1) * folds + d
         return (_starts(t, folds, groups)[:, None] + g[None, :]).reshape(-1)
 
@@ -93,7 +99,7 @@ class MatVecTiming(CoreKind):
             return super().takes(stage, ins, taken)
         done = _starts(t, folds, groups) + folds * groups
         if taken is not None:
-            d = matvec_stages(stage.params["layer"].simd)
+            d = _stages(stage)
             done = np.maximum(done, np.asarray(taken)[groups - 1::groups] - d)
         free = np.concatenate([np.full(min(2, vectors), np.iinfo(np.int64).min // 2),
                                done[:-2]])
@@ -111,7 +117,7 @@ class MatVecTiming(CoreKind):
         steps = folds * groups
         start = _starts(t, folds, groups)
         if late is not None:
-            d = matvec_stages(stage.params["layer"].simd)
+            d = _stages(stage)
             g = (np.arange(groups, dtype=np.int64) + 1) * folds + d
             start = (np.asarray(late).reshape(vectors, groups) - g[None, :]).min(axis=1)
             v = np.arange(vectors, dtype=np.int64) * steps

@@ -78,7 +78,9 @@ class Stage:
         buffer ``x_mem``), ``ice40_dsp`` (its products go to SB_MAC16s on an iCE40: the
         MatVecs in dataflow order whose products fit what is left of
         ``dataflow.ice40_dsps``), ``w_spram`` (its weights live in SPRAM, read through the
-        core's ``w_read`` port: ``w_mem`` is among ``dataflow.spram_memories``). ``"requant"`` (only
+        core's ``w_read`` port: ``w_mem`` is among ``dataflow.spram_memories``),
+        ``dsp_register`` (a register behind its products, ``dataflow.ecp5_dsp_registers``
+        and products that take MULT18X18Ds). ``"requant"`` (only
         RequantStages), ``"threshold"`` (only ThresholdStages) and ``"lut"`` (one
         LutStage): ``stages``, ``channels`` (:func:`stage_cores`). ``"fifo"``: ``depth``.
         ``"window"``: ``channels``, ``height``, ``width``, ``kernel``, ``stride``,

@@ -137,3 +137,32 @@ def test_lut_products_read_their_memories_ahead_with_the_same_cycles(tmp_path):
     assert "MULT18X18D" not in ecp5_v
     assert "w_read" in ecp5_v and "x_read" in ecp5_v and "w_read" not in plain_v
     check_against_plain(tmp_path, df, ecp5_v, (DATA / "ccu2c_model.v").read_text())
+
+
+@pytest.mark.rtl
+def test_fabric_registers_behind_the_dsps_take_one_cycle_per_layer(tmp_path):
+    """``Dataflow.ecp5_dsp_registers``: fc1 and fc2, whose products take MULT18X18Ds, have
+    one more pipeline stage (a fabric register behind each DSP); the layer of 3-bit weights
+    (LUT products) does not. The model's latency grows by 2, and so does the RTL's; the
+    ECP5 Verilog equals golden under stalls with the platform-free design's cycles."""
+    from onnx2fpga.plan import cost
+    from onnx2fpga.sim.rtl import simulate_rtl
+
+    before, df = _dataflow(), _dataflow()
+    df.ecp5_dsp_registers = True
+    old, new = cost.dataflow_cycles(before), cost.dataflow_cycles(df)
+    assert [ly["latency"] - o["latency"] for ly, o in zip(new["layers"], old["layers"])] \
+        == [1, 0, 1]
+    assert new["latency_cycles"] == old["latency_cycles"] + 2
+    assert new["cycles_per_inference"] == old["cycles_per_inference"]
+    ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    assert ecp5_v.count("MULT18X18D ") == 24
+    check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
+    x = np.zeros((2, df.input.size), np.int64)
+    for name, d in (("old", before), ("new", df)):
+        (tmp_path / f"{name}.v").write_text(emit_verilog(d))
+        res = simulate_rtl(tmp_path / f"{name}.v", d.input, d.output, x,
+                           build_dir=tmp_path / f"b-{name}", progress=False)
+        figures = old if name == "old" else new
+        assert res.latency_cycles == figures["latency_cycles"]
+        assert res.cycles_per_inference == figures["cycles_per_inference"]

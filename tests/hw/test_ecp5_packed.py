@@ -81,8 +81,12 @@ def test_packed_layers_take_half_the_dsps():
 
 
 @pytest.mark.rtl
-def test_packed_products_equal_golden_with_the_same_cycles(tmp_path):
+@pytest.mark.parametrize("dsp_registers", [False, True])
+def test_packed_products_equal_golden_with_the_same_cycles(tmp_path, dsp_registers):
+    """With ``ecp5_dsp_registers`` too: the packed products' correction (the inputs' sum)
+    takes the stage the fabric registers behind the DSPs add."""
     df = _dataflow()
+    df.ecp5_dsp_registers = dsp_registers
     ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
     assert emit_verilog(df, platform=get_board("ulx3s-85f").platform()) == ecp5_v
     check_against_plain(tmp_path, df, ecp5_v, MODEL.read_text())
