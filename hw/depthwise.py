@@ -22,7 +22,7 @@ from amaranth.lib.wiring import In, Out
 from ..ir.layers import MULTIPLIERS
 from ..plan.depthwise import depthwise_cycles, depthwise_latency, int_array
 from ..plan.reduce import REGISTER_FOLDS_MAX, check_geometry, fold_storage
-from .arith import is_ecp5, product
+from .arith import ecp5_registered_product, is_ecp5, mult18x18d, product
 from .blocks import (
     counter,
     int_shape,
@@ -246,6 +246,12 @@ class DepthwiseCore(wiring.Component):
         s2_cf = counter(folds)
         w_word = w_rd.data
         prods = [Signal.like(s1_x[j] * w_word[j], name=f"prod_{j}") for j in range(lanes)]
+        # ECP5 hard products: registered MULT18X18Ds whose input registers take stage 1's
+        # place, the weights from a fabric register holding the word of `step` (w_cur), the
+        # ROM read two steps ahead into it. A block RAM's output into a DSP that is not
+        # registered, then on into the product register, does not fit a 10 ns cycle.
+        dsp = not self._lut and ecp5_registered_product(platform, self._in_shape,
+                                                         self._w_shape)
 
         o_valid = Signal()
         # Stage 2 moves on unless it holds a last-position product and the output is full;
@@ -253,8 +259,27 @@ class DepthwiseCore(wiring.Component):
         s2_go = ~s2_last | ~o_valid | o_stream.ready
         s2_done = s2_valid & s2_go
         advance = ~s2_valid | s2_go
-        m.d.comb += [i_stream.ready.eq(advance), w_rd.addr.eq(step), w_rd.en.eq(advance)]
-        take = i_stream.valid & advance
+        if dsp:
+            # After a reset the ROM's output holds the word of step 1 from the second cycle
+            # on: the first cycle takes no input.
+            primed = Signal(name="primed")
+            m.d.sync += primed.eq(1)
+            take = i_stream.valid & advance & primed
+            m.d.comb += i_stream.ready.eq(advance & primed)
+            w_cur = Signal(w_word.shape(), name="w_cur",
+                           init=[int(self._weight[j, 0]) for j in range(lanes)])
+            step1 = Signal.like(step, name="step1", init=1 % steps)
+            step2 = Signal.like(step, name="step2", init=2 % steps)
+            m.d.comb += [w_rd.addr.eq(Mux(take, step2, step1)), w_rd.en.eq(1)]
+            with m.If(take):
+                m.d.sync += [step1.eq(step2), step2.eq(wrap_incr(step2, steps)),
+                             w_cur.eq(w_rd.data)]
+            for j in range(lanes):
+                m.d.comb += prods[j].eq(mult18x18d(m, i_stream.payload[j], w_cur[j], advance,
+                                                   f"mul_{j}"))
+        else:
+            take = i_stream.valid & advance
+            m.d.comb += [i_stream.ready.eq(advance), w_rd.addr.eq(step), w_rd.en.eq(advance)]
         with m.If(take):
             m.d.sync += [step.eq(wrap_incr(step, steps)), cf.eq(wrap_incr(cf, folds))]
         with m.If(advance):
@@ -265,10 +290,12 @@ class DepthwiseCore(wiring.Component):
                 s2_cf.eq(s1_cf),
             ]
             # LUT products on an ECP5: on carry chains (hw.chains), about half the LUTs.
-            m.d.sync += [prods[j].eq(chain_product(m, platform, s1_x[j], w_word[j], f"mul_{j}")
-                                     if self._lut and is_ecp5(platform) else
-                                     product(s1_x[j], w_word[j], lut=self._lut))
-                         for j in range(lanes)]
+            if not dsp:
+                m.d.sync += [prods[j].eq(chain_product(m, platform, s1_x[j], w_word[j],
+                                                       f"mul_{j}")
+                                         if self._lut and is_ecp5(platform) else
+                                         product(s1_x[j], w_word[j], lut=self._lut))
+                             for j in range(lanes)]
 
         # -- Bias of the fold in stage 2.
         bias_words = self._bias.reshape(folds, lanes)
