@@ -28,3 +28,29 @@ def check_against_plain(tmp_path, df, device_v: str, model_v: str) -> None:
     np.testing.assert_array_equal(results["device"].outputs, run_dataflow(df, x))
     assert results["device"].cycles_per_inference == results["plain"].cycles_per_inference
     assert results["device"].latency_cycles == results["plain"].latency_cycles
+
+
+def ds_block(dw_overrides: dict, pw_overrides: dict):
+    """DS-CNN's block as a folded Dataflow: depthwise 3x3 (uint8 input, int8 weights, 6
+    channels of 5x5, padding 1) then pointwise 1x1 (int8), each requantized to int8, with
+    the folding overrides given for ``dw`` and ``pw``."""
+    from onnx2fpga.ir.dataflow import Dataflow, Port
+    from onnx2fpga.ir.layers import ConvLayer
+    from onnx2fpga.ir.types import IntType
+    from onnx2fpga.plan.fold import fold
+    from onnx2fpga.sim import golden
+    from tests.plan.test_graph import fit_stage
+    rng = np.random.default_rng(4)
+    c, h, w = 6, 5, 5
+    u8, i8 = IntType(8, False), IntType(8, True)
+    probe = rng.integers(0, 256, size=(16, c, h, w))
+    dw = ConvLayer("dw", u8, 131, (c, h, w), rng.integers(-128, 128, size=(c, 1, 3, 3)), i8,
+                   rng.integers(-99, 99, c), [], pads=(1, 1, 1, 1), group=c, inputs=["x"],
+                   output="a")
+    dw.requant.append(fit_stage(rng, golden.run_layer(dw, probe), i8, relu=True))
+    pw = ConvLayer("pw", i8, 0, (c, h, w), rng.integers(-128, 128, size=(c, c, 1, 1)), i8,
+                   rng.integers(-99, 99, c), [], inputs=["a"], output="y")
+    pw.requant.append(fit_stage(rng, golden.run_layer(pw, golden.run_layer(dw, probe)), i8))
+    return fold(Dataflow([dw, pw], Port("x", (1, c, h, w), u8, 0.1, 131),
+                         Port("y", (1, c, h, w), i8, 0.1, 0)),
+                overrides={"dw": dw_overrides, "pw": pw_overrides})

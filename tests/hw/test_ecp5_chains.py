@@ -11,10 +11,10 @@ import pytest
 from onnx2fpga.boards.targets import get_board
 from onnx2fpga.hw.emit import emit_verilog
 from onnx2fpga.ir.dataflow import Dataflow, Port
-from onnx2fpga.ir.layers import ConvLayer, DenseLayer
+from onnx2fpga.ir.layers import DenseLayer
 from onnx2fpga.ir.stages import RequantStage
 from onnx2fpga.ir.types import IntType
-from tests.helpers.hard_products import check_against_plain
+from tests.helpers.hard_products import check_against_plain, ds_block
 from tests.helpers.paths import DATA
 
 MODELS = (DATA / "ccu2c_model.v").read_text() + "\n" + (DATA / "mult18x18d_model.v").read_text()
@@ -54,24 +54,8 @@ def test_carry_chain_products_equal_golden_with_the_same_cycles(tmp_path):
 def test_carry_chain_convolutions_equal_golden_with_the_same_cycles(tmp_path):
     """DS-CNN's block, depthwise 3x3 (uint8 input, int8 weights) then pointwise 1x1 (int8),
     both with LUT products: the depthwise core's products are carry-chain products too."""
-    from onnx2fpga.plan.fold import fold
-    from onnx2fpga.sim import golden
-    from tests.plan.test_graph import fit_stage
-    rng = np.random.default_rng(4)
-    c, h, w = 6, 5, 5
-    u8, i8 = IntType(8, False), IntType(8, True)
-    probe = rng.integers(0, 256, size=(16, c, h, w))
-    dw = ConvLayer("dw", u8, 131, (c, h, w), rng.integers(-128, 128, size=(c, 1, 3, 3)), i8,
-                   rng.integers(-99, 99, c), [], pads=(1, 1, 1, 1), group=c, inputs=["x"],
-                   output="a")
-    dw.requant.append(fit_stage(rng, golden.run_layer(dw, probe), i8, relu=True))
-    pw = ConvLayer("pw", i8, 0, (c, h, w), rng.integers(-128, 128, size=(c, c, 1, 1)), i8,
-                   rng.integers(-99, 99, c), [], inputs=["a"], output="y")
-    pw.requant.append(fit_stage(rng, golden.run_layer(pw, golden.run_layer(dw, probe)), i8))
-    df = fold(Dataflow([dw, pw], Port("x", (1, c, h, w), u8, 0.1, 131),
-                       Port("y", (1, c, h, w), i8, 0.1, 0)),
-              overrides={"dw": {"lanes": 2, "multipliers": "lut"},
-                         "pw": {"simd": 3, "pe": 2, "multipliers": "lut"}})
+    df = ds_block({"lanes": 2, "multipliers": "lut"},
+                  {"simd": 3, "pe": 2, "multipliers": "lut"})
     ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
     assert "mul_0_r0_cc0" in ecp5_v and "CCU2C" not in emit_verilog(df)
     check_against_plain(tmp_path, df, ecp5_v, MODELS)

@@ -17,7 +17,7 @@ from onnx2fpga.ir.dataflow import Dataflow, Port
 from onnx2fpga.ir.layers import DenseLayer
 from onnx2fpga.ir.stages import RequantStage
 from onnx2fpga.ir.types import IntType
-from tests.helpers.hard_products import check_against_plain
+from tests.helpers.hard_products import check_against_plain, ds_block
 from tests.helpers.paths import DATA
 
 MODEL = DATA / "mult18x18d_model.v"
@@ -175,24 +175,7 @@ def test_depthwise_dsps_equal_golden_with_the_same_cycles(tmp_path, lanes):
     depthwise core's products in registered MULT18X18Ds, their weights from a register the
     ROM fills two steps ahead (three folds, and one). Values equal golden under stalls, the
     cycles the platform-free design's."""
-    from onnx2fpga.ir.layers import ConvLayer
-    from onnx2fpga.plan.fold import fold
-    from onnx2fpga.sim import golden
-    from tests.plan.test_graph import fit_stage
-    rng = np.random.default_rng(4)
-    c, h, w = 6, 5, 5
-    u8, i8 = IntType(8, False), IntType(8, True)
-    probe = rng.integers(0, 256, size=(16, c, h, w))
-    dw = ConvLayer("dw", u8, 131, (c, h, w), rng.integers(-128, 128, size=(c, 1, 3, 3)), i8,
-                   rng.integers(-99, 99, c), [], pads=(1, 1, 1, 1), group=c, inputs=["x"],
-                   output="a")
-    dw.requant.append(fit_stage(rng, golden.run_layer(dw, probe), i8, relu=True))
-    pw = ConvLayer("pw", i8, 0, (c, h, w), rng.integers(-128, 128, size=(c, c, 1, 1)), i8,
-                   rng.integers(-99, 99, c), [], inputs=["a"], output="y")
-    pw.requant.append(fit_stage(rng, golden.run_layer(pw, golden.run_layer(dw, probe)), i8))
-    df = fold(Dataflow([dw, pw], Port("x", (1, c, h, w), u8, 0.1, 131),
-                       Port("y", (1, c, h, w), i8, 0.1, 0)),
-              overrides={"dw": {"lanes": lanes}, "pw": {"simd": 3, "pe": 2}})
+    df = ds_block({"lanes": lanes}, {"simd": 3, "pe": 2})
     ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
     assert "w_cur" in ecp5_v and "w_cur" not in emit_verilog(df)
     assert ecp5_v.count("MULT18X18D ") >= lanes + 6
