@@ -32,7 +32,7 @@ from .blocks import (
     shape_range,
     wrap_incr,
 )
-from .chains import chain_product
+from .chains import chain_pairs, chain_sum
 from .reduce import partial_results
 
 __all__ = ["DepthwiseCore"]
@@ -246,12 +246,16 @@ class DepthwiseCore(wiring.Component):
         s2_cf = counter(folds)
         w_word = w_rd.data
         prods = [Signal.like(s1_x[j] * w_word[j], name=f"prod_{j}") for j in range(lanes)]
-        # ECP5 hard products: registered MULT18X18Ds whose input registers take stage 1's
-        # place, the weights from a fabric register holding the word of `step` (w_cur), the
-        # ROM read two steps ahead into it. A block RAM's output into a DSP that is not
-        # registered, then on into the product register, does not fit a 10 ns cycle.
+        # On an ECP5 the weights of stage 0 come from a fabric register holding the word of
+        # `step` (w_cur), the ROM read two steps ahead into it, and stage 1 holds what the
+        # products start from: hard products in registered MULT18X18Ds (their input
+        # registers in stage 1's place), LUT products as their pairs of rows (hw.chains), so
+        # that stage 2 adds them. A block RAM's output (5.6 ns clock-to-out) through a whole
+        # carry-chain product into the product register was a DS-CNN build's critical path
+        # (13.9 ns); through an unregistered DSP it cannot fit 10 ns either.
         dsp = not self._lut and ecp5_registered_product(platform, self._in_shape,
                                                          self._w_shape)
+        chains = self._lut and is_ecp5(platform)
 
         o_valid = Signal()
         # Stage 2 moves on unless it holds a last-position product and the output is full;
@@ -259,7 +263,7 @@ class DepthwiseCore(wiring.Component):
         s2_go = ~s2_last | ~o_valid | o_stream.ready
         s2_done = s2_valid & s2_go
         advance = ~s2_valid | s2_go
-        if dsp:
+        if dsp or chains:
             # After a reset the ROM's output holds the word of step 1 from the second cycle
             # on: the first cycle takes no input.
             primed = Signal(name="primed")
@@ -274,10 +278,20 @@ class DepthwiseCore(wiring.Component):
             with m.If(take):
                 m.d.sync += [step1.eq(step2), step2.eq(wrap_incr(step2, steps)),
                              w_cur.eq(w_rd.data)]
+        if dsp:
             for j in range(lanes):
                 m.d.comb += prods[j].eq(mult18x18d(m, i_stream.payload[j], w_cur[j], advance,
                                                    f"mul_{j}"))
-        else:
+        if chains:
+            rows = []
+            for j in range(lanes):
+                values = chain_pairs(m, platform, i_stream.payload[j], w_cur[j], f"mul_{j}")
+                regs = [Signal(Shape.cast(v.shape()), name=f"rows_{j}_{n}", reset_less=True)
+                        for n, (_, v) in enumerate(values)]
+                with m.If(advance):
+                    m.d.sync += [r.eq(v) for r, (_, v) in zip(regs, values)]
+                rows.append([(shift, r) for r, (shift, _) in zip(regs, values)])
+        if not (dsp or chains):
             take = i_stream.valid & advance
             m.d.comb += [i_stream.ready.eq(advance), w_rd.addr.eq(step), w_rd.en.eq(advance)]
         with m.If(take):
@@ -289,12 +303,12 @@ class DepthwiseCore(wiring.Component):
                 s2_valid.eq(s1_valid), s2_first.eq(s1_first), s2_last.eq(s1_last),
                 s2_cf.eq(s1_cf),
             ]
-            # LUT products on an ECP5: on carry chains (hw.chains), about half the LUTs.
-            if not dsp:
-                m.d.sync += [prods[j].eq(chain_product(m, platform, s1_x[j], w_word[j],
-                                                       f"mul_{j}")
-                                         if self._lut and is_ecp5(platform) else
-                                         product(s1_x[j], w_word[j], lut=self._lut))
+            if chains:      # LUT products on an ECP5: carry chains, about half the LUTs
+                m.d.sync += [prods[j].eq(chain_sum(m, platform, rows[j], self._in_shape,
+                                                   self._w_shape, f"mul_{j}"))
+                             for j in range(lanes)]
+            elif not dsp:
+                m.d.sync += [prods[j].eq(product(s1_x[j], w_word[j], lut=self._lut))
                              for j in range(lanes)]
 
         # -- Bias of the fold in stage 2.

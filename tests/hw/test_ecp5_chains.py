@@ -58,6 +58,7 @@ def test_carry_chain_convolutions_equal_golden_with_the_same_cycles(tmp_path):
                   {"simd": 3, "pe": 2, "multipliers": "lut"})
     ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
     assert "mul_0_r0_cc0" in ecp5_v and "CCU2C" not in emit_verilog(df)
+    assert "w_cur" in ecp5_v and "rows_0_0" in ecp5_v       # read ahead, rows registered
     check_against_plain(tmp_path, df, ecp5_v, MODELS)
 
 
