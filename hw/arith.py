@@ -9,6 +9,7 @@ only how synthesis maps it differs, never a value or a cycle.
 from __future__ import annotations
 
 from amaranth import (
+    Array,
     C,
     Cat,
     ClockSignal,
@@ -27,7 +28,7 @@ from ..plan.devices import (
     ecp5_dsp_product,
     multiplier_dsps,
 )
-from .blocks import tree_levels
+from .blocks import range_shape, tree_levels
 
 __all__ = [
     "lut_product", "product", "is_ecp5", "ecp5_registered_product", "ecp5_packed_products",
@@ -35,7 +36,37 @@ __all__ = [
     "mult18x18d_pair", "one_dsp", "MUL_CHUNK", "LUT_MUL_CHUNK", "LUT_CHUNKS", "DIGIT_CHUNK",
     "mul_chunks", "times3_range", "digit_partial_products", "DIGIT_MIN_BITS", "digit_terms",
     "carry_save_sum", "operand_chunks", "partial_products", "partial_factors",
+    "TABLE_DIGIT_BITS", "TABLE_PRODUCT_MAX_BITS", "table_product",
 ]
+
+#: Bits of a digit of :func:`table_product`: a table of 16 constants is one LUT4 a bit.
+TABLE_DIGIT_BITS = 4
+
+#: Widest operand :func:`table_product` takes (two tables and one adder).
+TABLE_PRODUCT_MAX_BITS = 8
+
+
+def table_product(x, const: int):
+    """``x * const`` for a narrow signal ``x`` and an integer constant, from tables: ``x`` cut
+    into :data:`TABLE_DIGIT_BITS`-bit digits (the top one signed if ``x`` is), each digit's
+    multiples of ``const`` a table of constants (one LUT4 per output bit), the tables'
+    values shifted and added. An 8-bit input times a 24-bit constant is two tables and one
+    carry chain: about 90 LUTs and three logic levels, where a ``*`` takes two unregistered
+    ECP5 DSPs and an adder (13.3 ns on a ResNet-8 build) or, in LUTs, an adder per set bit
+    of the constant."""
+    n, signed_x = len(x), x.shape().signed
+    total = None
+    for lo in range(0, n, TABLE_DIGIT_BITS):
+        width = min(TABLE_DIGIT_BITS, n - lo)
+        top = signed_x and lo + width == n
+        digits = [d - (1 << width) if top and d >> (width - 1) else d
+                  for d in range(1 << width)]
+        values = [d * int(const) for d in digits]
+        shape = range_shape(min(values), max(values))
+        term = Array([C(v, shape) for v in values])[x[lo:lo + width]]
+        term = term << lo if lo else term
+        total = term if total is None else total + term
+    return total
 
 
 def lut_product(a, b):

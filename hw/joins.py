@@ -36,6 +36,7 @@ from ..plan.joins import (
     concat_cycles,
     concat_latency,
 )
+from .arith import TABLE_PRODUCT_MAX_BITS, table_product
 from .blocks import counter, int_shape, output_register, quiet_if_invalid, range_shape, shape_range
 
 __all__ = ["AddCore", "BroadcastCore", "ConcatCore"]
@@ -292,6 +293,13 @@ class AddCore(wiring.Component):
         def scaled(x, mult):
             return x if mult == 1 else C(0, 1) if mult == 0 else x * C(mult)
 
+        def product(x, mult):
+            # Narrow inputs: from tables of the multiples of mult (no hard multiplier, whose
+            # unregistered path did not fit 10 ns on an ECP5); the same value.
+            if mult in (0, 1) or len(x) > TABLE_PRODUCT_MAX_BITS:
+                return scaled(x, mult)
+            return table_product(x, mult)
+
         if self._op != "add":
             return self._elaborate_join(m, take, advance, o_valid)
 
@@ -313,8 +321,8 @@ class AddCore(wiring.Component):
                          s0_valid.eq(take), s1_valid.eq(s0_valid), o_valid.eq(s1_valid)]
             for j, (pa, pb) in enumerate(prods):
                 m.d.sync += [
-                    pa.eq(scaled(a_reg[j], ma)),
-                    pb.eq(scaled(b_reg[j], mb)),
+                    pa.eq(product(a_reg[j], ma)),
+                    pb.eq(product(b_reg[j], mb)),
                     # Truncation to out_shape is exact: the sum lies within out_range.
                     o_payload[j].eq(pa + pb + C(const)),
                 ]

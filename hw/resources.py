@@ -502,7 +502,7 @@ def _stage_estimate(stage, family, ice40_dsp, mine) -> dict:
 #: Stage kinds whose cores elaborate differently per platform (:mod:`onnx2fpga.hw.arith`'s
 #: ``is_ecp5``, ``is_ice40``, ``mul_chunks``; :func:`~onnx2fpga.hw.memory.rom_slices`): their
 #: estimate is elaborated for each family; every other core is built once for both.
-PLATFORM_STAGES = frozenset({"matvec", "requant"})
+PLATFORM_STAGES = frozenset({"matvec", "requant", "depthwise"})
 
 #: Stage kinds that compute a layer's products: what ``multipliers="lut"`` (a layer's
 #: :func:`~onnx2fpga.ir.product_mapping`) moves into LUTs.

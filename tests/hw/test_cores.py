@@ -4,7 +4,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from amaranth import Module, Shape, Signal, signed, unsigned
+from amaranth import C, Module, Shape, Signal, signed, unsigned
 from amaranth.hdl import Elaboratable, Fragment
 
 from onnx2fpga.hw import arith, memory
@@ -763,6 +763,35 @@ def test_lut_products_equal_the_product_for_every_operand_pair(sa, sb):
                 got = [ctx.get(o) for o in outs]
                 if got != [x * y] * len(outs):
                     wrong.append((x, y, got))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert wrong == []
+
+
+@pytest.mark.parametrize("shape", [signed(8), unsigned(8), signed(5), unsigned(3), signed(1)])
+@pytest.mark.parametrize("const", [4979832, -14841989, 3, 1 << 20, -1])
+def test_table_products_equal_the_product_for_every_input(shape, const):
+    """hw.arith.table_product (an AddCore's constant products of narrow inputs) against
+    Python's integer product, for every input value."""
+    from amaranth.sim import Simulator
+
+    from onnx2fpga.hw.arith import table_product
+
+    x = Signal(shape)
+    out = Signal((x * C(const)).shape())
+    m = Module()
+    m.d.comb += out.eq(table_product(x, const))
+    lo, hi = (-(1 << (shape.width - 1)), 1 << (shape.width - 1)) if shape.signed \
+        else (0, 1 << shape.width)
+    wrong = []
+
+    async def bench(ctx):
+        for v in range(lo, hi):
+            ctx.set(x, v)
+            if ctx.get(out) != v * const:
+                wrong.append((v, ctx.get(out)))
 
     sim = Simulator(m)
     sim.add_testbench(bench)
