@@ -329,18 +329,23 @@ def _held_reset(m, name, clk, locked, hold_cycles):
     counted in a reset-less domain ``name`` on ``clk`` (two flip-flops bring ``locked`` into
     it); any loss of lock starts again. The reset is a flip-flop of its own: the counter's
     comparison in front of a net reaching every reset flip-flop was kwsmlp_w3a3's critical
-    path on the ECP5 85F (13.4 ns)."""
+    path on the ECP5 85F (13.4 ns). It follows a second one, `busy`, that the counter's
+    comparison loads: with the reset register loading the comparison itself, its logic,
+    shared with the counter's enable, was placed beside the reset register in the middle of
+    the die, and the path counter -> comparison -> counter enable crossed it twice (12.3 ns,
+    a DS-CNN build's critical path at 81.6 MHz)."""
     m.domains += ClockDomain(name, reset_less=True)
     m.d.comb += ClockSignal(name).eq(clk)
     lock_sync = Signal(2, name=f"{name}_lock_sync")
     count = Signal(range(hold_cycles + 1), init=hold_cycles, name=f"{name}_count")
+    busy = Signal(init=1, name=f"{name}_busy")
     rst = Signal(init=1, name=f"{name}_rst")
     m.d[name] += lock_sync.eq(lock_sync << 1 | locked)
     with m.If(~lock_sync[1]):
         m.d[name] += count.eq(hold_cycles)
     with m.Elif(count != 0):
         m.d[name] += count.eq(count - 1)
-    m.d[name] += rst.eq(count != 0)
+    m.d[name] += [busy.eq(count != 0), rst.eq(busy)]
     return rst
 
 

@@ -151,10 +151,10 @@ def test_build_with_pll(board, mhz, primitive, tmp_path):
 
 
 def test_held_reset_is_registered_and_follows_lock():
-    # The reset is a flip-flop. `locked` set before edge 3: the synchronizer has it after
-    # edges 3 and 4, the counter runs down from 5 on edges 5-9, the register drops on edge
-    # 10 (lock + hold + 2; one edge later than the bare comparison). A loss of lock asserts
-    # it again; the same count follows the next lock.
+    # The reset is a flip-flop behind another. `locked` set before edge 3: the synchronizer
+    # has it after edges 3 and 4, the counter runs down from 5 on edges 5-9, `busy` drops on
+    # edge 10 and the reset on edge 11 (lock + hold + 3; two edges later than the bare
+    # comparison). A loss of lock asserts it again; the same count follows the next lock.
     from amaranth import ClockSignal, Module, Signal
     from amaranth.sim import Simulator
 
@@ -178,5 +178,5 @@ def test_held_reset_is_registered_and_follows_lock():
     sim.run()
     rises = [i for i in range(1, 40) if seen[i] and not seen[i - 1]]
     falls = [i for i in range(1, 40) if seen[i - 1] and not seen[i]]
-    assert seen[0] == 1 and falls[0] == 3 + 5 + 2
-    assert rises and 25 < rises[0] < 30 and falls[1] == 30 + 5 + 2
+    assert seen[0] == 1 and falls[0] == 3 + 5 + 3
+    assert rises and 25 < rises[0] < 30 and falls[1] == 30 + 5 + 3
