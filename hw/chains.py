@@ -24,8 +24,8 @@ from amaranth import C, Cat, Const, Instance, Module, Mux, Shape, Signal, signed
 from .arith import is_ecp5
 from .blocks import range_shape, shape_range
 
-__all__ = ["chain_pairs", "chain_add", "chain_product", "chain_sum", "chain_op", "CCU2C_LUTS",
-           "chain_pair_shape"]
+__all__ = ["chain_pairs", "registered_pairs", "chain_add", "chain_product", "chain_sum",
+           "chain_op", "CCU2C_LUTS", "chain_pair_shape"]
 
 #: LUTs of one ``CCU2C`` (two bits of a carry chain).
 CCU2C_LUTS = 2
@@ -152,6 +152,18 @@ def chain_pairs(m: Module, platform, x, w, name: str) -> list:
             bits = _chain(m, platform, f"{name}_r{lo}", width, u, v, C(0, 1))
         out.append((lo, _as(bits, shape)))
     return out
+
+
+def registered_pairs(m: Module, platform, x, w, en, name: str, rows: str) -> list:
+    """:func:`chain_pairs` of ``x * w`` (cells named after ``name``) in registers loaded
+    while ``en``, named ``rows_0``, ``rows_1``, ...: ``(shift, register)`` pairs for
+    :func:`chain_sum` a stage later."""
+    values = chain_pairs(m, platform, x, w, name)
+    regs = [(shift, Signal(Shape.cast(v.shape()), name=f"{rows}_{n}", reset_less=True))
+            for n, (shift, v) in enumerate(values)]
+    with m.If(en):
+        m.d.sync += [r.eq(v) for (_, r), (_, v) in zip(regs, values)]
+    return regs
 
 
 def chain_product(m: Module, platform, x, w, name: str):

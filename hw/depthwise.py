@@ -32,7 +32,7 @@ from .blocks import (
     shape_range,
     wrap_incr,
 )
-from .chains import chain_pairs, chain_sum
+from .chains import chain_sum, registered_pairs
 from .reduce import partial_results
 
 __all__ = ["DepthwiseCore"]
@@ -263,7 +263,7 @@ class DepthwiseCore(wiring.Component):
         s2_go = ~s2_last | ~o_valid | o_stream.ready
         s2_done = s2_valid & s2_go
         advance = ~s2_valid | s2_go
-        if dsp or chains:
+        if dsp or chains:       # the weights read ahead into w_cur
             # After a reset the ROM's output holds the word of step 1 from the second cycle
             # on: the first cycle takes no input.
             primed = Signal(name="primed")
@@ -278,22 +278,16 @@ class DepthwiseCore(wiring.Component):
             with m.If(take):
                 m.d.sync += [step1.eq(step2), step2.eq(wrap_incr(step2, steps)),
                              w_cur.eq(w_rd.data)]
+        else:
+            take = i_stream.valid & advance
+            m.d.comb += [i_stream.ready.eq(advance), w_rd.addr.eq(step), w_rd.en.eq(advance)]
         if dsp:
             for j in range(lanes):
                 m.d.comb += prods[j].eq(mult18x18d(m, i_stream.payload[j], w_cur[j], advance,
                                                    f"mul_{j}"))
         if chains:
-            rows = []
-            for j in range(lanes):
-                values = chain_pairs(m, platform, i_stream.payload[j], w_cur[j], f"mul_{j}")
-                regs = [Signal(Shape.cast(v.shape()), name=f"rows_{j}_{n}", reset_less=True)
-                        for n, (_, v) in enumerate(values)]
-                with m.If(advance):
-                    m.d.sync += [r.eq(v) for r, (_, v) in zip(regs, values)]
-                rows.append([(shift, r) for r, (shift, _) in zip(regs, values)])
-        if not (dsp or chains):
-            take = i_stream.valid & advance
-            m.d.comb += [i_stream.ready.eq(advance), w_rd.addr.eq(step), w_rd.en.eq(advance)]
+            rows = [registered_pairs(m, platform, i_stream.payload[j], w_cur[j], advance,
+                                     f"mul_{j}", f"rows_{j}") for j in range(lanes)]
         with m.If(take):
             m.d.sync += [step.eq(wrap_incr(step, steps)), cf.eq(wrap_incr(cf, folds))]
         with m.If(advance):

@@ -56,7 +56,7 @@ from .blocks import (
     skid_output,
     wrap_incr,
 )
-from .chains import chain_op, chain_pairs, chain_sum
+from .chains import chain_op, chain_sum, registered_pairs
 from .memory import (
     LOGIC_ROM_BANK_WORDS,
     ReadPort,
@@ -160,16 +160,17 @@ class MatVecCore(wiring.Component):
     ``folds * groups + 1 + d`` cycles after its last input transfer, where
     ``d = timing.matvec_stages(simd, dsp_register)`` counts the pipeline registers (memory
     data, operand registers, products, and one adder-tree stage per two adder levels: 4 for
-    ``simd <= 4``, 5 up to 16, 6 up to 64; one more with ``dsp_register``), so ``latency = folds + folds * groups + d``
-    cycles from the first input transfer to the last output transfer when the input arrives
-    at one transfer per cycle. Every multiplier and adder-tree stage sits between registers
-    so that a board build reaches 100 MHz on ECP5. Elaborated for an iCE40 platform (LUT
-    multipliers), or on any platform when ``layer.multipliers`` is ``"lut"`` (no hard
-    multiplier; folding picks it for layers a device's DSPs cannot hold), weights of 4 or
-    more bits are multiplied without a multiplier: the input
-    buffer also holds ``3 * x`` and ``-x``, the operand registers hold the multiples of ``x``
-    that the weight's radix-4 digits pick (0, x, 2x, 3x; -x, -2x for a signed top digit), and
-    each product is their carry-save sum; the same values on the same cycles.
+    ``simd <= 4``, 5 up to 16, 6 up to 64; one more with ``dsp_register``), so
+    ``latency = folds + folds * groups + d`` cycles from the first input transfer to the last
+    output transfer when the input arrives at one transfer per cycle. Every multiplier and
+    adder-tree stage sits between registers so that a board build reaches 100 MHz on ECP5.
+    Elaborated for an iCE40 platform (LUT multipliers), or on any platform when
+    ``layer.multipliers`` is ``"lut"`` (no hard multiplier; folding picks it for layers a
+    device's DSPs cannot hold), weights of 4 or more bits are multiplied without a
+    multiplier: the input buffer also holds ``3 * x`` and ``-x``, the operand registers hold
+    the multiples of ``x`` that the weight's radix-4 digits pick (0, x, 2x, 3x; -x, -2x for
+    a signed top digit), and each product is their carry-save sum; the same values on the
+    same cycles.
     Elaborated for an ECP5, hard products are registered ``MULT18X18D``; with one input
     transfer per vector (``folds == 1``), an unsigned input and operands that
     :func:`ecp5_packed_products` allows (6-bit inputs and weights, say), PEs ``2i`` and
@@ -576,7 +577,7 @@ class MatVecCore(wiring.Component):
         # then the adder tree in `tree_stages` register stages of at most
         # `timing.ADDER_LEVELS_PER_STAGE` levels each; its last register feeds the accumulator.
         tree_stages = timing.matvec_tree_stages(simd)
-        n_stages = 3 + self._dsp_register + tree_stages
+        n_stages = timing.matvec_stages(simd, self._dsp_register)
         s_valid = [Signal(name=f"s{n + 1}_valid") for n in range(n_stages)]
         s_first = [Signal(name=f"s{n + 1}_first") for n in range(n_stages)]
         s_last = [Signal(name=f"s{n + 1}_last") for n in range(n_stages)]
@@ -612,16 +613,9 @@ class MatVecCore(wiring.Component):
                         m.d.sync += [r.eq(v) for r, v in zip(terms[p][s], values)]
         if chains:
             # S2 holds the pairs of rows, rows[p][s][n] = (shift, register).
-            rows = [[None] * simd for _ in range(pe)]
-            for p in range(pe):
-                for s in range(simd):
-                    values = chain_pairs(m, platform, x_rdata[s], w_layout(w_data)[p][s],
-                                         f"rows_{p}_{s}")
-                    rows[p][s] = [(shift, Signal(Shape.cast(v.shape()),
-                                                 name=f"rows_{p}_{s}_{n}", reset_less=True))
-                                  for n, (shift, v) in enumerate(values)]
-                    with m.If(adv_of(p, s)):
-                        m.d.sync += [r.eq(v) for (_, r), (_, v) in zip(rows[p][s], values)]
+            rows = [[registered_pairs(m, platform, x_rdata[s], w_layout(w_data)[p][s],
+                                      adv_of(p, s), f"rows_{p}_{s}", f"rows_{p}_{s}")
+                     for s in range(simd)] for p in range(pe)]
         if self._arithmetic == "multiply":
             xs = [x_word[s].x if digits else x_word[s] for s in range(simd)]
             prod_values = [[product(xs[s], w_word[p][s], lut=lut) for s in range(simd)]
