@@ -292,6 +292,11 @@ class SlidingWindowCore(wiring.Component):
         # comparison's carry chain in front of `issue`, which reaches every counter, was
         # ResNet-8's critical path on the ULX3S-85F (15.6 ns, need_hi -> issue -> ahead).
         rows_ok = Signal(init=int(0 >= g.row_span(0)[1]))
+        # need_hi of the next output row, and ahead + 1, kept in registers a cycle ahead so that
+        # rows_ok's next value compares registers only: computing them in front of the compare
+        # was a DS-CNN build's critical path (top_ih -> two carry chains -> rows_ok, 11.4 ns).
+        hi_next = Signal(range(height + 1), init=g.row_span(1)[1])
+        ahead_p1 = Signal.like(ahead, init=1)
         issue = advance & rows_ok
         pad = (ih < 0) | (ih >= height) | (iw < 0) | (iw >= width)
         m.d.comb += [
@@ -346,7 +351,8 @@ class SlidingWindowCore(wiring.Component):
                                 top_addr.eq(ring_add(top_addr, sh)),
                                 row_addr.eq(ring_add(top_addr, sh)),
                                 need_lo.eq(_clip_value(nxt, height)),
-                                need_hi.eq(_clip_value(nxt + ext_h, height)),
+                                need_hi.eq(hi_next),
+                                hi_next.eq(_clip_value(nxt + (sh + ext_h), height)),
                             ]
                         with m.Else():
                             # Next inference: its row 0 is `height` rows after this one's.
@@ -358,19 +364,21 @@ class SlidingWindowCore(wiring.Component):
                                 row_addr.eq(ring_add(top_addr, step)),
                                 need_lo.eq(g.row_span(0)[0]),
                                 need_hi.eq(g.row_span(0)[1]),
+                                hi_next.eq(g.row_span(1)[1]),
                             ]
                             m.d.comb += frame_done.eq(1)
 
-        m.d.sync += ahead.eq(ahead + row_done - Mux(frame_done, height, 0))
+        ahead_step = row_done - Mux(frame_done, height, 0)
+        m.d.sync += [ahead.eq(ahead + ahead_step), ahead_p1.eq(ahead_p1 + ahead_step)]
 
         # rows_ok's next value for either outcome of this cycle's issue (neither depends on
         # it): without an issue, or within an output row, need_hi stays; the row's last issue
         # moves it to the next row's span, the inference's last to the first row's, with
         # `ahead` less `height`. The comparisons are of registers, row_done picks one.
         def at_least(bound):
-            return Mux(row_done, ahead + 1 >= bound, ahead >= bound)
+            return Mux(row_done, ahead_p1 >= bound, ahead >= bound)
         stay = at_least(need_hi)
-        next_row = at_least(_clip_value(top_ih + sh + ext_h, height))
+        next_row = at_least(hi_next)
         next_frame = at_least(height + g.row_span(0)[1])
         row_end = last_cf & last_kj & last_ki & last_ow
         m.d.sync += rows_ok.eq(Mux(issue & row_end, Mux(last_oh, next_frame, next_row), stay))
