@@ -296,7 +296,7 @@ class SlidingWindowCore(wiring.Component):
         # rows_ok's next value compares registers only: computing them in front of the compare
         # was a DS-CNN build's critical path (top_ih -> two carry chains -> rows_ok, 11.4 ns).
         hi_next = Signal(range(height + 1), init=g.row_span(1)[1])
-        ahead_p1 = Signal.like(ahead, init=1)
+        ahead_p1 = Signal(range(1 - height, height + rows + 2), init=1)
         issue = advance & rows_ok
         pad = (ih < 0) | (ih >= height) | (iw < 0) | (iw >= width)
         m.d.comb += [
