@@ -28,7 +28,8 @@ from ..ir.layers import DenseLayer
 from ..plan import matvec as timing
 from ..plan.builder import matvec_arithmetic
 from ..plan.checks import check_count
-from ..plan.devices import ice40_paired_product, ice40_registered_product, memory_mapping
+from ..plan.devices import (BLOCK_STYLE, ice40_paired_product, ice40_registered_product,
+                            memory_mapping)
 from ..plan.spram import SPRAM_BITS, spram_count
 from .arith import (
     DIGIT_MIN_BITS,
@@ -108,6 +109,12 @@ class MatVecCore(wiring.Component):
         in two steps (the banks at the low address bits, then one picked by the high bits
         into the operand register), instead of one ``w_mem`` whose read is one deep LUT
         tree. The same values and cycles.
+    w_block : bool
+        The weight ROM (or its column slices) carries
+        :data:`~onnx2fpga.plan.devices.BLOCK_STYLE`, so that yosys puts it into block RAM
+        where it would build it in LUTs; read a cycle ahead as every block RAM of an ECP5
+        build is. The same values and cycles (the graph sets it for
+        :attr:`Dataflow.block_memories <onnx2fpga.ir.Dataflow>`).
     x_logic : bool
         The input buffer goes into soft logic: it is then no memory but two shift registers
         of ``folds`` words, one per bank of the double buffer. A bank shifts a word in at
@@ -201,13 +208,13 @@ class MatVecCore(wiring.Component):
         """The core of a ``"matvec"`` :class:`~onnx2fpga.plan.stage.Stage`."""
         p = stage.params
         return cls(p["layer"], arithmetic=p.get("arithmetic"), w_logic=p.get("w_logic", False),
-                   x_logic=p.get("x_logic", False), ice40_dsp=p.get("ice40_dsp", False),
+                   w_block=p.get("w_block", False), x_logic=p.get("x_logic", False), ice40_dsp=p.get("ice40_dsp", False),
                    w_spram=p.get("w_spram", False), dsp_register=p.get("dsp_register", False),
                    rom_stand_in=rom_stand_in)
 
     @quiet_if_invalid
-    def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False, x_logic=False,
-                 ice40_dsp=False, w_spram=False, dsp_register=False, rom_stand_in=False):
+    def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False, w_block=False,
+                 x_logic=False, ice40_dsp=False, w_spram=False, dsp_register=False, rom_stand_in=False):
         if not isinstance(layer, DenseLayer):
             raise TypeError(f"Layer must be a DenseLayer, not {layer!r}")
         simd = check_count(f"SIMD of layer {layer.name!r}", layer.simd)
@@ -244,6 +251,7 @@ class MatVecCore(wiring.Component):
         self._w_spram = bool(w_spram)
         self._w_banks = logic_rom_banks(self.groups * self.folds) \
             if w_logic and not w_spram else 1
+        self._w_block = bool(w_block) and self._w_banks == 1 and not self._w_spram
         self._x_logic = bool(x_logic)
         self._ice40_dsp = bool(ice40_dsp)
         self._dsp_register = bool(dsp_register)
@@ -348,7 +356,8 @@ class MatVecCore(wiring.Component):
             return {f"w_mem_bank{k}": (max(1, varying_fields(bank, bits).bit_count()), n)
                     for k, bank in enumerate(banks)}
         varying = varying_fields(fields, bits)
-        cols = rom_slices(platform, varying, depth, fields.shape[1] * bits)
+        cols = rom_slices(platform, varying, depth, fields.shape[1] * bits,
+                          block=self._w_block)
         names = ["w_mem"] if len(cols) == 1 else [f"w_mem_col{k}" for k in range(len(cols))]
         return {name: (max(1, ((varying >> lo) & ((1 << (hi - lo)) - 1)).bit_count()), depth)
                 for name, (lo, hi) in zip(names, cols)}
@@ -423,7 +432,8 @@ class MatVecCore(wiring.Component):
         varying = varying_fields(fields, bits) if self._w_banks == 1 else 0
         # Column slices of the weight ROM on an ECP5 (see the end of elaborate): one range
         # when it is one memory, and their read enables.
-        w_cols = rom_slices(platform, varying, depth, w_width) if self._w_banks == 1 \
+        w_cols = rom_slices(platform, varying, depth, w_width, block=self._w_block) \
+            if self._w_banks == 1 \
             else [(0, w_width)]
         w_slice_adv = []
         # ECP5 DSPs take their weights from a fabric register, not straight from the block
@@ -436,9 +446,11 @@ class MatVecCore(wiring.Component):
         # cycles later. Memories in LUTs are read in step: ahead, the stall logic reached
         # their address (the autoencoder's 640-input buffer in LUT RAM, 13.4 ns: 74.5 MHz).
         w_ahead = ahead and not self._w_spram and memory_mapping(
-            max(1, varying.bit_count()), max(depth, 1), "ecp5", rom=True).kind == "block"
+            max(1, varying.bit_count()), max(depth, 1), "ecp5", rom=True,
+            block=self._w_block).kind == "block"
         x_ahead = ahead and not self._x_logic and folds >= 3 and memory_mapping(
             Shape.cast(x_layout).width, 2 * folds, "ecp5", rom=False).kind == "block"
+        w_attrs = BLOCK_STYLE if self._w_block else None
         # A stand-in ROM: at most two words of zeros (the address's high bits unused).
         rom_depth = min(depth, 2) if self._rom_stand_in else depth
         if self._w_spram:
@@ -454,7 +466,8 @@ class MatVecCore(wiring.Component):
             pieces = []
             for k, (lo, hi) in enumerate(w_cols):
                 mem = Memory(shape=unsigned(hi - lo), depth=rom_depth,
-                             init=[(v >> lo) & ((1 << (hi - lo)) - 1) for v in words])
+                             init=[(v >> lo) & ((1 << (hi - lo)) - 1) for v in words],
+                             attrs=w_attrs)
                 m.submodules[f"w_mem_col{k}"] = mem
                 rd = mem.read_port()
                 adv = Signal(name=f"w_mem_col{k}_en")
@@ -468,7 +481,7 @@ class MatVecCore(wiring.Component):
             w_data = Cat(rd.data for rd in pieces)
         elif self._w_banks == 1:
             m.submodules.w_mem = w_mem = Memory(shape=unsigned(w_width), depth=rom_depth,
-                                                init=words)
+                                                init=words, attrs=w_attrs)
             w_rd = w_mem.read_port()
             w_data = w_rd.data
         else:

@@ -116,7 +116,7 @@ def rom_columns(platform, words: list, width: int) -> list:
 
 
 
-def rom_slices(platform, varying: int, depth: int, width: int) -> list:
+def rom_slices(platform, varying: int, depth: int, width: int, *, block: bool = False) -> list:
     """Bit ranges ``[(lo, hi), ...]`` of the column slices a weight ROM of ``depth`` words of
     ``width`` bits, the columns of mask ``varying`` not the same in every word
     (:func:`~onnx2fpga.plan.devices.varying_columns`), is built from: on an ECP5, when yosys
@@ -125,11 +125,12 @@ def rom_slices(platform, varying: int, depth: int, width: int) -> list:
     columns, per memory), the last slice the rest (joined to the one before where it would
     be left to LUTs); otherwise one range. Only when every slice still takes block RAMs and
     all of them no more than the whole ROM: TFC_2W2A's 64-word ROMs cut by plain bit ranges
-    fell into LUTs (27 fewer DP16KD, 3,500 more LUTs)."""
+    fell into LUTs (27 fewer DP16KD, 3,500 more LUTs). With ``block``, the ROM and its slices
+    carry :data:`~onnx2fpga.plan.devices.BLOCK_STYLE`: each takes block RAMs."""
     whole = [(0, width)]
     if not is_ecp5(platform) or not depth:
         return whole
-    mm = memory_mapping(max(1, varying.bit_count()), depth, "ecp5", rom=True)
+    mm = memory_mapping(max(1, varying.bit_count()), depth, "ecp5", rom=True, block=block)
     if mm.kind != "block" or mm.cells <= ROM_SLICE_BLOCKS:
         return whole
     step = ROM_SLICE_BLOCKS * mm.width
@@ -144,12 +145,12 @@ def rom_slices(platform, varying: int, depth: int, width: int) -> list:
     if len(cols) > 1:
         # A narrow rest would fall into LUTs alone: it joins the slice before it.
         rest = (varying >> cols[-1][0]).bit_count()
-        if memory_mapping(max(1, rest), depth, "ecp5", rom=True).kind != "block":
+        if memory_mapping(max(1, rest), depth, "ecp5", rom=True, block=block).kind != "block":
             cols[-2:] = [(cols[-2][0], width)]
     cells = 0
     for c_lo, c_hi in cols:
         bits = ((varying >> c_lo) & ((1 << (c_hi - c_lo)) - 1)).bit_count()
-        part = memory_mapping(max(1, bits), depth, "ecp5", rom=True)
+        part = memory_mapping(max(1, bits), depth, "ecp5", rom=True, block=block)
         if part.kind != "block" and bits:
             return whole
         cells += part.cells

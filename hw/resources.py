@@ -40,6 +40,7 @@ from __future__ import annotations
 from amaranth import Elaboratable, Module
 
 from ..plan.devices import (
+    BLOCK_STYLE,
     ECP5_DSP_BITS,
     FAMILIES,
     MemoryMap,
@@ -65,6 +66,7 @@ __all__ = [
     "WRAPPER_RX_FIFO", "wrapper_resources", "LUT_FEATURES", "LUT_COEFFICIENTS", "stage_key",
     "STAGE_CACHE_SIZE", "PRODUCT_STAGES", "PLATFORM_STAGES", "estimate_netlist",
     "read_netlist", "REQUANT_STAGES", "stage_part", "spram_loader_resources",
+    "logic_weight_roms", "BLOCK_ROM_MIN_WORDS",
 ]
 
 
@@ -289,7 +291,9 @@ def read_netlist(netlist, family: str, *, ice40_dsp: bool = False, logic=frozens
             # type) holds negative words, whose XOR would count sign bits without end.
             mask = (1 << cell.width) - 1
             width = max(1, varying_columns([int(v) & mask for v in cell.init]).bit_count())
-        mm = memory_mapping(width, depth, family, rom=rom, sync_read=m["async"] == 0)
+        block = rom and all(cell.attributes.get(k) == v for k, v in BLOCK_STYLE.items())
+        mm = memory_mapping(width, depth, family, rom=rom, sync_read=m["async"] == 0,
+                            block=block)
         f["memories"].append((width, depth, rom, mm))
         f["memory_names"].append(name)
         if mm.kind == "block":
@@ -544,6 +548,43 @@ class _WeightLoad(Elaboratable):
             m.d.sync += port.addr.eq(port.addr + 1)         # readers, as the cores drive them
             m.d.comb += port.en.eq(loader.done)
         return m
+
+
+#: The fewest words of a weight ROM worth moving into block RAM (:func:`logic_weight_roms`):
+#: yosys shares the LUTs of a shallow ROM's equal columns (a 4-word ROM has 16 distinct
+#: columns at most; with 219 varying columns of 4 words in LUTs, a layer took 231 LUT4 in
+#: all, 235 with the ROM in 7 DP16KD), where 32 words of 144 bits take 288 LUT4.
+BLOCK_ROM_MIN_WORDS = 16
+
+
+def logic_weight_roms(dataflow, family: str) -> list:
+    """The MatVec weight ROMs of ``dataflow`` that yosys builds in LUTs on ``family`` (a ROM of
+    few words, however wide), of at least :data:`BLOCK_ROM_MIN_WORDS` words, not yet named in
+    ``dataflow.block_memories``:
+    ``[(name, luts, blocks), ...]``, ``name`` ``"stage/w_mem"``, ``luts`` the ROM's part of the
+    estimate (its bits at :data:`LUT_COEFFICIENTS`' ``rom_bits``, times ``pnr``; the design's
+    estimate falls by less, as the core then reads the block RAMs through registers) and
+    ``blocks`` the block RAMs it takes with :data:`~onnx2fpga.plan.devices.BLOCK_STYLE`."""
+    check_family(family)
+    c = LUT_COEFFICIENTS[family]
+    skip = {*dataflow.logic_memories, *dataflow.spram_memories, *dataflow.block_memories}
+    out = []
+    for stage in plan_graph(dataflow).stages:
+        name = f"{stage.name}/w_mem"
+        if stage.kind != "matvec" or name in skip:
+            continue
+        core = make_core(stage, rom_stand_in=True)
+        core._MustUse__used = True
+        shapes = core.weight_rom_shapes(_platform(family))
+        if list(shapes) != ["w_mem"]:
+            continue                        # column slices: in block RAM already
+        width, depth = shapes["w_mem"]
+        if depth < BLOCK_ROM_MIN_WORDS or \
+                memory_mapping(width, depth, family, rom=True).kind != "logic":
+            continue
+        blocks = memory_mapping(width, depth, family, rom=True, block=True).cells
+        out.append((name, int(round(c["rom_bits"] * width * depth * c["pnr"])), blocks))
+    return out
 
 
 def spram_loader_resources(slots, family: str) -> dict:

@@ -103,7 +103,10 @@ class Dataflow:
     register in fabric behind each DSP's output (one more pipeline stage, on every platform,
     so that the cycles do not depend on it): the route out of a DSP block placed far from
     its adder tree was a ResNet-8 build's critical path at 100 MHz (8.8 ns of 12.2 ns).
-    Folding for an ECP5 board sets it.
+    Folding for an ECP5 board sets it. ``block_memories``: the weight ROMs,
+    ``"stage/w_mem"``, that carry yosys' ``rom_style = "block"`` so that they take block RAM
+    where yosys would build them in LUTs: board folding fills it when LUTs run short and
+    block RAMs do not; the values and cycles are the same either way.
     """
     layers: list
     input: Port
@@ -115,6 +118,7 @@ class Dataflow:
     ice40_dsps: int = 0
     spram_memories: list = field(default_factory=list)
     ecp5_dsp_registers: bool = False
+    block_memories: list = field(default_factory=list)
 
     def __post_init__(self):
         if not self.fifo_depths:

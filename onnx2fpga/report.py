@@ -284,6 +284,9 @@ def _summary_rows(m: dict, builds: dict, measured: dict | None = None) -> list:
     if f.get("logic_memories"):
         rows.append(["memories in soft logic (block RAM ran out)",
                      ", ".join(f["logic_memories"])])
+    if f.get("block_memories"):
+        rows.append(["weight ROMs in block RAM (LUTs ran short)",
+                     ", ".join(f["block_memories"])])
     q = m.get("quantization", {})
     if "calibration_max_abs_error" in q:
         rows.append(["output error vs float (calibration data)",

@@ -242,13 +242,16 @@ def device_check(target, utilization: float, pinned=frozenset(), weights: str = 
     :func:`~onnx2fpga.hw.resources.dataflow_resources`), and layers in ``pinned`` keep the
     user's choice. When the block RAMs overflow, memories move into soft logic
     (``dataflow.logic_memories``): the set that frees enough block RAMs for the fewest
-    logic cells (:func:`cheapest_cover`). The plan then fits if its LUTs and flip-flops do
+    logic cells (:func:`cheapest_cover`). When LUTs run short and block RAMs do not, the
+    weight ROMs yosys would build in LUTs move into block RAM
+    (``dataflow.block_memories``): the set that frees enough LUTs for the fewest block
+    RAMs, if they are spare. The plan then fits if its LUTs and flip-flops do
     too. On a device with SPRAMs (an iCE40 UltraPlus) and ``weights`` not ``"rom"``, weight
     memories go to SPRAM (``dataflow.spram_memories``) first: with ``"spram"`` the largest
     that fit, with ``"auto"`` the largest while the block RAMs overflow
     (:func:`spram_cover`); their folding must give them no more weights per cycle than
     their SPRAMs (:func:`onnx2fpga.plan.spram.spram_fits`), or they stay in block RAM."""
-    from .hw.resources import dataflow_resources
+    from .hw.resources import dataflow_resources, logic_weight_roms
     from .plan.devices import logic_cost
 
     lim = target.limits
@@ -308,6 +311,16 @@ def device_check(target, utilization: float, pinned=frozenset(), weights: str = 
             for name in moved:
                 by_name[name].multipliers = "lut"
             if moved:
+                res = dataflow_resources(df, target.family, wrapper=True, memories=True)
+                over = overflow(res)
+        if over and res["board"]["lut"] > caps["lut"] and res["board"]["bram"] < caps["bram"]:
+            # LUTs run short and block RAMs do not: the weight ROMs yosys would build in LUTs
+            # that free enough of them for the fewest block RAMs go into block RAM.
+            roms = logic_weight_roms(df, target.family)
+            moved = cheapest_cover(roms, res["board"]["lut"] - caps["lut"])
+            if moved and sum(b for n, _, b in roms if n in moved) <= \
+                    caps["bram"] - res["board"]["bram"]:
+                df.block_memories = sorted(df.block_memories + moved)
                 res = dataflow_resources(df, target.family, wrapper=True, memories=True)
                 over = overflow(res)
         if over and res["board"]["bram"] > caps["bram"]:

@@ -192,9 +192,10 @@ class Builder:
     """Appends stages and invents net names."""
 
     def __init__(self, logic_memories=(), ice40_dsps=0, spram_memories=(),
-                 ecp5_dsp_registers=False):
+                 ecp5_dsp_registers=False, block_memories=()):
         self.stages: list[Stage] = []
         self.logic = frozenset(logic_memories)      # "stage/memory" in soft logic
+        self.block = frozenset(block_memories)      # "stage/w_mem" in block RAM
         self.ice40_dsps = int(ice40_dsps)           # SB_MAC16s not yet given to a MatVec
         self.spram = frozenset(spram_memories)      # "stage/w_mem" in SPRAM
         self.ecp5_dsp_registers = bool(ecp5_dsp_registers)
@@ -292,6 +293,7 @@ def add_matvec(b: Builder, dense: DenseLayer, net: str, k: int, layer,
                 * (layer.out_size // dense.out_features), layer=layer,
                 params={"layer": dense, "arithmetic": arithmetic,
                         "w_logic": f"{name}/w_mem" in b.logic,
+                        "w_block": f"{name}/w_mem" in b.block,
                         "x_logic": f"{name}/x_mem" in b.logic, "ice40_dsp": ice40_dsp,
                         "w_spram": f"{name}/w_mem" in b.spram, "dsp_register": dsp_register})
     if not layer.requant:

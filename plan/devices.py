@@ -17,6 +17,7 @@ __all__ = [
     "LUT_PRODUCT_MAX_BITS", "ECP5_DSP_BITS", "ICE40_DSP_BITS", "ecp5_dsp_product",
     "ice40_registered_product",
     "ice40_paired_product", "ice40_matvec_dsps", "LOGIC_ROM_LUTS_PER_BIT", "logic_cells",
+    "BLOCK_STYLE",
 ]
 
 
@@ -152,10 +153,12 @@ class MemoryMap:
 
 
 def memory_mapping(width: int, depth: int, family: str, *, rom: bool,
-                   sync_read: bool = True) -> MemoryMap:
+                   sync_read: bool = True, block: bool = False) -> MemoryMap:
     """The mapping yosys 0.70's ``memory_libmap`` chooses for a memory of ``depth`` words of
     ``width`` bits with one read port (synchronous unless ``sync_read`` is false) and, unless
-    ``rom``, one write port writing whole words.
+    ``rom``, one write port writing whole words. With ``block``, the memory carries the
+    attribute :data:`BLOCK_STYLE` (``rom_style = "block"``): the cheapest block RAM mapping
+    whatever soft logic would cost.
 
     Examples: on iCE40 a 2048x8 ROM takes 4 ``SB_RAM40_4K``, a 128x8 ROM stays in LUTs
     (1024 bits / 16 = 64 is not more than one block's cost of 64), a 16x8 RAM takes a block;
@@ -168,9 +171,9 @@ def memory_mapping(width: int, depth: int, family: str, *, rom: bool,
     check_family(family)
     bits = width * depth
     logic_cost = int(bits / 16) if rom else bits
-    best, best_cost = MemoryMap("logic", 0), logic_cost
+    best, best_cost = MemoryMap("logic", 0), float("inf") if block else logic_cost
     for rdef in _LIBRARY[family]:
-        if rom and not rdef.rom:
+        if (rom and not rdef.rom) or (block and rdef.kind != "block"):
             continue
         if not sync_read and not rdef.async_read:
             continue
@@ -200,6 +203,13 @@ def memory_mapping(width: int, depth: int, family: str, *, rom: bool,
                 best_cost = cost
                 best = MemoryMap(rdef.kind, repl, uw, addrs)
     return best
+
+
+#: The attribute that puts a ROM into block RAM where yosys would build it in LUTs (a weight
+#: ROM of few words: yosys 0.70 builds 32 words of 144 bits from 288 LUT4, or 4 DP16KD),
+#: honoured by yosys' ``memory_libmap``. Board folding sets it where LUTs run short and
+#: block RAMs do not (:attr:`Dataflow.block_memories <onnx2fpga.ir.Dataflow>`).
+BLOCK_STYLE = {"rom_style": "block"}
 
 
 def varying_columns(words: list) -> int:

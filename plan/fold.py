@@ -97,7 +97,8 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         if the design fits the device, otherwise why not (``"dsp 160 > 156"``). Assumed to
         fail less often the fewer lanes a plan takes. It may set layers' ``multipliers`` to
         ``"lut"`` (every layer starts at ``"dsp"`` unless overridden) and fill
-        ``dataflow.logic_memories`` and ``dataflow.spram_memories`` (both start empty) to
+        ``dataflow.logic_memories``, ``dataflow.spram_memories`` and
+        ``dataflow.block_memories`` (all start empty) to
         make a plan fit; the chosen plan keeps what it set.
     target_cycles : int, optional
         Cycles per inference the design must reach.
@@ -111,7 +112,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
     The choice is recorded in ``dataflow.folding_info``: ``optimize``, the rate the search
     aimed at, what stopped it from going faster (``limited_by``), the layers whose products
     are in LUTs (``lut_multipliers``), the memories in soft logic (``logic_memories``) and
-    in SPRAM (``spram_memories``).
+    in SPRAM (``spram_memories``), the ROMs in block RAM (``block_memories``).
 
     Raises
     ------
@@ -167,7 +168,8 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
             # plan fit.
             mappings[target] = ([product_mapping(ly) for ly in layers],
                                 list(dataflow.logic_memories),
-                                list(dataflow.spram_memories))
+                                list(dataflow.spram_memories),
+                                list(dataflow.block_memories))
         return reasons[target]
 
     def _why_not(target):
@@ -259,7 +261,8 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
     if refit and fits is not None:
         fits(dataflow)      # the products and memories the faster plan moves into LUTs
     elif chosen_target is not None:
-        mults, dataflow.logic_memories, dataflow.spram_memories = mappings[chosen_target]
+        mults, dataflow.logic_memories, dataflow.spram_memories, dataflow.block_memories = \
+            mappings[chosen_target]
         for layer, mult in zip(layers, mults):
             if mult is not None:
                 layer.multipliers = mult
@@ -270,6 +273,8 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         info["logic_memories"] = list(dataflow.logic_memories)
     if dataflow.spram_memories:
         info["spram_memories"] = list(dataflow.spram_memories)
+    if dataflow.block_memories:
+        info["block_memories"] = list(dataflow.block_memories)
     dataflow.folding_info = info
     return dataflow
 
@@ -297,6 +302,7 @@ def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int | No
     _fold_with(dataflow, chosen, overrides)
     dataflow.logic_memories = []
     dataflow.spram_memories = []
+    dataflow.block_memories = []
     depth = MIN_DEPTH if fifo_depth is None else fifo_depth
     dataflow.fifo_depths = [depth] * len(dataflow.layers)
     plan = plan_graph(dataflow, check_ports=False)

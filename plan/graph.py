@@ -193,7 +193,8 @@ def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
     b = Builder(getattr(dataflow, "logic_memories", ()) or (),
                  getattr(dataflow, "ice40_dsps", 0) or 0,
                  getattr(dataflow, "spram_memories", ()) or (),
-                 bool(getattr(dataflow, "ecp5_dsp_registers", False)))
+                 bool(getattr(dataflow, "ecp5_dsp_registers", False)),
+                 getattr(dataflow, "block_memories", ()) or ())
     b.nets["in"] = (inp.type, inp.lanes, inp.size)
     tensor_net = {inp.name: "in"}
     # Readers of every tensor: (layer index, input index); the output port reads one too.
