@@ -209,8 +209,8 @@ class MatVecCore(wiring.Component):
         p = stage.params
         return cls(p["layer"], arithmetic=p.get("arithmetic"), w_logic=p.get("w_logic", False),
                    w_block=p.get("w_block", False), x_logic=p.get("x_logic", False),
-                   ice40_dsp=p.get("ice40_dsp", False), w_spram=p.get("w_spram", False), dsp_register=p.get("dsp_register", False),
-                   rom_stand_in=rom_stand_in)
+                   ice40_dsp=p.get("ice40_dsp", False), w_spram=p.get("w_spram", False),
+                   dsp_register=p.get("dsp_register", False), rom_stand_in=rom_stand_in)
 
     @quiet_if_invalid
     def __init__(self, layer: DenseLayer, *, arithmetic=None, w_logic=False, w_block=False,
