@@ -192,13 +192,14 @@ class Builder:
     """Appends stages and invents net names."""
 
     def __init__(self, logic_memories=(), ice40_dsps=0, spram_memories=(),
-                 ecp5_dsp_registers=False, block_memories=()):
+                 ecp5_dsp_registers=False, block_memories=(), window_registers=False):
         self.stages: list[Stage] = []
         self.logic = frozenset(logic_memories)      # "stage/memory" in soft logic
         self.block = frozenset(block_memories)      # "stage/w_mem" in block RAM
         self.ice40_dsps = int(ice40_dsps)           # SB_MAC16s not yet given to a MatVec
         self.spram = frozenset(spram_memories)      # "stage/w_mem" in SPRAM
         self.ecp5_dsp_registers = bool(ecp5_dsp_registers)
+        self.window_registers = bool(window_registers)
         self.nets: dict[str, tuple[IntType, int, int]] = {}      # net -> type, lanes, size
         self._count = 0
 
@@ -222,6 +223,15 @@ class Builder:
         self.stages.append(Stage(kind, name, in_type, out_type, in_lanes, out_lanes, size,
                                  layer, dict(params or {}), tuple(inputs), outs, in_size))
         return out_net if outputs is None else list(outs)
+
+    def window(self, name, net, out_type, lanes, size, layer, params) -> str:
+        """A ``"window"`` stage, and behind it a one-transfer FIFO (a pipeline register) with
+        ``window_registers`` (:attr:`Dataflow.window_registers <onnx2fpga.ir.Dataflow>`)."""
+        net = self.add("window", name, [net], out_type, lanes, size, layer=layer, params=params)
+        if self.window_registers:
+            net = self.add("fifo", f"{name}_reg", [net], out_type, lanes, size, layer=layer,
+                           params={"depth": 1, "pipeline": True})
+        return net
 
     # -- adapters: change lanes and types without changing values or order
 

@@ -113,7 +113,7 @@ def _taken(net: str, traces: dict, readers: dict, memo: dict) -> tuple:
     offered = traces[net]
     early, late = offered, None
     for stage, j in readers.get(net, []):
-        if stage.kind == "fifo":
+        if stage.kind == "fifo" and not stage.params.get("pipeline"):
             e, d = offered, offered
         else:
             after = [_taken(o, traces, readers, memo) for o in stage.outputs]
@@ -179,7 +179,8 @@ def fifo_depths(dataflow: Dataflow, plan: Plan, *, cycles: int | None = None,
     for stage in plan.stages:
         for j, n in enumerate(stage.inputs):
             readers.setdefault(n, []).append((stage, j))
-    queues = {s.outputs[0]: s for s in plan.stages if s.kind == "fifo"}
+    queues = {s.outputs[0]: s for s in plan.stages
+              if s.kind == "fifo" and not s.params.get("pipeline")}
     memo: dict = {}
 
     def twice(t):

@@ -194,7 +194,8 @@ def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
                  getattr(dataflow, "ice40_dsps", 0) or 0,
                  getattr(dataflow, "spram_memories", ()) or (),
                  bool(getattr(dataflow, "ecp5_dsp_registers", False)),
-                 getattr(dataflow, "block_memories", ()) or ())
+                 getattr(dataflow, "block_memories", ()) or (),
+                 bool(getattr(dataflow, "window_registers", False)))
     b.nets["in"] = (inp.type, inp.lanes, inp.size)
     tensor_net = {inp.name: "in"}
     # Readers of every tensor: (layer index, input index); the output port reads one too.

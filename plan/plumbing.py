@@ -20,10 +20,20 @@ def fifo_latency(depth: int) -> int:
 
 
 class FifoTiming(CoreKind):
-    """A :class:`~onnx2fpga.hw.plumbing.StreamFIFO`: :func:`fifo_latency` cycles through."""
+    """A :class:`~onnx2fpga.hw.plumbing.StreamFIFO`: :func:`fifo_latency` cycles through. A
+    queue between layers takes what it is offered (:mod:`onnx2fpga.plan.fifos` sizes it); a
+    pipeline register (params ``pipeline``, depth 1) takes transfer ``k`` once transfer
+    ``k - 1`` leaves, in the same cycle."""
     kinds = ("fifo",)
     paced = False
     plumbing = True
+
+    def takes(self, stage: Stage, ins: list, taken=None) -> list:
+        ins = [np.asarray(t, dtype=np.int64) for t in ins]
+        if taken is None or not stage.params.get("pipeline") or len(taken) != len(ins[0]):
+            return super().takes(stage, ins, taken)
+        before = np.concatenate([[np.iinfo(np.int64).min // 4], np.asarray(taken)[:-1]])
+        return [spaced(np.maximum(ins[0], before))]
 
     def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
         d = fifo_latency(stage.params["depth"])

@@ -41,9 +41,8 @@ class Conv(LayerKind):
         c, _, _ = layer.image
         kh, kw = layer.kernel
         pixels = layer.out_hw[0] * layer.out_hw[1]
-        net = b.add("window", f"window_{k}", [net], layer.in_type, layer.lanes,
-                    pixels * kh * kw * c, layer=layer,
-                    params=window_params(layer, layer.in_zero_point))
+        net = b.window(f"window_{k}", net, layer.in_type, layer.lanes, pixels * kh * kw * c,
+                       layer, window_params(layer, layer.in_zero_point))
         if layer.depthwise:
             w = layer.weight.reshape(c, kh * kw)
             bias = layer.bias - layer.in_zero_point * w.sum(axis=1)

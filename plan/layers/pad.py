@@ -21,8 +21,8 @@ class Pad(LayerKind):
     def stages(self, b: Builder, layer, ins, orders, k, out_net) -> str:
         net = b.lanes(ins[0], layer.lanes, f"convert_{k}")
         params = window_params(layer, layer.value, kernel=(1, 1))
-        net = b.add("window", f"pad_{k}", [net], layer.in_type, layer.lanes, layer.out_size,
-                    layer=layer, params=params)
+        net = b.window(f"pad_{k}", net, layer.in_type, layer.lanes, layer.out_size, layer,
+                       params)
         return finish_layer(b, net, out_net)
 
     def options(self, layer):

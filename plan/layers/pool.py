@@ -30,9 +30,8 @@ class Pool(LayerKind):
         window = layer.window
         if not layer.is_global:
             oh, ow = layer.out_hw
-            net = b.add("window", f"window_{k}", [net], layer.in_type, layer.lanes,
-                        oh * ow * window * c, layer=layer,
-                        params=window_params(layer, pad_value))
+            net = b.window(f"window_{k}", net, layer.in_type, layer.lanes, oh * ow * window * c,
+                           layer, window_params(layer, pad_value))
         if layer.op == "max":
             red_type = layer.in_type
         else:

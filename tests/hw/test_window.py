@@ -364,3 +364,44 @@ def test_window_errors():
         window_cycles(6, 5, 5, (3, 3), lanes=4)
     with pytest.raises(ValueError, match=r"^Kernel must be at least 1 in both dimensions"):
         window_latency(6, 5, 5, (3, -1))
+
+
+@pytest.mark.rtl
+@pytest.mark.parametrize("kind, windows", [("residual", 2), ("avgpool", 2)])
+def test_window_registers_take_one_cycle_per_window(tmp_path, kind, windows):
+    """``Dataflow.window_registers`` (set for ECP5 boards): a pipeline register behind every
+    window's output. The model's latency grows by one per window, its cycles per inference
+    not; the RTL under stalls equals golden, and its figures those of the model (the skip
+    queue of the residual net sized with the registers in place)."""
+    import onnx2fpga
+    from onnx2fpga.hw.emit import emit_verilog
+    from onnx2fpga.plan import cost
+    from onnx2fpga.plan.fold import fold
+    from onnx2fpga.plan.graph import plan_graph
+    from onnx2fpga.sim.golden import run_dataflow
+    from onnx2fpga.sim.rtl import simulate_rtl
+    from tests.helpers.models import ort_qdq_cnn
+
+    path, _ = ort_qdq_cnn(tmp_path, kind=kind)
+    figures, dfs = {}, {}
+    for regs in (False, True):
+        df = onnx2fpga.compile(path, stop_after="lower").design.dataflow
+        df.window_registers = regs
+        fold(df)
+        dfs[regs], figures[regs] = df, cost.dataflow_cycles(df)
+    stages = [s.name for s in plan_graph(dfs[True]).stages if s.params.get("pipeline")]
+    assert len(stages) == windows and all(s.endswith("_reg") for s in stages)
+    assert not any(s.params.get("pipeline") for s in plan_graph(dfs[False]).stages)
+    assert figures[True]["latency_cycles"] == figures[False]["latency_cycles"] + windows
+    assert figures[True]["cycles_per_inference"] == figures[False]["cycles_per_inference"]
+    df = dfs[True]
+    x = np.random.default_rng(2).integers(df.input.type.lo, df.input.type.hi + 1,
+                                          size=(6, df.input.size))
+    (tmp_path / "top.v").write_text(emit_verilog(df))
+    res = simulate_rtl(tmp_path / "top.v", df.input, df.output, x, build_dir=tmp_path / "b",
+                       stall_prob_in=0.3, stall_prob_out=0.5, seed=4, progress=False)
+    np.testing.assert_array_equal(res.outputs, run_dataflow(df, x))
+    res = simulate_rtl(tmp_path / "top.v", df.input, df.output, x[:2],
+                       build_dir=tmp_path / "b", progress=False)
+    assert res.latency_cycles == figures[True]["latency_cycles"]
+    assert res.cycles_per_inference == figures[True]["cycles_per_inference"]
