@@ -1,7 +1,10 @@
 """Golden model vs onnxruntime on onnxruntime's own QDQ MLPs: exact matches and the largest
 difference, in output quantization steps (LSB), for each multiplier width.
 
-    python benchmarks/ort_agreement.py [--samples N] [--models DIR]
+    python benchmarks/ort_agreement.py [--samples N] [--models DIR] [--joins]
+
+With --joins, the pools, adds and concatenations of small QDQ CNNs instead, each layer on
+onnxruntime's own inputs (its default path and its integer kernels): outputs that differ.
 
 Without --models, MLPs are built and quantized here (Gemm and MatMul+Add, opsets 13 and 21,
 int8/uint8 activations, per-tensor and per-channel weights). With --models, every
@@ -49,7 +52,11 @@ def main(argv=None):
     p.add_argument("--samples", type=int, default=1000)
     p.add_argument("--models", default=None)
     p.add_argument("--bits", default="16,24")
+    p.add_argument("--joins", action="store_true",
+                   help="pools, adds and concatenations of QDQ CNNs, layer by layer")
     args = p.parse_args(argv)
+    if args.joins:
+        return joins(args.samples)
     bits = [int(b) for b in args.bits.split(",")]
     tmp = Path(tempfile.mkdtemp())
     rows = []
@@ -89,6 +96,35 @@ def main(argv=None):
         ex, n, mx = tot[b]
         print(f"all, {b}-bit multipliers: {ex}/{n} exact ({ex / n * 100:.3f} %), largest "
               f"difference {mx:.0f} LSB")
+
+
+def joins(samples: int) -> None:
+    """Each pool, add and concat layer of :func:`~tests.helpers.models.ort_qdq_cnn`'s CNNs
+    that have one, run by the golden model on onnxruntime's own input tensors."""
+    import onnx2fpga
+    from onnx2fpga.sim import golden
+    from tests.helpers.models import CNN_KINDS, ort_qdq_cnn, ort_quantized_tensors
+
+    tmp = Path(tempfile.mkdtemp())
+    print(f"{'model':<18}{'kernels':<9}{'layer':<16}{'outputs':>9}{'differ':>8}{'%':>8}  max LSB")
+    for kind in ("avgpool", "residual", "concat"):
+        for act in ("int8", "uint8"):
+            path, _ = ort_qdq_cnn(tmp, kind=kind, activation=act)
+            x = np.random.default_rng(6).standard_normal(
+                (samples, 1) + CNN_KINDS[kind]).astype(np.float32) * 2
+            df = onnx2fpga.compile(path, stop_after="lower").design.dataflow
+            for integer in (False, True):
+                ref = ort_quantized_tensors(path, x, integer_kernels=integer)
+                for ly in df.layers:
+                    if ly.kind not in ("pool", "add", "concat") or \
+                            not all(t in ref for t in (*ly.inputs, ly.output)):
+                        continue
+                    got = golden.run_layer(ly, *(ref[t] for t in ly.inputs))
+                    d = np.abs(got.reshape(samples, -1) - ref[ly.output].reshape(samples, -1))
+                    n = int((d != 0).sum())
+                    print(f"{kind + ' ' + act:<18}{'integer' if integer else 'default':<9}"
+                          f"{ly.name + ' (' + ly.kind + ')':<16}{d.size:>9}{n:>8}"
+                          f"{100 * n / d.size:>8.3f}  {int(d.max())}")
 
 
 if __name__ == "__main__":
