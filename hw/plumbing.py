@@ -24,7 +24,9 @@ class StreamFIFO(wiring.Component):
     Depth 1 is a single pipeline register (full throughput; ``i_stream.ready`` follows
     ``o_stream.ready`` combinationally while it is full); depths 2..4 use
     :class:`amaranth.lib.fifo.SyncFIFO` (storage in flip-flops, latency 1); deeper queues use
-    :class:`amaranth.lib.fifo.SyncFIFOBuffered` (storage in block RAM, latency 2).
+    :class:`amaranth.lib.fifo.SyncFIFOBuffered` (storage in block RAM, latency 2), whose
+    output comes straight from the block RAM unless ``out_register`` puts a pipeline register
+    (as depth 1) behind it (latency 3).
 
     Parameters
     ----------
@@ -34,6 +36,8 @@ class StreamFIFO(wiring.Component):
         Elements per transfer.
     depth : int
         Number of transfers the queue holds, at least 1.
+    out_register : bool
+        For a queue in block RAM (depth over 4): a register behind its output.
 
     Members
     -------
@@ -45,13 +49,15 @@ class StreamFIFO(wiring.Component):
     @classmethod
     def from_stage(cls, stage) -> StreamFIFO:
         """The core of a ``"fifo"`` :class:`~onnx2fpga.plan.stage.Stage`."""
-        return cls(stage.out_type, stage.out_lanes, stage.params["depth"])
+        return cls(stage.out_type, stage.out_lanes, stage.params["depth"],
+                   out_register=stage.params.get("out_register", False))
 
     @quiet_if_invalid
-    def __init__(self, shape, lanes, depth):
+    def __init__(self, shape, lanes, depth, *, out_register=False):
         self._shape = int_shape(shape)
         self._lanes = check_count("Lanes", lanes)
         self._depth = check_count("FIFO depth", depth)
+        self._out_register = bool(out_register) and self._depth > 4
         layout = data.ArrayLayout(self._shape, self._lanes)
         super().__init__({
             "i_stream": In(stream.Signature(layout)),
@@ -65,21 +71,18 @@ class StreamFIFO(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from a write to the earliest read of that transfer."""
-        return timing.fifo_latency(self._depth)
+        return timing.fifo_latency(self._depth, self._out_register)
 
     def elaborate(self, platform):
         m = Module()
         i_stream, o_stream = self.i_stream, self.o_stream
         if self._depth == 1:
-            full = Signal()
-            m.d.comb += [
-                i_stream.ready.eq(~full | o_stream.ready),
-                o_stream.valid.eq(full),
-            ]
-            with m.If(o_stream.ready):
-                m.d.sync += full.eq(0)
-            with m.If(i_stream.valid & i_stream.ready):
-                m.d.sync += [full.eq(1), o_stream.payload.eq(i_stream.payload)]
+            _register(m, i_stream, o_stream)
+            return m
+        if self._out_register:
+            m.submodules.queue = queue = StreamFIFO(self._shape, self._lanes, self._depth)
+            wiring.connect(m, wiring.flipped(i_stream), queue.i_stream)
+            _register(m, queue.o_stream, o_stream)
             return m
         width = self._shape.width * self._lanes
         cls = fifo.SyncFIFO if self._depth <= 4 else fifo.SyncFIFOBuffered
@@ -94,6 +97,20 @@ class StreamFIFO(wiring.Component):
         ]
         return m
 
+
+
+def _register(m, i_stream, o_stream) -> None:
+    """A pipeline register from ``i_stream`` to ``o_stream``: full throughput,
+    ``i_stream.ready`` following ``o_stream.ready`` combinationally while it is full."""
+    full = Signal()
+    m.d.comb += [
+        i_stream.ready.eq(~full | o_stream.ready),
+        o_stream.valid.eq(full),
+    ]
+    with m.If(o_stream.ready):
+        m.d.sync += full.eq(0)
+    with m.If(i_stream.valid & i_stream.ready):
+        m.d.sync += [full.eq(1), o_stream.payload.eq(i_stream.payload)]
 
 
 class WidthConverter(wiring.Component):

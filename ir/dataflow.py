@@ -106,12 +106,14 @@ class Dataflow:
     Folding for an ECP5 board sets it. ``block_memories``: the weight ROMs,
     ``"stage/w_mem"``, that carry yosys' ``rom_style = "block"`` so that they take block RAM
     where yosys would build them in LUTs: board folding fills it when LUTs run short and
-    block RAMs do not; the values and cycles are the same either way. ``window_registers``:
-    each sliding window's output passes a pipeline register (a one-transfer FIFO) before the
-    core it feeds (one more cycle of latency per window, on every platform): an ECP5 block
-    RAM's output (5.8 ns clock-to-out) through the padding multiplexer to the next core,
-    placed far away, was a ResNet-8 build's critical path at 100 MHz (11.4 ns). Folding for
-    an ECP5 board sets it.
+    block RAMs do not; the values and cycles are the same either way. ``bram_registers``:
+    a block RAM read that feeds another core passes a pipeline register first (one more
+    cycle of latency each, on every platform): each sliding window's output (a one-transfer
+    FIFO behind it) and each queue in block RAM (:class:`~onnx2fpga.hw.plumbing.StreamFIFO`'s
+    ``out_register``). An ECP5 block RAM's output (5.8 ns clock-to-out) into a core placed
+    far away was a ResNet-8 build's critical path at 100 MHz twice: a window's through its
+    padding multiplexer (11.4 ns), then a skip queue's (10.5 ns). Folding for an ECP5 board
+    sets it.
     """
     layers: list
     input: Port
@@ -124,7 +126,7 @@ class Dataflow:
     spram_memories: list = field(default_factory=list)
     ecp5_dsp_registers: bool = False
     block_memories: list = field(default_factory=list)
-    window_registers: bool = False
+    bram_registers: bool = False
 
     def __post_init__(self):
         if not self.fifo_depths:

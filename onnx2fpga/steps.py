@@ -707,7 +707,7 @@ def _fold(c: Compilation, say) -> None:
         # ECP5 DSP products: a fabric register behind each MULT18X18D's output.
         c.design.dataflow.ecp5_dsp_registers = target.family == "ecp5"
         # ECP5 windows: a register behind each line buffer's read.
-        c.design.dataflow.window_registers = target.family == "ecp5"
+        c.design.dataflow.bram_registers = target.family == "ecp5"
     say("choosing the folding" + (f" for {board}" if board else ""))
     try:
         fold(c.design.dataflow, overrides=o["folding"], progress=say, **o["fold_options"])

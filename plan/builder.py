@@ -20,6 +20,7 @@ from ..ir.stages import LutStage, RequantStage, ThresholdStage
 from ..ir.types import IntType
 from .devices import ecp5_dsp_product, ice40_matvec_dsps
 from .lut import lut_as_thresholds, lut_then, lut_window, prefer_thresholds
+from .plumbing import fifo_latency
 from .stage import Stage
 from .thresholds import requant_as_thresholds, threshold_is_cheaper
 
@@ -192,14 +193,14 @@ class Builder:
     """Appends stages and invents net names."""
 
     def __init__(self, logic_memories=(), ice40_dsps=0, spram_memories=(),
-                 ecp5_dsp_registers=False, block_memories=(), window_registers=False):
+                 ecp5_dsp_registers=False, block_memories=(), bram_registers=False):
         self.stages: list[Stage] = []
         self.logic = frozenset(logic_memories)      # "stage/memory" in soft logic
         self.block = frozenset(block_memories)      # "stage/w_mem" in block RAM
         self.ice40_dsps = int(ice40_dsps)           # SB_MAC16s not yet given to a MatVec
         self.spram = frozenset(spram_memories)      # "stage/w_mem" in SPRAM
         self.ecp5_dsp_registers = bool(ecp5_dsp_registers)
-        self.window_registers = bool(window_registers)
+        self.bram_registers = bool(bram_registers)
         self.nets: dict[str, tuple[IntType, int, int]] = {}      # net -> type, lanes, size
         self._count = 0
 
@@ -226,12 +227,21 @@ class Builder:
 
     def window(self, name, net, out_type, lanes, size, layer, params) -> str:
         """A ``"window"`` stage, and behind it a one-transfer FIFO (a pipeline register) with
-        ``window_registers`` (:attr:`Dataflow.window_registers <onnx2fpga.ir.Dataflow>`)."""
+        ``bram_registers`` (:attr:`Dataflow.bram_registers <onnx2fpga.ir.Dataflow>`)."""
         net = self.add("window", name, [net], out_type, lanes, size, layer=layer, params=params)
-        if self.window_registers:
+        if self.bram_registers:
             net = self.add("fifo", f"{name}_reg", [net], out_type, lanes, size, layer=layer,
                            params={"depth": 1, "pipeline": True})
         return net
+
+    def fifo(self, name, net, depth, layer=None) -> str:
+        """A ``"fifo"`` stage of ``depth`` transfers; with ``bram_registers``, one in block RAM
+        (:func:`~onnx2fpga.plan.plumbing.fifo_latency`) has an output register."""
+        t, lanes, size = self.nets[net]
+        params = {"depth": int(depth)}
+        if self.bram_registers and fifo_latency(depth) > 1:
+            params["out_register"] = True
+        return self.add("fifo", name, [net], t, lanes, size, layer=layer, params=params)
 
     # -- adapters: change lanes and types without changing values or order
 

@@ -189,7 +189,7 @@ def fifo_depths(dataflow: Dataflow, plan: Plan, *, cycles: int | None = None,
     def depth(net):
         queue = queues[net]
         early, late = _taken(net, traces, readers, memo)
-        lat = fifo_latency(queue.params["depth"])
+        lat = fifo_latency(queue.params["depth"], queue.params.get("out_register", False))
         written = latest_writes(traces[queue.inputs[0]], late, lat)
         taken = spaced(np.maximum(early, written + lat))
         held = fifo_occupancy(twice(written), twice(taken))

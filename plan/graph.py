@@ -195,7 +195,7 @@ def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
                  getattr(dataflow, "spram_memories", ()) or (),
                  bool(getattr(dataflow, "ecp5_dsp_registers", False)),
                  getattr(dataflow, "block_memories", ()) or (),
-                 bool(getattr(dataflow, "window_registers", False)))
+                 bool(getattr(dataflow, "bram_registers", False)))
     b.nets["in"] = (inp.type, inp.lanes, inp.size)
     tensor_net = {inp.name: "in"}
     # Readers of every tensor: (layer index, input index); the output port reads one too.
@@ -223,8 +223,7 @@ def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
             consumer = "port" if r[0] == "port" else dataflow.layers[r[0]].name
             depth = dataflow.edge_fifos.get(f"{tensor}->{consumer}", 0)
             if depth:
-                o = b.add("fifo", f"fifo_{k_label}_{consumer}", [o], t, lanes, size,
-                          params={"depth": int(depth)})
+                o = b.fifo(f"fifo_{k_label}_{consumer}", o, depth)
             taps[(tensor, r)] = o
 
     publish(inp.name, "in")
@@ -250,9 +249,7 @@ def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
             body_out = f"t{k}_{layer.name}" if not depth else f"t{k}_{layer.name}_pre"
             net = kind_of(layer).stages(b, layer, ins, in_orders, k, body_out)
             if depth:
-                t, lanes, size = b.nets[net]
-                net = b.add("fifo", f"fifo_{k}", [net], t, lanes, size,
-                            params={"depth": depth})
+                net = b.fifo(f"fifo_{k}", net, depth)
             tensor_net[layer.output] = net
         layer_names[layer.name] = [s.name for s in b.stages[start:]]
         publish(layer.output, str(k))

@@ -11,12 +11,13 @@ from .stage import CoreKind, Stage, spaced
 __all__ = ["fifo_latency", "FifoTiming", "ConvertTiming", "CastTiming"]
 
 
-def fifo_latency(depth: int) -> int:
+def fifo_latency(depth: int, out_register: bool = False) -> int:
     """Cycles from a write into a :class:`~onnx2fpga.hw.plumbing.StreamFIFO` of ``depth`` to the
-    earliest read (0 for depth 0, which is a plain connection)."""
+    earliest read (0 for depth 0, which is a plain connection); one more for a queue in block
+    RAM with ``out_register``."""
     if depth <= 0:
         return 0
-    return 1 if depth <= 4 else 2
+    return 1 if depth <= 4 else 2 + bool(out_register)
 
 
 class FifoTiming(CoreKind):
@@ -36,11 +37,12 @@ class FifoTiming(CoreKind):
         return [spaced(np.maximum(ins[0], before))]
 
     def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
-        d = fifo_latency(stage.params["depth"])
+        d = fifo_latency(stage.params["depth"], stage.params.get("out_register", False))
         return first + d, last + d
 
     def trace(self, stage: Stage, ins: list) -> np.ndarray:
-        return ins[0] + fifo_latency(stage.params["depth"])
+        return ins[0] + fifo_latency(stage.params["depth"],
+                                     stage.params.get("out_register", False))
 
 
 class ConvertTiming(CoreKind):

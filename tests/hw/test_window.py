@@ -367,12 +367,12 @@ def test_window_errors():
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("kind, windows", [("residual", 2), ("avgpool", 2)])
-def test_window_registers_take_one_cycle_per_window(tmp_path, kind, windows):
-    """``Dataflow.window_registers`` (set for ECP5 boards): a pipeline register behind every
-    window's output. The model's latency grows by one per window, its cycles per inference
-    not; the RTL under stalls equals golden, and its figures those of the model (the skip
-    queue of the residual net sized with the registers in place)."""
+@pytest.mark.parametrize("kind, windows, queues", [("residual", 2, 2), ("avgpool", 2, 0)])
+def test_bram_registers_take_one_cycle_each(tmp_path, kind, windows, queues):
+    """``Dataflow.bram_registers`` (set for ECP5 boards): a pipeline register behind every
+    window's output and behind every queue in block RAM (two in the residual net).
+    The model's latency grows by one per register on its longest path, its cycles per
+    inference not; the RTL under stalls equals golden, and its figures are the model's."""
     import onnx2fpga
     from onnx2fpga.hw.emit import emit_verilog
     from onnx2fpga.plan import cost
@@ -386,13 +386,18 @@ def test_window_registers_take_one_cycle_per_window(tmp_path, kind, windows):
     figures, dfs = {}, {}
     for regs in (False, True):
         df = onnx2fpga.compile(path, stop_after="lower").design.dataflow
-        df.window_registers = regs
+        df.bram_registers = regs
         fold(df)
         dfs[regs], figures[regs] = df, cost.dataflow_cycles(df)
-    stages = [s.name for s in plan_graph(dfs[True]).stages if s.params.get("pipeline")]
-    assert len(stages) == windows and all(s.endswith("_reg") for s in stages)
-    assert not any(s.params.get("pipeline") for s in plan_graph(dfs[False]).stages)
-    assert figures[True]["latency_cycles"] == figures[False]["latency_cycles"] + windows
+    stages = plan_graph(dfs[True]).stages
+    assert [s.name for s in stages if s.params.get("pipeline")] == \
+        [f"{s.name}_reg" for s in stages if s.kind == "window"]
+    assert sum(s.kind == "window" for s in stages) == windows
+    assert sum(bool(s.params.get("out_register")) for s in stages) == queues
+    assert not any(s.params.get("pipeline") or s.params.get("out_register")
+                   for s in plan_graph(dfs[False]).stages)
+    grown = figures[True]["latency_cycles"] - figures[False]["latency_cycles"]
+    assert windows <= grown <= windows + queues
     assert figures[True]["cycles_per_inference"] == figures[False]["cycles_per_inference"]
     df = dfs[True]
     x = np.random.default_rng(2).integers(df.input.type.lo, df.input.type.hi + 1,
