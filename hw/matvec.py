@@ -434,8 +434,7 @@ class MatVecCore(wiring.Component):
         # Column slices of the weight ROM on an ECP5 (see the end of elaborate): one range
         # when it is one memory, and their read enables.
         w_cols = rom_slices(platform, varying, depth, w_width, block=self._w_block) \
-            if self._w_banks == 1 \
-            else [(0, w_width)]
+            if self._w_banks == 1 else [(0, w_width)]
         w_slice_adv = []
         # ECP5 DSPs take their weights from a fabric register, not straight from the block
         # RAMs, and so do the LUT products (a weight ROM's output into the digit pickers was

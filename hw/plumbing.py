@@ -57,7 +57,7 @@ class StreamFIFO(wiring.Component):
         self._shape = int_shape(shape)
         self._lanes = check_count("Lanes", lanes)
         self._depth = check_count("FIFO depth", depth)
-        self._out_register = bool(out_register) and self._depth > 4
+        self._out_register = bool(out_register) and self._depth > timing.FLOP_FIFO_DEPTH
         layout = data.ArrayLayout(self._shape, self._lanes)
         super().__init__({
             "i_stream": In(stream.Signature(layout)),
@@ -85,7 +85,7 @@ class StreamFIFO(wiring.Component):
             _register(m, queue.o_stream, o_stream)
             return m
         width = self._shape.width * self._lanes
-        cls = fifo.SyncFIFO if self._depth <= 4 else fifo.SyncFIFOBuffered
+        cls = fifo.SyncFIFO if self._depth <= timing.FLOP_FIFO_DEPTH else fifo.SyncFIFOBuffered
         m.submodules.fifo = q = cls(width=width, depth=self._depth)
         m.d.comb += [
             q.w_data.eq(i_stream.payload),

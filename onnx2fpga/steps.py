@@ -706,7 +706,7 @@ def _fold(c: Compilation, say) -> None:
             c.design.dataflow.ice40_dsps = int(target.limits.dsp * utilization)
         # ECP5 DSP products: a fabric register behind each MULT18X18D's output.
         c.design.dataflow.ecp5_dsp_registers = target.family == "ecp5"
-        # ECP5 windows: a register behind each line buffer's read.
+        # ECP5 block RAM reads feeding another core (windows, deep queues): a register.
         c.design.dataflow.bram_registers = target.family == "ecp5"
     say("choosing the folding" + (f" for {board}" if board else ""))
     try:

@@ -20,7 +20,7 @@ from ..ir.stages import LutStage, RequantStage, ThresholdStage
 from ..ir.types import IntType
 from .devices import ecp5_dsp_product, ice40_matvec_dsps
 from .lut import lut_as_thresholds, lut_then, lut_window, prefer_thresholds
-from .plumbing import fifo_latency
+from .plumbing import FLOP_FIFO_DEPTH
 from .stage import Stage
 from .thresholds import requant_as_thresholds, threshold_is_cheaper
 
@@ -236,10 +236,11 @@ class Builder:
 
     def fifo(self, name, net, depth, layer=None) -> str:
         """A ``"fifo"`` stage of ``depth`` transfers; with ``bram_registers``, one in block RAM
-        (:func:`~onnx2fpga.plan.plumbing.fifo_latency`) has an output register."""
+        (deeper than :data:`~onnx2fpga.plan.plumbing.FLOP_FIFO_DEPTH`) has an output
+        register."""
         t, lanes, size = self.nets[net]
         params = {"depth": int(depth)}
-        if self.bram_registers and fifo_latency(depth) > 1:
+        if self.bram_registers and depth > FLOP_FIFO_DEPTH:
             params["out_register"] = True
         return self.add("fifo", name, [net], t, lanes, size, layer=layer, params=params)
 

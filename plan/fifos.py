@@ -33,7 +33,7 @@ from .builder import Plan
 from .cores import core_kind
 from .cost import plan_traces, stage_cycles
 from .layers import kind_of
-from .plumbing import fifo_latency
+from .plumbing import FLOP_FIFO_DEPTH, fifo_latency
 from .stage import spaced, spaced_before
 
 __all__ = ["MIN_DEPTH", "SMALL_DEPTH", "MARGIN", "MAX_DEPTH", "fifo_occupancy", "latest_writes",
@@ -46,7 +46,7 @@ MIN_DEPTH = 2
 
 #: The deepest queue of flip-flops (1 cycle through, :func:`~onnx2fpga.plan.plumbing.fifo_latency`):
 #: an occupancy up to it is the depth.
-SMALL_DEPTH = 4
+SMALL_DEPTH = FLOP_FIFO_DEPTH
 
 #: Transfers added to a larger occupancy: a queue deeper than :data:`SMALL_DEPTH` takes a cycle
 #: longer through (memory), which the model's traces, computed with 2-deep queues, do not

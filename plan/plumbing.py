@@ -8,7 +8,11 @@ import numpy as np
 
 from .stage import CoreKind, Stage, spaced
 
-__all__ = ["fifo_latency", "FifoTiming", "ConvertTiming", "CastTiming"]
+__all__ = ["FLOP_FIFO_DEPTH", "fifo_latency", "FifoTiming", "ConvertTiming", "CastTiming"]
+
+#: The deepest :class:`~onnx2fpga.hw.plumbing.StreamFIFO` kept in flip-flops (1 cycle through);
+#: deeper queues are in block RAM.
+FLOP_FIFO_DEPTH = 4
 
 
 def fifo_latency(depth: int, out_register: bool = False) -> int:
@@ -17,7 +21,7 @@ def fifo_latency(depth: int, out_register: bool = False) -> int:
     RAM with ``out_register``."""
     if depth <= 0:
         return 0
-    return 1 if depth <= 4 else 2 + bool(out_register)
+    return 1 if depth <= FLOP_FIFO_DEPTH else 2 + bool(out_register)
 
 
 class FifoTiming(CoreKind):
