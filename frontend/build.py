@@ -45,6 +45,7 @@ from .epilogue import (
     compact,
     compact_axes,
     f32_ratio,
+    float32_stage,
     integer_bias,
     is_identity,
     match_epilogue,
@@ -540,7 +541,12 @@ def _pool_layer(hw, grp, src, qi, aff, out):
                      counts.astype(np.float32)[None], s_out).astype(np.float64)
     mult = compact_axes(mult)
     off = np.broadcast_to(np.asarray(aff.b, np.float64), (c,)) / s_out
-    st = requant_stage(mult, off, aff, grp, hw.options)
+    # onnxruntime's QLinearAveragePool averages in float32 and quantizes the result: its
+    # exact ties (a sum of 3 over a border count of 6) land on half, rounded to even, as the
+    # float32 stage rounds them (a multiplier rounded to 24 bits would round them up: 3 %
+    # of a padded pool's outputs). QLinearGlobalAveragePool is integer, as requant_stage's.
+    st = float32_stage(mult, off, aff, grp, hw.options) if core.op == "AveragePool" else None
+    st = st or requant_stage(mult, off, aff, grp, hw.options)
     return PoolLayer(hw.next_name("pool"), "avg", qi.type, in_shape,
                      in_zero_point=qi.zero_point, requant=[st], **common)
 

@@ -25,7 +25,7 @@ from .groups import VIEW_OPS, Group, QdqGraph
 __all__ = ["Epilogue", "QuantInfo", "RequantOptions", "match_epilogue", "requant_stage",
            "acc_stage", "bipolar_flips", "is_identity", "out_quant", "out_info",
            "out_rounding", "output_bounds", "requant_params", "f32_ratio", "compact",
-           "compact_axes", "float32_params", "integer_bias",
+           "compact_axes", "float32_params", "float32_stage", "integer_bias",
            "THRESHOLD_LIMIT_BITS"]
 
 #: Thresholds of a bipolar quantizer that no input reaches (a channel whose multiplier is 0)
@@ -85,20 +85,21 @@ def float32_params(scale) -> tuple[np.ndarray, int]:
     ``scale`` in every channel: each mantissa (24 bits) shifted left by the difference of
     its exponent from the smallest one, common trailing zeros dropped (a stage whose
     ``rounding`` is ``"float32"``)."""
+    shape = np.shape(scale)
     s = np.asarray(scale, np.float32).astype(np.float64).reshape(-1)
     frac, exp = np.frexp(s)                       # s = frac * 2**exp, 0.5 <= |frac| < 1
     mant = np.rint(frac * (1 << 24)).astype(np.int64)
     own = 24 - exp.astype(np.int64)               # s = mant / 2**own
     live = mant != 0
     if not live.any():
-        return np.zeros(s.shape, np.int64), 0
+        return np.zeros(shape, np.int64), 0
     shift = int(own[live].max())
     m = np.where(live, mant << np.maximum(shift - own, 0), 0).astype(np.int64)
     if shift < 0:
         m, shift = m << -shift, 0
     while shift > 0 and np.all(m % 2 == 0):
         m, shift = m // 2, shift - 1
-    return m, shift
+    return m.reshape(shape), shift
 
 
 def f32_ratio(num, den) -> np.ndarray:
@@ -465,7 +466,7 @@ def acc_stage(acc_scale, bias_real, aff: Epilogue, grp: Group, opts: RequantOpti
         mult = np.where(flip, -mult, mult)
     off = (a * np.broadcast_to(bias_real, (channels,)) +
            np.broadcast_to(aff.b, (channels,))) / s_out
-    st = _float32_stage(mult, off, aff, grp, opts)
+    st = float32_stage(mult, off, aff, grp, opts)
     if st is not None:
         return st
     return requant_stage(mult, off, aff, grp, opts, value_range=value_range)
@@ -496,9 +497,10 @@ def integer_bias(qg: QdqGraph, grp: Group, acc_scale, aff: Epilogue, channels: i
     return None
 
 
-def _float32_stage(mult, off, aff: Epilogue, grp: Group, opts: RequantOptions):
-    """onnxruntime's requantization of QLinearConv / QGemm / QLinearMatMul (a stage
-    rounding ``"float32"``) where the options ask for it and the group is one such kernel:
+def float32_stage(mult, off, aff: Epilogue, grp: Group, opts: RequantOptions):
+    """onnxruntime's requantization of QLinearConv / QGemm / QLinearMatMul, and its float32
+    average of QLinearAveragePool (a stage rounding ``"float32"``; ``mult`` per channel, or
+    per pixel ``(C or 1, OH, OW)``) where the options ask for it and the group is one such:
     a plain quantizer rounding half to even, no offset (the bias is on the accumulator's
     scale), no LeakyRelu, positive scales; None otherwise."""
     qa = grp.quant.attrs
@@ -510,4 +512,4 @@ def _float32_stage(mult, off, aff: Epilogue, grp: Group, opts: RequantOptions):
     qtype, _, z_out = out_quant(grp)
     lo, hi = output_bounds(aff, grp)
     m, shift = float32_params(mult)
-    return RequantStage(compact(m), [0], shift, z_out, lo, hi, qtype, rounding="float32")
+    return RequantStage(compact_axes(m), [0], shift, z_out, lo, hi, qtype, rounding="float32")

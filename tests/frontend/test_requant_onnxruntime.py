@@ -158,3 +158,27 @@ def test_quantize_static_add_nearly_matches_onnxruntime(tmp_path, activation):
         wrong[requant] = int(np.sum(diff != 0))
     assert wrong["onnxruntime"] <= 1e-4 * ref[add.output].size
     assert wrong["onnxruntime"] < wrong["exact"]
+
+
+@pytest.mark.parametrize("activation", ["int8", "uint8"])
+def test_quantize_static_padded_average_pool_rounds_ties_as_onnxruntime(tmp_path, activation):
+    # A 3x3 average pool with pads and count_include_pad=0 (border counts 4 and 6): its exact
+    # ties (a sum of 3 over 6) land on half in onnxruntime's float32 average and round to
+    # even. The float32 stage does so too; a multiplier rounded to 24 bits (the exact
+    # requantization) rounds them up. What is left are ties that onnxruntime's float32 sum
+    # of dequantized inputs moves off half.
+    path, _ = ort_qdq_cnn(tmp_path, kind="avgpool", activation=activation)
+    x = np.random.default_rng(6).standard_normal((50, 1) + CNN_KINDS["avgpool"])
+    ref = ort_quantized_tensors(path, x.astype(np.float32) * 2)
+    wrong = {}
+    for requant in ("onnxruntime", "exact"):
+        df = onnx2fpga.compile(path, stop_after="lower", requant=requant).design.dataflow
+        [pool] = [layer for layer in df.layers if layer.kind == "pool"]
+        assert pool.requant[0].rounding == ("float32" if requant == "onnxruntime" else
+                                            "half_even")
+        got = golden.run_layer(pool, *(ref[t] for t in pool.inputs)).reshape(len(x), -1)
+        diff = np.abs(got - ref[pool.output])
+        assert diff.max() <= 1
+        wrong[requant] = int(np.sum(diff != 0))
+    assert wrong["exact"] >= 0.025 * ref[pool.output].size
+    assert wrong["onnxruntime"] <= wrong["exact"] / 3
