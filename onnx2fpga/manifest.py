@@ -1,4 +1,5 @@
-"""TODO docstring."""
+"""The design folder's manifest (``manifest.json``): what the hardware computes, its ports,
+folding, cycle figures and resource estimates; and its FuseSoC core and filelist."""
 
 from __future__ import annotations
 
@@ -104,17 +105,22 @@ def make_manifest(design: Design, verilog: str, quant_info: dict, name: str = "t
     from .plan.graph import plan_graph
 
     df = design.dataflow
-    plan = plan_graph(df)
-    figures = cost.dataflow_cycles(df, plan)
-    per_layer = {f["name"]: f for f in figures["layers"]}
-    layers = [_layer_json(ly, per_layer[ly.name], df.fifo_depths[k])
-              for k, ly in enumerate(df.layers)]
-    resources = _resources_json(df)
-    for k, entry in enumerate(layers):
-        entry["resources"] = {fam: {key: v for key, v in r["layers"][k].items() if key != "name"}
-                              for fam, r in resources.items()}
+    if df.engine:
+        figures, layers, resources = _engine_parts(df)
+        streams, bottleneck = {}, []
+    else:
+        plan = plan_graph(df)
+        figures = cost.dataflow_cycles(df, plan)
+        per_layer = {f["name"]: f for f in figures["layers"]}
+        layers = [_layer_json(ly, per_layer[ly.name], df.fifo_depths[k])
+                  for k, ly in enumerate(df.layers)]
+        resources = _resources_json(df)
+        for k, entry in enumerate(layers):
+            entry["resources"] = {fam: {key: v for key, v in r["layers"][k].items()
+                                        if key != "name"} for fam, r in resources.items()}
+        streams = _streams_json(df, plan)
+        bottleneck = [f["name"] for f in figures["layers"] if f["bottleneck"]]
     hw_nodes = [n for ly in df.layers for n in ly.nodes]
-    bottleneck = [f["name"] for f in figures["layers"] if f["bottleneck"]]
     files = design_files(name)
     return {
         "format": "onnx2fpga-manifest", "version": 1, "onnx2fpga_version": __version__,
@@ -133,7 +139,8 @@ def make_manifest(design: Design, verilog: str, quant_info: dict, name: str = "t
         },
         "layers": layers,
         "edge_fifos": dict(sorted(df.edge_fifos.items())),
-        "streams": _streams_json(df, plan),
+        "streams": streams,
+        "architecture": "layer engine" if df.engine else "dataflow",
         "bottleneck": bottleneck,
         "folding": _folding_json(df, bottleneck),
         "cycles_per_inference": figures["cycles_per_inference"],
@@ -159,10 +166,53 @@ def run_fields(design: Design) -> dict:
     from .plan.graph import plan_graph
 
     df = design.dataflow
-    figures = cost.dataflow_cycles(df, plan_graph(df))
+    if df.engine:
+        from .plan.engine import engine_cycles, engine_program
+        figures = engine_cycles(engine_program(df))
+    else:
+        figures = cost.dataflow_cycles(df, plan_graph(df))
     return {"ports": {"s_axis": _port_json(df.input), "m_axis": _port_json(df.output)},
             "cycles_per_inference": figures["cycles_per_inference"],
             "latency_cycles": figures["latency_cycles"]}
+
+
+def _engine_parts(df) -> tuple[dict, list, dict]:
+    """The layer engine's cycle figures, layer entries and resource estimates (both
+    families, with the board wrapper) for the manifest."""
+    from .hw.engine import LayerEngine
+    from .hw.resources import elaboratable_resources, wrapper_resources
+    from .plan.devices import FAMILIES
+    from .plan.engine import ENGINE_SPRAMS, engine_cycles, engine_program
+
+    program = engine_program(df)
+    figures = engine_cycles(program)
+    by_name = {e["name"]: (ly, e) for ly, e in zip(program.layers, figures["layers"])}
+    layers = []
+    for ly in df.layers:
+        eng, fig = by_name.get(ly.name, (None, {"cycles": 0, "req_cycles": 0}))
+        layers.append({
+            "name": ly.name, "kind": ly.kind, "onnx_nodes": list(ly.nodes),
+            "inputs": list(ly.inputs), "output": ly.output,
+            "in_shapes": [list(s) for s in ly.in_shapes], "out_shape": list(ly.out_shape),
+            "in_size": ly.in_size, "out_size": ly.out_size,
+            "in_type": ly.in_type.name, "out_type": ly.out_type.name,
+            "cycles": fig["cycles"], "latency_cycles": fig["cycles"], "bottleneck": False,
+            "fifo_depth_after": 0,
+            "engine": None if eng is None else {
+                "products_per_value": eng.taps, "requant_cycles": fig["req_cycles"]}})
+    resources = {}
+    for fam in FAMILIES:
+        top = LayerEngine(program, weights=df.engine)
+        top._MustUse__used = True       # read for its figures only
+        total = elaboratable_resources(top, fam)
+        wrap = wrapper_resources(8, program.in_size, 8, fam)
+        wrap = {k: wrap[k] for k in ("lut", "ff", "dsp", "bram")}
+        board = {k: total[k] + wrap[k] for k in total}
+        if fam == "ice40" and df.engine == "spram":
+            board["spram"] = ENGINE_SPRAMS
+        resources[fam] = {"total": total, "edges": {k: 0 for k in total}, "wrapper": wrap,
+                          "board": board}
+    return figures, layers, resources
 
 
 def _resources_json(df) -> dict:

@@ -31,7 +31,7 @@ from .designdir import atomic_write
 from .errors import DesignDirError
 from .measured import MEASURED, read_measured
 
-__all__ = ["write_report", "render_html", "render_markdown", "graph_layout"]
+__all__ = ["write_report", "render_html", "render_markdown", "graph_layout", "folding_text"]
 
 _RESOURCES = ("lut", "ff", "dsp", "bram")
 _FAMILIES = ("ice40", "ecp5")
@@ -159,8 +159,13 @@ def _wiring(m: dict) -> list[tuple[list, str]]:
     return out
 
 
-def _folding(ly: dict) -> str:
+def folding_text(ly: dict) -> str:
+    """A manifest layer entry's parallelism in a few words (``simd=4 pe=2``, ``lanes=2``,
+    ``wires``; on the layer engine its products a value)."""
     kind = ly["kind"]
+    if "engine" in ly:          # a layer of the layer engine (a view moves nothing there)
+        return f"engine, {ly['engine']['products_per_value']} products a value" \
+            if ly["engine"] else "none"
     if kind == "view":
         return "wires"
     if kind == "dense":
@@ -188,7 +193,7 @@ def _layer_table(m: dict) -> tuple[list, list]:
             cycles = f"{cycles} (+ reorder {ly['reorder_cycles']})"
         rows.append([ly["name"], ly["kind"], _in_shapes(ly), _out_shape(ly),
                      f"{ly['in_type']} → {ly['out_type']}",
-                     _folding(ly), cycles, ly.get("latency_cycles"), ly.get("fifo_depth_after"),
+                     folding_text(ly), cycles, ly.get("latency_cycles"), ly.get("fifo_depth_after"),
                      "◀ bottleneck" if ly.get("bottleneck", False) else ""])
     return head, rows
 
@@ -459,7 +464,7 @@ def _graph(m: dict) -> tuple[list, list]:
         nodes.append((ly["name"], "bottleneck" if ly.get("bottleneck", False) else "layer",
                       [f"{ly['name']} · {ly['kind']}",
                        f"{_in_shapes(ly)} → {_out_shape(ly)}",
-                       _folding(ly), f"{ly['cycles']} cycles{mark}"]))
+                       folding_text(ly), f"{ly['cycles']} cycles{mark}"]))
         for t in dict.fromkeys(inputs):
             edges.append((writer.get(t, "s_axis"), ly["name"], _tensor_label(t, streams),
                           m.get("edge_fifos", {}).get(f"{t}->{ly['name']}")))

@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .arrays import read_arrays
+from .devicefit import device_caps, use_engine
+from .devicefit import overflow as overflow_of
 from .designdir import (
     DEFAULT_MODULE,
     WEIGHT_IMAGE,
@@ -135,14 +137,20 @@ def check_options(weight_bits, activation_bits, multiplier_bits, folding=None,
 
 
 def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
-                  pinned=frozenset(), optimize="throughput", weights="auto") -> dict:
+                  pinned=frozenset(), optimize="throughput", weights="auto",
+                  architecture="auto") -> dict:
     """Check the folding options; the keyword arguments of :func:`plan.fold.fold`.
     ``pinned``: the layers whose multipliers the user chose; ``optimize``: one of
     :data:`onnx2fpga.plan.optimize.OPTIMIZE`; ``weights``: one of
-    :data:`onnx2fpga.plan.spram.WEIGHT_PLACES` (``"spram"`` needs a board with SPRAMs)."""
+    :data:`onnx2fpga.plan.spram.WEIGHT_PLACES` (``"spram"`` needs a board with SPRAMs);
+    ``architecture``: one of :data:`onnx2fpga.plan.engine.ARCHITECTURES`."""
+    from .plan.engine import ARCHITECTURES
     from .plan.spram import WEIGHT_PLACES
 
     check_optimize(optimize)
+    if architecture not in ARCHITECTURES:
+        raise OptionError(f"architecture must be one of {', '.join(ARCHITECTURES)}, not "
+                          f"{architecture!r}")
     if weights not in WEIGHT_PLACES:
         raise OptionError(f"weights must be one of {', '.join(WEIGHT_PLACES)}, not "
                           f"{weights!r}")
@@ -206,11 +214,6 @@ def cheapest_cover(items, need: int) -> list:
     return list(best[need][2])
 
 
-#: What each resource of :func:`device_check` is called in a reason, per family.
-_UNITS = {"lut": "LUTs", "ff": "flip-flops", "logic cells": "logic cells",
-          "bram": "block RAMs", "dsp": {"ice40": "SB_MAC16", "ecp5": "MULT18X18D"}}
-
-
 def spram_cover(df, res, excess: int, sprams: int) -> list:
     """The MatVec weight memories (``"stage/w_mem"``) to move from block RAM into ``sprams``
     SPRAMs to free ``excess`` block RAMs: the largest first, each that fits beside the
@@ -254,39 +257,12 @@ def device_check(target, utilization: float, pinned=frozenset(), weights: str = 
     from .hw.resources import dataflow_resources, logic_weight_roms
     from .plan.devices import logic_cost
 
-    lim = target.limits
-    # Hard multipliers within `utilization` too: the jet tagger and the digits example with
-    # 154 of the ECP5 85F's 156 MULT18X18D closed timing at only 49 and 57 MHz (paths through
-    # DSPs placed far apart), against 90 to 130 MHz for designs using a third of them.
-    caps = {"lut": int(lim.lut * utilization), "ff": int(lim.ff * utilization),
-            "dsp": int(lim.dsp * utilization), "bram": lim.bram}
-    of = {"lut": lim.lut, "ff": lim.ff, "dsp": lim.dsp, "logic cells": lim.lut}
-    if target.family == "ice40":
-        caps["logic cells"] = int(lim.lut * utilization)
-    sprams = getattr(lim, "spram", 0)
+    caps, _ = device_caps(target, utilization)
+    sprams = getattr(target.limits, "spram", 0)
 
     def overflow(res):
-        total = dict(res["board"])
-        if target.family == "ice40":
-            # The device limit is on logic cells. Measured on the digits example: 4,183
-            # cells = 3,324 LUTs + 0.48 x 1,808 flip-flops.
-            total["logic cells"] = logic_cells(total)
-        out = []
-        for k, cap in caps.items():
-            if total.get(k, 0) <= cap:
-                continue
-            unit = _UNITS[k] if k != "dsp" else _UNITS[k][target.family]
-            why = f"{total[k]:,} {unit} > {cap:,}"
-            if k in of:
-                why += f" ({of[k]:,} x {utilization:g}"
-                if k == "dsp":
-                    kept = sum(lr["requant"]["dsp"] for lr in res["layers"])
-                    if kept:
-                        why += f"; {kept:,} requantizing, which stay when products move " \
-                               f"to LUTs"
-                why += ")"
-            out.append(why)
-        return out
+        kept = sum(lr["requant"]["dsp"] for lr in res["layers"])
+        return overflow_of(res["board"], target, utilization, kept)
 
     def fits(df):
         if weights == "spram" and sprams:
@@ -697,8 +673,8 @@ def _fold(c: Compilation, say) -> None:
     o = c.options
     board, utilization = o["board"], o["utilization"]
     check_sizes(c.design.dataflow, board, utilization, say, o.get("weights", "auto"))
+    from .boards.targets import get_board
     if board is not None:
-        from .boards.targets import get_board
         target = get_board(board)
         if target.family == "ice40":
             # MatVec products may take the device's SB_MAC16s (registered at both ends),
@@ -708,11 +684,21 @@ def _fold(c: Compilation, say) -> None:
         c.design.dataflow.ecp5_dsp_registers = target.family == "ecp5"
         # ECP5 block RAM reads feeding another core (windows, deep queues): a register.
         c.design.dataflow.bram_registers = target.family == "ecp5"
-    say("choosing the folding" + (f" for {board}" if board else ""))
-    try:
-        fold(c.design.dataflow, overrides=o["folding"], progress=say, **o["fold_options"])
-    except SizeError as e:      # no folding fits the board's device
-        raise SizeError(str(e).replace("fits:", f"fits {board}:", 1)) from None
+    arch, weights = o.get("architecture", "auto"), o.get("weights", "auto")
+    target = get_board(board) if board is not None else None
+    if arch == "engine":
+        say("the layer engine, as asked (one layer at a time)")
+        use_engine(c.design.dataflow, target, utilization, weights, None, say)
+    else:
+        say("choosing the folding" + (f" for {board}" if board else ""))
+        try:
+            fold(c.design.dataflow, overrides=o["folding"], progress=say, **o["fold_options"])
+        except SizeError as e:   # no folding fits the board's device: the engine, if it does
+            msg = str(e).replace("fits:", f"fits {board}:", 1)
+            if board is None or o["folding"] or arch == "dataflow":
+                raise SizeError(msg) from None
+            say(f"{msg.rstrip('.')}; trying the layer engine (one layer at a time)")
+            use_engine(c.design.dataflow, target, utilization, weights, msg, say)
     c.design.dataflow.folding_info.update(
         {"board": board, "target_fps": o["target_fps"], "clock_mhz": o["clock_mhz"],
          "utilization": utilization if board else None})
@@ -765,15 +751,16 @@ def _emit(c: Compilation, say) -> None:
     c.verilog = emit_verilog(c.design.dataflow, name=name)
     say("estimating the resources on iCE40 and ECP5 for the manifest")
     c.manifest = make_manifest(c.design, c.verilog, c.quant_info, name)
-    if c.design.dataflow.spram_memories:
+    df = c.design.dataflow
+    if df.spram_memories or df.engine == "spram":
         from .hw.top import weight_image_of
         from .plan.spram import image_sha256
 
-        c.weight_image = weight_image_of(c.design.dataflow)
+        c.weight_image = weight_image_of(df)
         c.manifest["spram"] = {
             "file": WEIGHT_IMAGE, "flash_offset": FLASH_OFFSET, "bytes": len(c.weight_image),
             "sha256": image_sha256(c.weight_image),
-            "memories": list(c.design.dataflow.spram_memories)}
+            "memories": list(df.spram_memories) or ["engine"]}
 
 
 _RUN = {"load": _load, "quantize": _quantize, "lower": _lower, "fold": _fold,

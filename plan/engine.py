@@ -31,8 +31,13 @@ from .spram import SPRAM_WORDS, SpramSlot, weight_image
 
 __all__ = ["EngineLayer", "EngineProgram", "EngineError", "engine_program", "HEADER_WORDS",
            "ENGINE_ROUNDINGS", "requant_cycles", "layer_requant_cycles", "layer_cycles",
-           "engine_cycles", "engine_slot", "engine_image"]
+           "engine_cycles", "engine_slot", "engine_image", "ENGINE_SPRAMS", "ARCHITECTURES"]
 
+#: Compile's ``architecture``: ``"auto"`` (a core per layer, the engine when no folding fits
+#: the board), ``"dataflow"`` (never the engine), ``"engine"`` (always).
+ARCHITECTURES = ("auto", "dataflow", "engine")
+#: SPRAMs the engine takes with its weights in SPRAM (the weight records, two activations).
+ENGINE_SPRAMS = 3
 #: 16-bit words of a record's header (bias, multiplier, offset).
 HEADER_WORDS = 7
 #: The requantizations the engine computes (see :class:`~onnx2fpga.ir.RequantStage`).

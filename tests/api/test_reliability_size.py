@@ -138,7 +138,7 @@ def test_a_board_whose_requantizations_alone_overflow_its_multipliers_is_refused
     board may use (28 x 0.34 on the OrangeCrab 25F; one each, the inputs clamped to the 18 bits
     where outputs still change): products can move into LUTs, the
     requantizations' multipliers cannot, so compile refuses at once, with the figures,
-    and writes nothing."""
+    and writes nothing (asked for a core per layer: the layer engine would fit)."""
     from onnx2fpga.hw.resources import netlist_features
     from onnx2fpga.hw.top import make_core
     from onnx2fpga.plan.fold import _fold_full, layer_options
@@ -149,7 +149,8 @@ def test_a_board_whose_requantizations_alone_overflow_its_multipliers_is_refused
     np.save(tmp_path / "cal.npy", cal)
     out = tmp_path / "d"
     msg = _one_error(*_cli(tmp_path, "compile", model, "-o", out, "--board", "orangecrab-25f",
-                           "--utilization", "0.34", "--calibration", tmp_path / "cal.npy"))
+                           "--utilization", "0.34", "--calibration", tmp_path / "cal.npy",
+                           "--architecture", "dataflow"))
     assert not out.exists()
     # The slowest folding (each layer's cheapest), products in LUTs: what its requantization
     # cores' netlists take.
