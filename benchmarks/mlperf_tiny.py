@@ -257,6 +257,7 @@ def _row(name, board, qdq, x, requant=None, rtl=0) -> dict:
             d = onnx2fpga.compile(qdq, os.path.join(out, "d"), force=True, requant=requant,
                                   board=None if board == "none" else board)
             row["requant"] = d.manifest["quantization"].get("requant")
+            row["architecture"] = d.manifest.get("architecture")
             _timing(row, start, cpu)
             man = d.manifest
             row["ii_cycles"] = man["cycles_per_inference"]
@@ -334,6 +335,8 @@ def main(argv=None):
                                   f"onnxruntime's integer kernels "
                                   f"{r.get('logits_exact_int_kernels', '-')} exact, worst "
                                   f"{r.get('logits_worst_lsb_int_kernels', '-')} LSB")
+        if r.get("architecture") == "layer engine":
+            tail = "layer engine; " + tail
         if "rtl_equals_golden" in r:
             tail += (f"; RTL under stalls equals golden: {r['rtl_equals_golden']}, "
                      f"II {r['rtl_ii_cycles']}, latency {r['rtl_latency_cycles']}")
