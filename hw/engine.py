@@ -26,7 +26,6 @@ from ..plan.engine import (
     engine_slot,
     layer_requant_cycles,
 )
-from ..plan.spram import SPRAM_WORDS
 from .flashload import WAKE_CYCLES, SpiFlashModel, SpramLoader
 from .spram import Spram
 
@@ -187,9 +186,6 @@ class LayerEngine(wiring.Component):
                  wake_cycles: int = WAKE_CYCLES):
         if weights not in ("spram", "rom"):
             raise ValueError(f"weights must be 'spram' or 'rom', not {weights!r}")
-        if (program.buffer_bytes + 1) // 2 > SPRAM_WORDS:
-            raise ValueError(f"An activation of {program.buffer_bytes} bytes does not fit "
-                             f"an SPRAM ({2 * SPRAM_WORDS} bytes)")
         self._program = program
         self._weights = weights
         self._slot = engine_slot(program)

@@ -76,10 +76,7 @@ def engine_fit(dataflow, target, utilization: float, weights: str = "auto"):
         return None, None, str(e)
     sprams = getattr(target.limits, "spram", 0)
     place = "spram" if sprams >= ENGINE_SPRAMS and weights != "rom" else "rom"
-    try:
-        top = LayerEngine(program, weights=place)
-    except ValueError as e:
-        return None, None, str(e)
+    top = LayerEngine(program, weights=place)
     top._MustUse__used = True           # built for its figures, never elaborated here
     res = elaboratable_resources(top, target.family)
     wrap = wrapper_resources(8, program.in_size, 8, target.family)

@@ -191,15 +191,19 @@ def engine_program(dataflow: Dataflow) -> EngineProgram:
     if layers[0].in_size != size:
         raise EngineError(f"Layer {layers[0].name!r} reads {layers[0].in_size} values; the "
                           f"input has {size}")
-    return EngineProgram(tuple(layers), np.asarray(image, np.uint16), size,
-                         layers[-1].out_size)
+    program = EngineProgram(tuple(layers), np.asarray(image, np.uint16), size,
+                            layers[-1].out_size)
+    if len(image) > SPRAM_WORDS:
+        raise EngineError(f"The engine's weight records take {len(image):,} words of 16 "
+                          f"bits; it holds {SPRAM_WORDS:,} (one SPRAM)")
+    if (program.buffer_bytes + 1) // 2 > SPRAM_WORDS:
+        raise EngineError(f"An activation of {program.buffer_bytes:,} bytes does not fit "
+                          f"the engine's buffers ({2 * SPRAM_WORDS:,} bytes: one SPRAM)")
+    return program
 
 
 def engine_slot(program: EngineProgram) -> SpramSlot:
     """The one SPRAM the weight records take (:mod:`onnx2fpga.plan.spram`'s layout)."""
-    if len(program.image) > SPRAM_WORDS:
-        raise EngineError(f"The engine's weight records take {len(program.image)} words; "
-                          f"one SPRAM holds {SPRAM_WORDS}")
     return SpramSlot("engine", 0, 1, 16, max(len(program.image), 1))
 
 

@@ -165,3 +165,10 @@ def test_engine_refuses_what_it_cannot_run(tmp_path):
     with pytest.raises(EngineError, match=r"^Layer 'pool\d+': multipliers per pixel; the "
                                           r"engine takes them per channel$"):
         engine_program(df)
+    path, _ = ort_qdq_mlp(tmp_path, sizes=(200, 180, 10))
+    df = onnx2fpga.compile(path, stop_after="lower").design.dataflow
+    # Per output channel 7 header words and the weights, two a word.
+    words = 180 * (7 + 200 // 2) + 10 * (7 + 180 // 2)
+    with pytest.raises(EngineError, match=rf"^The engine's weight records take {words:,} words "
+                                          r"of 16 bits; it holds 16,384 \(one SPRAM\)$"):
+        engine_program(df)
