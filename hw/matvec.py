@@ -476,8 +476,9 @@ class MatVecCore(wiring.Component):
                 w_slice_adv.append(adv)
             w_rd = ReadPort(Signal(range(max(depth, 2)), name="w_mem_addr"),
                              Signal(name="w_mem_en"))
-            for rd in pieces:
-                m.d.comb += rd.addr.eq(w_rd.addr)
+            if not w_ahead:          # (read ahead: each slice's own address, below)
+                for rd in pieces:
+                    m.d.comb += rd.addr.eq(w_rd.addr)
             w_data = Cat(rd.data for rd in pieces)
         elif self._w_banks == 1:
             m.submodules.w_mem = w_mem = Memory(shape=unsigned(w_width), depth=rom_depth,
@@ -544,6 +545,14 @@ class MatVecCore(wiring.Component):
             with m.If(issue):
                 m.d.sync += waddr_nx.eq(wrap_incr(waddr_nx, depth))
             m.d.comb += [w_rd.addr.eq(Mux(issue, waddr_nx, waddr_w)), w_rd.en.eq(1)]
+            if w_slice_adv:
+                # Each column slice's address picks with the slice's own replica of the
+                # stall state (equal to `advance`): one `issue` reaching the address of
+                # every slice across the die was the autoencoder's critical path at 1,024
+                # cycles (o_valid replica -> w_mem_col3, 11.3 ns: 88.3 MHz).
+                take = Mux(rb, full1, full0)
+                for rd, adv in zip(pieces, w_slice_adv):
+                    m.d.comb += rd.addr.eq(Mux(take & adv, waddr_nx, waddr_w))
             w_read = Signal(len(w_data), name="w_read", reset_less=True)
             for (lo, hi), adv in zip(w_cols, w_slice_adv or [mem_adv]):
                 with m.If(adv):

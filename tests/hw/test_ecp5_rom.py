@@ -17,6 +17,7 @@ from onnx2fpga.ir.layers import DenseLayer
 from onnx2fpga.ir.types import IntType
 from onnx2fpga.plan.devices import memory_mapping
 from tests.helpers.hard_products import check_against_plain
+from tests.helpers.paths import DATA
 
 
 def _dataflow(seed=0):
@@ -82,6 +83,26 @@ def test_sliced_weight_rom_equals_golden_with_the_same_cycles(tmp_path):
     assert memory_mapping(192, 128, "ecp5", rom=True).cells == 6
     assert dataflow_resources(df, "ecp5")["layers"][0]["bram"] == 6
     check_against_plain(tmp_path, df, ecp5_v, "")
+
+
+@pytest.mark.rtl
+def test_sliced_weight_rom_read_ahead_equals_golden(tmp_path):
+    """int8 weights with LUT products (carry chains on an ECP5): the sliced ROM (128 words of
+    512 bits) is read a cycle ahead, each slice's address picked with its own replica of
+    the stall state. The input is slower than the 128 cycles a vector takes (32 transfers,
+    stalled 85 %), so that the reader waits for a full bank with the pipeline advancing,
+    where reading ahead must not move."""
+    rng = np.random.default_rng(3)
+    u8, i8 = IntType(8, False), IntType(8, True)
+    fc = DenseLayer("fc", u8, 128, rng.integers(-128, 128, size=(64, 128)), i8,
+                    rng.integers(-99, 99, size=64), [], simd=4, pe=16, multipliers="lut")
+    df = Dataflow([fc], Port("x", (128,), u8, 1.0, 128, lanes=4),
+                  Port("y", (64,), fc.acc_type, 1.0, 0, lanes=16), fifo_depths=[2])
+    ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    assert len(set(re.findall(r"w_mem_col\d+", ecp5_v))) >= 2
+    assert "waddr_nx" in ecp5_v
+    check_against_plain(tmp_path, df, ecp5_v, (DATA / "ccu2c_model.v").read_text(),
+                        stall_in=0.85)
 
 
 def test_a_slice_moved_into_soft_logic_frees_its_block_rams():
