@@ -29,6 +29,7 @@ from ..plan.requant import (
     stage_latency,
 )
 from ..plan.checks import check_count
+from ..plan.devices import memory_mapping
 from ..plan.thresholds import affine_range, sign_split
 from .arith import (
     LUT_CHUNKS,
@@ -431,7 +432,9 @@ class RequantCore(wiring.Component):
                 rd = rom.read_port()
                 p_word = Signal.like(rd.data, name=f"p{k}", reset_less=True)
                 p_data = rd.data
-                if dsp:
+                block = memory_mapping(Shape.cast(rom.shape).width, period, "ecp5",
+                                       rom=True).kind == "block"
+                if dsp and block:
                     # ECP5: the ROM is read a cycle ahead, at the address `ts[-3]` holds next
                     # (the slot before it, or the input counter's successor), every cycle, and
                     # its word taken into a register where its output was: the same words on
@@ -450,6 +453,10 @@ class RequantCore(wiring.Component):
                     with m.If(advance):
                         m.d.sync += p_data.eq(rd.data)
                 else:
+                    # A ROM in LUTs is read in step, its register enabled by the stall
+                    # state: read ahead, the input transfer (from the core before) picked its
+                    # address, which was the DS-CNN's critical path at 16,000 cycles
+                    # (requant skid flag -> matvec -> address -> ROM register, 11.0 ns).
                     m.d.comb += [rd.addr.eq(ts[-3]), rd.en.eq(advance)]
                 with m.If(advance):
                     m.d.sync += p_word.eq(p_data)
