@@ -674,8 +674,8 @@ def _fold(c: Compilation, say) -> None:
     board, utilization = o["board"], o["utilization"]
     check_sizes(c.design.dataflow, board, utilization, say, o.get("weights", "auto"))
     from .boards.targets import get_board
-    if board is not None:
-        target = get_board(board)
+    target = get_board(board) if board is not None else None
+    if target is not None:
         if target.family == "ice40":
             # MatVec products may take the device's SB_MAC16s (registered at both ends),
             # within the utilization as every other resource.
@@ -685,7 +685,6 @@ def _fold(c: Compilation, say) -> None:
         # ECP5 block RAM reads feeding another core (windows, deep queues): a register.
         c.design.dataflow.bram_registers = target.family == "ecp5"
     arch, weights = o.get("architecture", "auto"), o.get("weights", "auto")
-    target = get_board(board) if board is not None else None
     if arch == "engine":
         say("the layer engine, as asked (one layer at a time)")
         use_engine(c.design.dataflow, target, utilization, weights, None, say)
