@@ -32,6 +32,21 @@ def check_against_plain(tmp_path, df, device_v: str, model_v: str,
     assert results["device"].latency_cycles == results["plain"].latency_cycles
 
 
+def lut_dense(rng, n_in: int, n_out: int, *, simd: int, pe: int, zero_point: int,
+              bias: int):
+    """One uint8 x int8 dense layer (weights and biases in ``[-bias, bias)`` drawn from
+    ``rng``) with LUT products, its accumulators the output, as a folded Dataflow."""
+    from onnx2fpga.ir.dataflow import Dataflow, Port
+    from onnx2fpga.ir.layers import DenseLayer
+    from onnx2fpga.ir.types import IntType
+    u8, i8 = IntType(8, False), IntType(8, True)
+    fc = DenseLayer("fc", u8, zero_point, rng.integers(-128, 128, size=(n_out, n_in)), i8,
+                    rng.integers(-bias, bias, size=n_out), [], simd=simd, pe=pe,
+                    multipliers="lut")
+    return Dataflow([fc], Port("x", (n_in,), u8, 1.0, zero_point, lanes=simd),
+                    Port("y", (n_out,), fc.acc_type, 1.0, 0, lanes=pe), fifo_depths=[2])
+
+
 def ds_block(dw_overrides: dict, pw_overrides: dict):
     """DS-CNN's block as a folded Dataflow: depthwise 3x3 (uint8 input, int8 weights, 6
     channels of 5x5, padding 1) then pointwise 1x1 (int8), each requantized to int8, with

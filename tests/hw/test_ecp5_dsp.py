@@ -17,7 +17,7 @@ from onnx2fpga.ir.dataflow import Dataflow, Port
 from onnx2fpga.ir.layers import DenseLayer
 from onnx2fpga.ir.stages import RequantStage
 from onnx2fpga.ir.types import IntType
-from tests.helpers.hard_products import check_against_plain, ds_block
+from tests.helpers.hard_products import check_against_plain, ds_block, lut_dense
 from tests.helpers.paths import DATA
 
 MODEL = DATA / "mult18x18d_model.v"
@@ -126,12 +126,7 @@ def test_lut_products_read_their_memories_ahead_with_the_same_cycles(tmp_path):
     and inputs from fabric registers read a cycle ahead where those memories are block RAMs
     (128 words of 64 and of 32 bits here): values and cycles as in the platform-free design,
     which reads them in step. Memories in LUTs are read in step (test_ecp5_chains)."""
-    rng = np.random.default_rng(9)
-    u8, i8 = IntType(8, False), IntType(8, True)
-    fc = DenseLayer("fc", u8, 3, rng.integers(-128, 128, size=(4, 256)), i8,
-                    rng.integers(-999, 999, size=4), [], simd=4, pe=2, multipliers="lut")
-    df = Dataflow([fc], Port("x", (256,), u8, 1.0, 3, lanes=4),
-                  Port("y", (4,), fc.acc_type, 1.0, 0, lanes=2), fifo_depths=[2])
+    df = lut_dense(np.random.default_rng(9), 256, 4, simd=4, pe=2, zero_point=3, bias=999)
     ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
     plain_v = emit_verilog(df)
     assert "MULT18X18D" not in ecp5_v

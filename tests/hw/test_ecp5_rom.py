@@ -16,7 +16,7 @@ from onnx2fpga.ir.dataflow import Dataflow, Port
 from onnx2fpga.ir.layers import DenseLayer
 from onnx2fpga.ir.types import IntType
 from onnx2fpga.plan.devices import memory_mapping
-from tests.helpers.hard_products import check_against_plain
+from tests.helpers.hard_products import check_against_plain, lut_dense
 from tests.helpers.paths import DATA
 
 
@@ -92,12 +92,7 @@ def test_sliced_weight_rom_read_ahead_equals_golden(tmp_path):
     the stall state. The input is slower than the 128 cycles a vector takes (32 transfers,
     stalled 85 %), so that the reader waits for a full bank with the pipeline advancing,
     where reading ahead must not move."""
-    rng = np.random.default_rng(3)
-    u8, i8 = IntType(8, False), IntType(8, True)
-    fc = DenseLayer("fc", u8, 128, rng.integers(-128, 128, size=(64, 128)), i8,
-                    rng.integers(-99, 99, size=64), [], simd=4, pe=16, multipliers="lut")
-    df = Dataflow([fc], Port("x", (128,), u8, 1.0, 128, lanes=4),
-                  Port("y", (64,), fc.acc_type, 1.0, 0, lanes=16), fifo_depths=[2])
+    df = lut_dense(np.random.default_rng(3), 128, 64, simd=4, pe=16, zero_point=128, bias=99)
     ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
     assert len(set(re.findall(r"w_mem_col\d+", ecp5_v))) >= 2
     assert "waddr_nx" in ecp5_v
