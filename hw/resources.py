@@ -56,9 +56,11 @@ from ..plan.graph import plan_graph
 from ..plan.stage import Stage, value_key
 from .chains import CCU2C_LUTS
 from .collect import fewer_collections
+from ..plan.engine import ENGINE_SPRAMS
 from ..plan.spram import spram_layout, weight_memories
 from .flashload import SpramLoader
 from .spram import SpramStore
+from .engine import LayerEngine
 from .top import make_core
 
 __all__ = [
@@ -66,7 +68,7 @@ __all__ = [
     "WRAPPER_RX_FIFO", "wrapper_resources", "LUT_FEATURES", "LUT_COEFFICIENTS", "stage_key",
     "STAGE_CACHE_SIZE", "PRODUCT_STAGES", "PLATFORM_STAGES", "estimate_netlist",
     "read_netlist", "REQUANT_STAGES", "stage_part", "spram_loader_resources",
-    "logic_weight_roms", "BLOCK_ROM_MIN_WORDS", "elaboratable_resources",
+    "logic_weight_roms", "BLOCK_ROM_MIN_WORDS", "elaboratable_resources", "engine_resources",
 ]
 
 
@@ -414,6 +416,22 @@ def elaboratable_resources(elaboratable, family: str) -> dict:
     """Estimated ``lut``, ``ff``, ``dsp`` and ``bram`` of a whole elaboratable (the layer
     engine) on ``family``, read from its netlist as a core's are."""
     return _estimate(netlist_features(elaboratable, family), family)
+
+
+def engine_resources(program, family: str, weights: str) -> dict:
+    """The layer engine of ``program`` (its weights in ``"spram"`` or a ``"rom"``) on
+    ``family``: ``"total"`` (read from its netlist), ``"wrapper"`` (the board wrapper of its
+    one-byte ports) and ``"board"`` (both; on iCE40 with weights in SPRAM also ``"spram"``,
+    the SPRAMs it takes)."""
+    top = LayerEngine(program, weights=weights)
+    top._MustUse__used = True           # built for its figures, never elaborated here
+    total = elaboratable_resources(top, family)
+    wrap = wrapper_resources(8, program.in_size, 8, family)
+    wrap = {k: wrap[k] for k in total}
+    board = {k: total[k] + wrap[k] for k in total}
+    if weights == "spram" and family == "ice40":
+        board["spram"] = ENGINE_SPRAMS
+    return {"total": total, "wrapper": wrap, "board": board}
 
 
 def _estimate(feats: dict, family: str) -> dict:

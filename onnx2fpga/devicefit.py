@@ -15,8 +15,7 @@ __all__ = ["UNITS", "device_caps", "overflow", "engine_fit", "use_engine"]
 
 #: What each resource of :func:`overflow` is called in a reason, per family.
 UNITS = {"lut": "LUTs", "ff": "flip-flops", "logic cells": "logic cells",
-         "bram": "block RAMs", "dsp": {"ice40": "SB_MAC16", "ecp5": "MULT18X18D"},
-         "spram": "SPRAMs"}
+         "bram": "block RAMs", "dsp": {"ice40": "SB_MAC16", "ecp5": "MULT18X18D"}}
 
 
 def device_caps(target, utilization: float) -> tuple[dict, dict]:
@@ -67,8 +66,7 @@ def engine_fit(dataflow, target, utilization: float, weights: str = "auto"):
     otherwise. ``placement`` is the engine's weights: ``"spram"`` on a device with
     :data:`ENGINE_SPRAMS` SPRAMs (unless ``weights`` is ``"rom"``), else ``"rom"``;
     ``figures`` its estimated resources with the board wrapper."""
-    from .hw.engine import LayerEngine
-    from .hw.resources import elaboratable_resources, wrapper_resources
+    from .hw.resources import engine_resources
 
     try:
         program = engine_program(dataflow)
@@ -76,14 +74,8 @@ def engine_fit(dataflow, target, utilization: float, weights: str = "auto"):
         return None, None, str(e)
     sprams = getattr(target.limits, "spram", 0)
     place = "spram" if sprams >= ENGINE_SPRAMS and weights != "rom" else "rom"
-    top = LayerEngine(program, weights=place)
-    top._MustUse__used = True           # built for its figures, never elaborated here
-    res = elaboratable_resources(top, target.family)
-    wrap = wrapper_resources(8, program.in_size, 8, target.family)
-    total = {k: res[k] + wrap[k] for k in ("lut", "ff", "dsp", "bram")}
+    total = engine_resources(program, target.family, place)["board"]
     over = overflow(total, target, utilization)
-    if place == "spram":
-        total["spram"] = ENGINE_SPRAMS
     if over:
         return None, None, "the layer engine needs " + "; ".join(over)
     return place, total, None

@@ -179,10 +179,9 @@ def run_fields(design: Design) -> dict:
 def _engine_parts(df) -> tuple[dict, list, dict]:
     """The layer engine's cycle figures, layer entries and resource estimates (both
     families, with the board wrapper) for the manifest."""
-    from .hw.engine import LayerEngine
-    from .hw.resources import elaboratable_resources, wrapper_resources
+    from .hw.resources import engine_resources
     from .plan.devices import FAMILIES
-    from .plan.engine import ENGINE_SPRAMS, engine_cycles, engine_program
+    from .plan.engine import engine_cycles, engine_program
 
     program = engine_program(df)
     figures = engine_cycles(program)
@@ -200,18 +199,9 @@ def _engine_parts(df) -> tuple[dict, list, dict]:
             "fifo_depth_after": 0,
             "engine": None if eng is None else {
                 "products_per_value": eng.taps, "requant_cycles": fig["req_cycles"]}})
-    resources = {}
-    for fam in FAMILIES:
-        top = LayerEngine(program, weights=df.engine)
-        top._MustUse__used = True       # read for its figures only
-        total = elaboratable_resources(top, fam)
-        wrap = wrapper_resources(8, program.in_size, 8, fam)
-        wrap = {k: wrap[k] for k in ("lut", "ff", "dsp", "bram")}
-        board = {k: total[k] + wrap[k] for k in total}
-        if fam == "ice40" and df.engine == "spram":
-            board["spram"] = ENGINE_SPRAMS
-        resources[fam] = {"total": total, "edges": {k: 0 for k in total}, "wrapper": wrap,
-                          "board": board}
+    resources = {fam: {**engine_resources(program, fam, df.engine),
+                       "edges": {k: 0 for k in ("lut", "ff", "dsp", "bram")}}
+                 for fam in FAMILIES}
     return figures, layers, resources
 
 
