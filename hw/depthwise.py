@@ -322,7 +322,7 @@ class DepthwiseCore(wiring.Component):
         # within out_shape (the input range contains 0, so each product's range does too).
         storage = self.storage
         prev, store = partial_results(m, storage, out_layout, folds, fold=s2_cf,
-                                       next_fold=s1_cf, advance=advance)
+                                       next_fold=s1_cf, advance=advance, ahead_fold=cf)
         result = Signal(out_layout)
         for j in range(lanes):
             if storage == "none":

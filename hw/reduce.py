@@ -225,7 +225,8 @@ class WindowReduceCore(wiring.Component):
         return m
 
 
-def partial_results(m: Module, storage: str, layout, folds: int, *, fold, next_fold, advance):
+def partial_results(m: Module, storage: str, layout, folds: int, *, fold, next_fold, advance,
+                    ahead_fold=None):
     """The partial results of a reduction over window positions, one ``layout`` word per fold.
 
     Parameters
@@ -243,6 +244,14 @@ def partial_results(m: Module, storage: str, layout, folds: int, *, fold, next_f
     advance : Value
         The stage holding ``next_fold`` moves on; the memory read is enabled only then, so its
         data hold while that stage stalls.
+    ahead_fold : Value, optional
+        The fold of the transfer two stages before ``fold``, all stages moving on together
+        with ``advance``. Given, a memory is read there and its output passes a register that
+        moves with the stage of ``next_fold``: no block RAM output feeds the adder, at the
+        same cycles. (An ECP5 block RAM's output, 5.8 ns clock-to-out, through a depthwise
+        core's adder back into the memory was a MobileNetV1 build's critical path at
+        100 MHz, 12.0 ns.) Taken from 3 folds on, so that each fold's write lands before
+        the read of its next window position; below, the memory is read one stage ahead.
 
     Returns
     -------
@@ -257,13 +266,18 @@ def partial_results(m: Module, storage: str, layout, folds: int, *, fold, next_f
         m.submodules.acc_mem = acc_mem = Memory(shape=layout, depth=folds, init=[])
         acc_rd = acc_mem.read_port()
         acc_wr = acc_mem.write_port()
-        # Read one stage ahead. With folds >= 2 the write of a fold (one window position
-        # earlier) lands before that fold is read again.
-        m.d.comb += [acc_rd.addr.eq(next_fold), acc_rd.en.eq(advance)]
-
         def store(result):
             m.d.comb += [acc_wr.addr.eq(fold), acc_wr.data.eq(result), acc_wr.en.eq(1)]
-        return [acc_rd.data[j] for j in range(lanes)], store
+        if ahead_fold is None or folds < 3:
+            # Read one stage ahead. With folds >= 2 the write of a fold (one window position
+            # earlier) lands before that fold is read again.
+            m.d.comb += [acc_rd.addr.eq(next_fold), acc_rd.en.eq(advance)]
+            return [acc_rd.data[j] for j in range(lanes)], store
+        prev = Signal(layout, name="acc_prev")
+        m.d.comb += [acc_rd.addr.eq(ahead_fold), acc_rd.en.eq(advance)]
+        with m.If(advance):
+            m.d.sync += prev.eq(acc_rd.data)
+        return [prev[j] for j in range(lanes)], store
     if storage == "registers":
         accs = [Signal(layout, name=f"acc_{f}") for f in range(folds)]
 

@@ -203,7 +203,7 @@ def test_depthwise_lut_multipliers(seed, case):
 @pytest.mark.parametrize("seed,case", list(enumerate([
     (signed(8), 4, 4, 2, (-128, 127)),             # two folds: a fold is read again two
     (signed(3), 4, 9, 2, (-4, 3)),                 # transfers after it was written
-    (unsigned(4), 3, 4, 1, (-2, 2)),
+    (unsigned(4), 3, 4, 1, (-2, 2)),               # three folds: read two stages ahead
 ])))
 def test_depthwise_memory_with_few_folds(monkeypatch, seed, case):
     # The memory path at its tightest read-after-write spacing, which the default threshold
