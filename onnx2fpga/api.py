@@ -178,7 +178,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     fold_opts = fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                              pinned={name for name, o in (folding or {}).items()
                                      if isinstance(o, dict) and "multipliers" in o},
-                             optimize=optimize, weights=weights, architecture=architecture)
+                             optimize=optimize, weights=weights, architecture=architecture,
+                             folding=folding)
     keep = [p for p in (model, calibration) if isinstance(p, (str, os.PathLike))]
     out = check_target(output_dir, force, keep) if output_dir is not None else None
     say = progress if verbose else (lambda msg: None)

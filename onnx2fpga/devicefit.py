@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
-from .errors import SizeError
+from .errors import OptionError, SizeError
 from .plan.devices import logic_cells
 from .plan.engine import ENGINE_SPRAMS, EngineError, engine_cycles, engine_program
 from .plan.spram import FLASH_OFFSET
@@ -81,11 +81,12 @@ def engine_fit(dataflow, target, utilization: float, weights: str = "auto"):
     return place, total, None
 
 
-def use_engine(df, target, utilization, weights, why, say) -> None:
+def use_engine(df, target, utilization, weights, why, say, target_cycles=None) -> None:
     """Run ``df`` on the layer engine: on ``target``'s device if it fits
     (:func:`~onnx2fpga.devicefit.engine_fit`), or raise a SizeError, ``why`` (what no
     folding fit) with the engine's reason added; without a target, its weights in SPRAM
-    only if ``weights`` is ``"spram"``."""
+    only if ``weights`` is ``"spram"``. An OptionError if it takes more than
+    ``target_cycles`` cycles per inference (``target_fps`` asks for them)."""
     if target is not None:
         place, total, reason = engine_fit(df, target, utilization, weights)
         if place is None:
@@ -102,6 +103,9 @@ def use_engine(df, target, utilization, weights, why, say) -> None:
     df.input = dataclasses.replace(df.input, lanes=1, order=None)
     df.output = dataclasses.replace(df.output, lanes=1, order=None)
     cyc = engine_cycles(engine_program(df))["cycles_per_inference"]
+    if target_cycles is not None and cyc > target_cycles:
+        raise OptionError(f"The layer engine takes {cyc:,} cycles per inference, more than "
+                          f"the {target_cycles:,} that target_fps asks for at clock_mhz")
     df.folding_info["limited_by"] = ("nothing fits as a core per layer: the layer engine"
                                      if why else "the layer engine, as asked")
     size = f", about {total['lut']:,} LUTs, {total['ff']:,} flip-flops" if total else ""

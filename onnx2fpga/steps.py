@@ -138,12 +138,13 @@ def check_options(weight_bits, activation_bits, multiplier_bits, folding=None,
 
 def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                   pinned=frozenset(), optimize="throughput", weights="auto",
-                  architecture="auto") -> dict:
+                  architecture="auto", folding=None) -> dict:
     """Check the folding options; the keyword arguments of :func:`plan.fold.fold`.
     ``pinned``: the layers whose multipliers the user chose; ``optimize``: one of
     :data:`onnx2fpga.plan.optimize.OPTIMIZE`; ``weights``: one of
     :data:`onnx2fpga.plan.spram.WEIGHT_PLACES` (``"spram"`` needs a board with SPRAMs);
-    ``architecture``: one of :data:`onnx2fpga.plan.engine.ARCHITECTURES`."""
+    ``architecture``: one of :data:`onnx2fpga.plan.engine.ARCHITECTURES`; ``folding``: the
+    per-layer overrides, which the layer engine has no use for."""
     from .plan.engine import ARCHITECTURES
     from .plan.spram import WEIGHT_PLACES
 
@@ -151,6 +152,14 @@ def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
     if architecture not in ARCHITECTURES:
         raise OptionError(f"architecture must be one of {', '.join(ARCHITECTURES)}, not "
                           f"{architecture!r}")
+    if architecture == "engine":
+        # The engine has one multiplier and no per-layer folding: these options would be
+        # silently ignored.
+        for what, v in (("folding", folding), ("max_lanes", max_lanes)):
+            if v:
+                raise OptionError(f"{what} sets the folding of a core per layer; the layer "
+                                  f"engine (architecture 'engine') has one multiplier for "
+                                  f"all layers: drop one of the two")
     if weights not in WEIGHT_PLACES:
         raise OptionError(f"weights must be one of {', '.join(WEIGHT_PLACES)}, not "
                           f"{weights!r}")
@@ -687,7 +696,8 @@ def _fold(c: Compilation, say) -> None:
     arch, weights = o.get("architecture", "auto"), o.get("weights", "auto")
     if arch == "engine":
         say("the layer engine, as asked (one layer at a time)")
-        use_engine(c.design.dataflow, target, utilization, weights, None, say)
+        use_engine(c.design.dataflow, target, utilization, weights, None, say,
+                   o["fold_options"].get("target_cycles"))
     else:
         say("choosing the folding" + (f" for {board}" if board else ""))
         try:

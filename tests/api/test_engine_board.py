@@ -82,3 +82,30 @@ def test_architecture_option(tmp_path):
                        match=r"^architecture must be one of auto, dataflow, engine, not "
                              r"'serial'$"):
         onnx2fpga.compile(path, architecture="serial")
+
+
+def test_engine_refuses_the_options_of_a_folded_design(tmp_path):
+    """The engine has no per-layer folding: ``folding`` and ``max_lanes`` with it are
+    refused rather than ignored, and a ``target_fps`` it cannot reach is refused with its
+    cycle count (the engine model's, :func:`engine_cycles`)."""
+    path, _ = ort_qdq_cnn(tmp_path, kind="depthwise")
+    err = onnx2fpga.errors.OptionError
+    for kw in ({"folding": {"conv0": {"lanes": 2}}}, {"max_lanes": 4}):
+        name = next(iter(kw))
+        with pytest.raises(err, match=rf"^{name} sets the folding of a core per layer; the "
+                                      r"layer engine \(architecture 'engine'\) has one "
+                                      r"multiplier for all layers: drop one of the two$"):
+            onnx2fpga.compile(path, tmp_path / "d", architecture="engine", **kw)
+    d = onnx2fpga.compile(path, tmp_path / "e", architecture="engine")
+    cycles = engine_cycles(engine_program(d.design.dataflow))["cycles_per_inference"]
+    assert cycles == d.manifest["cycles_per_inference"]
+    # Just fast enough, then one cycle short.
+    d = onnx2fpga.compile(path, tmp_path / "f", architecture="engine", clock_mhz=1,
+                          target_fps=1e6 / cycles)
+    assert d.manifest["cycles_per_inference"] == cycles
+    with pytest.raises(err, match=rf"^The layer engine takes {cycles:,} cycles per inference, "
+                                  rf"more than the {cycles - 1:,} that target_fps asks for at "
+                                  r"clock_mhz$"):
+        onnx2fpga.compile(path, tmp_path / "g", architecture="engine", clock_mhz=1,
+                          target_fps=1e6 / (cycles - 1))
+    assert not (tmp_path / "d").exists() and not (tmp_path / "g").exists()
