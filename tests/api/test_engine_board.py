@@ -109,3 +109,14 @@ def test_engine_refuses_the_options_of_a_folded_design(tmp_path):
         onnx2fpga.compile(path, tmp_path / "g", architecture="engine", clock_mhz=1,
                           target_fps=1e6 / (cycles - 1))
     assert not (tmp_path / "d").exists() and not (tmp_path / "g").exists()
+
+
+@pytest.mark.rtl
+def test_engine_design_on_the_simulated_board(ds_cnn):
+    """The board wrapper around the engine, over the framed UART link of the simulated
+    board, its weights loaded from the flash model at start-up: ``infer`` equals golden."""
+    _, d = ds_cnn
+    x = np.random.default_rng(5).standard_normal((2, 1, 490)).astype(np.float32)
+    with onnx2fpga.connect(d.directory, sim=True, timeout=30.0) as board:
+        y = board.infer(x)
+    np.testing.assert_array_equal(y, d.simulate(x, engine="golden"))
