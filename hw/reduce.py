@@ -203,7 +203,8 @@ class WindowReduceCore(wiring.Component):
         # -- Partial results: `prev` is the stored value of fold s1_cf, `result` the new one.
         storage = self.storage
         prev, store = partial_results(m, storage, out_layout, folds, fold=s1_cf, next_fold=cf,
-                                       advance=advance)
+                                       advance=advance,
+                                       ahead_fold=Mux(take, wrap_incr(cf, folds), cf))
         result = Signal(out_layout)
         for j in range(lanes):
             x = s1_x[j]
@@ -245,10 +246,10 @@ def partial_results(m: Module, storage: str, layout, folds: int, *, fold, next_f
         The stage holding ``next_fold`` moves on; the memory read is enabled only then, so its
         data hold while that stage stalls.
     ahead_fold : Value, optional
-        The fold of the transfer two stages before ``fold``, all stages moving on together
-        with ``advance``. Given, a memory is read there and its output passes a register that
-        moves with the stage of ``next_fold``: no block RAM output feeds the adder, at the
-        same cycles. (An ECP5 block RAM's output, 5.8 ns clock-to-out, through a depthwise
+        What ``next_fold`` will hold once its stage moves on (with ``advance``): the fold
+        one transfer further ahead. Given, a memory is read there and its output passes a
+        register that moves on with ``advance``: no block RAM output feeds the adder, at
+        the same cycles. (An ECP5 block RAM's output, 5.8 ns clock-to-out, through a depthwise
         core's adder back into the memory was a MobileNetV1 build's critical path at
         100 MHz, 12.0 ns.) Taken from 3 folds on, so that each fold's write lands before
         the read of its next window position; below, the memory is read one stage ahead.

@@ -67,7 +67,8 @@ def test_reduce_matches_numpy(seed, case):
 @pytest.mark.parametrize("seed,case", list(enumerate([
     (signed(8), 4, 4, 2, "max"),               # two folds: a fold is read again two
     (signed(3), 4, 9, 2, "sum"),               # transfers after it was written
-    (unsigned(4), 3, 4, 1, "sum"),
+    (unsigned(4), 3, 4, 1, "sum"),             # three folds: read two transfers ahead
+    (signed(5), 3, 5, 1, "max"),
 ])))
 def test_memory_with_few_folds(monkeypatch, seed, case):
     # The memory path at its tightest read-after-write spacing, which the default threshold
