@@ -71,10 +71,10 @@ class WindowReduceCore(wiring.Component):
     its fold per cycle; the partial results of the ``folds`` folds (``storage_bits`` bits) are
     registers up to :data:`REGISTER_FOLDS_MAX` folds and a
     :class:`~amaranth.lib.memory.Memory` (block RAM, one ``lanes * out_shape.width``-bit word
-    per fold, read one cycle ahead) beyond; ``window == 1`` needs no storage. The result of the
-    last window position of a fold goes to the output register, so the outputs of a group
-    leave interleaved with the input of its last window position and never hold up the next
-    group.
+    per fold, read two transfers ahead into a register) beyond; ``window == 1`` needs no
+    storage. The result of the last window position of a fold goes to the output register,
+    so the outputs of a group leave interleaved with the input of its last window position
+    and never hold up the next group.
 
     Timing: one input transfer per cycle; :func:`reduce_cycles` ``= window * folds`` cycles per
     group with full-rate input and an output that is never stalled; :func:`reduce_latency`
