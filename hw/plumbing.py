@@ -22,7 +22,11 @@ class StreamFIFO(wiring.Component):
     """A first-in first-out queue of ``lanes``-wide transfers.
 
     Depth 1 is a single pipeline register (full throughput; ``i_stream.ready`` follows
-    ``o_stream.ready`` combinationally while it is full); depths 2..4 use
+    ``o_stream.ready`` combinationally while it is full); depth 2 a skid buffer (an output
+    register and a register beside it for the transfer that arrives while the output is held:
+    ``i_stream.ready`` and the output both come from registers, so that no ready or data path
+    runs through it; latency 1, and on every cycle the same transfers as a
+    :class:`~amaranth.lib.fifo.SyncFIFO` of depth 2); depths 3..4 use
     :class:`amaranth.lib.fifo.SyncFIFO` (storage in flip-flops, latency 1); deeper queues use
     :class:`amaranth.lib.fifo.SyncFIFOBuffered` (storage in block RAM, latency 2), whose
     output comes straight from the block RAM unless ``out_register`` puts a pipeline register
@@ -78,6 +82,9 @@ class StreamFIFO(wiring.Component):
         i_stream, o_stream = self.i_stream, self.o_stream
         if self._depth == 1:
             _register(m, i_stream, o_stream)
+            return m
+        if self._depth == 2:
+            _skid(m, i_stream, o_stream)
             return m
         if self._out_register:
             m.submodules.queue = queue = StreamFIFO(self._shape, self._lanes, self._depth)
@@ -205,3 +212,21 @@ class WidthConverter(wiring.Component):
         with m.If(i_stream.valid & i_stream.ready):
             m.d.sync += [word.eq(i_stream.payload), full.eq(1)]
         return m
+
+
+def _skid(m, i_stream, o_stream) -> None:
+    """A skid buffer from ``i_stream`` to ``o_stream``: two transfers, ``i_stream.ready``
+    and ``o_stream`` from registers, full throughput."""
+    full = Signal()     # the output register holds a transfer
+    skid = Signal()     # so does the register beside it (only while the output is held)
+    held = Signal.like(i_stream.payload)
+    take = i_stream.valid & ~skid
+    m.d.comb += [i_stream.ready.eq(~skid), o_stream.valid.eq(full)]
+    with m.If(~full | o_stream.ready):      # the output register is free for the next cycle
+        with m.If(skid):
+            m.d.sync += [o_stream.payload.eq(held), skid.eq(0)]
+        with m.Elif(take):
+            m.d.sync += o_stream.payload.eq(i_stream.payload)
+        m.d.sync += full.eq(skid | take)
+    with m.Elif(take):
+        m.d.sync += [held.eq(i_stream.payload), skid.eq(1)]

@@ -226,12 +226,13 @@ class Builder:
         return out_net if outputs is None else list(outs)
 
     def window(self, name, net, out_type, lanes, size, layer, params) -> str:
-        """A ``"window"`` stage, and behind it a one-transfer FIFO (a pipeline register) with
-        ``bram_registers`` (:attr:`Dataflow.bram_registers <onnx2fpga.ir.Dataflow>`)."""
+        """A ``"window"`` stage, and behind it a two-transfer FIFO (a skid buffer: its ready
+        and output from registers) with ``bram_registers``
+        (:attr:`Dataflow.bram_registers <onnx2fpga.ir.Dataflow>`)."""
         net = self.add("window", name, [net], out_type, lanes, size, layer=layer, params=params)
         if self.bram_registers:
             net = self.add("fifo", f"{name}_reg", [net], out_type, lanes, size, layer=layer,
-                           params={"depth": 1, "pipeline": True})
+                           params={"depth": 2, "pipeline": True})
         return net
 
     def fifo(self, name, net, depth, layer=None) -> str:

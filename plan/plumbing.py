@@ -28,7 +28,8 @@ class FifoTiming(CoreKind):
     """A :class:`~onnx2fpga.hw.plumbing.StreamFIFO`: :func:`fifo_latency` cycles through. A
     queue between layers takes what it is offered (:mod:`onnx2fpga.plan.fifos` sizes it); a
     pipeline register (params ``pipeline``, depth 1) takes transfer ``k`` once transfer
-    ``k - 1`` leaves, in the same cycle."""
+    ``k - 1`` leaves, in the same cycle; a skid buffer (``pipeline``, depth 2) once
+    transfer ``k - 2`` has left, a cycle later (its ready is a register)."""
     kinds = ("fifo",)
     paced = False
     plumbing = True
@@ -37,7 +38,9 @@ class FifoTiming(CoreKind):
         ins = [np.asarray(t, dtype=np.int64) for t in ins]
         if taken is None or not stage.params.get("pipeline") or len(taken) != len(ins[0]):
             return super().takes(stage, ins, taken)
-        before = np.concatenate([[np.iinfo(np.int64).min // 4], np.asarray(taken)[:-1]])
+        lag, taken = stage.params["depth"], np.asarray(taken, dtype=np.int64)
+        before = np.full(len(taken), np.iinfo(np.int64).min // 4)
+        before[lag:] = taken[:len(taken) - lag] + (lag - 1)
         return [spaced(np.maximum(ins[0], before))]
 
     def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:

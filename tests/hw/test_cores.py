@@ -688,6 +688,51 @@ def test_fifo_keeps_order(seed, case):
     assert dut.latency == (1 if depth <= 4 else 2)
 
 
+def test_skid_fifo_moves_as_a_two_deep_sync_fifo():
+    """Depth 2 is a skid buffer (ready and output from registers): under random valid and
+    ready, on every cycle the same ready, valid and data as amaranth's SyncFIFO of depth 2
+    (whose ready also comes from a register)."""
+    from amaranth.lib import fifo
+    from amaranth.sim import Simulator
+
+    class Pair(Elaboratable):
+        def __init__(self):
+            self.valid, self.ready, self.data = Signal(), Signal(), Signal(8)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.skid = self.skid = skid = StreamFIFO(unsigned(8), 1, 2)
+            m.submodules.ref = self.ref = ref = fifo.SyncFIFO(width=8, depth=2)
+            m.d.comb += [skid.i_stream.valid.eq(self.valid), skid.i_stream.payload.eq(self.data),
+                         skid.o_stream.ready.eq(self.ready), ref.w_en.eq(self.valid),
+                         ref.w_data.eq(self.data), ref.r_en.eq(self.ready)]
+            return m
+
+    dut = Pair()
+    rng = np.random.default_rng(7)
+    seen = []
+
+    async def bench(ctx):
+        for cycle in range(400):
+            ctx.set(dut.valid, int(rng.random() < 0.6))
+            ctx.set(dut.ready, int(rng.random() < 0.5))
+            ctx.set(dut.data, cycle % 256)
+            skid, ref = dut.skid, dut.ref
+            got = (ctx.get(skid.i_stream.ready), ctx.get(skid.o_stream.valid))
+            assert got == (ctx.get(ref.w_rdy), ctx.get(ref.r_rdy)), cycle
+            if got[1]:
+                assert ctx.get(skid.o_stream.payload[0]) == ctx.get(ref.r_data), cycle
+                seen.append((ctx.get(ref.r_data) if ctx.get(dut.ready) else None, got[0]))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    moved, full = sum(v is not None for v, _ in seen), sum(not r for _, r in seen)
+    assert moved > 100 and full > 20        # data moved, and the buffer filled up
+
+
 CONVERTER_CASES = [
     (signed(4), 1, 4),
     (unsigned(3), 4, 1),

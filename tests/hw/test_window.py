@@ -369,8 +369,9 @@ def test_window_errors():
 @pytest.mark.rtl
 @pytest.mark.parametrize("kind, windows, queues", [("residual", 2, 2), ("avgpool", 2, 0)])
 def test_bram_registers_take_one_cycle_each(tmp_path, kind, windows, queues):
-    """``Dataflow.bram_registers`` (set for ECP5 boards): a pipeline register behind every
-    window's output and behind every queue in block RAM (two in the residual net).
+    """``Dataflow.bram_registers`` (set for ECP5 boards): a skid buffer behind every
+    window's output and a pipeline register behind every queue in block RAM (two in the
+    residual net).
     The model's latency grows by one per register on its longest path, its cycles per
     inference not; the RTL under stalls equals golden, and its figures are the model's."""
     import onnx2fpga
