@@ -73,7 +73,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
             folding: dict | None = None, multiplier_bits: int | None = None,
             requant: str | None = None,
             board: str | None = None, target_fps: float | None = None,
-            clock_mhz: float | None = None, utilization: float = 0.8,
+            clock_mhz: float | None = None, utilization: float | None = None,
             optimize: str = "throughput", verbose: bool = False, stop_after: str = "emit",
             name: str = "top", weights: str = "auto",
             architecture: str = "auto") -> CompiledDesign:

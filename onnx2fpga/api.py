@@ -42,7 +42,15 @@ from .log import get_logger, say
 from .manifest import run_fields
 from .measured import write_measured
 from .report import write_report
-from .steps import STEPS, Compilation, check_options, fold_options, run_steps, write_artifacts
+from .steps import (
+    STEPS,
+    Compilation,
+    check_options,
+    default_utilization,
+    fold_options,
+    run_steps,
+    write_artifacts,
+)
 
 __all__ = ["compile", "load", "CompiledDesign", "progress"]
 
@@ -66,7 +74,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
             folding: dict | None = None, multiplier_bits: int | None = None,
             requant: str | None = None,
             board: str | None = None, target_fps: float | None = None,
-            clock_mhz: float | None = None, utilization: float = 0.8,
+            clock_mhz: float | None = None, utilization: float | None = None,
             optimize: str = "throughput", verbose: bool = False, stop_after: str = "emit",
             name: str = DEFAULT_MODULE, weights: str = "auto",
             architecture: str = "auto") -> CompiledDesign:
@@ -110,8 +118,11 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     target_fps, clock_mhz : float, optional
         Fold for a rate instead: the cheapest design that reaches ``target_fps`` inferences per
         second at ``clock_mhz`` (both needed; with ``board`` it must also fit).
-    utilization : float
-        Share of the device's LUTs and flip-flops a ``board`` fold may use (routing margin).
+    utilization : float, optional
+        Share of the device's LUTs, flip-flops and hard multipliers a ``board`` fold may use
+        (routing margin); by default the board's
+        (:data:`~onnx2fpga.boards.targets.DEFAULT_UTILIZATION`: 0.75 on an ECP5, 0.8 on
+        others).
     optimize : str
         ``"throughput"`` (default): at the chosen rate every layer takes its cheapest folding
         (a balanced pipeline). ``"latency"``: at the same rate, what is left of the budget
@@ -175,6 +186,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         raise OptionError(f"stop_after must be one of {', '.join(STEPS)}, not {stop_after!r}")
     check_options(weight_bits, activation_bits, multiplier_bits, folding, requant)
     check_module_name(name)
+    if utilization is None:
+        utilization = default_utilization(board)
     fold_opts = fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                              pinned={name for name, o in (folding or {}).items()
                                      if isinstance(o, dict) and "multipliers" in o},

@@ -106,9 +106,9 @@ def _parser():
                    "second at --clock")
     c.add_argument("--clock", type=float, default=None, metavar="MHZ",
                    help="clock frequency for --target-fps")
-    c.add_argument("--utilization", type=float, default=0.8, metavar="U",
-                   help="share of the device's LUTs and flip-flops --board may fill "
-                   "(default 0.8)")
+    c.add_argument("--utilization", type=float, default=None, metavar="U",
+                   help="share of the device's LUTs, flip-flops and hard multipliers --board "
+                   "may fill (default 0.75 on ECP5 boards, 0.8 on others)")
     c.add_argument("--multiplier-bits", type=int, default=None, metavar="N",
                    help="significant bits of requantization multipliers (default: 24 for "
                    "models quantized elsewhere, which keeps every output within one LSB of "

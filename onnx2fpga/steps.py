@@ -136,6 +136,15 @@ def check_options(weight_bits, activation_bits, multiplier_bits, folding=None,
                                   f"integer, not {v!r}")
 
 
+def default_utilization(board) -> float:
+    """The folding utilization of ``board`` (a name, or None) unless the user gives one:
+    :attr:`BoardTarget.utilization <onnx2fpga.boards.targets.BoardTarget.utilization>`."""
+    from .boards.targets import DEFAULT_UTILIZATION, get_board
+    if board is None:
+        return DEFAULT_UTILIZATION[None]
+    return get_board(board).utilization       # UnknownBoardError names the boards there are
+
+
 def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                   pinned=frozenset(), optimize="throughput", weights="auto",
                   architecture="auto", folding=None) -> dict:

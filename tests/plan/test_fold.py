@@ -184,7 +184,7 @@ def test_board_folding_fits_the_estimate_and_less_room_is_never_faster(board, fa
 
 
 def test_board_folding_moves_products_into_luts_when_the_dsps_run_out():
-    """At a target whose products outnumber the MULT18X18D board folding may use (80 % of
+    """At a target whose products outnumber the MULT18X18D board folding may use (75 % of
     the ECP5 85F's 156), it builds the products of the layers with the most multipliers in
     LUTs (the estimate then fits); a layer the user pins to hard multipliers stays, and the
     target is refused when the pinned ones alone overflow."""
@@ -195,7 +195,8 @@ def test_board_folding_moves_products_into_luts_when_the_dsps_run_out():
     cal = np.random.default_rng(4).standard_normal((32, 1, 40)).astype(np.float32)
     kw = {"calibration": cal, "board": "ulx3s-85f", "target_fps": 100e6 / 8, "clock_mhz": 100,
           "weight_bits": 6}
-    dsp_cap = int(get_board("ulx3s-85f").limits.dsp * 0.8)     # the default utilization
+    board = get_board("ulx3s-85f")
+    dsp_cap = int(board.limits.dsp * board.utilization)       # the default utilization
     d = onnx2fpga.compile(model, **kw)
     m = d.manifest
     assert m["cycles_per_inference"] <= 8
@@ -360,3 +361,21 @@ def test_board_folding_keeps_the_requantization_on_hard_multipliers():
     assert device_check(target, 1.0)(df) == (
         f"{rest} MULT18X18D > {rest - 1} ({rest - 1} x 1; {kept} requantizing, which stay "
         f"when products move to LUTs)")
+
+
+def test_default_utilization_is_the_boards():
+    """Without ``utilization``, a board folding fills the board's share
+    (``BoardTarget.utilization``: 0.75 on an ECP5, 0.8 on an iCE40), and the manifest says
+    which; a given one wins."""
+    import onnx2fpga
+    from onnx2fpga.boards.targets import get_board
+
+    model = float_mlp((16, 16, 4), softmax=False, seed=5)
+    cal = np.random.default_rng(6).standard_normal((16, 1, 16)).astype(np.float32)
+    assert (get_board("ulx3s-85f").utilization, get_board("icebreaker").utilization) == \
+        (0.75, 0.8)
+    for board, want in (("ulx3s-85f", 0.75), ("icebreaker", 0.8)):
+        d = onnx2fpga.compile(model, calibration=cal, board=board)
+        assert d.manifest["folding"]["utilization"] == want
+    d = onnx2fpga.compile(model, calibration=cal, board="ulx3s-85f", utilization=0.5)
+    assert d.manifest["folding"]["utilization"] == 0.5
