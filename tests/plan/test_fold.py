@@ -216,7 +216,7 @@ def test_board_folding_moves_products_into_luts_when_the_dsps_run_out():
     big = max(dense, key=lambda ly: ly["simd"] * ly["pe"])["name"]
     assert lut == [big]
     with pytest.raises(OptionError, match=r"^No folding reaches 8 cycles per inference: "
-                                          r"\d+ MULT18X18D > 124 \(156 x 0\.8; \d+ "
+                                          rf"\d+ MULT18X18D > {dsp_cap} \(156 x 0\.75; \d+ "
                                           r"requantizing, which stay when products move to "
                                           r"LUTs\)$"):
         onnx2fpga.compile(model, folding={big: {"multipliers": "dsp"}}, **kw)
