@@ -141,13 +141,13 @@ class BoardTarget:
     extra_resources: tuple = field(default=(), repr=False)
     link: str = "uart"
     usb: tuple[str, int] | None = None
+    usb_note: str = ""
 
     @property
     def utilization(self) -> float:
         """The share of the device's LUTs, flip-flops and hard multipliers that compile's
         board folding fills unless told (``--utilization``): :data:`DEFAULT_UTILIZATION`."""
         return DEFAULT_UTILIZATION.get(self.family, DEFAULT_UTILIZATION[None])
-    usb_note: str = ""
 
     @property
     def links(self) -> tuple[str, ...]:
