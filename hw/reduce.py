@@ -202,9 +202,13 @@ class WindowReduceCore(wiring.Component):
 
         # -- Partial results: `prev` is the stored value of fold s1_cf, `result` the new one.
         storage = self.storage
+        # The read ahead happens only with `advance`, when `take` is the input's valid: the
+        # memory's address then comes from the input's valid (a register behind a skid
+        # buffer), not from the output's ready through `advance` (a DS-CNN build's critical
+        # path at 100 MHz: a consumer's ready -> take -> a LUT RAM's address, 10.3 ns).
         prev, store = partial_results(m, storage, out_layout, folds, fold=s1_cf, next_fold=cf,
                                        advance=advance,
-                                       ahead_fold=Mux(take, wrap_incr(cf, folds), cf))
+                                       ahead_fold=Mux(i_stream.valid, wrap_incr(cf, folds), cf))
         result = Signal(out_layout)
         for j in range(lanes):
             x = s1_x[j]
