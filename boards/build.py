@@ -499,7 +499,8 @@ def logic_memory_script(names) -> str:
             continue        # no memory: MatVecCore's x_logic builds shift registers
         if stage == "wrapper":
             if path == "buffer":
-                sel = "top/m:buffer top.design/m:buffer"
+                # One memory, or banks buffer_0, buffer_1, ... (FramedBridge's bank_beats).
+                sel = "top/m:buffer top/m:buffer_* top.design/m:buffer top.design/m:buffer_*"
             elif path == "rx_fifo":
                 sel = "top.rx_fifo/m:storage top.design.rx_fifo/m:storage"
             else:

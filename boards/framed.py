@@ -19,10 +19,12 @@ from __future__ import annotations
 import operator
 from contextlib import contextmanager
 
-from amaranth.hdl import Cat, Const, Elaboratable, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, Signal
 from amaranth.lib.memory import Memory
+from amaranth.utils import exact_log2
 
 from ..hw.blocks import tree_sum
+from ..hw.resources import WRAPPER_BANK_BEATS
 from .link import check_link, serial_front_end, usb_bridge_members
 from .protocol import PROTOCOL_VERSION, SYNC, BoardInfo, ErrorCode, FrameType
 from .uart import uart_divisor
@@ -120,6 +122,11 @@ class FramedBridge(Elaboratable):
         congested too (97.4 MHz); placement of a design that size varies with any change.
     in_beats, out_beats : int
         Beats per input and output tensor.
+    bank_beats : int
+        Input buffer rows per memory bank (a power of 2, default
+        :data:`~onnx2fpga.hw.resources.WRAPPER_BANK_BEATS`): a
+        longer input is buffered in banks whose outputs are registered before one is chosen,
+        two more cycles before the first beat.
     clk_freq : int or float
         Frequency of the ``sync`` clock in Hz (reported in the HELLO reply).
     baud : int
@@ -175,7 +182,7 @@ class FramedBridge(Elaboratable):
                  clk_freq, baud=115200, *, design_id, timeout_cycles=None, rx_fifo_depth=16,
                  uart=("uart", 0), leds=(("led", 0), ("led", 1)), link="uart",
                  usb=("usb", 0), usb_bus=None, usb_fifo_depth=64, usb_strings=None,
-                 in_payload_width=None, fsm_encoding="one-hot"):
+                 in_payload_width=None, fsm_encoding="one-hot", bank_beats=WRAPPER_BANK_BEATS):
         if not isinstance(accelerator, Elaboratable):
             raise TypeError(f"Accelerator must be an Elaboratable, not {accelerator!r}")
         for name, value in (("Input tdata width", in_tdata_width),
@@ -192,6 +199,10 @@ class FramedBridge(Elaboratable):
         if fsm_encoding not in FSM_ENCODINGS:
             raise ValueError(f"FSM encoding must be one of {FSM_ENCODINGS}, not {fsm_encoding!r}")
         self.fsm_encoding = fsm_encoding
+        if not isinstance(bank_beats, int) or isinstance(bank_beats, bool) or bank_beats < 1 \
+                or bank_beats & (bank_beats - 1):
+            raise ValueError(f"Bank beats must be a power of 2, not {bank_beats!r}")
+        self.bank_beats = bank_beats
         for name, value in (("Input beats", in_beats), ("Output beats", out_beats),
                             ("RX FIFO depth", rx_fifo_depth)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -264,18 +275,31 @@ class FramedBridge(Elaboratable):
         in_nbytes = self.in_tdata_width // 8
         out_nbytes = self.out_tdata_width // 8
 
-        # The INFER payload, one memory row per input beat (block RAM where there is some).
-        m.submodules.buffer = buffer = Memory(shape=self.in_payload_width, depth=self.in_beats,
-                                              init=[])
-        wport = buffer.write_port()
+        # The INFER payload, one memory row per input beat (block RAM where there is some), in
+        # banks of `bank_beats` rows when there are more (see the feeder below).
+        banks = -(-self.in_beats // self.bank_beats)
+        bank_beats = self.bank_beats if banks > 1 else self.in_beats
+        low = exact_log2(bank_beats) if banks > 1 else len(Signal(range(self.in_beats)))
         # Writes go through registers: the state machine's "last byte of a beat" decode
         # reaching the write enable of every bit of a buffer in flip-flops was the jet
         # tagger's critical path on an ECP5 (10.2 ns). The feeder starts reading at least
         # four cycles after the last write (two CRC bytes, the check, the decision).
         wr_en = Signal()
-        wr_addr = Signal.like(wport.addr)
-        m.d.comb += [wport.en.eq(wr_en), wport.addr.eq(wr_addr)]
-        rport = buffer.read_port()
+        wr_addr = Signal(range(self.in_beats))
+        wr_data = Signal(self.in_payload_width)
+        rd_addr = Signal(range(self.in_beats))
+        rd_en = Signal()
+        rports = []
+        for b in range(banks):
+            depth = min(bank_beats, self.in_beats - b * bank_beats)
+            bank = Memory(shape=self.in_payload_width, depth=depth, init=[])
+            m.submodules["buffer" if banks == 1 else f"buffer_{b}"] = bank
+            wport, rport = bank.write_port(), bank.read_port()
+            hit = wr_addr[low:] == b if banks > 1 else 1
+            m.d.comb += [wport.en.eq(wr_en & hit), wport.addr.eq(wr_addr[:low]),
+                         wport.data.eq(wr_data), rport.addr.eq(rd_addr[:low]),
+                         rport.en.eq(rd_en)]
+            rports.append(rport)
 
         # Timing: the link state machine is split into a receiver and a transmitter (few states
         # each, so that "a byte is taken" is one LUT from the state), and everything that used
@@ -349,12 +373,12 @@ class FramedBridge(Elaboratable):
         # cycles after the last one at the earliest).
         got_r = Signal()
         beat_done = Signal()
-        beat_addr = Signal.like(wport.addr)
+        beat_addr = Signal.like(wr_addr)
         m.d.sync += [got_r.eq(got), beat_done.eq(0), wr_en.eq(beat_done),
                      wr_addr.eq(beat_addr)]
         with m.If(got_r):
             m.d.sync += beat.eq(Cat(beat[8:], rx_data) if in_nbytes > 1 else rx_data)
-        m.d.comb += wport.data.eq(beat[:self.in_payload_width])
+        m.d.comb += wr_data.eq(beat[:self.in_payload_width])
         with m.If(crc_init):
             m.d.sync += crc.eq(0xFFFF)
         with m.Elif(crc_step_rx):
@@ -410,41 +434,63 @@ class FramedBridge(Elaboratable):
         # go through a skid register (two entries): the accelerator sees registered tdata,
         # tvalid and tlast, and the feeder a registered ready, so the block RAM's output only
         # drives flip-flops (on kwsmlp_w3a3 the read straight into the accelerator's first
-        # width converter was the critical path, 11.6 ns on the ECP5).
+        # width converter was the critical path, 11.6 ns on the ECP5). The read pipeline
+        # moves on while the skid register is empty (`adv`, a register), so it holds its
+        # words, the block RAMs' outputs included, while the accelerator stalls. With more
+        # than one bank, each bank's output is registered before the banks are chosen, and
+        # the choice is registered again: a 9,216-row buffer read through the multiplexer
+        # of its block RAMs into the skid register was MobileNetV1's critical path on the
+        # ECP5 (12.3 ns: 5.8 ns clock-to-out, 3.1 ns route, three logic levels).
         feed_start = Signal()                # a register pulse
-        feed_prime = Signal()
-        feed_active = Signal()
+        feed_active = Signal()               # rows are left to read
         feed_index = Signal(range(self.in_beats))
-        feed_last = feed_index == self.in_beats - 1
         out_valid = Signal()
         out_data = Signal(self.in_payload_width, reset_less=True)
         out_last = Signal(reset_less=True)
         skid_full = Signal()
         skid_data = Signal(self.in_payload_width, reset_less=True)
         skid_last = Signal(reset_less=True)
-        f_transfer = feed_active & ~skid_full
+        adv = ~skid_full
+        issue = feed_active & adv
         m.d.comb += [
             acc.s_axis_tdata.eq(out_data),
             acc.s_axis_tvalid.eq(out_valid),
             acc.s_axis_tlast.eq(out_last),
-            rport.addr.eq(Mux(f_transfer, feed_index + 1, feed_index)),
+            rd_addr.eq(feed_index),
+            rd_en.eq(adv),
         ]
+        # Stage 1: the block RAMs' outputs.
+        valid, last = Signal(name="rd_valid"), Signal(name="rd_last")
+        with m.If(adv):
+            m.d.sync += [valid.eq(issue), last.eq(feed_index == self.in_beats - 1)]
+        data = rports[0].data
+        if banks > 1:
+            # Stage 2: each bank's output registered; stage 3: the chosen one.
+            bank_of = Signal(range(banks), name="rd_bank")
+            bank_data = [Signal(self.in_payload_width, name=f"rd_bank_data_{b}",
+                                reset_less=True) for b in range(banks)]
+            valid2, last2, bank2 = Signal(), Signal(), Signal(range(banks))
+            valid3, last3 = Signal(), Signal()
+            data3 = Signal(self.in_payload_width, name="rd_data", reset_less=True)
+            with m.If(adv):
+                m.d.sync += [bank_of.eq(feed_index[low:]), valid2.eq(valid), last2.eq(last),
+                             bank2.eq(bank_of), valid3.eq(valid2), last3.eq(last2),
+                             data3.eq(Array(bank_data)[bank2])]
+                m.d.sync += [bank_data[b].eq(rports[b].data) for b in range(banks)]
+            valid, last, data = valid3, last3, data3
         with m.If(acc.s_axis_tready | ~out_valid):
             with m.If(skid_full):
                 m.d.sync += [out_valid.eq(1), out_data.eq(skid_data), out_last.eq(skid_last),
                              skid_full.eq(0)]
             with m.Else():
-                m.d.sync += [out_valid.eq(f_transfer), out_data.eq(rport.data),
-                             out_last.eq(feed_last)]
-        with m.Elif(f_transfer):
-            m.d.sync += [skid_full.eq(1), skid_data.eq(rport.data), skid_last.eq(feed_last)]
+                m.d.sync += [out_valid.eq(valid), out_data.eq(data), out_last.eq(last)]
+        with m.Elif(valid & adv):
+            m.d.sync += [skid_full.eq(1), skid_data.eq(data), skid_last.eq(last)]
         m.d.sync += feed_start.eq(0)
         with m.If(feed_start):
-            m.d.sync += [feed_index.eq(0), feed_prime.eq(1)]
-        with m.Elif(feed_prime):           # row 0 is being read this cycle
-            m.d.sync += [feed_prime.eq(0), feed_active.eq(1)]
-        with m.Elif(f_transfer):
-            with m.If(feed_last):
+            m.d.sync += [feed_index.eq(0), feed_active.eq(1)]
+        with m.Elif(issue):
+            with m.If(feed_index == self.in_beats - 1):
                 m.d.sync += feed_active.eq(0)
             with m.Else():
                 m.d.sync += feed_index.eq(feed_index + 1)

@@ -358,6 +358,12 @@ WRAPPER = {
 }
 
 
+#: Input buffer rows per memory bank of the board wrapper (``boards/framed.py``): an ECP5
+#: DP16KD holds 2,048 rows of up to 9 bits, so a bank of any width is a row of block RAMs
+#: side by side, with no multiplexer behind them; a longer input takes several banks, whose
+#: outputs are registered before one is chosen.
+WRAPPER_BANK_BEATS = 2048
+
 #: The wrapper's receive FIFO (``boards/link.py``, a ``SyncFIFOBuffered`` of 16 bytes): the
 #: width and depth of its memory.
 WRAPPER_RX_FIFO = (8, 15)
@@ -393,13 +399,21 @@ def wrapper_resources(in_tdata_width: int, in_beats: int, out_tdata_width: int,
         blocks.append(("wrapper/rx_fifo", w["bram"], *WRAPPER_RX_FIFO, False))
     mm = memory_mapping(width, in_beats, family, rom=False)
     bits = width * in_beats
+    banks = -(-in_beats // WRAPPER_BANK_BEATS)
+    if banks > 1:
+        # Each bank's output register, the chosen bank's register and its multiplexer.
+        out["ff"] += (banks + 1) * width
+        out["lut"] += width * -(-(banks - 1) // 3)
     if "wrapper/buffer" in logic:
         cost = logic_memory_cost(width, in_beats, False)
         out["lut"] += cost["lut"]
         out["ff"] += cost["ff"]
     elif mm.kind == "block":
-        out["bram"] += mm.cells
-        blocks.append(("wrapper/buffer", mm.cells, width, in_beats, False))
+        depths = [min(WRAPPER_BANK_BEATS, in_beats - b * WRAPPER_BANK_BEATS)
+                  for b in range(banks)]
+        cells = sum(memory_mapping(width, d, family, rom=False).cells for d in depths)
+        out["bram"] += cells
+        blocks.append(("wrapper/buffer", cells, width, in_beats, False))
     elif mm.kind == "distributed":
         out["lut"] += LUT_COEFFICIENTS[family]["mem_cells"] * mm.cells
         out["ff"] += width

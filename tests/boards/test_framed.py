@@ -25,10 +25,11 @@ TIMEOUT = 40 * DIVISOR           # 4 byte times
 DESIGN_ID = bytes.fromhex("0123456789abcdef")
 
 
-def _bridge(width=16, beats=3, accelerator=None, encoding="one-hot"):
+def _bridge(width=16, beats=3, accelerator=None, encoding="one-hot", **options):
     acc = accelerator if accelerator is not None else ByteIncrement(width)
     return FramedBridge(acc, width, width, beats, beats, clk_freq=4_000, baud=1_000,
-                        design_id=DESIGN_ID, timeout_cycles=TIMEOUT, fsm_encoding=encoding)
+                        design_id=DESIGN_ID, timeout_cycles=TIMEOUT, fsm_encoding=encoding,
+                        **options)
 
 
 @pytest.fixture(params=FSM_ENCODINGS)
@@ -192,19 +193,24 @@ class _Stutter(wiring.Component):
         return m
 
 
-def test_feeder_keeps_order_under_irregular_input_stalls():
-    # The feeder's skid register holds a beat whenever the accelerator drops ready; nothing is
-    # lost, repeated or reordered, and tlast marks the eighth beat.
-    data = bytes(range(37, 53))                                     # 8 beats of 16 bits
-    frames, beats, flags = _run(_bridge(beats=8, accelerator=_Stutter(16)),
-                                [encode_frame(FrameType.INFER, 6, data), ("idle", 1500),
-                                 encode_frame(FrameType.INFER, 7, data[::-1])],
-                                expect_frames=2, budget=120_000)
+@pytest.mark.parametrize("beats, bank_beats", [(8, 2048), (8, 2), (7, 2), (7, 4)])
+def test_feeder_keeps_order_under_irregular_input_stalls(beats, bank_beats):
+    # The feeder's skid register holds a beat whenever the accelerator drops ready, and its
+    # read pipeline (three stages when the buffer is banked, the last bank partly used)
+    # holds its words; nothing is lost, repeated or reordered, and tlast marks the last beat.
+    data = bytes(range(37, 37 + 2 * beats))                         # 16-bit beats
+    bridge = _bridge(beats=beats, accelerator=_Stutter(16), bank_beats=bank_beats)
+    frames, beats_fed, flags = _run(bridge, [encode_frame(FrameType.INFER, 6, data),
+                                             ("idle", 1500),
+                                             encode_frame(FrameType.INFER, 7, data[::-1])],
+                                    expect_frames=2, budget=120_000)
     assert [(f.seq, f.payload, f.crc_ok) for f in frames] == [
         (6, _expected(data), True), (7, _expected(data[::-1]), True)]
-    assert [d for d, _ in beats] == _beats(data) + _beats(data[::-1])
-    assert [last for _, last in beats] == ([0] * 7 + [1]) * 2
+    assert [d for d, _ in beats_fed] == _beats(data) + _beats(data[::-1])
+    assert [last for _, last in beats_fed] == ([0] * (beats - 1) + [1]) * 2
     assert flags["tlast_error"] == 0 and flags["frames_ok"] == 2
+    with pytest.raises(ValueError, match=r"^Bank beats must be a power of 2, not 3$"):
+        _bridge(bank_beats=3)
 
 
 def test_bad_crc_is_answered_and_never_computed(encoding):
