@@ -688,6 +688,79 @@ def test_fifo_keeps_order(seed, case):
     assert dut.latency == (1 if depth <= 4 else 2)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fifo_with_out_register_keeps_order(seed):
+    # A queue in block RAM with the register behind it (ECP5 boards): two cycles through
+    # the queue, one through the register, and its storage in column slices.
+    shape, lanes = signed(6), 2
+    dut = StreamFIFO(shape, lanes, 7, out_register=True)
+    x = random_values(np.random.default_rng(seed), shape, 40 * lanes)
+    got = run_stream(dut, to_transfers(x, lanes), 40, seed)
+    np.testing.assert_array_equal(np.array(got).reshape(-1), x)
+    times = run_timed(dut, to_transfers(x, lanes), 40)
+    np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), 3)
+    assert dut.latency == 3
+
+
+def test_slice_bits_fit_one_dp16kd_column():
+    from onnx2fpga.hw.plumbing import slice_bits
+    # (width, rows) -> bits per slice: 8 bits x 10,239 rows as eight 16,384 x 1 blocks
+    # (five 2,048 x 9 blocks chained in depth were ResNet-8's skip queue).
+    assert [slice_bits(w, d) for w, d in [(8, 10239), (8, 2047), (8, 2049), (40, 511),
+                                          (40, 513), (16, 3000), (8, 20000), (3, 100)]] == \
+        [1, 8, 4, 36, 18, 4, 8, 3]
+
+
+@pytest.mark.parametrize("bits", [3, 8])
+def test_sliced_queue_moves_as_sync_fifo_buffered(bits):
+    """The sliced queue behind a block-RAM StreamFIFO's register: under random valid and
+    ready, on every cycle the same ready, valid and data as amaranth's SyncFIFOBuffered of the
+    same depth, in three slices (3, 3 and 2 bits) or one."""
+    from amaranth.lib import fifo
+    from amaranth.sim import Simulator
+
+    from onnx2fpga.hw.plumbing import _SlicedQueue
+
+    class Pair(Elaboratable):
+        def __init__(self):
+            self.valid, self.ready, self.data = Signal(), Signal(), Signal(8)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.dut = self.dut = dut = _SlicedQueue(8, 6, bits)
+            m.submodules.ref = self.ref = ref = fifo.SyncFIFOBuffered(width=8, depth=6)
+            for q in (dut, ref):
+                m.d.comb += [q.w_en.eq(self.valid), q.w_data.eq(self.data),
+                             q.r_en.eq(self.ready)]
+            return m
+
+    pair = Pair()
+    rng = np.random.default_rng(bits)
+    counts = {"moved": 0, "full": 0}
+
+    async def bench(ctx):
+        for cycle in range(600):
+            # Phases of mostly writing and mostly reading, so the queue fills and drains.
+            write_p = 0.8 if (cycle // 100) % 2 == 0 else 0.3
+            ctx.set(pair.valid, int(rng.random() < write_p))
+            ctx.set(pair.ready, int(rng.random() < 1.1 - write_p))
+            ctx.set(pair.data, int(rng.integers(256)))
+            dut, ref = pair.dut, pair.ref
+            got = (ctx.get(dut.w_rdy), ctx.get(dut.r_rdy))
+            assert got == (ctx.get(ref.w_rdy), ctx.get(ref.r_rdy)), cycle
+            if got[1]:
+                assert ctx.get(dut.r_data) == ctx.get(ref.r_data), cycle
+                counts["moved"] += ctx.get(pair.ready)
+            counts["full"] += not got[0]
+            await ctx.tick()
+
+    sim = Simulator(pair)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert counts["moved"] > 150 and counts["full"] > 20    # data moved, the queue filled
+
+
 def test_skid_fifo_moves_as_a_two_deep_sync_fifo():
     """Depth 2 is a skid buffer (ready and output from registers): under random valid and
     ready, on every cycle the same ready, valid and data as amaranth's SyncFIFO of depth 2
