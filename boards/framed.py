@@ -124,9 +124,9 @@ class FramedBridge(Elaboratable):
         Beats per input and output tensor.
     bank_beats : int
         Input buffer rows per memory bank (a power of 2, default
-        :data:`~onnx2fpga.hw.resources.WRAPPER_BANK_BEATS`): a
-        longer input is buffered in banks whose outputs are registered before one is chosen,
-        two more cycles before the first beat.
+        :data:`~onnx2fpga.hw.resources.WRAPPER_BANK_BEATS`): a longer input is buffered in
+        banks whose outputs are registered before one is chosen, two more cycles before the
+        first beat.
     clk_freq : int or float
         Frequency of the ``sync`` clock in Hz (reported in the HELLO reply).
     baud : int

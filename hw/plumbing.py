@@ -32,7 +32,8 @@ class StreamFIFO(wiring.Component):
     :class:`amaranth.lib.fifo.SyncFIFO` (storage in flip-flops, latency 1); deeper queues use
     :class:`amaranth.lib.fifo.SyncFIFOBuffered` (storage in block RAM, latency 2), whose
     output comes straight from the block RAM unless ``out_register`` puts a pipeline register
-    (as depth 1) behind it (latency 3).
+    (as depth 1) behind it (latency 3; the storage then in column slices that each fit one
+    ECP5 block RAM, :class:`_SlicedQueue`).
 
     Parameters
     ----------
@@ -133,9 +134,8 @@ class _SlicedQueue(Elaboratable):
     :class:`amaranth.lib.fifo.SyncFIFOBuffered` (``w_data``, ``w_en``, ``w_rdy``,
     ``r_data``, ``r_en``, ``r_rdy``; ``depth - 1`` rows in memory, the head in the read
     port's register), its storage cut into column slices of ``bits`` bits (default
-    :func:`slice_bits`): each
-    slice's rows fit one block RAM, so that no block RAM's output passes a multiplexer of
-    blocks chained in depth. (An 8-bit skip queue of ResNet-8 in five DP16KD chained in
+    :func:`slice_bits`): each slice's rows fit one block RAM, so that no block RAM's output
+    passes a multiplexer of blocks chained in depth. (An 8-bit skip queue of ResNet-8 in five DP16KD chained in
     depth, read through their multiplexer into the register behind the queue, was its
     critical path at 100 MHz: 10.6 ns, 5.8 of it the block RAM's clock-to-out.)"""
 
