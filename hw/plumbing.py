@@ -135,9 +135,10 @@ class _SlicedQueue(Elaboratable):
     ``r_data``, ``r_en``, ``r_rdy``; ``depth - 1`` rows in memory, the head in the read
     port's register), its storage cut into column slices of ``bits`` bits (default
     :func:`slice_bits`): each slice's rows fit one block RAM, so that no block RAM's output
-    passes a multiplexer of blocks chained in depth. (An 8-bit skip queue of ResNet-8 in five DP16KD chained in
-    depth, read through their multiplexer into the register behind the queue, was its
-    critical path at 100 MHz: 10.6 ns, 5.8 of it the block RAM's clock-to-out.)"""
+    passes a multiplexer of blocks chained in depth. (An 8-bit skip queue of ResNet-8 in
+    five DP16KD chained in depth, read through their multiplexer into the register behind
+    the queue, was its critical path at 100 MHz: 10.6 ns, 5.8 of it the block RAM's
+    clock-to-out.)"""
 
     def __init__(self, width: int, depth: int, bits=None):
         self.width, self.depth = width, depth
