@@ -34,13 +34,12 @@ CLK_TO_Q = {"TRELLIS_FF": 0.52, "DP16KD": 5.8, "MULT18X18D": 1.2, "ALU54B": 1.2}
 SETUP = {"DI": 0.0, "CE": 0.25, "LSR": 0.3}
 HARD_SETUP = 0.25
 ROUTE, ROUTE_PER_FANOUT_BIT, ROUTE_FROM_BRAM = 0.75, 0.25, 1.5
-_DEDICATED = -1     # an edge on the carry chain: no route
 
 
 def _graph(module):
     """``(edges, sources, sinks, names)`` of a flattened yosys module: ``edges[bit]`` lists
-    ``(input bit, delay)`` through the combinational cell driving ``bit`` (``_DEDICATED`` in
-    place of the delay for the carry chain), ``sources[bit]`` the clock-to-out of a
+    ``(input bit, delay, routed)`` through the combinational cell driving ``bit`` (``routed``
+    false for the carry chain's dedicated wire), ``sources[bit]`` the clock-to-out of a
     sequential output, ``sinks`` ``(bit, setup, cell, port)`` of sequential inputs."""
     edges, sources, sinks = defaultdict(list), {}, []
     for cell_name, cell in module["cells"].items():
@@ -51,27 +50,28 @@ def _graph(module):
             return value if isinstance(value, int) else None
 
         if kind == "LUT4":
-            edges[bit("Z")] += [(bit(p), LUT) for p in "ABCD" if bit(p) is not None]
+            edges[bit("Z")] += [(bit(p), LUT, True) for p in "ABCD" if bit(p) is not None]
         elif kind in ("PFUMX", "L6MUX21"):
             ins = ("ALUT", "BLUT", "C0") if kind == "PFUMX" else ("D0", "D1", "SD")
-            edges[bit("Z")] += [(bit(p), MUX if p != ins[2] else MUX_SELECT)
+            edges[bit("Z")] += [(bit(p), MUX if p != ins[2] else MUX_SELECT, True)
                                 for p in ins if bit(p) is not None]
         elif kind == "CCU2C":
             for k in "01":
                 for p in "ABCD":
                     if bit(p + k) is not None:
-                        edges[bit("S" + k)].append((bit(p + k), CARRY_IN))
+                        edges[bit("S" + k)].append((bit(p + k), CARRY_IN, True))
                         if bit("COUT") is not None:
-                            edges[bit("COUT")].append((bit(p + k), CARRY_IN))
+                            edges[bit("COUT")].append((bit(p + k), CARRY_IN, True))
             if bit("CIN") is not None:
                 for out in ("S0", "S1"):
                     if bit(out) is not None:
-                        edges[bit(out)].append((bit("CIN"), (_DEDICATED, CARRY_OUT)))
+                        edges[bit(out)].append((bit("CIN"), CARRY_OUT, False))
                 if bit("COUT") is not None:
-                    edges[bit("COUT")].append((bit("CIN"), (_DEDICATED, CARRY_ALONG)))
+                    edges[bit("COUT")].append((bit("CIN"), CARRY_ALONG, False))
         elif kind == "TRELLIS_DPR16X4":
             for out in con["DO"]:
-                edges[out] += [(b, LUTRAM_READ) for b in con["RAD"] if isinstance(b, int)]
+                edges[out] += [(b, LUTRAM_READ, True) for b in con["RAD"]
+                               if isinstance(b, int)]
             sinks += [(b, HARD_SETUP, cell_name, p) for p in ("DI", "WAD", "WRE")
                       for b in con[p] if isinstance(b, int)]
         elif kind == "TRELLIS_FF":
@@ -120,9 +120,9 @@ def slowest_paths(netlist: dict, top: int = 20) -> list:
 
     def settle(b):
         best = (0.0, None)
-        for i, delay in edges.get(b, ()):
+        for i, delay, routed in edges.get(b, ()):
             before = arrival.get(i, (0.0, None))[0]     # an input on a loop counts as 0
-            t = before + delay[1] if isinstance(delay, tuple) else before + route(i) + delay
+            t = before + delay + (route(i) if routed else 0.0)
             if t > best[0]:
                 best = (t, i)
         arrival[b] = best
@@ -136,7 +136,7 @@ def slowest_paths(netlist: dict, top: int = 20) -> list:
         visiting.add(start)
         while stack:
             b, inputs = stack[-1]
-            for i, _ in inputs:
+            for i, _, _ in inputs:
                 if i not in arrival and i not in visiting:
                     visiting.add(i)
                     stack.append((i, iter(edges.get(i, ()))))

@@ -277,15 +277,15 @@ class FramedBridge(Elaboratable):
 
         # The INFER payload, one memory row per input beat (block RAM where there is some), in
         # banks of `bank_beats` rows when there are more (see the feeder below).
-        banks = -(-self.in_beats // self.bank_beats)
-        bank_beats = self.bank_beats if banks > 1 else self.in_beats
-        low = exact_log2(bank_beats) if banks > 1 else len(Signal(range(self.in_beats)))
         # Writes go through registers: the state machine's "last byte of a beat" decode
         # reaching the write enable of every bit of a buffer in flip-flops was the jet
         # tagger's critical path on an ECP5 (10.2 ns). The feeder starts reading at least
         # four cycles after the last write (two CRC bytes, the check, the decision).
         wr_en = Signal()
         wr_addr = Signal(range(self.in_beats))
+        banks = -(-self.in_beats // self.bank_beats)
+        bank_beats = self.bank_beats if banks > 1 else self.in_beats
+        low = exact_log2(bank_beats) if banks > 1 else len(wr_addr)      # row within a bank
         wr_data = Signal(self.in_payload_width)
         rd_addr = Signal(range(self.in_beats))
         rd_en = Signal()

@@ -14,6 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..plan import plumbing as timing
 from ..plan.checks import check_count
+from ..plan.devices import block_ram_shapes
 from .blocks import counter, int_shape, quiet_if_invalid, skid_output, wrap_incr
 
 __all__ = ["StreamFIFO", "WidthConverter"]
@@ -114,16 +115,13 @@ class StreamFIFO(wiring.Component):
 
 
 
-#: Rows of one ECP5 DP16KD by data width: a slice of at most that many bits per row is one
-#: column of block RAMs with no multiplexer behind it.
-_DP16KD_ROWS = ((36, 512), (18, 1024), (9, 2048), (4, 4096), (2, 8192), (1, 16384))
-
-
 def slice_bits(width: int, depth: int) -> int:
     """Bits per column slice of a queue's storage of ``depth`` rows of ``width`` bits (see
-    :class:`_SlicedQueue`): the widest slice whose rows fit one DP16KD, ``width`` when all
-    of it does or when ``depth`` is beyond a block's 16,384 rows."""
-    for bits, rows in _DP16KD_ROWS:
+    :class:`_SlicedQueue`): the widest slice whose rows fit one DP16KD
+    (:func:`~onnx2fpga.plan.devices.block_ram_shapes`), so that a slice is one column of
+    block RAMs with no multiplexer behind it; ``width`` when all of it fits or when
+    ``depth`` is beyond a block's 16,384 rows."""
+    for bits, rows in reversed(block_ram_shapes("ecp5")):
         if depth <= rows:
             return min(width, bits)
     return width

@@ -17,7 +17,7 @@ __all__ = [
     "LUT_PRODUCT_MAX_BITS", "ECP5_DSP_BITS", "ICE40_DSP_BITS", "ecp5_dsp_product",
     "ice40_registered_product",
     "ice40_paired_product", "ice40_matvec_dsps", "LOGIC_ROM_LUTS_PER_BIT", "logic_cells",
-    "BLOCK_STYLE",
+    "BLOCK_STYLE", "block_ram_shapes",
 ]
 
 
@@ -117,6 +117,13 @@ _LIBRARY = {
         _RamDef("TRELLIS_DPR16X4", "distributed", 4, (4,), 4, 0, False, False, True, None),
     ),
 }
+
+
+def block_ram_shapes(family: str) -> tuple:
+    """``((width, rows), ...)`` of one block RAM of ``family`` in each of its data widths,
+    narrowest first (ECP5: 16,384 x 1 to 512 x 36), from :data:`_LIBRARY`."""
+    widest = max((r for r in _LIBRARY[family] if r.kind == "block"), key=lambda r: len(r.dbits))
+    return tuple((bits, 1 << (widest.abits - i)) for i, bits in enumerate(widest.dbits))
 
 
 #: memory_libmap's weights of the read multiplexer, the write-enable demultiplexer and an
