@@ -107,13 +107,15 @@ class Dataflow:
     ``"stage/w_mem"``, that carry yosys' ``rom_style = "block"`` so that they take block RAM
     where yosys would build them in LUTs: board folding fills it when LUTs run short and
     block RAMs do not; the values and cycles are the same either way. ``bram_registers``:
-    a block RAM read that feeds another core passes a pipeline register first (one more
-    cycle of latency each, on every platform): each sliding window's output (a two-transfer
-    skid buffer behind it, whose ready is a register too) and each queue in block RAM
+    a block RAM read that feeds another core passes a pipeline register first (a cycle of
+    latency each, on every platform): each sliding window's output (a one-transfer register
+    with no other input, then a two-transfer skid buffer, whose ready is a register too: two
+    cycles) and each queue in block RAM
     (:class:`~onnx2fpga.hw.plumbing.StreamFIFO`'s ``out_register``). An ECP5 block RAM's
     output (5.8 ns clock-to-out) into a core placed far away was a ResNet-8 build's critical
-    path at 100 MHz twice: a window's through its padding multiplexer (11.4 ns), then a skip
-    queue's (10.5 ns); and a ready chain from a requantization through a depthwise core into
+    path at 100 MHz three times: a window's through its padding multiplexer (11.4 ns), then a
+    skip queue's (10.5 ns), then a window's through the skid buffer's input multiplexer
+    (10.8 ns, 3.3 ns of route across the die); and a ready chain from a requantization through a depthwise core into
     a window's counters a DS-CNN build's (13.6 ns) while that register was a one-transfer
     pipeline register. Folding for an ECP5 board sets it. ``engine``: ``""`` for the
     streaming dataflow of a core per layer; ``"spram"`` or ``"rom"`` for the

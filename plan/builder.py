@@ -226,13 +226,17 @@ class Builder:
         return out_net if outputs is None else list(outs)
 
     def window(self, name, net, out_type, lanes, size, layer, params) -> str:
-        """A ``"window"`` stage, and behind it a two-transfer FIFO (a skid buffer: its ready
-        and output from registers) with ``bram_registers``
-        (:attr:`Dataflow.bram_registers <onnx2fpga.ir.Dataflow>`)."""
+        """A ``"window"`` stage; with ``bram_registers``
+        (:attr:`Dataflow.bram_registers <onnx2fpga.ir.Dataflow>`) a pipeline register behind
+        it (one transfer, ``{name}_rd``: the line buffer's read goes into a register with no
+        other input, which the placer can put beside the block RAM), and behind that a
+        two-transfer FIFO (a skid buffer, ``{name}_reg``: its ready and output from
+        registers)."""
         net = self.add("window", name, [net], out_type, lanes, size, layer=layer, params=params)
         if self.bram_registers:
-            net = self.add("fifo", f"{name}_reg", [net], out_type, lanes, size, layer=layer,
-                           params={"depth": 2, "pipeline": True})
+            for reg, depth in (("rd", 1), ("reg", 2)):
+                net = self.add("fifo", f"{name}_{reg}", [net], out_type, lanes, size,
+                               layer=layer, params={"depth": depth, "pipeline": True})
         return net
 
     def fifo(self, name, net, depth, layer=None) -> str:

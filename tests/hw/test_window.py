@@ -369,9 +369,9 @@ def test_window_errors():
 @pytest.mark.rtl
 @pytest.mark.parametrize("kind, windows, queues", [("residual", 2, 2), ("avgpool", 2, 0)])
 def test_bram_registers_take_one_cycle_each(tmp_path, kind, windows, queues):
-    """``Dataflow.bram_registers`` (set for ECP5 boards): a skid buffer behind every
-    window's output and a pipeline register behind every queue in block RAM (two in the
-    residual net).
+    """``Dataflow.bram_registers`` (set for ECP5 boards): a pipeline register and a skid
+    buffer behind every window's output and a pipeline register behind every queue in block
+    RAM (two in the residual net).
     The model's latency grows by one per register on its longest path, its cycles per
     inference not; the RTL under stalls equals golden, and its figures are the model's."""
     import onnx2fpga
@@ -392,13 +392,14 @@ def test_bram_registers_take_one_cycle_each(tmp_path, kind, windows, queues):
         dfs[regs], figures[regs] = df, cost.dataflow_cycles(df)
     stages = plan_graph(dfs[True]).stages
     assert [s.name for s in stages if s.params.get("pipeline")] == \
-        [f"{s.name}_reg" for s in stages if s.kind == "window"]
+        [f"{s.name}_{r}" for s in stages if s.kind == "window" for r in ("rd", "reg")]
+    assert [s.params["depth"] for s in stages if s.params.get("pipeline")] == [1, 2] * windows
     assert sum(s.kind == "window" for s in stages) == windows
     assert sum(bool(s.params.get("out_register")) for s in stages) == queues
     assert not any(s.params.get("pipeline") or s.params.get("out_register")
                    for s in plan_graph(dfs[False]).stages)
     grown = figures[True]["latency_cycles"] - figures[False]["latency_cycles"]
-    assert windows <= grown <= windows + queues
+    assert 2 * windows <= grown <= 2 * windows + queues
     assert figures[True]["cycles_per_inference"] == figures[False]["cycles_per_inference"]
     df = dfs[True]
     x = np.random.default_rng(2).integers(df.input.type.lo, df.input.type.hi + 1,
