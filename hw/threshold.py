@@ -114,9 +114,11 @@ class ThresholdCore(wiring.Component):
     - ``"binary"``: a pipelined binary search over the thresholds (padded to
       ``2**k - 1`` with ``k = max(1, n.bit_length())``): level ``L`` compares with the
       threshold picked by the ``L`` result bits before it, one level per cycle, the last
-      one writing ``base + step * count``. Latency ``k`` cycles; cost ``k`` comparators per
-      lane and, per level ``L``, a ROM of ``2**L`` thresholds per channel (or a
-      ``2**L``-way constant multiplexer).
+      one writing ``base + step * count``. Latency ``k`` cycles, ``2k`` when the thresholds
+      differ between channels (a register stage holds each level's table output, so that
+      no path runs from one level's block RAM through a comparator into the next one's
+      address); cost ``k`` comparators per lane and, per level ``L``, a ROM of ``2**L``
+      thresholds per channel (or a ``2**L``-way constant multiplexer).
 
     Parameters
     ----------
@@ -314,6 +316,25 @@ class ThresholdCore(wiring.Component):
                 else:
                     consts = Array(C(v, plan.thr_shape) for v in table[0])
                     thr.append(consts[prefix[j]])
+            if plan.table:
+                # A register stage between the tables and the comparators (see
+                # threshold_stage_latency): the table's data lines up with the registers
+                # loaded on this advance, which now also take it.
+                x_r = Signal.like(x, name=f"x{k}_{level}_r", reset_less=True)
+                valid_r = Signal(name=f"valid{k}_{level}_r")
+                t_r = Signal(t_shape, name=f"t{k}_{level}_r")
+                thr_r = [Signal(plan.thr_shape, name=f"thr{k}_{level}_{j}", reset_less=True)
+                         for j in range(lanes)]
+                with m.If(advance):
+                    m.d.sync += [x_r.eq(x), valid_r.eq(valid), t_r.eq(t_cur)]
+                    m.d.sync += [thr_r[j].eq(thr[j]) for j in range(lanes)]
+                if level:
+                    p_r = [Signal(level, name=f"p{k}_{level}_{j}_r", reset_less=True)
+                           for j in range(lanes)]
+                    with m.If(advance):
+                        m.d.sync += [p_r[j].eq(prefix[j]) for j in range(lanes)]
+                    prefix = p_r
+                x, valid, thr, t_next, t_cur = x_r, valid_r, thr_r, t_cur, t_r
             bit = [x[j] >= thr[j] for j in range(lanes)]
             decided = [bit[j] if level == 0 else Cat(bit[j], prefix[j]) for j in range(lanes)]
             valid_n = Signal(name=f"valid{k}_{level}")
