@@ -72,8 +72,12 @@ def _read(path) -> object:
     if size > MAX_FILE_BYTES:
         raise LoadError(f"{path}: {size} bytes is larger than protobuf's 2 GiB limit; "
                         f"not an ONNX model")
+    # Read what the size says (plus one byte, to see a file that grew): a read of
+    # MAX_FILE_BYTES + 1 reserved 2 GiB for every model, however small.
     with open(path, "rb") as f:
-        data = f.read(MAX_FILE_BYTES + 1)
+        data = f.read(size + 1)
+    if len(data) > size:
+        raise LoadError(f"{path}: changed while being read; not loaded")
     if not data:
         raise LoadError(f"{path}: empty file, not an ONNX model")
     model = onnx.ModelProto()
