@@ -114,9 +114,9 @@ class Dataflow:
     output (5.8 ns clock-to-out) into a core placed far away was a ResNet-8 build's critical
     path at 100 MHz three times: a window's through its padding multiplexer (11.4 ns), then a
     skip queue's (10.5 ns), then a window's through the skid buffer's input multiplexer
-    (10.8 ns, 3.3 ns of route across the die); and a ready chain from a requantization through a depthwise core into
-    a window's counters a DS-CNN build's (13.6 ns) while that register was a one-transfer
-    pipeline register. Folding for an ECP5 board sets it. ``engine``: ``""`` for the
+    (10.8 ns, 3.3 ns of route across the die); and a ready chain from a requantization
+    through a depthwise core into a window's counters a DS-CNN build's (13.6 ns) while that
+    register was a one-transfer pipeline register. Folding for an ECP5 board sets it. ``engine``: ``""`` for the
     streaming dataflow of a core per layer; ``"spram"`` or ``"rom"`` for the
     layer-sequential engine instead (:mod:`onnx2fpga.plan.engine`),
     its weight records in an SPRAM loaded from flash or in a ROM: board folding chooses it

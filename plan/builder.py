@@ -236,9 +236,9 @@ class Builder:
         MobileNetV1 build's critical path, 10.5 ns.)"""
         net = self.add("window", name, [net], out_type, lanes, size, layer=layer, params=params)
         if self.bram_registers:
-            for reg, depth in (("rd", 2), ("reg", 2)):
+            for reg in ("rd", "reg"):
                 net = self.add("fifo", f"{name}_{reg}", [net], out_type, lanes, size,
-                               layer=layer, params={"depth": depth, "pipeline": True})
+                               layer=layer, params={"depth": 2, "pipeline": True})
         return net
 
     def fifo(self, name, net, depth, layer=None) -> str:
