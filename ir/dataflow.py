@@ -116,7 +116,8 @@ class Dataflow:
     skip queue's (10.5 ns), then a window's through the skid buffer's input multiplexer
     (10.8 ns, 3.3 ns of route across the die); and a ready chain from a requantization
     through a depthwise core into a window's counters a DS-CNN build's (13.6 ns) while that
-    register was a one-transfer pipeline register. Folding for an ECP5 board sets it. ``engine``: ``""`` for the
+    register was a one-transfer pipeline register. Folding for an ECP5 board sets it.
+    ``engine``: ``""`` for the
     streaming dataflow of a core per layer; ``"spram"`` or ``"rom"`` for the
     layer-sequential engine instead (:mod:`onnx2fpga.plan.engine`),
     its weight records in an SPRAM loaded from flash or in a ROM: board folding chooses it
