@@ -269,16 +269,8 @@ class ThresholdCore(wiring.Component):
         else:
             thr = [[C(v, plan.thr_shape) for v in plan.rows[j][0]] for j in range(lanes)]
         if plan.table and n:
-            # A register stage between the table and the comparators: the table's data
-            # lines up with the register holding `t_cur`, so it is loaded with it.
-            x_r = Signal.like(x, name=f"x{k}_r", reset_less=True)
-            valid_r, t_r = Signal(name=f"valid{k}_r"), Signal(t_shape, name=f"t{k}_r")
-            thr_r = [[Signal(plan.thr_shape, name=f"thr{k}_{j}_{i}", reset_less=True)
-                      for i in range(n)] for j in range(lanes)]
-            with m.If(advance):
-                m.d.sync += [x_r.eq(x), valid_r.eq(valid), t_r.eq(t_cur)]
-                m.d.sync += [thr_r[j][i].eq(thr[j][i]) for j in range(lanes) for i in range(n)]
-            x, valid, thr, t_next, t_cur = x_r, valid_r, thr_r, t_cur, t_r
+            x, valid, thr, t_next, t_cur = _table_register(m, advance, f"{k}", plan.thr_shape,
+                                                           x, valid, t_cur, thr)
         bits = [Signal(max(n, 1), name=f"cmp{k}_{j}", reset_less=True) for j in range(lanes)]
         y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}", reset_less=True)
         valid_a, valid_b = Signal(name=f"valid{k}_a"), Signal(name=f"valid{k}_b")
@@ -317,24 +309,14 @@ class ThresholdCore(wiring.Component):
                     consts = Array(C(v, plan.thr_shape) for v in table[0])
                     thr.append(consts[prefix[j]])
             if plan.table:
-                # A register stage between the tables and the comparators (see
-                # threshold_stage_latency): the table's data lines up with the registers
-                # loaded on this advance, which now also take it.
-                x_r = Signal.like(x, name=f"x{k}_{level}_r", reset_less=True)
-                valid_r = Signal(name=f"valid{k}_{level}_r")
-                t_r = Signal(t_shape, name=f"t{k}_{level}_r")
-                thr_r = [Signal(plan.thr_shape, name=f"thr{k}_{level}_{j}", reset_less=True)
-                         for j in range(lanes)]
-                with m.If(advance):
-                    m.d.sync += [x_r.eq(x), valid_r.eq(valid), t_r.eq(t_cur)]
-                    m.d.sync += [thr_r[j].eq(thr[j]) for j in range(lanes)]
+                x, valid, thr, t_next, t_cur = _table_register(
+                    m, advance, f"{k}_{level}", plan.thr_shape, x, valid, t_cur, thr)
                 if level:
                     p_r = [Signal(level, name=f"p{k}_{level}_{j}_r", reset_less=True)
                            for j in range(lanes)]
                     with m.If(advance):
                         m.d.sync += [p_r[j].eq(prefix[j]) for j in range(lanes)]
                     prefix = p_r
-                x, valid, thr, t_next, t_cur = x_r, valid_r, thr_r, t_cur, t_r
             bit = [x[j] >= thr[j] for j in range(lanes)]
             decided = [bit[j] if level == 0 else Cat(bit[j], prefix[j]) for j in range(lanes)]
             valid_n = Signal(name=f"valid{k}_{level}")
@@ -357,3 +339,25 @@ class ThresholdCore(wiring.Component):
             t_next, t_cur = t_cur, t_n
         raise AssertionError("unreachable")  # pragma: no cover
 
+
+def _table_register(m, advance, tag, thr_shape, x, valid, t_cur, thr):
+    """A register stage between a threshold table and its comparators: ``x``, ``valid``,
+    ``t_cur`` and the thresholds ``thr`` (a list per lane, nested as given) loaded on
+    ``advance``. The table's data lines up with the registers loaded on this advance, which
+    take it with them: no block RAM output feeds a comparator. Returns the registered
+    ``x, valid, thr`` and the stage's ``t_next, t_cur``."""
+    x_r = Signal.like(x, name=f"x{tag}_r", reset_less=True)
+    valid_r, t_r = Signal(name=f"valid{tag}_r"), Signal(t_cur.shape(), name=f"t{tag}_r")
+    loads = []
+
+    def hold(value, name):
+        if isinstance(value, list):
+            return [hold(v, f"{name}_{i}") for i, v in enumerate(value)]
+        reg = Signal(thr_shape, name=name, reset_less=True)
+        loads.append(reg.eq(value))
+        return reg
+    thr_r = hold(thr, f"thr{tag}")
+    with m.If(advance):
+        m.d.sync += [x_r.eq(x), valid_r.eq(valid), t_r.eq(t_cur)]
+        m.d.sync += loads
+    return x_r, valid_r, thr_r, t_cur, t_r
