@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..plan import plumbing as timing
 from ..plan.checks import check_count
-from ..plan.devices import block_ram_shapes
+from ..plan.devices import NO_RW_CHECK, block_ram_shapes
 from .blocks import counter, int_shape, quiet_if_invalid, skid_output, wrap_incr
 
 __all__ = ["StreamFIFO", "WidthConverter"]
@@ -155,7 +155,9 @@ class _SlicedQueue(Elaboratable):
         step = self.bits
         for lo in range(0, self.width, step):
             hi = min(self.width, lo + step)
-            mem = Memory(shape=hi - lo, depth=rows, init=[])
+            # Reads only with rows held, writes only with rows free: the read and write
+            # addresses differ whenever both are enabled (NO_RW_CHECK).
+            mem = Memory(shape=hi - lo, depth=rows, init=[], attrs=NO_RW_CHECK)
             m.submodules[f"storage_{lo // step}"] = mem
             w_port, r_port = mem.write_port(), mem.read_port()
             m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[lo:hi]),

@@ -17,6 +17,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..plan.devices import NO_RW_CHECK
 from ..plan.reduce import (
     REDUCE_OPS,
     REGISTER_FOLDS_MAX,
@@ -271,7 +272,10 @@ def partial_results(m: Module, storage: str, layout, folds: int, *, fold, next_f
     """
     lanes = layout.length
     if storage == "memory":
-        m.submodules.acc_mem = acc_mem = Memory(shape=layout, depth=folds, init=[])
+        # The read (one or two folds ahead) never meets the write of the same fold: no
+        # read-before-write logic behind the block RAM (NO_RW_CHECK).
+        m.submodules.acc_mem = acc_mem = Memory(shape=layout, depth=folds, init=[],
+                                                attrs=NO_RW_CHECK)
         acc_rd = acc_mem.read_port()
         acc_wr = acc_mem.write_port()
 

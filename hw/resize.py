@@ -17,6 +17,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..plan.checks import check_count
+from ..plan.devices import NO_RW_CHECK
 from ..plan.resize import ResizeGeometry, affine_loops, int_sequence
 from .blocks import counter, int_shape, quiet_if_invalid, wrap_incr
 from .memory import double_buffer_release, double_buffer_writer
@@ -233,7 +234,8 @@ class ResizeCore(wiring.Component):
         n_used = len(used)
 
         m.submodules.buf = buf = Memory(shape=data.ArrayLayout(self._shape, lanes),
-                                        depth=depth, init=[])
+                                        depth=depth, init=[],
+                                        attrs=NO_RW_CHECK)
         wr = buf.write_port()
         rd = buf.read_port()
 
@@ -511,7 +513,8 @@ class ReorderCore(wiring.Component):
         i_stream, o_stream = self.i_stream, self.o_stream
 
         m.submodules.buf = buf = Memory(shape=data.ArrayLayout(self._shape, self._lanes),
-                                        depth=2 * words, init=[])
+                                        depth=2 * words, init=[],
+                                        attrs=NO_RW_CHECK)
         wr = buf.write_port()
         rd = buf.read_port()
 

@@ -43,6 +43,7 @@ from ..plan.devices import (
     BLOCK_STYLE,
     ECP5_DSP_BITS,
     FAMILIES,
+    NO_RW_CHECK,
     MemoryMap,
     check_family,
     const_multiplier_bits,
@@ -294,8 +295,9 @@ def read_netlist(netlist, family: str, *, ice40_dsp: bool = False, logic=frozens
             mask = (1 << cell.width) - 1
             width = max(1, varying_columns([int(v) & mask for v in cell.init]).bit_count())
         block = rom and all(cell.attributes.get(k) == v for k, v in BLOCK_STYLE.items())
+        rw_check = not all(cell.attributes.get(k) == v for k, v in NO_RW_CHECK.items())
         mm = memory_mapping(width, depth, family, rom=rom, sync_read=m["async"] == 0,
-                            block=block)
+                            block=block, rw_check=rw_check)
         f["memories"].append((width, depth, rom, mm))
         f["memory_names"].append(name)
         if mm.kind == "block":

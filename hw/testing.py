@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import numpy as np
 from amaranth import ClockDomain, Module, Shape
+from amaranth.hdl import Fragment
+from amaranth.hdl._mem import MemoryInstance
 from amaranth.sim import Simulator
 
 from ..ir.types import IntType
+from ..plan.devices import NO_RW_CHECK
 
 __all__ = [
-    "IDLE_PHASES", "STALL_PHASES", "StreamProtocolError", "image_transfers", "random_images",
-    "random_values", "receiver", "rotated", "run_stream", "run_timed", "sender", "shape_range",
-    "simulate", "split_phases", "stream_recv", "stream_send", "timed_receiver", "timed_sender",
-    "to_transfers",
+    "IDLE_PHASES", "MemoryCollisionError", "STALL_PHASES", "StreamProtocolError",
+    "image_transfers", "random_images", "random_values", "receiver", "rotated", "run_stream",
+    "run_timed", "sender", "shape_range", "simulate", "split_phases", "stream_recv", "stream_send",
+    "timed_receiver", "timed_sender", "to_transfers",
 ]
 
 #: Traffic phases: the probability of an idle input cycle in each phase. A simulation walks
@@ -177,15 +180,57 @@ def simulate(dut, *testbenches):
         The device; it is put in a module with a ``sync`` clock domain (also for devices that
         are only wires) and a 1 MHz clock.
     *testbenches : async functions of a :class:`amaranth.sim.TestbenchContext`
+
+    Raises
+    ------
+    MemoryCollisionError
+        A memory that carries :data:`~onnx2fpga.plan.devices.NO_RW_CHECK` read, on a clock
+        edge, the address its write port wrote (both enabled): the promise to yosys broken.
     """
     m = Module()
     m.submodules.dut = dut
     m.domains.sync = ClockDomain()
-    sim = Simulator(m)
+    fragment = Fragment.get(m, None)
+    sim = Simulator(fragment)
     sim.add_clock(1e-6)
+    for name, read, write in _unchecked_ports(fragment):
+        sim.add_process(_collision_watch(name, read, write))
     for tb in testbenches:
         sim.add_testbench(tb)
     sim.run()
+
+
+class MemoryCollisionError(AssertionError):
+    """A memory that promises yosys no read-write collision (:data:`NO_RW_CHECK`) read the
+    word its write port wrote in the same cycle."""
+
+
+def _unchecked_ports(fragment, path=("top",)):
+    """``(name, read port, write port)`` of every memory below ``fragment`` that carries
+    :data:`NO_RW_CHECK`: each synchronous read port with each write port of its domain."""
+    if isinstance(fragment, MemoryInstance) and \
+            all(fragment._attrs.get(k) == v for k, v in NO_RW_CHECK.items()):
+        for read in fragment._read_ports:
+            for write in fragment._write_ports:
+                if read._domain == write._domain != "comb":
+                    yield ".".join(path), read, write
+    for sub, name, *_ in fragment.subfragments:
+        yield from _unchecked_ports(sub, (*path, str(name)))
+
+
+def _collision_watch(name, read, write):
+    """A process that raises :class:`MemoryCollisionError` on the first clock edge at which
+    ``read`` and ``write`` are both enabled at the same address."""
+    async def process(ctx):
+        cycle = 0
+        async for _, _, r_addr, r_en, w_addr, w_en in ctx.tick(read._domain).sample(
+                read._addr, read._en, write._addr, write._en):
+            if r_en and w_en and r_addr == w_addr:
+                raise MemoryCollisionError(
+                    f"memory {name}: cycle {cycle} reads address {r_addr} while writing it, "
+                    f"but the memory carries {NO_RW_CHECK} (no read-write collision)")
+            cycle += 1
+    return process
 
 
 def split_phases(items, phases):

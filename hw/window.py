@@ -17,6 +17,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..plan.devices import NO_RW_CHECK
 from ..plan.window import WindowGeometry
 from .blocks import (
     counter,
@@ -235,8 +236,10 @@ class SlidingWindowCore(wiring.Component):
         row_words = width * folds                  # words per input row
         depth = rows * row_words
 
+        # A read never hits the slot being written (see the docstring): no read-before-write
+        # logic behind the block RAM (NO_RW_CHECK).
         m.submodules.buf = buf = Memory(shape=data.ArrayLayout(self._shape, lanes),
-                                        depth=depth, init=[])
+                                        depth=depth, init=[], attrs=NO_RW_CHECK)
         wr = buf.write_port()
         rd = buf.read_port()
 

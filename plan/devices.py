@@ -17,7 +17,7 @@ __all__ = [
     "LUT_PRODUCT_MAX_BITS", "ECP5_DSP_BITS", "ICE40_DSP_BITS", "ecp5_dsp_product",
     "ice40_registered_product",
     "ice40_paired_product", "ice40_matvec_dsps", "LOGIC_ROM_LUTS_PER_BIT", "logic_cells",
-    "BLOCK_STYLE", "block_ram_shapes",
+    "BLOCK_STYLE", "NO_RW_CHECK", "block_ram_shapes",
 ]
 
 
@@ -137,6 +137,20 @@ _FACTOR_MUX, _FACTOR_DEMUX, _FACTOR_EMU = 0.5, 0.5, 2
 #: 32 words x 56 bits distributed): the block RAM wins from a distributed cost of 144
 #: (128 + 16). Without it kwsmlp_w3a3's last input buffer (24 x 64) counted one DP16KD too many.
 _BLOCK_RAM_EXTRA = {"ice40": 0, "ecp5": 16}
+#: The same for a RAM with :data:`NO_RW_CHECK`: yosys 0.70 then emulates no read-before-write
+#: behaviour (an emulation score of 1 instead of 7, at 2 each), and the block RAM wins from a
+#: distributed cost of 130 (64 words: 20 bits distributed, 21 block; 128 words: 8 and 9).
+_BLOCK_RAM_EXTRA_NO_RW_CHECK = {"ice40": 0, "ecp5": 2}
+
+#: The attribute that promises yosys a RAM's read port never reads, in a cycle both ports
+#: are enabled, the word its write port writes. Without it, yosys 0.70 builds the
+#: read-before-write behaviour of a non-transparent read port (Amaranth's default), which
+#: ECP5 and iCE40 block RAMs lack across ports, from soft logic behind the block RAM: a
+#: register of the write data, an address comparator, and a multiplexer of the RAM's output
+#: (on ECP5 that multiplexer, behind a block RAM's 5.8 ns clock-to-out, was a MobileNetV1
+#: build's critical path at 100 MHz). With it, a collision reads an undefined word.
+#: :func:`onnx2fpga.hw.testing.simulate` checks the promise on every cycle of a simulation.
+NO_RW_CHECK = {"no_rw_check": 1}
 
 
 @dataclass(frozen=True)
@@ -160,12 +174,14 @@ class MemoryMap:
 
 
 def memory_mapping(width: int, depth: int, family: str, *, rom: bool,
-                   sync_read: bool = True, block: bool = False) -> MemoryMap:
+                   sync_read: bool = True, block: bool = False,
+                   rw_check: bool = True) -> MemoryMap:
     """The mapping yosys 0.70's ``memory_libmap`` chooses for a memory of ``depth`` words of
     ``width`` bits with one read port (synchronous unless ``sync_read`` is false) and, unless
     ``rom``, one write port writing whole words. With ``block``, the memory carries the
     attribute :data:`BLOCK_STYLE` (``rom_style = "block"``): the cheapest block RAM mapping
-    whatever soft logic would cost.
+    whatever soft logic would cost. Without ``rw_check``, the RAM carries :data:`NO_RW_CHECK`
+    and a block RAM costs yosys less (no read-before-write emulation).
 
     Examples: on iCE40 a 2048x8 ROM takes 4 ``SB_RAM40_4K``, a 128x8 ROM stays in LUTs
     (1024 bits / 16 = 64 is not more than one block's cost of 64), a 16x8 RAM takes a block;
@@ -203,7 +219,7 @@ def memory_mapping(width: int, depth: int, family: str, *, rom: bool,
             repl = -(-(mult_a * swz) // uw)
             cost = rdef.cost * repl + _FACTOR_MUX * (mult_a - 1) * width + emu
             if not rom and rdef.kind == "block":
-                cost += _BLOCK_RAM_EXTRA[family]
+                cost += (_BLOCK_RAM_EXTRA if rw_check else _BLOCK_RAM_EXTRA_NO_RW_CHECK)[family]
             if not rom and mult_a != 1:
                 cost += _FACTOR_DEMUX * mult_a
             if cost < best_cost:
