@@ -6,6 +6,7 @@ from __future__ import annotations
 from amaranth import (
     Elaboratable,
     Module,
+    Mux,
     Signal,
 )
 from amaranth.lib import data, fifo, stream, wiring
@@ -29,7 +30,8 @@ class StreamFIFO(wiring.Component):
     register and a register beside it for the transfer that arrives while the output is held:
     ``i_stream.ready`` and the output both come from registers, so that no ready or data path
     runs through it; latency 1, and on every cycle the same transfers as a
-    :class:`~amaranth.lib.fifo.SyncFIFO` of depth 2); depths 3..4 use
+    :class:`~amaranth.lib.fifo.SyncFIFO` of depth 2; with ``in_register``, two registers
+    written in turn straight from the input instead); depths 3..4 use
     :class:`amaranth.lib.fifo.SyncFIFO` (storage in flip-flops, latency 1); deeper queues use
     :class:`amaranth.lib.fifo.SyncFIFOBuffered` (storage in block RAM, latency 2), whose
     output comes straight from the block RAM unless ``out_register`` puts a pipeline register
@@ -46,6 +48,12 @@ class StreamFIFO(wiring.Component):
         Number of transfers the queue holds, at least 1.
     out_register : bool
         For a queue in block RAM (depth over 4): a register behind its output.
+    in_register : bool
+        For depth 2: two registers that each take the input with no logic in front (the
+        output picks one through a multiplexer), instead of the skid buffer's output register
+        behind a multiplexer of the input and the register beside it. The same transfers on
+        every cycle; for a block RAM's read, whose 5.8 ns clock-to-out on an ECP5 leaves
+        little for logic in front of the first register.
 
     Members
     -------
@@ -58,14 +66,16 @@ class StreamFIFO(wiring.Component):
     def from_stage(cls, stage) -> StreamFIFO:
         """The core of a ``"fifo"`` :class:`~onnx2fpga.plan.stage.Stage`."""
         return cls(stage.out_type, stage.out_lanes, stage.params["depth"],
-                   out_register=stage.params.get("out_register", False))
+                   out_register=stage.params.get("out_register", False),
+                   in_register=stage.params.get("in_register", False))
 
     @quiet_if_invalid
-    def __init__(self, shape, lanes, depth, *, out_register=False):
+    def __init__(self, shape, lanes, depth, *, out_register=False, in_register=False):
         self._shape = int_shape(shape)
         self._lanes = check_count("Lanes", lanes)
         self._depth = check_count("FIFO depth", depth)
         self._out_register = bool(out_register) and self._depth > timing.FLOP_FIFO_DEPTH
+        self._in_register = bool(in_register) and self._depth == 2
         layout = data.ArrayLayout(self._shape, self._lanes)
         super().__init__({
             "i_stream": In(stream.Signature(layout)),
@@ -88,7 +98,7 @@ class StreamFIFO(wiring.Component):
             _register(m, i_stream, o_stream)
             return m
         if self._depth == 2:
-            _skid(m, i_stream, o_stream)
+            (_pair if self._in_register else _skid)(m, i_stream, o_stream)
             return m
         if self._out_register:
             m.submodules.queue = queue = _SlicedQueue(self._shape.width * self._lanes,
@@ -282,6 +292,30 @@ class WidthConverter(wiring.Component):
         with m.If(i_stream.valid & i_stream.ready):
             m.d.sync += [word.eq(i_stream.payload), full.eq(1)]
         return m
+
+
+def _pair(m, i_stream, o_stream) -> None:
+    """Two registers from ``i_stream`` to ``o_stream``, written in turn straight from the
+    input and read in turn through a multiplexer: two transfers, ``i_stream.ready`` and
+    ``o_stream.valid`` from registers, full throughput."""
+    regs = [Signal.like(i_stream.payload, name=f"entry_{k}") for k in range(2)]
+    w_sel, r_sel = Signal(), Signal()
+    level = Signal(range(3))
+    m.d.comb += [i_stream.ready.eq(level != 2), o_stream.valid.eq(level != 0),
+                 o_stream.payload.eq(Mux(r_sel, regs[1], regs[0]))]
+    write = i_stream.valid & i_stream.ready
+    read = o_stream.valid & o_stream.ready
+    with m.If(write):
+        m.d.sync += w_sel.eq(~w_sel)
+        for k in range(2):
+            with m.If(w_sel == k):
+                m.d.sync += regs[k].eq(i_stream.payload)
+    with m.If(read):
+        m.d.sync += r_sel.eq(~r_sel)
+    with m.If(write & ~read):
+        m.d.sync += level.eq(level + 1)
+    with m.Elif(read & ~write):
+        m.d.sync += level.eq(level - 1)
 
 
 def _skid(m, i_stream, o_stream) -> None:

@@ -758,10 +758,12 @@ def test_sliced_queue_moves_as_sync_fifo_buffered(bits):
     assert counts["moved"] > 150 and counts["full"] > 20    # data moved, the queue filled
 
 
-def test_skid_fifo_moves_as_a_two_deep_sync_fifo():
-    """Depth 2 is a skid buffer (ready and output from registers): under random valid and
-    ready, on every cycle the same ready, valid and data as amaranth's SyncFIFO of depth 2
-    (whose ready also comes from a register)."""
+@pytest.mark.parametrize("in_register", [False, True])
+def test_skid_fifo_moves_as_a_two_deep_sync_fifo(in_register):
+    """Depth 2 is a skid buffer (ready and output from registers), or with ``in_register``
+    two registers written straight from the input: under random valid and ready, on every
+    cycle the same ready, valid and data as amaranth's SyncFIFO of depth 2 (whose ready also
+    comes from a register)."""
     from amaranth.lib import fifo
     from amaranth.sim import Simulator
 
@@ -771,7 +773,8 @@ def test_skid_fifo_moves_as_a_two_deep_sync_fifo():
 
         def elaborate(self, platform):
             m = Module()
-            m.submodules.skid = self.skid = skid = StreamFIFO(unsigned(8), 1, 2)
+            m.submodules.skid = self.skid = skid = StreamFIFO(unsigned(8), 1, 2,
+                                                              in_register=in_register)
             m.submodules.ref = self.ref = ref = fifo.SyncFIFO(width=8, depth=2)
             m.d.comb += [skid.i_stream.valid.eq(self.valid), skid.i_stream.payload.eq(self.data),
                          skid.o_stream.ready.eq(self.ready), ref.w_en.eq(self.valid),

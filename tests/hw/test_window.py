@@ -369,8 +369,8 @@ def test_window_errors():
 @pytest.mark.rtl
 @pytest.mark.parametrize("kind, windows, queues", [("residual", 2, 2), ("avgpool", 2, 0)])
 def test_bram_registers_take_one_cycle_each(tmp_path, kind, windows, queues):
-    """``Dataflow.bram_registers`` (set for ECP5 boards): two skid buffers behind every
-    window's output and a pipeline register behind every queue in block
+    """``Dataflow.bram_registers`` (set for ECP5 boards): two two-transfer buffers behind
+    every window's output and a pipeline register behind every queue in block
     RAM (two in the residual net).
     The model's latency grows by one per register on its longest path, its cycles per
     inference not; the RTL under stalls equals golden, and its figures are the model's."""
@@ -394,6 +394,9 @@ def test_bram_registers_take_one_cycle_each(tmp_path, kind, windows, queues):
     assert [s.name for s in stages if s.params.get("pipeline")] == \
         [f"{s.name}_{r}" for s in stages if s.kind == "window" for r in ("rd", "reg")]
     assert [s.params["depth"] for s in stages if s.params.get("pipeline")] == [2, 2] * windows
+    # The first takes the line buffer's read into registers with no multiplexer in front.
+    assert [s.params["in_register"] for s in stages if s.params.get("pipeline")] == \
+        [True, False] * windows
     assert sum(s.kind == "window" for s in stages) == windows
     assert sum(bool(s.params.get("out_register")) for s in stages) == queues
     assert not any(s.params.get("pipeline") or s.params.get("out_register")
