@@ -234,8 +234,7 @@ class ResizeCore(wiring.Component):
         n_used = len(used)
 
         m.submodules.buf = buf = Memory(shape=data.ArrayLayout(self._shape, lanes),
-                                        depth=depth, init=[],
-                                        attrs=NO_RW_CHECK)
+                                        depth=depth, init=[], attrs=NO_RW_CHECK)
         wr = buf.write_port()
         rd = buf.read_port()
 
@@ -513,8 +512,7 @@ class ReorderCore(wiring.Component):
         i_stream, o_stream = self.i_stream, self.o_stream
 
         m.submodules.buf = buf = Memory(shape=data.ArrayLayout(self._shape, self._lanes),
-                                        depth=2 * words, init=[],
-                                        attrs=NO_RW_CHECK)
+                                        depth=2 * words, init=[], attrs=NO_RW_CHECK)
         wr = buf.write_port()
         rd = buf.read_port()
 

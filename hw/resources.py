@@ -45,6 +45,7 @@ from ..plan.devices import (
     FAMILIES,
     NO_RW_CHECK,
     MemoryMap,
+    carries,
     check_family,
     const_multiplier_bits,
     logic_memory_cost,
@@ -294,8 +295,8 @@ def read_netlist(netlist, family: str, *, ice40_dsp: bool = False, logic=frozens
             # type) holds negative words, whose XOR would count sign bits without end.
             mask = (1 << cell.width) - 1
             width = max(1, varying_columns([int(v) & mask for v in cell.init]).bit_count())
-        block = rom and all(cell.attributes.get(k) == v for k, v in BLOCK_STYLE.items())
-        rw_check = not all(cell.attributes.get(k) == v for k, v in NO_RW_CHECK.items())
+        block = rom and carries(cell.attributes, BLOCK_STYLE)
+        rw_check = not carries(cell.attributes, NO_RW_CHECK)
         mm = memory_mapping(width, depth, family, rom=rom, sync_read=m["async"] == 0,
                             block=block, rw_check=rw_check)
         f["memories"].append((width, depth, rom, mm))

@@ -28,7 +28,7 @@ from amaranth.hdl._mem import MemoryInstance
 from amaranth.sim import Simulator
 
 from ..ir.types import IntType
-from ..plan.devices import NO_RW_CHECK
+from ..plan.devices import NO_RW_CHECK, carries
 
 __all__ = [
     "IDLE_PHASES", "MemoryCollisionError", "STALL_PHASES", "StreamProtocolError",
@@ -208,8 +208,7 @@ class MemoryCollisionError(AssertionError):
 def _unchecked_ports(fragment, path=("top",)):
     """``(name, read port, write port)`` of every memory below ``fragment`` that carries
     :data:`NO_RW_CHECK`: each synchronous read port with each write port of its domain."""
-    if isinstance(fragment, MemoryInstance) and \
-            all(fragment._attrs.get(k) == v for k, v in NO_RW_CHECK.items()):
+    if isinstance(fragment, MemoryInstance) and carries(fragment._attrs, NO_RW_CHECK):
         for read in fragment._read_ports:
             for write in fragment._write_ports:
                 if read._domain == write._domain != "comb":

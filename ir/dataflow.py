@@ -108,8 +108,9 @@ class Dataflow:
     where yosys would build them in LUTs: board folding fills it when LUTs run short and
     block RAMs do not; the values and cycles are the same either way. ``bram_registers``:
     a block RAM read that feeds another core passes a pipeline register first (a cycle of
-    latency each, on every platform): each sliding window's output (two two-transfer skid
-    buffers, whose ready is a register too: two cycles) and each queue in block RAM
+    latency each, on every platform): each sliding window's output (two two-transfer
+    buffers, whose ready is a register too: two cycles; the first takes the read into
+    registers with no multiplexer in front) and each queue in block RAM
     (:class:`~onnx2fpga.hw.plumbing.StreamFIFO`'s ``out_register``). An ECP5 block RAM's
     output (5.8 ns clock-to-out) into a core placed far away was a ResNet-8 build's critical
     path at 100 MHz three times: a window's through its padding multiplexer (11.4 ns), then a

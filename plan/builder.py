@@ -227,23 +227,22 @@ class Builder:
 
     def window(self, name, net, out_type, lanes, size, layer, params) -> str:
         """A ``"window"`` stage; with ``bram_registers``
-        (:attr:`Dataflow.bram_registers <onnx2fpga.ir.Dataflow>`) two skid buffers behind it
-        (two-transfer FIFOs, their ready and output from registers): ``{name}_rd``, into
-        which the line buffer's read goes with no other consumer, so that the placer can put
-        it beside the block RAM, and ``{name}_reg``, beside the consumer. ``{name}_rd`` takes
-        the read into its registers with no multiplexer in front (``in_register``; a skid
-        buffer's input multiplexer there, behind the window's pad multiplexer, was a
-        MobileNetV1 build's critical path at 100 MHz: block RAM -> 4.0 ns route -> two LUTs,
-        11.1 ns). (With a
-        one-transfer register as ``{name}_rd``, whose ready follows the next one's, that
-        ready ran from ``{name}_reg`` across the die into the window's issue and counters: a
-        MobileNetV1 build's critical path, 10.5 ns.)"""
+        (:attr:`Dataflow.bram_registers <onnx2fpga.ir.Dataflow>`) two two-transfer FIFOs
+        behind it, their ready from registers: ``{name}_rd``, into which the line buffer's
+        read goes with no other consumer, so that the placer can put it beside the block RAM,
+        and ``{name}_reg``, a skid buffer beside the consumer. ``{name}_rd`` takes the read
+        into its registers with no multiplexer in front (``in_register``; a skid buffer's
+        input multiplexer there, behind the window's pad multiplexer, was a MobileNetV1
+        build's critical path at 100 MHz: block RAM -> 4.0 ns route -> two LUTs, 11.1 ns).
+        (With a one-transfer register as ``{name}_rd``, whose ready follows the next one's,
+        that ready ran from ``{name}_reg`` across the die into the window's issue and
+        counters: a MobileNetV1 build's critical path, 10.5 ns.)"""
         net = self.add("window", name, [net], out_type, lanes, size, layer=layer, params=params)
         if self.bram_registers:
             for reg in ("rd", "reg"):
-                params = {"depth": 2, "pipeline": True, "in_register": reg == "rd"}
                 net = self.add("fifo", f"{name}_{reg}", [net], out_type, lanes, size,
-                               layer=layer, params=params)
+                               layer=layer, params={"depth": 2, "pipeline": True,
+                                                    "in_register": reg == "rd"})
         return net
 
     def fifo(self, name, net, depth, layer=None) -> str:

@@ -17,7 +17,7 @@ __all__ = [
     "LUT_PRODUCT_MAX_BITS", "ECP5_DSP_BITS", "ICE40_DSP_BITS", "ecp5_dsp_product",
     "ice40_registered_product",
     "ice40_paired_product", "ice40_matvec_dsps", "LOGIC_ROM_LUTS_PER_BIT", "logic_cells",
-    "BLOCK_STYLE", "NO_RW_CHECK", "block_ram_shapes",
+    "BLOCK_STYLE", "NO_RW_CHECK", "carries", "block_ram_shapes",
 ]
 
 
@@ -151,6 +151,12 @@ _BLOCK_RAM_EXTRA_NO_RW_CHECK = {"ice40": 0, "ecp5": 2}
 #: build's critical path at 100 MHz). With it, a collision reads an undefined word.
 #: :func:`onnx2fpga.hw.testing.simulate` checks the promise on every cycle of a simulation.
 NO_RW_CHECK = {"no_rw_check": 1}
+
+
+def carries(attributes, style: dict) -> bool:
+    """Whether a memory's ``attributes`` hold every item of ``style`` (:data:`BLOCK_STYLE`,
+    :data:`NO_RW_CHECK`)."""
+    return all(attributes.get(k) == v for k, v in style.items())
 
 
 @dataclass(frozen=True)
