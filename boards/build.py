@@ -40,6 +40,7 @@ from .clocking import ClockedTop, UsbClockedTop, plan_pll
 from .fit import check_fit
 from .framed import FramedBridge
 from .link import LINKS, USB_PID, USB_VID
+from .outreg import absorb_file
 from .pnr import (
     cell_counts,
     clock_report,
@@ -201,6 +202,22 @@ def _use_abc_fallback(script: Path, family: str) -> None:
     text = (text[:synth.start()] + f"{line} -run :map_luts\n{_ABC_FALLBACK[family]}"
             .replace("; ", "\n") + text[synth.end():])
     script.write_text(text)
+
+
+def _block_ram_output_registers(build_dir: Path, progress, board) -> int:
+    """ECP5: the flip-flops right behind block RAM reads become the blocks' output registers
+    in the synthesized netlist (:mod:`.outreg`); the build script on disk runs the same step."""
+    count = absorb_file(build_dir / f"{_NAME}.json", _NAME)
+    _progress(progress, f"{board}: {count} block RAM read port(s) use their output register")
+    script = build_dir / f"build_{_NAME}.sh"
+    if script.is_file():
+        step = f'"${{PYTHON:-python3}}" -m onnx2fpga.boards.outreg {_NAME}.json\n'
+        text = script.read_text()
+        if step not in text:
+            text = re.sub(r'^("\$YOSYS".*\n)', lambda m: m.group(1) + step, text, count=1,
+                          flags=re.M)
+            script.write_text(text)
+    return count
 
 
 def _abc9_crash(error, family: str) -> bool:
@@ -710,6 +727,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     if len(seeds) > 1 and not any(argv[0] in _SWEEP_TOOLS for argv in commands):
         raise BuildError(f"{target.name}: a seed sweep needs nextpnr-ecp5 or nextpnr-ice40",
                          stage="setup")
+    output_registers = None
     for attempt in range(2):
         stage_seconds, phase_seconds, skipped, tools = {}, {}, [], []
         try:
@@ -726,6 +744,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                 else:
                     stage, seconds = _run_step(argv, tool, build_dir, env, progress,
                                                target.name, phase_seconds)
+                if tool == "yosys" and target.family == "ecp5" and seconds is not None:
+                    output_registers = _block_ram_output_registers(build_dir, progress,
+                                                                   target.name)
                 if seconds is None:
                     skipped.append(tool)
                 else:
@@ -810,6 +831,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                   "out": {"tdata_width": out_port.tdata_width, "beats": out_port.beats}},
         "synth_opts": synth_opts,
         "synthesis_fallback": synthesis_fallback,
+        # ECP5: block RAM read ports whose following flip-flops became the block's output
+        # register (boards.outreg); None on other families.
+        "bram_output_registers": output_registers,
         "nextpnr_opts": nextpnr_opts if sweep is None else
         nextpnr_opts.replace(f"--seed {seeds[0]}", f"--seed {seed}"),
         "skipped_steps": skipped,
