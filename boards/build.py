@@ -211,7 +211,8 @@ def _block_ram_output_registers(build_dir: Path, progress, board) -> int:
     _progress(progress, f"{board}: {count} block RAM read port(s) use their output register")
     script = build_dir / f"build_{_NAME}.sh"
     if script.is_file():
-        step = f'"${{PYTHON:-python3}}" -m onnx2fpga.boards.outreg {_NAME}.json\n'
+        step = (f'"${{PYTHON:-python3}}" -c "from onnx2fpga.boards.outreg import main; '
+                f'main()" {_NAME}.json\n')
         text = script.read_text()
         if step not in text:
             text = re.sub(r'^("\$YOSYS".*\n)', lambda m: m.group(1) + step, text, count=1,

@@ -21,7 +21,8 @@ B's clock (as nextpnr times them), and both ``REGMODE`` and both ``OCE`` are set
 
 The design's Verilog, and so every simulation of it, is unchanged: this is a mapping choice,
 like yosys' choice of block or LUT RAM. Run by :func:`~onnx2fpga.boards.build.build_bitstream`
-for ECP5 boards; ``python -m onnx2fpga.boards.outreg top.json`` runs it on a netlist file.
+for ECP5 boards; the build script it leaves (``build_top.sh``) runs :func:`main` on the
+netlist file.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-__all__ = ["absorb_output_registers", "absorb_file"]
+__all__ = ["absorb_output_registers", "absorb_file", "main"]
 
 _RAM = "DP16KD"
 _FF = "TRELLIS_FF"
@@ -182,6 +183,11 @@ def absorb_file(path, top: str = "top") -> int:
     return count
 
 
-if __name__ == "__main__":
-    for arg in sys.argv[1:] or ["top.json"]:
+def main(argv=None) -> None:
+    """Run on each netlist file named (``top.json`` by default)."""
+    for arg in (sys.argv[1:] if argv is None else argv) or ["top.json"]:
         print(f"{arg}: {absorb_file(arg)} block RAM read port(s) now use their output register")
+
+
+if __name__ == "__main__":      # pragma: no cover
+    main()

@@ -75,6 +75,14 @@ class SlidingWindowCore(wiring.Component):
         Line buffer rows ``R``. By default :attr:`WindowGeometry.full_rows`, which lets writing
         and reading overlap fully; at least :attr:`WindowGeometry.min_rows`, where the writer
         waits for the reader at every output row.
+    read_register : bool
+        A second register stage behind the memory read: the read data goes into a register
+        with no reset and nothing in front (an ECP5 block RAM's own output register, which
+        :mod:`onnx2fpga.boards.outreg` puts there; 0.97 ns from the clock instead of 5.8),
+        the pad multiplexer behind it. The output moves one cycle later (:attr:`latency` + 1);
+        the values and :attr:`cycles` are the same. (The line buffer's read, routed across
+        the die into the pad multiplexer, was MobileNetV1's critical path at 100 MHz on the
+        ULX3S-85F: 10.6 to 11.6 ns.)
 
     Members
     -------
@@ -122,11 +130,13 @@ class SlidingWindowCore(wiring.Component):
         pool's window, or a pad)."""
         p = stage.params
         return cls(stage.in_type, p["channels"], p["height"], p["width"], p["kernel"],
-                   p["stride"], p["dilation"], p["pads"], stage.in_lanes, p["pad_value"])
+                   p["stride"], p["dilation"], p["pads"], stage.in_lanes, p["pad_value"],
+                   read_register=bool(p.get("read_register", False)))
 
     @quiet_if_invalid
     def __init__(self, shape, channels, height, width, kernel, stride=(1, 1), dilation=(1, 1),
-                 pads=(0, 0, 0, 0), lanes=1, pad_value=0, *, buffer_rows=None):
+                 pads=(0, 0, 0, 0), lanes=1, pad_value=0, *, buffer_rows=None,
+                 read_register=False):
         elem = int_shape(shape)
         self._geom = WindowGeometry.make(channels, height, width, kernel, stride, dilation,
                                          pads, lanes, buffer_rows)
@@ -138,6 +148,7 @@ class SlidingWindowCore(wiring.Component):
                              f"{elem!r}, not {pad_value}")
         self._shape = elem
         self._pad_value = int(pad_value)
+        self._read_register = bool(read_register)
         layout = data.ArrayLayout(elem, self._geom.lanes)
         super().__init__({
             "i_stream": In(stream.Signature(layout)),
@@ -217,8 +228,8 @@ class SlidingWindowCore(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from the first input transfer to the last output transfer of one inference
-        on an idle core (:func:`window_latency`)."""
-        return self._geom.latency
+        on an idle core (:func:`window_latency`, and one more with ``read_register``)."""
+        return self._geom.latency + self._read_register
 
     # -- Hardware
 
@@ -306,6 +317,10 @@ class SlidingWindowCore(wiring.Component):
         o_valid = Signal()
         pad_d = Signal()
         advance = ~o_valid | o_stream.ready
+        if self._read_register:
+            # Stage 1 is the memory's data register (valid: read_valid), stage 2 `held`.
+            read_valid = Signal()
+            out_advance, advance = advance, ~read_valid | advance
         # rows_ok == (ahead >= need_hi) on every cycle, from a register (set at the end): the
         # comparison's carry chain in front of `issue`, which reaches every counter, was
         # ResNet-8's critical path on the ULX3S-85F (15.6 ns, need_hi -> issue -> ahead).
@@ -322,15 +337,23 @@ class SlidingWindowCore(wiring.Component):
             rd.en.eq(issue & ~pad),
             o_stream.valid.eq(o_valid),
         ]
-        with m.If(advance):
-            m.d.sync += [o_valid.eq(issue), pad_d.eq(pad)]
-
         pad_word = 0
         mask = (1 << self._shape.width) - 1
         for j in range(lanes):
             pad_word |= (self._pad_value & mask) << (j * self._shape.width)
-        m.d.comb += o_stream.payload.eq(
-            Mux(pad_d, C(pad_word, self.buffer_width), rd.data.as_value()))
+        data_out = rd.data.as_value()
+        if self._read_register:
+            read_pad = Signal()
+            held = Signal(self.buffer_width, reset_less=True)
+            with m.If(advance):
+                m.d.sync += [read_valid.eq(issue), read_pad.eq(pad)]
+            with m.If(out_advance):
+                m.d.sync += [o_valid.eq(read_valid), pad_d.eq(read_pad), held.eq(data_out)]
+            data_out = held
+        else:
+            with m.If(advance):
+                m.d.sync += [o_valid.eq(issue), pad_d.eq(pad)]
+        m.d.comb += o_stream.payload.eq(Mux(pad_d, C(pad_word, self.buffer_width), data_out))
 
         # The reader's last issue of an output row (row_end) and of an inference
         # (frame_done), from flags kept in registers: every output row issues the same

@@ -237,6 +237,8 @@ class Builder:
         (With a one-transfer register as ``{name}_rd``, whose ready follows the next one's,
         that ready ran from ``{name}_reg`` across the die into the window's issue and
         counters: a MobileNetV1 build's critical path, 10.5 ns.)"""
+        if self.bram_registers:
+            params = {**params, "read_register": True}
         net = self.add("window", name, [net], out_type, lanes, size, layer=layer, params=params)
         if self.bram_registers:
             for reg in ("rd", "reg"):

@@ -385,34 +385,43 @@ def _geometry(stage: Stage):
 class WindowTiming(CoreKind):
     """A :class:`~onnx2fpga.hw.window.SlidingWindowCore`: the row-level schedule of
     :class:`WindowGeometry`; the first window once its rows are in, the last one the output
-    rows that read the last input row after it."""
+    rows that read the last input row after it. With ``read_register`` (a second register
+    stage behind the line buffer's read) every output transfer one cycle later."""
     kinds = ("window",)
+
+    @staticmethod
+    def _delay(stage: Stage) -> int:
+        return int(bool(stage.params.get("read_register", False)))
 
     def cycles(self, stage: Stage) -> int:
         return max(stage.in_beats, stage.out_beats, _geometry(stage).cycles)
 
     def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
-        g = _geometry(stage)
+        g, d = _geometry(stage), self._delay(stage)
         rows0 = g.row_span(0)[1]
         first_out = first + rows0 * g.width * g.folds + 1
         # After the last input row, only the output rows that read it remain.
         last_rows = sum(1 for oh in range(g.out_height) if g.row_span(oh)[1] == g.height)
-        return first_out, last + max(last_rows, 1) * g.row_beats + 1
+        return first_out + d, last + max(last_rows, 1) * g.row_beats + 1 + d
 
     def trace(self, stage: Stage, ins: list) -> np.ndarray:
         g = _geometry(stage)
         if len(ins[0]) != g.in_beats:
             return super().trace(stage, ins)
-        return g.follow(ins[0])
+        return g.follow(ins[0]) + self._delay(stage)
 
     def takes(self, stage: Stage, ins: list, taken=None) -> list:
         g = _geometry(stage)
         if len(ins[0]) != g.in_beats or (taken is not None and len(taken) != g.out_beats):
             return super().takes(stage, ins, taken)
+        if taken is not None:
+            taken = np.asarray(taken, dtype=np.int64) - self._delay(stage)
         return [g.takes(ins[0], taken)]
 
     def deadlines(self, stage: Stage, ins: list, late=None) -> list:
         g = _geometry(stage)
         if len(ins[0]) != g.in_beats or (late is not None and len(late) != g.out_beats):
             return super().deadlines(stage, ins, late)
+        if late is not None:
+            late = np.asarray(late, dtype=np.int64) - self._delay(stage)
         return [g.deadlines(ins[0], late)]

@@ -124,6 +124,32 @@ def test_window_matches_reference(seed, name):
     np.testing.assert_array_equal(np.array(got), expected)
 
 
+@pytest.mark.parametrize("name", ["3x3_pad1", "3x3_stride2", "pads_beyond_kernel",
+                                  "lanes_folds", "min_buffer", "one_pixel"])
+def test_window_read_register(name):
+    """``read_register``: the same transfers as the plain core under random stalls; at full
+    rate every output transfer one cycle later and every input transfer at the same cycle;
+    the latency one more."""
+    case = WINDOW_CASES[name]
+    shape, channels, height, width, kernel, stride, dilation, pads, lanes, pad_value, \
+        buffer_rows, inferences = case
+
+    def core(read_register):
+        return SlidingWindowCore(shape, channels, height, width, kernel, stride, dilation, pads,
+                                 lanes, pad_value, buffer_rows=buffer_rows,
+                                 read_register=read_register)
+
+    items, expected = case_data(case, 7, inferences)
+    got = run_stream(core(True), items, len(expected), 7, timeout=TIMEOUT)
+    np.testing.assert_array_equal(np.array(got), expected)
+    plain, registered = (run_timed(core(r), items, len(expected), timeout=TIMEOUT)
+                         for r in (False, True))
+    np.testing.assert_array_equal(registered["out_items"], expected)
+    np.testing.assert_array_equal(registered["in"], plain["in"])
+    np.testing.assert_array_equal(np.array(registered["out"]), np.array(plain["out"]) + 1)
+    assert core(True).latency == core(False).latency + 1
+
+
 def test_window_random_geometries():
     # Small random geometries, each under random stalls and at full rate against the model.
     rng = np.random.default_rng(2024)
@@ -369,9 +395,9 @@ def test_window_errors():
 @pytest.mark.rtl
 @pytest.mark.parametrize("kind, windows, queues", [("residual", 2, 2), ("avgpool", 2, 0)])
 def test_bram_registers_take_one_cycle_each(tmp_path, kind, windows, queues):
-    """``Dataflow.bram_registers`` (set for ECP5 boards): two two-transfer buffers behind
-    every window's output and a pipeline register behind every queue in block
-    RAM (two in the residual net).
+    """``Dataflow.bram_registers`` (set for ECP5 boards): a second register behind every
+    window's line buffer read, two two-transfer buffers behind its output and a pipeline
+    register behind every queue in block RAM (two in the residual net).
     The model's latency grows by one per register on its longest path, its cycles per
     inference not; the RTL under stalls equals golden, and its figures are the model's."""
     import onnx2fpga
@@ -401,8 +427,11 @@ def test_bram_registers_take_one_cycle_each(tmp_path, kind, windows, queues):
     assert sum(bool(s.params.get("out_register")) for s in stages) == queues
     assert not any(s.params.get("pipeline") or s.params.get("out_register")
                    for s in plan_graph(dfs[False]).stages)
+    # Every window reads its line buffer through a second register (the block RAM's output
+    # register on ECP5).
+    assert all(s.params.get("read_register") for s in stages if s.kind == "window")
     grown = figures[True]["latency_cycles"] - figures[False]["latency_cycles"]
-    assert 2 * windows <= grown <= 2 * windows + queues
+    assert 3 * windows <= grown <= 3 * windows + queues
     assert figures[True]["cycles_per_inference"] == figures[False]["cycles_per_inference"]
     df = dfs[True]
     x = np.random.default_rng(2).integers(df.input.type.lo, df.input.type.hi + 1,
