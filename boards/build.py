@@ -59,6 +59,7 @@ from .uart import uart_divisor
 from .wrapper import UartBridge
 
 __all__ = [
+    "NO_RW_CHECK_SCRIPT",
     "BuildError", "build_bitstream", "tool_environment", "tool_env_var", "tool_command",
     "NEXTPNR_REPORT", "REPORT", "logic_memory_script", "POLL_SECONDS", "PROGRESS_SECONDS",
 ]
@@ -495,6 +496,18 @@ def _tool_versions(tools, env) -> dict:
     return versions
 
 
+#: yosys commands, after reading the design (and after :func:`logic_memory_script`), that make
+#: ``no_rw_check`` on a memory (:data:`onnx2fpga.plan.devices.NO_RW_CHECK`) count. yosys
+#: honours the attribute only in ``memory_dff``, where it merges a flip-flop into an
+#: asynchronous read port; Amaranth's RTLIL has synchronous read ports already, so the
+#: attribute had no effect in builds and ``memory_libmap`` emulated read-before-write behind
+#: every block RAM (a register of the write data, an address comparator and a multiplexer).
+#: ``memory_nordff`` takes those memories' read registers out again, and synthesis merges them
+#: back under the attribute. (Amaranth's Verilog, which the tests synthesize, writes the read
+#: register as a flip-flop, so it never showed there.)
+NO_RW_CHECK_SCRIPT = "proc\nmemory_collect\nmemory_nordff a:no_rw_check"
+
+
 def logic_memory_script(names) -> str:
     """yosys commands (run right after reading the design) that put the memories ``names``
     into soft logic: ``setattr -set logic_block 1`` on each, which ``memory_libmap`` honours.
@@ -713,9 +726,9 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     _progress(progress, f"{target.name}: elaborating for {target.device} at {clock_mhz:g} MHz"
                         + ("" if pll is None else f" ({pll.primitive} from the "
                                                   f"{oscillator_mhz:g} MHz oscillator)"))
-    overrides = {}
-    if logic_memories:
-        overrides["script_after_read"] = logic_memory_script(logic_memories)
+    overrides = {"script_after_read": "\n".join(
+        [*([logic_memory_script(logic_memories)] if logic_memories else []),
+         NO_RW_CHECK_SCRIPT])}
     plan = platform.build(top, name=_NAME, build_dir=str(build_dir), do_build=False,
                           synth_opts=synth_opts, nextpnr_opts=nextpnr_opts, **overrides)
     plan.extract(str(build_dir))
