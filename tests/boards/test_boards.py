@@ -548,6 +548,15 @@ def test_build_bitstream(board, tools, bitstream, tmp_path, capsys, monkeypatch)
     assert report["tools"]["yosys"]["version"] and report["tools"][
         f"nextpnr-{target.family}"]["version"]
     assert report["uart"]["divisor"] == round(target.clock_mhz * 1e6 / 115200)
+    # ECP5: the block RAM output register pass ran on the netlist (this design has no block
+    # RAM), and the build script on disk runs it too.
+    script = (tmp_path / "build_top.sh").read_text()
+    if target.family == "ecp5":
+        assert report["bram_output_registers"] == 0
+        assert "from onnx2fpga.boards.outreg import main; main()\" top.json" in script
+    else:
+        assert report["bram_output_registers"] is None and "outreg" not in script
+    assert "memory_nordff a:no_rw_check" in (tmp_path / "top.ys").read_text()
     err = capsys.readouterr().err
     for stage in ("synthesis", "place and route", "packing"):
         assert f"{board}: {stage} done in" in err
@@ -555,7 +564,8 @@ def test_build_bitstream(board, tools, bitstream, tmp_path, capsys, monkeypatch)
     # (yosys takes seconds, nextpnr about one on this design: the time per phase at its end
     # has them all, the lines while it ran whatever the looks at its log caught)
     # (synth_ecp5 runs as SYNTH_LATTICE in yosys 0.70)
-    assert re.search(rf"{board}: synthesis: synth_(ice40|lattice): pass 2\.\d+ [A-Z]", err)
+    # (pass 5: the script reads the design, then proc, memory_collect and memory_nordff)
+    assert re.search(rf"{board}: synthesis: synth_(ice40|lattice): pass 5\.\d+ [A-Z]", err)
     assert re.search(rf"{board}: place and route: (packing|placement|routing)", err)
     assert re.search(r"place and route done in [\d.]+ s \(packing \d+ s, placement \d+ s, "
                      r"routing \d+ s", err)

@@ -106,3 +106,28 @@ def test_partial_sums_have_no_read_before_write_logic(monkeypatch, tmp_path, pro
     log = _libmap_log(core, tmp_path)
     assert "mapping memory core.acc_mem via $__PDPW16KD_" in log
     assert ("emulate read-first behavior" in log) == (not promise)
+
+
+@pytest.mark.synth
+@pytest.mark.parametrize("script", [True, False])
+def test_builds_keep_the_promise_in_rtlil(tmp_path, script):
+    # Board builds read Amaranth's RTLIL, whose read ports are synchronous already: yosys reads
+    # no_rw_check only where memory_dff merges a flip-flop into a read port, so without the
+    # build's NO_RW_CHECK_SCRIPT it emulates read-first behind the block RAM anyway.
+    from amaranth.back import rtlil
+
+    from onnx2fpga.boards.build import NO_RW_CHECK_SCRIPT
+    env = tool_environment()
+    if not shutil.which(env["YOSYS"]):
+        pytest.skip("needs yosys")
+    core = WindowReduceCore(signed(8), 256, 9, 2, "sum")
+    (tmp_path / "core.il").write_text(rtlil.convert(core, name="core"))
+    steps = ["read_rtlil core.il", *(NO_RW_CHECK_SCRIPT.splitlines() if script else []),
+             "synth_ecp5 -top core -run :map_ram",
+             "debug memory_libmap -lib +/lattice/lutrams_trellis.txt "
+             "-lib +/lattice/brams_16kd.txt"]
+    run = subprocess.run([env["YOSYS"], "-p", "; ".join(steps)], env=env, capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "mapping memory core.acc_mem via $__PDPW16KD_" in run.stdout
+    assert ("emulate read-first behavior" in run.stdout) == (not script)
