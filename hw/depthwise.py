@@ -264,14 +264,15 @@ class DepthwiseCore(wiring.Component):
         s2_done = s2_valid & s2_go
         advance = ~s2_valid | s2_go
         if dsp or chains:       # the weights read ahead into w_cur
-            # After a reset the ROM's output holds the word of step 1 from the second cycle
-            # on: the first cycle takes no input.
-            primed = Signal(name="primed")
-            m.d.sync += primed.eq(1)
+            # After a reset, two cycles of priming take no input: the first reads the word of
+            # step 0, which the second loads into w_cur while reading the word of step 1.
+            # w_cur has no reset and powers up at zero, and nothing but the read is in front
+            # of it: on ECP5 the block RAM's own output register (boards.outreg).
+            primed0, primed = Signal(name="primed0"), Signal(name="primed")
+            m.d.sync += [primed0.eq(1), primed.eq(primed0)]
             take = i_stream.valid & advance & primed
             m.d.comb += i_stream.ready.eq(advance & primed)
-            w_cur = Signal(w_word.shape(), name="w_cur",
-                           init=[int(self._weight[j, 0]) for j in range(lanes)])
+            w_cur = Signal(w_word.shape(), name="w_cur", reset_less=True)
             step1 = Signal.like(step, name="step1", init=1 % steps)
             step2 = Signal.like(step, name="step2", init=2 % steps)
             # The read is enabled with `advance`, when `take` is the input's valid (after
@@ -279,11 +280,13 @@ class DepthwiseCore(wiring.Component):
             # ready, and without `advance` the word of step1 holds, as it did when read
             # again. The ready chain requant -> depthwise -> take into a LUT ROM's decoder
             # ranked first in a static timing estimate of MobileNetV1 (9 logic levels).
-            m.d.comb += [w_rd.addr.eq(Mux(i_stream.valid & primed, step2, step1)),
-                         w_rd.en.eq(advance)]
+            m.d.comb += [w_rd.addr.eq(Mux(primed0, Mux(i_stream.valid & primed, step2, step1),
+                                          0)),
+                         w_rd.en.eq(advance | ~primed)]
             with m.If(take):
-                m.d.sync += [step1.eq(step2), step2.eq(wrap_incr(step2, steps)),
-                             w_cur.eq(w_rd.data)]
+                m.d.sync += [step1.eq(step2), step2.eq(wrap_incr(step2, steps))]
+            with m.If(take | (primed0 & ~primed)):
+                m.d.sync += w_cur.eq(w_rd.data)
         else:
             take = i_stream.valid & advance
             m.d.comb += [i_stream.ready.eq(advance), w_rd.addr.eq(step), w_rd.en.eq(advance)]
@@ -324,7 +327,8 @@ class DepthwiseCore(wiring.Component):
             # with stage 2: a block RAM's output (5.6 ns clock-to-out) straight into the
             # adder was a MobileNetV1 build's critical path at 100 MHz (13.4 ns).
             m.d.comb += [b_rd.addr.eq(cf), b_rd.en.eq(advance)]
-            b_reg = Signal(out_layout, name="bias")
+            # (No reset: the read's register on ECP5, see boards.outreg.)
+            b_reg = Signal(out_layout, name="bias", reset_less=True)
             with m.If(advance):
                 m.d.sync += b_reg.eq(b_rd.data)
             bias = [b_reg[j] for j in range(lanes)]
