@@ -60,12 +60,14 @@ from .blocks import (
 from .chains import chain_op, chain_sum, registered_pairs
 from .memory import (
     LOGIC_ROM_BANK_WORDS,
+    BankedRom,
     ReadPort,
     WritePort,
     banked_rom,
     double_buffer_release,
     double_buffer_writer,
     logic_rom_banks,
+    rom_bank_depth,
     rom_slices,
     varying_fields,
     word_ints,
@@ -465,12 +467,19 @@ class MatVecCore(wiring.Component):
             # net, was a 10.1 ns critical path on an ECP5 85F (the net spread over the die).
             pieces = []
             for k, (lo, hi) in enumerate(w_cols):
-                mem = Memory(shape=unsigned(hi - lo), depth=rom_depth,
-                             init=[(v >> lo) & ((1 << (hi - lo)) - 1) for v in words],
-                             attrs=w_attrs)
-                m.submodules[f"w_mem_col{k}"] = mem
-                rd = mem.read_port()
+                init = [(v >> lo) & ((1 << (hi - lo)) - 1) for v in words]
                 adv = Signal(name=f"w_mem_col{k}_en")
+                bank_depth = w_ahead and rom_bank_depth(
+                    ((varying >> lo) & ((1 << (hi - lo)) - 1)).bit_count(), rom_depth,
+                    block=self._w_block)
+                if bank_depth:
+                    rd = BankedRom(m, f"w_mem_col{k}", hi - lo, rom_depth, bank_depth, init,
+                                   w_attrs)
+                else:
+                    mem = Memory(shape=unsigned(hi - lo), depth=rom_depth, init=init,
+                                 attrs=w_attrs)
+                    m.submodules[f"w_mem_col{k}"] = mem
+                    rd = mem.read_port()
                 m.d.comb += rd.en.eq(1 if w_ahead else adv)
                 pieces.append(rd)
                 w_slice_adv.append(adv)
@@ -554,10 +563,15 @@ class MatVecCore(wiring.Component):
                 for rd, adv in zip(pieces, w_slice_adv):
                     m.d.comb += rd.addr.eq(Mux(take & adv, waddr_nx, waddr_w))
             w_read = Signal(len(w_data), name="w_read", reset_less=True)
-            for (lo, hi), adv in zip(w_cols, w_slice_adv or [mem_adv]):
+            w_out = []
+            for k, ((lo, hi), adv) in enumerate(zip(w_cols, w_slice_adv or [mem_adv])):
+                if w_slice_adv and isinstance(pieces[k], BankedRom):
+                    w_out.append(pieces[k].registered(adv))
+                    continue
                 with m.If(adv):
                     m.d.sync += w_read[lo:hi].eq(w_data[lo:hi])
-            w_data = w_read
+                w_out.append(w_read[lo:hi])
+            w_data = Cat(*w_out)
         else:
             m.d.comb += [w_rd.addr.eq(waddr_w), w_rd.en.eq(mem_adv)]
         if self._w_banks > 1:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 from amaranth import (
+    Array,
     Const,
     Module,
     Mux,
@@ -23,7 +24,8 @@ from .blocks import counter, wrap_incr
 __all__ = [
     "LOGIC_ROM_BANK_WORDS", "logic_rom_banks", "banked_rom", "WritePort", "ReadPort",
     "ROM_SLICE_BLOCKS", "rom_columns", "rom_slices", "flat_memory", "word_ints",
-    "varying_fields", "double_buffer_writer", "double_buffer_release",
+    "varying_fields", "double_buffer_writer", "double_buffer_release", "rom_bank_depth",
+    "BankedRom",
 ]
 
 
@@ -156,6 +158,57 @@ def rom_slices(platform, varying: int, depth: int, width: int, *, block: bool = 
         cells += part.cells
     return cols if cells <= mm.cells else whole
 
+
+
+def rom_bank_depth(bits: int, depth: int, *, block: bool = False) -> int:
+    """Words per bank of an ECP5 block-RAM ROM of ``depth`` words of ``bits`` varying bits
+    that yosys would split by depth (a block's words multiplexed behind the blocks: 36 x
+    4096 takes 8 DP16KD as 2048 x 9, two deep), or 0 where it would not. Built as
+    :class:`BankedRom` instead, each bank's read has a register of its own (the block RAM's
+    output register, :mod:`onnx2fpga.boards.outreg`) and the multiplexer follows them."""
+    mm = memory_mapping(max(1, bits), depth, "ecp5", rom=True, block=block)
+    return mm.depth if mm.kind == "block" and mm.depth < depth else 0
+
+
+class BankedRom:
+    """A ROM of ``depth`` words of ``width`` bits as banks of ``bank_depth`` words
+    (memories ``{name}_bank{n}``), with a read port's ``addr``, ``en`` and ``data`` (the word
+    one enabled edge after its address, as a memory's), and :meth:`registered`: that word a
+    stage later, from one register per bank (no reset, nothing in front) and a multiplexer
+    behind them."""
+
+    def __init__(self, m: Module, name: str, width: int, depth: int, bank_depth: int, init,
+                 attrs=None):
+        self._m = m
+        low = bank_depth.bit_length() - 1
+        banks = -(-depth // bank_depth)
+        self.addr = Signal(range(max(depth, 2)), name=f"{name}_addr")
+        self.en = Signal(name=f"{name}_ren")
+        self._sel = Signal(range(max(banks, 2)), name=f"{name}_sel")
+        with m.If(self.en):
+            m.d.sync += self._sel.eq(self.addr[low:])
+        self._datas = []
+        for n in range(banks):
+            mem = Memory(shape=unsigned(width), depth=min(bank_depth, depth - n * bank_depth),
+                         init=list(init[n * bank_depth:(n + 1) * bank_depth]), attrs=attrs)
+            m.submodules[f"{name}_bank{n}"] = mem
+            rd = mem.read_port()
+            m.d.comb += [rd.addr.eq(self.addr[:low]), rd.en.eq(self.en)]
+            self._datas.append(rd.data)
+        self.data = Array(self._datas)[self._sel]
+        self._name = name
+
+    def registered(self, load) -> Value:
+        """The word of :attr:`data` taken with ``load`` (registers of every bank and of the
+        bank's number, loaded together)."""
+        m = self._m
+        regs = [Signal.like(d, name=f"{self._name}_bank{n}_read", reset_less=True)
+                for n, d in enumerate(self._datas)]
+        sel = Signal.like(self._sel, name=f"{self._name}_sel_read")
+        with m.If(load):
+            m.d.sync += [r.eq(d) for r, d in zip(regs, self._datas)]
+            m.d.sync += sel.eq(self._sel)
+        return Array(regs)[sel]
 
 
 def flat_memory(layout, depth: int, init) -> Memory:

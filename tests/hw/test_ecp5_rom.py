@@ -116,3 +116,34 @@ def test_a_slice_moved_into_soft_logic_frees_its_block_rams():
     moved = netlist_features(MatVecCore(layer), "ecp5", logic=frozenset({"w_mem_col1"}))
     assert moved["bram"] == 4 and moved["logic_memory_lut"] > 0
     assert "*.accelerator.matvec_0/m:w_mem_col1" in logic_memory_script(["matvec_0/w_mem_col1"])
+
+
+@pytest.mark.rtl
+def test_slices_yosys_would_split_by_depth_are_banked(tmp_path, monkeypatch):
+    """256 -> 256 at simd 4, pe 4: a weight ROM of 4096 words of 128 bits, in slices of 36
+    bits that yosys would build as 2048 x 9 blocks two deep with a multiplexer behind them.
+    Each such slice is two banks of 2048 words instead, each read into a register of its
+    own (the block RAM's output register on an ECP5) with the multiplexer behind: the same
+    block RAMs, values equal to golden under stalls, the platform-free design's cycles."""
+    from onnx2fpga.hw.matvec import MatVecCore
+    from onnx2fpga.hw.memory import rom_bank_depth
+    from onnx2fpga.hw.resources import netlist_features
+
+    df = lut_dense(np.random.default_rng(5), 256, 256, simd=4, pe=4, zero_point=128, bias=99)
+    assert memory_mapping(36, 4096, "ecp5", rom=True).depth == 2048
+    assert rom_bank_depth(36, 4096) == 2048 and rom_bank_depth(28, 4096) == 0
+    ecp5_v = emit_verilog(df, platform=get_board("ulx3s-85f").platform())
+    banks = sorted(set(re.findall(r"w_mem_col\d+_bank\d+", ecp5_v)))
+    assert banks and all(b.endswith(("_bank0", "_bank1")) for b in banks)
+    assert re.search(r"w_mem_col\d+_bank1_read", ecp5_v)
+    features = netlist_features(MatVecCore(df.layers[0]), "ecp5")
+    assert [n for n in features["memory_names"] if n.startswith("w_mem")] == [
+        *banks, "w_mem_col3"]
+    # The same block RAMs as the slices yosys splits itself.
+    monkeypatch.setattr("onnx2fpga.hw.matvec.rom_bank_depth", lambda *a, **k: 0)
+    unbanked = netlist_features(MatVecCore(df.layers[0]), "ecp5")
+    assert [n for n in unbanked["memory_names"] if n.startswith("w_mem")] == [
+        f"w_mem_col{k}" for k in range(4)]
+    assert features["bram"] == unbanked["bram"]
+    monkeypatch.undo()
+    check_against_plain(tmp_path, df, ecp5_v, (DATA / "ccu2c_model.v").read_text())
