@@ -25,6 +25,7 @@ from amaranth.utils import exact_log2
 
 from ..hw.blocks import tree_sum
 from ..hw.resources import WRAPPER_BANK_BEATS
+from ..plan.devices import NO_RW_CHECK
 from .link import check_link, serial_front_end, usb_bridge_members
 from .protocol import PROTOCOL_VERSION, SYNC, BoardInfo, ErrorCode, FrameType
 from .uart import uart_divisor
@@ -292,7 +293,11 @@ class FramedBridge(Elaboratable):
         rports = []
         for b in range(banks):
             depth = min(bank_beats, self.in_beats - b * bank_beats)
-            bank = Memory(shape=self.in_payload_width, depth=depth, init=[])
+            # The feeder reads a frame's rows only after its last write, and the receiver
+            # takes the next frame's payload only after the reply, which follows the last
+            # read: no read meets a write (NO_RW_CHECK; the tests watch for it).
+            bank = Memory(shape=self.in_payload_width, depth=depth, init=[],
+                          attrs=NO_RW_CHECK)
             m.submodules["buffer" if banks == 1 else f"buffer_{b}"] = bank
             wport, rport = bank.write_port(), bank.read_port()
             hit = wr_addr[low:] == b if banks > 1 else 1
@@ -457,7 +462,7 @@ class FramedBridge(Elaboratable):
             acc.s_axis_tvalid.eq(out_valid),
             acc.s_axis_tlast.eq(out_last),
             rd_addr.eq(feed_index),
-            rd_en.eq(adv),
+            rd_en.eq(issue),          # (reads only rows it feeds: NO_RW_CHECK)
         ]
         # Stage 1: the block RAMs' outputs.
         valid, last = Signal(name="rd_valid"), Signal(name="rd_last")

@@ -400,7 +400,8 @@ def wrapper_resources(in_tdata_width: int, in_beats: int, out_tdata_width: int,
         out["ff"] += cost["ff"]
     elif w["bram"]:
         blocks.append(("wrapper/rx_fifo", w["bram"], *WRAPPER_RX_FIFO, False))
-    mm = memory_mapping(width, in_beats, family, rom=False)
+    # (The buffer carries NO_RW_CHECK: boards.framed.)
+    mm = memory_mapping(width, in_beats, family, rom=False, rw_check=False)
     bits = width * in_beats
     banks = -(-in_beats // WRAPPER_BANK_BEATS)
     if banks > 1:
@@ -414,7 +415,8 @@ def wrapper_resources(in_tdata_width: int, in_beats: int, out_tdata_width: int,
     elif mm.kind == "block":
         depths = [min(WRAPPER_BANK_BEATS, in_beats - b * WRAPPER_BANK_BEATS)
                   for b in range(banks)]
-        cells = sum(memory_mapping(width, d, family, rom=False).cells for d in depths)
+        cells = sum(memory_mapping(width, d, family, rom=False, rw_check=False).cells
+                    for d in depths)
         out["bram"] += cells
         blocks.append(("wrapper/buffer", cells, width, in_beats, False))
     elif mm.kind == "distributed":

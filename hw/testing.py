@@ -34,7 +34,7 @@ __all__ = [
     "IDLE_PHASES", "MemoryCollisionError", "STALL_PHASES", "StreamProtocolError",
     "image_transfers", "random_images", "random_values", "receiver", "rotated", "run_stream",
     "run_timed", "sender", "shape_range", "simulate", "split_phases", "stream_recv", "stream_send",
-    "timed_receiver", "timed_sender", "to_transfers",
+    "timed_receiver", "timed_sender", "to_transfers", "watch_collisions",
 ]
 
 #: Traffic phases: the probability of an idle input cycle in each phase. A simulation walks
@@ -193,11 +193,19 @@ def simulate(dut, *testbenches):
     fragment = Fragment.get(m, None)
     sim = Simulator(fragment)
     sim.add_clock(1e-6)
-    for name, read, write in _unchecked_ports(fragment):
-        sim.add_process(_collision_watch(name, read, write))
+    watch_collisions(sim, fragment)
     for tb in testbenches:
         sim.add_testbench(tb)
     sim.run()
+
+
+def watch_collisions(sim, fragment) -> None:
+    """Add to ``sim`` (a :class:`~amaranth.sim.Simulator` of ``fragment``, an elaborated
+    :class:`~amaranth.hdl.Fragment`) a process per memory below ``fragment`` that carries
+    :data:`~onnx2fpga.plan.devices.NO_RW_CHECK`, raising :class:`MemoryCollisionError` as
+    :func:`simulate` does; for tests that build their own simulator."""
+    for name, read, write in _unchecked_ports(fragment):
+        sim.add_process(_collision_watch(name, read, write))
 
 
 class MemoryCollisionError(AssertionError):

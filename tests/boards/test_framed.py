@@ -4,7 +4,7 @@ replies, ERROR frames for bad CRC / length / type, the byte timeout, reset mid-f
 import gc
 
 import pytest
-from amaranth.hdl import Cat, ClockDomain, ClockSignal, Module, Signal
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Fragment, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
@@ -19,6 +19,7 @@ from onnx2fpga.boards.protocol import (
     FrameType,
     encode_frame,
 )
+from onnx2fpga.hw.testing import watch_collisions
 
 DIVISOR = 4
 TIMEOUT = 40 * DIVISOR           # 4 byte times
@@ -107,8 +108,10 @@ def _run(bridge, script, *, expect_frames, budget=60_000):
             if valid and ready:
                 beats.append((data, last))
 
-    sim = Simulator(top)
+    fragment = Fragment.get(top, None)
+    sim = Simulator(fragment)
     sim.add_clock(1e-6, domain="sync")
+    watch_collisions(sim, fragment)     # the input buffer promises no read-write collision
     sim.add_testbench(drive)
     sim.add_testbench(receive)
     sim.add_testbench(monitor, background=True)
