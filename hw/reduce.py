@@ -284,8 +284,24 @@ def partial_results(m: Module, storage: str, layout, folds: int, *, fold, next_f
         acc_rd = acc_mem.read_port()
         acc_wr = acc_mem.write_port()
 
-        def store(result):
-            m.d.comb += [acc_wr.addr.eq(fold), acc_wr.data.eq(result), acc_wr.en.eq(1)]
+        # From WRITE_REGISTER_FOLDS folds on (read two folds ahead), the write a cycle
+        # later, from registers: with `prev` inside the block RAM, the read into the adder
+        # and the sum back to the write port were two routes of a MobileNetV1 build's
+        # critical path at 100 MHz (block RAM at (96,46), the adder at (96,7): 3.6 + 3.5 ns
+        # of 11.6). A fold is read again `folds - 2` transfers after its update, so from 4
+        # folds on the write has landed by then.
+        if ahead_fold is not None and folds >= WRITE_REGISTER_FOLDS:
+            w_en = Signal(name="acc_wen")
+            w_addr = Signal.like(acc_wr.addr, name="acc_waddr", reset_less=True)
+            w_data = Signal(layout, name="acc_wdata", reset_less=True)
+            m.d.sync += w_en.eq(0)
+            m.d.comb += [acc_wr.addr.eq(w_addr), acc_wr.data.eq(w_data), acc_wr.en.eq(w_en)]
+
+            def store(result):
+                m.d.sync += [w_addr.eq(fold), w_data.eq(result), w_en.eq(1)]
+        else:
+            def store(result):
+                m.d.comb += [acc_wr.addr.eq(fold), acc_wr.data.eq(result), acc_wr.en.eq(1)]
         if ahead_fold is None or folds < 3:
             # Read one stage ahead. With folds >= 2 the write of a fold (one window position
             # earlier) lands before that fold is read again.
@@ -298,20 +314,6 @@ def partial_results(m: Module, storage: str, layout, folds: int, *, fold, next_f
         m.d.comb += [acc_rd.addr.eq(ahead_fold), acc_rd.en.eq(advance)]
         with m.If(advance):
             m.d.sync += prev.eq(acc_rd.data)
-        if folds >= WRITE_REGISTER_FOLDS:
-            # The write a cycle later, from registers: with `prev` inside the block RAM, the
-            # read into the adder and the sum back to the write port were two routes of a
-            # MobileNetV1 build's critical path at 100 MHz (block RAM at (96,46), the adder
-            # at (96,7): 3.6 + 3.5 ns of 11.6). A fold is read again `folds - 2` transfers
-            # after its update, so from 4 folds on the write has landed by then.
-            w_en = Signal(name="acc_wen")
-            w_addr = Signal.like(acc_wr.addr, name="acc_waddr", reset_less=True)
-            w_data = Signal(layout, name="acc_wdata", reset_less=True)
-            m.d.sync += w_en.eq(0)
-            m.d.comb += [acc_wr.addr.eq(w_addr), acc_wr.data.eq(w_data), acc_wr.en.eq(w_en)]
-
-            def store(result):     # noqa: F811 (the registered form)
-                m.d.sync += [w_addr.eq(fold), w_data.eq(result), w_en.eq(1)]
         return [prev[j] for j in range(lanes)], store
     if storage == "registers":
         accs = [Signal(layout, name=f"acc_{f}") for f in range(folds)]
