@@ -30,7 +30,7 @@ from ..plan.checks import check_count, check_lanes  # the cores' parameter check
 __all__ = [
     "check_count", "check_lanes", "quiet_if_invalid", "int_shape", "shape_range",
     "range_shape", "tree_sum", "tree_levels", "registered_tree", "counter", "wrap_incr",
-    "output_register", "skid_output",
+    "output_register", "skid_output", "skid_output_shares",
 ]
 
 
@@ -169,6 +169,14 @@ def skid_output(m: Module, o_stream, valid, payload, free_copy=False):
     payload bit: in the jet tagger's lane converter after its first layer, the flag's net
     reaching both was 3.5 ns of a 10.4 ns path into the gathered word's enables.
     """
+    return skid_output_shares(m, o_stream, valid, payload, 1 if free_copy else 0)[0]
+
+
+def skid_output_shares(m: Module, o_stream, valid, payload, shares: int) -> list:
+    """:func:`skid_output` whose ``free`` comes in ``shares`` copies, each from its own copy
+    of the skid register's flag (updated as the flag, so all are equal on every cycle): a
+    pipeline of thousands of flip-flops gives each copy a share of its enables, so that no
+    enable net reaches them all. ``shares == 0``: one ``free`` from the flag itself."""
     skid_full = Signal()
     bits = Value.cast(payload)
     skid = Signal(len(bits), reset_less=True)
@@ -180,13 +188,12 @@ def skid_output(m: Module, o_stream, valid, payload, free_copy=False):
     # flag, not a word of flip-flops) and holds once the flag is set.
     with m.If(~skid_full):
         m.d.sync += skid.eq(bits)
-    flags = [skid_full]
-    if free_copy:
-        flags.append(Signal(name="skid_full_copy"))
+    flags = [skid_full] + [Signal(name="skid_full_copy" + (f"{k}" if k else ""))
+                           for k in range(shares)]
     for flag in flags:
         with m.If(flag):
             with m.If(o_stream.ready):
                 m.d.sync += flag.eq(0)
         with m.Elif(valid & ~o_stream.ready):
             m.d.sync += flag.eq(1)
-    return ~(valid & flags[-1])
+    return [~(valid & f) for f in (flags[1:] or flags)]

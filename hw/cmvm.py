@@ -1,0 +1,181 @@
+"""A constant matrix-vector product computed by adders: the :class:`ConstMatVecCore`, one
+whole vector per cycle, built from the :class:`~onnx2fpga.plan.cmvm.AdderGraph` that
+:mod:`onnx2fpga.plan.cmvm` plans.
+"""
+
+from __future__ import annotations
+
+from amaranth import C, Module, Shape, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..plan.cmvm import AdderGraph
+from .blocks import int_shape, quiet_if_invalid, skid_output_shares
+
+__all__ = ["ConstMatVecCore", "ENABLE_SHARE_BITS"]
+
+
+#: Flip-flops per copy of the pipeline's enable: the enable of a register stage comes from a
+#: copy of the skid flag that reaches at most this many bits (and the output multiplexer
+#: none), so that no enable net spans the whole pipeline.
+ENABLE_SHARE_BITS = 256
+
+
+class ConstMatVecCore(wiring.Component):
+    """``y = W @ x + b`` for a constant integer matrix, one vector in and one out per cycle.
+
+    Every variable of ``graph`` (an input, an adder's result) is a signal: an adder adds its
+    operands (shifts are wiring, signs add or subtract) in the register stage its level
+    falls in (``levels_per_stage`` adder levels per stage, :meth:`AdderGraph.schedule`); a
+    variable a later stage reads is registered at the end of its stage and carried in delay
+    registers to the stage before its reader. Stage 0 is the input register, the outputs
+    are registered in the last stage. All stages move together while the output's skid
+    register (:func:`~onnx2fpga.hw.blocks.skid_output_shares`) is free, each share of
+    :data:`ENABLE_SHARE_BITS` flip-flops on its own copy of that condition.
+
+    Parameters
+    ----------
+    graph : AdderGraph
+        The adders; input ``i`` is element ``i`` of the input transfer, output ``o`` element
+        ``o`` of the output transfer.
+    in_shape, out_shape : IntType or Amaranth integer shape
+        Element shapes; ``out_shape`` must hold every output's range.
+    levels_per_stage : int
+        Adder levels between two registers.
+
+    Members
+    -------
+    i_stream : ``In(stream.Signature(data.ArrayLayout(in_shape, graph.n_in)))``
+    o_stream : ``Out(stream.Signature(data.ArrayLayout(out_shape, graph.n_out)))``
+
+    Timing: one input transfer per cycle; its result is offered :attr:`latency` ``=
+    depth + 1`` cycles after it was taken; ``i_stream.ready`` comes from registers only.
+    """
+
+    @classmethod
+    def from_stage(cls, stage) -> ConstMatVecCore:
+        """The core of a ``"cmvm"`` :class:`~onnx2fpga.plan.stage.Stage`."""
+        p = stage.params
+        return cls(p["graph"], stage.in_type, stage.out_type, p["levels_per_stage"])
+
+    @quiet_if_invalid
+    def __init__(self, graph: AdderGraph, in_shape, out_shape, levels_per_stage: int = 1):
+        if not isinstance(graph, AdderGraph):
+            raise TypeError(f"graph must be an AdderGraph, not {graph!r}")
+        self._graph = graph
+        self._in_shape = int_shape(in_shape)
+        self._out_shape = int_shape(out_shape)
+        self._schedule = graph.schedule(levels_per_stage)
+        lo, hi = _shape_bounds(self._out_shape)
+        for o in range(graph.n_out):
+            olo, ohi = graph.output_range(o)
+            if olo < lo or ohi > hi:
+                raise ValueError(f"Output {o} ranges over [{olo}, {ohi}], beyond the output "
+                                 f"shape {self._out_shape}")
+        lo, hi = _shape_bounds(self._in_shape)
+        for i in range(graph.n_in):
+            if graph.lo[i] > lo or graph.hi[i] < hi:
+                raise ValueError(f"Input {i} of the graph covers [{graph.lo[i]}, "
+                                 f"{graph.hi[i]}], not the whole input shape "
+                                 f"{self._in_shape}")
+        super().__init__({
+            "i_stream": In(stream.Signature(data.ArrayLayout(self._in_shape, graph.n_in))),
+            "o_stream": Out(stream.Signature(data.ArrayLayout(self._out_shape,
+                                                              graph.n_out))),
+        })
+
+    @property
+    def graph(self) -> AdderGraph:
+        return self._graph
+
+    @property
+    def depth(self) -> int:
+        """Register stages after the input register."""
+        return self._schedule.depth
+
+    @property
+    def latency(self) -> int:
+        """Cycles from an input transfer to its output transfer, without stalls."""
+        return self._schedule.depth + 1
+
+    def elaborate(self, platform):
+        m = Module()
+        g, sch = self._graph, self._schedule
+        i_stream, o_stream = self.i_stream, self.o_stream
+        depth = sch.depth
+
+        shapes = [_var_shape(g, v) for v in range(len(g.lo))]
+        comb = {}                   # v -> its value in its own stage (logic or the input)
+        regs = {}                   # (v, k) -> its register at the end of stage k
+        loads = []                  # (register, value, bits): one per register, in order
+
+        def reg(v, k):
+            if (v, k) not in regs:
+                r = Signal(shapes[v], name=f"v{v}_s{k}", reset_less=True)
+                src = comb[v] if k == sch.stage[v] else reg(v, k - 1)
+                regs[(v, k)] = r
+                loads.append((r, src, shapes[v].width))
+            return regs[(v, k)]
+
+        def value(v, k):
+            """Variable ``v`` as the logic of stage ``k`` reads it."""
+            if v in g.consts:
+                return C(g.consts[v], shapes[v])
+            if v >= g.n_in and sch.stage[v] == k:
+                return comb[v]
+            return reg(v, k - 1)
+
+        for i in range(g.n_in):
+            comb[i] = i_stream.payload[i]
+        for op, v in zip(g.adders, g.results, strict=True):
+            k = sch.stage[v]
+            a = value(op.a, k) << op.shift_a
+            term_a = -a if op.sign_a < 0 else a
+            if op.b < 0:
+                expr = term_a
+            else:
+                b = value(op.b, k) << op.shift_b
+                expr = term_a - b if op.sign_b < 0 else term_a + b
+            s = Signal(shapes[v], name=f"v{v}")
+            m.d.comb += s.eq(expr)
+            comb[v] = s
+        for i in range(g.n_in):
+            reg(i, 0)
+        outs = []
+        for v, shift, _ in g.outputs:
+            if v < 0:
+                outs.append(C(0, self._out_shape))
+            elif v in g.consts:
+                outs.append(C(g.consts[v] << shift, self._out_shape))
+            else:
+                outs.append(reg(v, max(depth, sch.stage[v])) << shift)
+
+        valid = [Signal(name=f"valid_s{k}") for k in range(depth + 1)]
+        bits = sum(b for _, _, b in loads) + len(valid)
+        shares = max(1, -(-bits // ENABLE_SHARE_BITS))
+        payload = Signal(data.ArrayLayout(self._out_shape, g.n_out))
+        for o, e in enumerate(outs):
+            m.d.comb += payload[o].eq(e)
+        frees = skid_output_shares(m, o_stream, valid[depth], payload, shares)
+        m.d.comb += i_stream.ready.eq(frees[0])
+        with m.If(frees[0]):
+            m.d.sync += valid[0].eq(i_stream.valid)
+            for k in range(1, depth + 1):
+                m.d.sync += valid[k].eq(valid[k - 1])
+        used = 0
+        for r, src, b in loads:
+            with m.If(frees[min(shares - 1, used // ENABLE_SHARE_BITS)]):
+                m.d.sync += r.eq(src)
+            used += b
+        return m
+
+
+def _shape_bounds(shape: Shape) -> tuple[int, int]:
+    if shape.signed:
+        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
+    return 0, (1 << shape.width) - 1
+
+
+def _var_shape(g: AdderGraph, v: int) -> Shape:
+    w = g.width(v)
+    return Shape(w, signed=g.lo[v] < 0)

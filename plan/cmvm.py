@@ -1,0 +1,374 @@
+"""Constant matrix-vector products as adder graphs: ``y = W @ x`` for a constant integer
+matrix ``W``, built from additions of shifted inputs only (no multiplier), for layers that
+compute a whole vector per cycle.
+
+Every weight is written in canonical signed digits (CSD: digits -1, 0, +1, no two nonzero
+digits next to each other; a power of two or zero costs nothing). An output is then a sum of
+*terms* ``sign * (x_i << shift)``. Common subexpressions are shared across the outputs of the
+layer: the pair of terms that occurs in most outputs (``x_a + x_b << s`` or
+``x_a - x_b << s``, also one input against itself shifted, ``x_a + x_a << s``) becomes one
+adder, its result a new variable that replaces the pair wherever it occurs, until no pair
+occurs twice (a greedy CMVM optimization, as in the Hcub / RAG-n family and da4ml). What is
+left of each output is summed by a tree that adds first the terms that are ready first.
+
+:class:`AdderGraph` is the plan: the adders (:class:`Adder`), the value range and width of
+every variable, the adder levels, and each output as a variable, a shift and a sign. Its
+:meth:`AdderGraph.evaluate` computes ``W @ x`` from the adders alone, which the tests compare
+with numpy; :meth:`AdderGraph.schedule` places registers every ``levels_per_stage`` adder
+levels and counts the LUTs and flip-flops; :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore` is
+built from both.
+
+Plain Python and numpy; deterministic (ties are broken by the variables' numbers), so the
+same matrix gives the same graph and the same Verilog.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["csd_digits", "Adder", "AdderGraph", "Schedule", "adder_graph", "adder_cost",
+           "width_of"]
+
+
+def csd_digits(value: int) -> list[tuple[int, int]]:
+    """The nonzero canonical signed digits of ``value`` as ``(shift, sign)`` pairs, lowest
+    first: ``value == sum(sign << shift)``, no two shifts adjacent, fewest nonzero digits."""
+    v, out, shift = int(value), [], 0
+    while v:
+        if v & 1:
+            digit = 2 - (v & 3)         # +1 if v % 4 == 1, -1 if v % 4 == 3
+            out.append((shift, digit))
+            v -= digit
+        v >>= 1
+        shift += 1
+    return out
+
+
+def width_of(lo: int, hi: int) -> int:
+    """Bits of the narrowest two's complement (signed if ``lo < 0``) holding ``[lo, hi]``."""
+    if lo >= 0:
+        return max(1, int(hi).bit_length())
+    return max((-lo - 1).bit_length(), int(hi).bit_length()) + 1
+
+
+@dataclass(frozen=True)
+class Adder:
+    """``v = sign_a * (a << shift_a) + sign_b * (b << shift_b)``, ``min(shift_a, shift_b) ==
+    0``; ``b == -1`` for a negation ``v = -a``."""
+    a: int
+    shift_a: int
+    sign_a: int
+    b: int
+    shift_b: int
+    sign_b: int
+
+
+def adder_cost(op: Adder, width: int) -> int:
+    """LUTs of one adder whose result is ``width`` bits: one per bit (a carry chain), less the
+    low bits that come from the unshifted operand unchanged (it is added, not subtracted, and
+    the other operand is shifted past them)."""
+    if op.b < 0:
+        return width
+    for s_lo, g_lo, s_hi in ((op.shift_a, op.sign_a, op.shift_b),
+                             (op.shift_b, op.sign_b, op.shift_a)):
+        if s_lo == 0 and g_lo > 0 and s_hi > 0:
+            return max(1, width - s_hi)
+    return width
+
+
+@dataclass
+class Schedule:
+    """Registers of an :class:`AdderGraph` at ``levels_per_stage`` adder levels per stage.
+
+    ``stage[v]``: the stage whose logic computes variable ``v`` (inputs: 0, the input
+    register); ``last_use[v]``: the last stage whose registers hold ``v`` (its own register
+    at ``stage[v]``, then one delay register per stage up to ``last_use[v]``); ``depth``: the
+    stage of the output registers. ``flip_flops`` counts every register bit (input, adder,
+    delay and output registers), ``luts`` the adders' LUTs."""
+    levels_per_stage: int
+    stage: list[int]
+    last_use: list[int]
+    depth: int
+    luts: int
+    flip_flops: int
+
+
+@dataclass
+class AdderGraph:
+    """The adders of ``W @ x`` (see the module docstring).
+
+    Variables ``0 .. n_in - 1`` are the inputs, ``results[k]`` the result of ``adders[k]``.
+    ``lo[v], hi[v]``: the value range of variable ``v`` over every input in the ranges given;
+    ``level[v]``: adder levels from the inputs. ``outputs[o]`` is ``(v, shift, sign)``:
+    output ``o`` equals ``sign * (v << shift)``, or 0 for ``v == -1`` (a zero row).
+    ``consts`` maps the variables that are constants (an output's bias, added by its tree)
+    to their values: no register holds them.
+    """
+    n_in: int
+    adders: list[Adder] = field(default_factory=list)
+    results: list[int] = field(default_factory=list)
+    lo: list[int] = field(default_factory=list)
+    hi: list[int] = field(default_factory=list)
+    level: list[int] = field(default_factory=list)
+    outputs: list[tuple[int, int, int]] = field(default_factory=list)
+    consts: dict = field(default_factory=dict)
+    _forms: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def n_out(self) -> int:
+        return len(self.outputs)
+
+    def width(self, v: int) -> int:
+        return width_of(self.lo[v], self.hi[v])
+
+    @property
+    def luts(self) -> int:
+        """LUTs of the adders (:func:`adder_cost` each)."""
+        return sum(adder_cost(op, self.width(v))
+                   for op, v in zip(self.adders, self.results, strict=True))
+
+    @property
+    def depth(self) -> int:
+        """Adder levels of the deepest output."""
+        return max([self.level[v] for v, _, _ in self.outputs if v >= 0], default=0)
+
+    def output_range(self, o: int) -> tuple[int, int]:
+        v, s, g = self.outputs[o]
+        if v < 0:
+            return 0, 0
+        lo, hi = self.lo[v] << s, self.hi[v] << s
+        return (lo, hi) if g > 0 else (-hi, -lo)
+
+    def _form(self, v: int):
+        """Variable ``v`` as a linear form of the inputs: ``(coefficients, constant)``."""
+        if v < self.n_in:
+            c = np.zeros(self.n_in, dtype=object)
+            c[v] = 1
+            return c, 0
+        return self._forms[v]
+
+    def _append(self, coef, const, level) -> int:
+        """A new variable of the linear form ``coef @ x + const``; its exact value range."""
+        in_lo = np.array(self.lo[:self.n_in], dtype=object)
+        in_hi = np.array(self.hi[:self.n_in], dtype=object)
+        lo = const + int(np.sum(np.where(coef > 0, coef * in_lo, coef * in_hi)))
+        hi = const + int(np.sum(np.where(coef > 0, coef * in_hi, coef * in_lo)))
+        v = len(self.lo)
+        self._forms[v] = (coef, const)
+        self.lo.append(lo)
+        self.hi.append(hi)
+        self.level.append(level)
+        return v
+
+    def add(self, op: Adder) -> int:
+        """Append ``op``; its variable, whose value range is exact (from the linear form in
+        the inputs, so ``x - x`` pairs do not widen it) and its level."""
+        ca, ka = self._form(op.a)
+        coef, const = ca * (op.sign_a << op.shift_a), ka * (op.sign_a << op.shift_a)
+        lvl = self.level[op.a] + 1
+        if op.b >= 0:
+            cb, kb = self._form(op.b)
+            coef = coef + cb * (op.sign_b << op.shift_b)
+            const += kb * (op.sign_b << op.shift_b)
+            lvl = max(lvl, self.level[op.b] + 1)
+        self.adders.append(op)
+        self.results.append(len(self.lo))
+        return self._append(coef, const, lvl)
+
+    def constant(self, value: int) -> int:
+        """A constant variable of ``value``."""
+        v = self._append(np.zeros(self.n_in, dtype=object), int(value), 0)
+        self.consts[v] = int(value)
+        return v
+
+    def evaluate(self, x) -> np.ndarray:
+        """``W @ x`` computed by the adders: ``x`` is ``(n_in,)`` or ``(batch, n_in)``
+        integers; Python integers inside (no overflow), int64 or object out."""
+        x = np.asarray(x)
+        batch = x.reshape(-1, self.n_in).astype(object)
+        vals = [batch[:, i] for i in range(self.n_in)]
+        vals += [None] * (len(self.lo) - self.n_in)
+        for v, c in self.consts.items():
+            vals[v] = np.full(len(batch), c, dtype=object)
+        for op, v in zip(self.adders, self.results, strict=True):
+            a = op.sign_a * (vals[op.a] * (1 << op.shift_a))
+            b = 0 if op.b < 0 else op.sign_b * (vals[op.b] * (1 << op.shift_b))
+            vals[v] = a + b
+        zero = np.zeros(len(batch), dtype=object)
+        out = np.stack([zero if v < 0 else g * (vals[v] * (1 << s))
+                        for v, s, g in self.outputs], axis=1) if self.outputs else \
+            np.zeros((len(batch), 0), dtype=object)
+        try:
+            out = out.astype(np.int64)
+        except OverflowError:
+            pass
+        return out.reshape(x.shape[:-1] + (self.n_out,))
+
+    def schedule(self, levels_per_stage: int) -> Schedule:
+        """Registers every ``levels_per_stage`` adder levels (see :class:`Schedule`)."""
+        if levels_per_stage < 1:
+            raise ValueError(f"levels_per_stage must be at least 1, not {levels_per_stage}")
+        L = int(levels_per_stage)
+        stage = [0 if v < self.n_in else -(-self.level[v] // L) for v in range(len(self.lo))]
+        depth = max([stage[v] for v, _, _ in self.outputs if v >= 0], default=0)
+        last_use = [-1] * len(stage)           # -1: never registered
+        for v in range(self.n_in):
+            last_use[v] = 0
+        for op, r in zip(self.adders, self.results, strict=True):
+            s = stage[r]
+            for v in (op.a, op.b):
+                if v >= 0 and v not in self.consts and (v < self.n_in or stage[v] < s):
+                    last_use[v] = max(last_use[v], s - 1)
+        for v, _, _ in self.outputs:
+            if v >= 0 and v not in self.consts:
+                last_use[v] = max(depth, stage[v])
+        ffs = sum(self.width(v) * (last_use[v] - stage[v] + 1)
+                  for v in range(len(self.lo)) if last_use[v] >= stage[v])
+        return Schedule(L, stage, last_use, depth, self.luts, ffs)
+
+
+def _pair_key(t1, t2):
+    """``(key, base)`` of two terms ``(var, shift, sign)``: ``key = (a, b, ds, g)`` names the
+    subexpression ``a + g * (b << ds)``, ``base = (shift, sign)`` how it stands in the row."""
+    (a, s1, g1), (b, s2, g2) = t1, t2
+    if (s1, a) > (s2, b):
+        (a, s1, g1), (b, s2, g2) = (b, s2, g2), (a, s1, g1)
+    return (a, b, s2 - s1, g1 * g2), (s1, g1)
+
+
+class _Rows:
+    """The outputs' terms during the common subexpression search, with the count of every
+    pair (overlapping pairs counted too) and a lazy max-heap over the counts."""
+
+    def __init__(self, rows):
+        self.rows = [dict() for _ in rows]      # (var, shift) -> sign
+        self.count: dict = {}
+        self.heap: list = []
+        for r, terms in enumerate(rows):
+            for t in terms:
+                self.insert(r, t)
+
+    def _bump(self, key, d):
+        c = self.count.get(key, 0) + d
+        if c:
+            self.count[key] = c
+        else:
+            del self.count[key]
+        if d > 0 and c >= 2:
+            heapq.heappush(self.heap, (-c, key[2], key))
+
+    def remove(self, r, t):
+        row = self.rows[r]
+        del row[t[:2]]
+        for (v, s), g in row.items():
+            self._bump(_pair_key(t, (v, s, g))[0], -1)
+
+    def insert(self, r, t):
+        """Add term ``t`` to row ``r``, merging it with a term of the same variable and
+        shift (``x + x == x << 1``; ``x - x == 0``)."""
+        v, s, g = t
+        row = self.rows[r]
+        if (v, s) in row:
+            g2 = row[(v, s)]
+            self.remove(r, (v, s, g2))
+            if g2 == g:
+                self.insert(r, (v, s + 1, g))
+            return
+        for (u, su), gu in row.items():
+            self._bump(_pair_key(t, (u, su, gu))[0], 1)
+        row[(v, s)] = g
+
+    def best(self):
+        """The pair that occurs in most places (at least two), or None."""
+        while self.heap:
+            c, _, key = self.heap[0]
+            now = self.count.get(key, 0)
+            if now == -c and now >= 2:
+                return key
+            heapq.heappop(self.heap)
+            if now >= 2 and now != -c:
+                heapq.heappush(self.heap, (-now, key[2], key))
+        return None
+
+    def occurrences(self, r, key):
+        """Non-overlapping occurrences of ``key`` in row ``r``: ``[(t1, t2, base)]``."""
+        a, b, ds, g = key
+        row, used, out = self.rows[r], set(), []
+        for (v, s) in sorted(row):
+            if v != a or (v, s) in used:
+                continue
+            g1 = row[(v, s)]
+            if (b, s + ds) in row and (b, s + ds) not in used and (b, s + ds) != (v, s) \
+                    and row[(b, s + ds)] == g1 * g:
+                used.update({(v, s), (b, s + ds)})
+                out.append(((a, s, g1), (b, s + ds, g1 * g), (s, g1)))
+        return out
+
+
+def adder_graph(weight, in_lo, in_hi, bias=None, *, share: bool = True) -> AdderGraph:
+    """The :class:`AdderGraph` of ``weight @ x + bias`` (``weight`` of shape
+    ``(n_out, n_in)``, integers; ``bias`` ``(n_out,)`` or None) for inputs ``x[i]`` in
+    ``[in_lo[i], in_hi[i]]`` (scalars apply to all). ``share=False`` skips the common
+    subexpression search (one tree per output, for comparison)."""
+    w = np.asarray(weight)
+    if w.ndim != 2:
+        raise ValueError(f"weight must be 2-D, not {w.shape}")
+    n_out, n_in = w.shape
+    lo = np.broadcast_to(np.asarray(in_lo, dtype=object), (n_in,))
+    hi = np.broadcast_to(np.asarray(in_hi, dtype=object), (n_in,))
+    g = AdderGraph(n_in, lo=[int(v) for v in lo], hi=[int(v) for v in hi], level=[0] * n_in)
+    rows = [[(i, s, d) for i in range(n_in) for s, d in csd_digits(int(w[o, i]))]
+            for o in range(n_out)]
+    state = _Rows(rows)
+    while share:
+        key = state.best()
+        if key is None:
+            break
+        a, b, ds, sign = key
+        v = g.add(Adder(a, 0, 1, b, ds, sign))
+        for r in range(n_out):
+            for t1, t2, (s, g1) in state.occurrences(r, key):
+                state.remove(r, t1)
+                state.remove(r, t2)
+                state.insert(r, (v, s, g1))
+    bias = np.zeros(n_out, dtype=np.int64) if bias is None else np.asarray(bias).reshape(-1)
+    if bias.shape != (n_out,):
+        raise ValueError(f"bias must have {n_out} entries, not {bias.shape}")
+    for r in range(n_out):
+        terms = [(v, s, sg) for (v, s), sg in sorted(state.rows[r].items())]
+        if bias[r]:
+            terms.append((g.constant(int(bias[r])), 0, 1))
+        g.outputs.append(_sum_tree(g, terms))
+    return g
+
+
+def _sum_tree(g: AdderGraph, terms):
+    """Sum ``terms`` by adders, the two terms ready first (lowest level, then narrowest)
+    first; returns the output's ``(var, shift, sign)``."""
+    if not terms:
+        return (-1, 0, 1)
+    heap = [(g.level[v], g.width(v), n, (v, s, sg)) for n, (v, s, sg) in enumerate(terms)]
+    heapq.heapify(heap)
+    n = len(heap)
+    while len(heap) > 1:
+        *_, t1 = heapq.heappop(heap)
+        *_, t2 = heapq.heappop(heap)
+        (a, sa, ga), (b, sb, gb) = t1, t2
+        s0 = min(sa, sb)
+        if ga < 0 and gb < 0:            # -(a + b)
+            sign, ga, gb = -1, 1, 1
+        else:
+            sign = 1
+        if ga < 0:                       # the positive operand first
+            (a, sa, ga), (b, sb, gb) = (b, sb, gb), (a, sa, ga)
+        v = g.add(Adder(a, sa - s0, ga, b, sb - s0, gb))
+        heapq.heappush(heap, (g.level[v], g.width(v), n, (v, s0, sign)))
+        n += 1
+    v, s, sign = heap[0][3]
+    if sign < 0:
+        v = g.add(Adder(v, 0, -1, -1, 0, 1))
+        sign = 1
+    return (v, s, sign)
