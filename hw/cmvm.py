@@ -5,12 +5,13 @@ whole vector per cycle, built from the :class:`~onnx2fpga.plan.cmvm.AdderGraph` 
 
 from __future__ import annotations
 
-from amaranth import C, Module, Shape, Signal
+from amaranth import C, Cat, Module, Mux, Shape, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..plan.cmvm import AdderGraph
-from .blocks import int_shape, quiet_if_invalid, skid_output_shares
+from ..plan.cmvm import AdderGraph, finish_stages
+from ..plan.cmvm_requant import FusedRequant
+from .blocks import int_shape, quiet_if_invalid, range_shape, skid_output_shares, tree_sum
 
 __all__ = ["ConstMatVecCore", "ENABLE_SHARE_BITS"]
 
@@ -28,8 +29,11 @@ class ConstMatVecCore(wiring.Component):
     operands (shifts are wiring, signs add or subtract) in the register stage its level
     falls in (``levels_per_stage`` adder levels per stage, :meth:`AdderGraph.schedule`); a
     variable a later stage reads is registered at the end of its stage and carried in delay
-    registers to the stage before its reader. Stage 0 is the input register, the outputs
-    are registered in the last stage. All stages move together while the output's skid
+    registers to the stage before its reader. Stage 0 is the input register, the graph's
+    outputs are registered in its last stage; with ``fused``, two more stages finish each
+    output (:class:`~onnx2fpga.plan.cmvm_requant.FusedRequant`: the rounding's adder, then
+    the shift and clip, or the comparisons with thresholds and their count). All stages
+    move together while the output's skid
     register (:func:`~onnx2fpga.hw.blocks.skid_output_shares`) is free, each share of
     :data:`ENABLE_SHARE_BITS` flip-flops on its own copy of that condition.
 
@@ -42,6 +46,9 @@ class ConstMatVecCore(wiring.Component):
         Element shapes; ``out_shape`` must hold every output's range.
     levels_per_stage : int
         Adder levels between two registers.
+    fused : FusedRequant or None
+        The requantization that finishes each output (``out_shape`` then holds ``fused.lo
+        .. fused.hi``); None: the outputs are the graph's.
 
     Members
     -------
@@ -49,26 +56,33 @@ class ConstMatVecCore(wiring.Component):
     o_stream : ``Out(stream.Signature(data.ArrayLayout(out_shape, graph.n_out)))``
 
     Timing: one input transfer per cycle; its result is offered :attr:`latency` ``=
-    depth + 1`` cycles after it was taken; ``i_stream.ready`` comes from registers only.
+    depth + 1 + finish_stages(fused)`` cycles after it was taken; ``i_stream.ready`` comes
+    from registers only.
     """
 
     @classmethod
     def from_stage(cls, stage) -> ConstMatVecCore:
         """The core of a ``"cmvm"`` :class:`~onnx2fpga.plan.stage.Stage`."""
         p = stage.params
-        return cls(p["graph"], stage.in_type, stage.out_type, p["levels_per_stage"])
+        return cls(p["graph"], stage.in_type, stage.out_type, p["levels_per_stage"],
+                   p.get("fused"))
 
     @quiet_if_invalid
-    def __init__(self, graph: AdderGraph, in_shape, out_shape, levels_per_stage: int = 1):
+    def __init__(self, graph: AdderGraph, in_shape, out_shape, levels_per_stage: int = 1,
+                 fused: FusedRequant | None = None):
         if not isinstance(graph, AdderGraph):
             raise TypeError(f"graph must be an AdderGraph, not {graph!r}")
+        if fused is not None and not isinstance(fused, FusedRequant):
+            raise TypeError(f"fused must be a FusedRequant or None, not {fused!r}")
         self._graph = graph
+        self._fused = fused
         self._in_shape = int_shape(in_shape)
         self._out_shape = int_shape(out_shape)
         self._schedule = graph.schedule(levels_per_stage)
         lo, hi = _shape_bounds(self._out_shape)
-        for o in range(graph.n_out):
-            olo, ohi = graph.output_range(o)
+        ranges = [(fused.lo, fused.hi)] if fused is not None else \
+            [graph.output_range(o) for o in range(graph.n_out)]
+        for o, (olo, ohi) in enumerate(ranges):
             if olo < lo or ohi > hi:
                 raise ValueError(f"Output {o} ranges over [{olo}, {ohi}], beyond the output "
                                  f"shape {self._out_shape}")
@@ -96,7 +110,7 @@ class ConstMatVecCore(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from an input transfer to its output transfer, without stalls."""
-        return self._schedule.depth + 1
+        return self._schedule.depth + 1 + finish_stages(self._fused)
 
     def elaborate(self, platform):
         m = Module()
@@ -144,11 +158,14 @@ class ConstMatVecCore(wiring.Component):
         outs = []
         for v, shift, _ in g.outputs:
             if v < 0:
-                outs.append(C(0, self._out_shape))
+                outs.append(C(0, 1))
             elif v in g.consts:
-                outs.append(C(g.consts[v] << shift, self._out_shape))
+                outs.append(C(g.consts[v] << shift))
             else:
                 outs.append(reg(v, max(depth, sch.stage[v])) << shift)
+        if self._fused is not None:
+            outs = self._finish(outs, loads)
+            depth += finish_stages(self._fused)
 
         valid = [Signal(name=f"valid_s{k}") for k in range(depth + 1)]
         bits = sum(b for _, _, b in loads) + len(valid)
@@ -168,6 +185,44 @@ class ConstMatVecCore(wiring.Component):
                 m.d.sync += r.eq(src)
             used += b
         return m
+
+
+    def _finish(self, outs, loads):
+        """Two register stages per output: ``u + r + carry`` (or the threshold comparisons),
+        then the shift and clip (or their count)."""
+        f, g = self._fused, self._graph
+        done = []
+        for c, u in enumerate(outs):
+            lo_u, hi_u = g.output_range(c)
+            if f.rounding[c] == "thresholds":
+                hits = [(u >= t) if f.direction[c] > 0 else (u <= t) for t in f.thresholds[c]]
+                first = Signal(max(1, len(hits)), name=f"hits{c}", reset_less=True)
+                loads.append((first, Cat(*hits) if hits else C(0, 1), len(first)))
+                y = Signal(self._out_shape, name=f"y{c}", reset_less=True)
+                count = tree_sum([first[k] for k in range(len(hits))]) if hits else C(0, 1)
+                loads.append((y, f.lo + count, self._out_shape.width))
+                done.append(y)
+                continue
+            s, r = f.shift[c], f.round_const[c]
+            carry = C(0, 1)
+            if f.rounding[c] == "bit":
+                carry = u.as_unsigned().bit_select(s, 1) if s < len(u) else \
+                    (u.as_signed()[-1] if lo_u < 0 else C(0, 1))
+            elif f.rounding[c] == "sign":
+                carry = ~u.as_signed()[-1] if lo_u < 0 else C(1, 1)
+            w_lo, w_hi = lo_u + r, hi_u + r + (f.rounding[c] != "none")
+            w = Signal(range_shape(w_lo, w_hi), name=f"w{c}", reset_less=True)
+            loads.append((w, u + r + carry, len(w)))
+            q = w >> s
+            y = Signal(self._out_shape, name=f"y{c}", reset_less=True)
+            clipped = q
+            if (w_hi >> s) > f.hi:
+                clipped = Mux(q > f.hi, f.hi, clipped)
+            if (w_lo >> s) < f.lo:
+                clipped = Mux(q < f.lo, f.lo, clipped)
+            loads.append((y, clipped, self._out_shape.width))
+            done.append(y)
+        return done
 
 
 def _shape_bounds(shape: Shape) -> tuple[int, int]:

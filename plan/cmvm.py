@@ -30,7 +30,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["csd_digits", "Adder", "AdderGraph", "Schedule", "adder_graph", "adder_cost",
-           "width_of"]
+           "width_of", "finish_stages"]
+
+
+def finish_stages(fused) -> int:
+    """Register stages a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore` adds after its graph
+    to finish a folded requantization (:class:`~onnx2fpga.plan.cmvm_requant.FusedRequant`;
+    None: none): the rounding's adder (or the threshold comparisons), then the shift and
+    clip (or their count)."""
+    return 0 if fused is None else 2
 
 
 def csd_digits(value: int) -> list[tuple[int, int]]:
@@ -308,10 +316,12 @@ class _Rows:
         return out
 
 
-def adder_graph(weight, in_lo, in_hi, bias=None, *, share: bool = True) -> AdderGraph:
-    """The :class:`AdderGraph` of ``weight @ x + bias`` (``weight`` of shape
-    ``(n_out, n_in)``, integers; ``bias`` ``(n_out,)`` or None) for inputs ``x[i]`` in
-    ``[in_lo[i], in_hi[i]]`` (scalars apply to all). ``share=False`` skips the common
+def adder_graph(weight, in_lo, in_hi, bias=None, *, scale=None,
+                share: bool = True) -> AdderGraph:
+    """The :class:`AdderGraph` of ``(weight @ x) * scale + bias`` (``weight`` of shape
+    ``(n_out, n_in)``, integers; ``bias`` and ``scale`` ``(n_out,)`` or None for 0 and 1)
+    for inputs ``x[i]`` in ``[in_lo[i], in_hi[i]]`` (scalars apply to all): ``scale`` by
+    its signed digits after each output's sum. ``share=False`` skips the common
     subexpression search (one tree per output, for comparison)."""
     w = np.asarray(weight)
     if w.ndim != 2:
@@ -334,15 +344,26 @@ def adder_graph(weight, in_lo, in_hi, bias=None, *, share: bool = True) -> Adder
                 state.remove(r, t1)
                 state.remove(r, t2)
                 state.insert(r, (v, s, g1))
-    bias = np.zeros(n_out, dtype=np.int64) if bias is None else np.asarray(bias).reshape(-1)
-    if bias.shape != (n_out,):
-        raise ValueError(f"bias must have {n_out} entries, not {bias.shape}")
+    bias = _per_output(bias, n_out, 0, "bias")
+    scale = _per_output(scale, n_out, 1, "scale")
     for r in range(n_out):
         terms = [(v, s, sg) for (v, s), sg in sorted(state.rows[r].items())]
+        if scale[r] != 1:
+            v, s0, sg = _sum_tree(g, terms)
+            terms = [] if v < 0 else [(v, s0 + s, sg * d) for s, d in csd_digits(scale[r])]
         if bias[r]:
-            terms.append((g.constant(int(bias[r])), 0, 1))
+            terms.append((g.constant(bias[r]), 0, 1))
         g.outputs.append(_sum_tree(g, terms))
     return g
+
+
+def _per_output(values, n: int, default: int, what: str) -> list[int]:
+    if values is None:
+        return [default] * n
+    a = np.asarray(values).reshape(-1)
+    if a.shape != (n,):
+        raise ValueError(f"{what} must have {n} entries, not {a.shape}")
+    return [int(v) for v in a]
 
 
 def _sum_tree(g: AdderGraph, terms):

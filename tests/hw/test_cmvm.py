@@ -159,3 +159,127 @@ def test_core_errors():
         ConstMatVecCore(g, signed(4), signed(8))
     with pytest.raises(TypeError, match="graph must be an AdderGraph"):
         ConstMatVecCore(np.eye(2), unsigned(4), unsigned(8))
+
+
+# ---------------------------------------------------------------------------------------------
+# The requantization folded into the graph (plan/cmvm_requant.py)
+
+from onnx2fpga.ir.stages import RequantStage, ThresholdStage  # noqa: E402
+from onnx2fpga.ir.types import IntType  # noqa: E402
+from onnx2fpga.plan.cmvm_requant import fewest_digits, fuse_requant  # noqa: E402
+from onnx2fpga.sim import golden  # noqa: E402
+
+
+def _edges_and_random(rng, stages, lo, hi, n=4000):
+    """Accumulators of every channel: random ones, and each output level's first value and
+    its neighbours (the values where a wrong multiplier or offset shows)."""
+    acc = rng.integers(lo, hi + 1, (n, len(lo)))
+    f = golden.requant_stages
+    grid = np.linspace(lo, hi, 4097).astype(np.int64)
+    y = f(grid, stages)
+    steps = np.argwhere(np.diff(y, axis=0) != 0)
+    extra = []
+    for k, c in steps:
+        a, b = int(grid[k, c]), int(grid[k + 1, c])
+        while b - a > 1:                       # the first accumulator of the next level
+            mid = (a + b) // 2
+            same = f(np.where(np.arange(len(lo)) == c, mid, lo)[None], stages)[0, c] == y[k, c]
+            a, b = (mid, b) if same else (a, mid)
+        for v in (b - 1, b, b + 1):
+            row = np.array(lo, dtype=np.int64).copy()
+            row[c] = min(max(v, lo[c]), hi[c])
+            extra.append(row)
+    return np.concatenate([acc, np.array(extra, dtype=np.int64).reshape(-1, len(lo))])
+
+
+REQUANTS = [
+    # per-tensor float-derived scale, half to even, ReLU clip to 6 bits (the jet tagger's
+    # first layer with a calibrated input)
+    RequantStage(np.array([14607848]), np.array([412316860416, -274877906944, 0, 7 << 30]),
+                 36, 0, 0, 63, IntType(6, False)),
+    # power-of-two scale with offsets whose ties occur: the stage's own arithmetic
+    RequantStage(np.array([1 << 23]), np.array([3 << 30, -(3 << 29), 5 << 23, 0]), 28, 0, 0,
+                 63, IntType(6, False)),
+    # per-channel multipliers, one negative, signed int8 output with a zero point
+    RequantStage(np.array([1234567, -2345678, 999, 3 << 20]), np.array([0, 10, -77, 1 << 19]),
+                 30, 5, -128, 127, IntType(8, True)),
+    RequantStage(np.array([77777]), np.array([0]), 20, 0, -8, 7, IntType(4, True),
+                 rounding="half_away"),
+    RequantStage(np.array([5]), np.array([3]), 4, 1, 0, 15, IntType(4, False),
+                 rounding="floor"),
+    ThresholdStage(np.array([[-40, -3, 10], [0, 0, 5], [-100, 50, 51], [7, 8, 9]]), -1, 1,
+                   IntType(3, True)),
+]
+
+
+@pytest.mark.parametrize("seed,stage", list(enumerate(REQUANTS)))
+def test_fused_requant_equals_golden(seed, stage):
+    rng = np.random.default_rng(seed)
+    lo = np.array([-30000, -200000, 0, -(1 << 20)])
+    hi = np.array([250000, 90000, 5000, 1 << 20])
+    fused = fuse_requant([stage], lo, hi)
+    assert fused is not None
+    acc = _edges_and_random(rng, [stage], lo, hi)
+    np.testing.assert_array_equal(fused.apply(acc), golden.requant_stages(acc, [stage]))
+
+
+def test_fused_requant_forms():
+    """The floor form where one exists, with fewer signed digits than the stage's own
+    multiplier on a narrow range; the stage's own arithmetic where ties make it impossible;
+    nothing for what is no single monotonic stage."""
+    s = RequantStage(np.array([14607848]), np.array([0]), 36, 0, 0, 63, IntType(6, False))
+    narrow = fuse_requant([s], [0], [5000])
+    assert narrow.rounding == ("none",)
+    assert len(csd_digits(narrow.multiplier[0])) < len(csd_digits(14607848))
+    tie = RequantStage(np.array([1 << 23]), np.array([0]), 28, 0, 0, 63, IntType(6, False))
+    assert fuse_requant([tie], [0], [4000]).rounding == ("bit",)
+    assert fuse_requant([s, s], [0], [10]) is None
+    bipolar = ThresholdStage(np.array([[3]]), -1, 2, IntType(2, True))
+    assert fuse_requant([bipolar], [0], [10]) is None
+
+
+def test_fewest_digits():
+    assert fewest_digits(-3, 5) == 0
+    for lo, hi in ((9, 15), (1000, 1100), (12345, 12399), (-77, -60), (1, 1), (300, 2000)):
+        m = fewest_digits(lo, hi)
+        assert lo <= m <= hi
+        best = min(len(csd_digits(v)) for v in range(lo, hi + 1))
+        assert len(csd_digits(m)) == best
+
+
+# (in shape, n_in, n_out, stage, levels per stage)
+FUSED_CORES = [
+    (unsigned(6), 12, 4, REQUANTS[1], 1),
+    (signed(8), 9, 4, REQUANTS[2], 2),
+    (signed(4), 6, 4, REQUANTS[3], 1),
+    (unsigned(4), 8, 4, REQUANTS[4], 1),
+    (signed(6), 10, 4, REQUANTS[5], 1),
+    (signed(8), 16, 4, RequantStage(np.array([14607848]), np.array([5 << 30]), 30, 3, -128,
+                                    127, IntType(8, True)), 1),
+]
+
+
+@pytest.mark.parametrize("seed,case", list(enumerate(FUSED_CORES)))
+def test_fused_core_matches_golden_layer(seed, case):
+    """A dense layer with its requantization folded in, against the golden model's layer
+    (``golden.run_layer``) under random idles and stalls."""
+    from onnx2fpga.ir.layers import DenseLayer
+    from onnx2fpga.plan.cmvm_requant import layer_graph
+    shape, n_in, n_out, stage, levels = case
+    rng = np.random.default_rng(seed)
+    w = _matrix(rng, n_out, n_in, 6, 0.3)
+    bias = rng.integers(-2000, 2000, n_out)
+    lo, hi = shape_range(shape)
+    zp = int(rng.integers(lo, hi + 1)) if seed % 2 else 0
+    in_t = IntType(shape.width, shape.signed)
+    layer = DenseLayer("d", in_t, zp, w, IntType(6, True), bias, [stage])
+    g, fused = layer_graph(w, bias, lo, hi, zp, [stage])
+    assert fused is not None
+    dut = ConstMatVecCore(g, shape, stage.out_type, levels, fused)
+    x = random_values(rng, shape, (60, n_in))
+    x[0], x[1] = lo, hi
+    got = run_stream(dut, [list(map(int, r)) for r in x], len(x), seed)
+    np.testing.assert_array_equal(np.array(got), golden.run_layer(layer, x))
+    times = run_timed(ConstMatVecCore(g, shape, stage.out_type, levels, fused),
+                      [list(map(int, r)) for r in x[:8]], 8)
+    assert times["out"] == [t + dut.latency for t in times["in"]]
