@@ -37,6 +37,10 @@ from .reduce import partial_results
 
 __all__ = ["DepthwiseCore"]
 
+#: The products a depthwise core builds (of :data:`~onnx2fpga.ir.MULTIPLIERS`: not
+#: ``"adders"``, a realization of whole matrices).
+DEPTHWISE_MULTIPLIERS = tuple(m for m in MULTIPLIERS if m != "adders")
+
 
 class DepthwiseCore(wiring.Component):
     """Per-channel weighted sum over a window, plus a bias: a depthwise convolution's
@@ -110,8 +114,9 @@ class DepthwiseCore(wiring.Component):
     @quiet_if_invalid
     def __init__(self, in_shape, channels, window, weight, bias, lanes=1, *,
                  multipliers="dsp"):
-        if multipliers not in MULTIPLIERS:
-            raise ValueError(f"Multipliers must be one of {MULTIPLIERS}, not {multipliers!r}")
+        if multipliers not in DEPTHWISE_MULTIPLIERS:
+            raise ValueError(f"Multipliers must be one of {DEPTHWISE_MULTIPLIERS}, not "
+                             f"{multipliers!r}")
         self._lut = multipliers == "lut"
         shape = int_shape(in_shape)
         channels, window, lanes = check_geometry(channels, window, lanes)

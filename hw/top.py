@@ -12,6 +12,7 @@ from ..plan.engine import engine_image, engine_program
 from ..plan.graph import plan_graph
 from ..plan.spram import FLASH_OFFSET, spram_layout, weight_image
 from .blocks import int_shape, quiet_if_invalid
+from .cmvm import ConstMatVecCore
 from .depthwise import DepthwiseCore
 from .engine import LayerEngine
 from .flashload import WAKE_CYCLES, SpiFlashModel, SpramLoader
@@ -351,7 +352,7 @@ CORES = {
     "fifo": StreamFIFO, "convert": WidthConverter, "window": SlidingWindowCore,
     "reduce": WindowReduceCore, "depthwise": DepthwiseCore, "add": AddCore,
     "concat": ConcatCore, "broadcast": BroadcastCore, "resize": ResizeCore,
-    "reorder": ReorderCore, "lut": LutCore, "slice": SliceCore,
+    "reorder": ReorderCore, "lut": LutCore, "slice": SliceCore, "cmvm": ConstMatVecCore,
 }
 
 

@@ -22,8 +22,12 @@ __all__ = [
 #: :class:`ConvLayer`): ``"dsp"``, a hard multiplier for every product wider than
 #: :data:`onnx2fpga.hw.arith.LUT_PRODUCT_MAX_BITS` bits where the device has them (the
 #: narrower ones in LUTs); ``"lut"``, every product in LUTs (sums of the input's multiples
-#: picked by the weights' digits), no hard multiplier. Same values and cycles either way.
-MULTIPLIERS = ("dsp", "lut")
+#: picked by the weights' digits), no hard multiplier; ``"adders"``, the weights as
+#: constants: the whole matrix an adder graph of shifted inputs with common subexpressions
+#: shared, one vector per cycle (``simd`` and ``pe`` then the whole matrix), the
+#: requantization folded in where it can be (:mod:`onnx2fpga.plan.cmvm`). Same values
+#: either way.
+MULTIPLIERS = ("dsp", "lut", "adders")
 
 
 def product_mapping(layer) -> str | None:

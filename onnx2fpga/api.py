@@ -104,9 +104,11 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         Budget of multiply lanes (sum of simd*pe over layers) for automatic folding; 8 by
         default when neither ``board`` nor ``target_fps`` is given, otherwise no budget.
     folding : dict, optional
-        ``{layer_name: {"simd": s, "pe": p, "lanes": l, "multipliers": "lut" or "dsp"}}``
-        overrides (``multipliers`` of a dense or convolution layer: its products in LUTs or
-        in hard multipliers; a board's folding leaves an overridden layer's choice alone).
+        ``{layer_name: {"simd": s, "pe": p, "lanes": l, "multipliers": m}}`` overrides
+        (``multipliers`` of a dense or convolution layer: ``"dsp"`` or ``"lut"``, its
+        products in hard multipliers or in LUTs; ``"adders"``, the weights as constants of
+        one adder graph computing the whole matrix per cycle, the requantization folded in
+        where it can be; a board's folding leaves an overridden layer's choice alone).
     board : str, optional
         Fold for this board (``"ulx3s-85f"``...): the fastest design whose estimated
         resources (:mod:`onnx2fpga.hw.resources`, with the board wrapper) fit the device, LUTs,

@@ -22,7 +22,7 @@ __all__ = ["main"]
 
 def _folding(text):
     """``layer:simd:pe[:lanes][,...]``, ``layer:lanes=L`` (a layer without a matrix unit) or
-    ``layer:multipliers=lut|dsp``; items naming the same layer add up."""
+    ``layer:multipliers=lut|dsp|adders``; items naming the same layer add up."""
     from .ir.layers import MULTIPLIERS
     out = {}
     for item in text.split(","):
@@ -43,7 +43,7 @@ def _folding(text):
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"folding must be NAME:SIMD:PE[:LANES], NAME:lanes=L or "
-                f"NAME:multipliers=lut|dsp, comma-separated, not {item!r}") from None
+                f"NAME:multipliers=lut|dsp|adders, comma-separated, not {item!r}") from None
     return out
 
 
@@ -121,8 +121,9 @@ def _parser():
     c.add_argument("--folding", type=_folding, metavar="NAME:SIMD:PE[:LANES],...",
                    help="override the parallelism of named layers (LANES: channels per "
                    "transfer into a convolution's window; NAME:lanes=L for pools and "
-                   "elementwise layers; NAME:multipliers=lut|dsp: a layer's products in "
-                   "LUTs or in hard multipliers)")
+                   "elementwise layers; NAME:multipliers=lut|dsp|adders: a layer's products "
+                   "in LUTs, in hard multipliers, or its weights as constants of one adder "
+                   "graph computing the whole matrix per cycle)")
     c.add_argument("--name", default="top", metavar="NAME",
                    help="the Verilog top module's name (default top), a Verilog identifier; "
                    "every submodule carries it (NAME.matvec_0, ...) and the files are named "

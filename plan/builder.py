@@ -18,6 +18,8 @@ from ..ir.layers import (
 )
 from ..ir.stages import LutStage, RequantStage, ThresholdStage
 from ..ir.types import IntType
+from .cmvm import ADDER_LEVELS_PER_STAGE
+from .cmvm_requant import cached_layer_graph
 from .devices import ecp5_dsp_product, ice40_matvec_dsps
 from .lut import lut_as_thresholds, lut_then, lut_window, prefer_thresholds
 from .plumbing import FLOP_FIFO_DEPTH
@@ -311,7 +313,9 @@ def matvec_arithmetic(layer: DenseLayer) -> str:
 def add_matvec(b: Builder, dense: DenseLayer, net: str, k: int, layer,
                    out_shape, order) -> str:
     """``matvec``, then the requantization of ``layer.requant`` on ``requant_lanes`` lanes
-    between converters, back to ``pe`` lanes."""
+    between converters, back to ``pe`` lanes; with ``"adders"`` multipliers, :func:`add_cmvm`."""
+    if dense.multipliers == "adders":
+        return add_cmvm(b, dense, net, k, layer, out_shape, order)
     name = f"matvec_{k}"
     arithmetic = matvec_arithmetic(dense)
     # iCE40 DSPs: to the MatVecs in dataflow order whose products all fit the ones left.
@@ -336,6 +340,23 @@ def add_matvec(b: Builder, dense: DenseLayer, net: str, k: int, layer,
     net = b.lanes(net, d, f"serialize_{k}")
     net = b.requant(net, layer.requant, out_shape, order, f"requant_{k}", layer)
     return b.lanes(net, dense.pe, f"deserialize_{k}")
+
+
+def add_cmvm(b: Builder, dense: DenseLayer, net: str, k: int, layer, out_shape, order) -> str:
+    """``cmvm``: the whole matrix as one adder graph, a vector per cycle (``dense.simd`` and
+    ``dense.pe`` the whole matrix), ``layer.requant`` folded in where
+    :func:`~onnx2fpga.plan.cmvm_requant.layer_graph` finds a form, else a ``requant`` stage
+    of ``pe`` lanes behind it (``out_shape``, ``order`` as :func:`add_matvec`'s)."""
+    graph, fused = cached_layer_graph(dense.weight, dense.bias, dense.in_type.lo,
+                                      dense.in_type.hi, dense.in_zero_point, layer.requant)
+    out_type = layer.requant[-1].out_type if fused is not None else dense.acc_type
+    n = dense.out_features
+    net = b.add("cmvm", f"cmvm_{k}", [net], out_type, n, n * (layer.out_size // n),
+                layer=layer, params={"layer": dense, "graph": graph, "fused": fused,
+                                     "levels_per_stage": ADDER_LEVELS_PER_STAGE})
+    if fused is None and layer.requant:
+        net = b.requant(net, layer.requant, out_shape, order, f"requant_{k}", layer)
+    return net
 
 
 def window_params(layer, pad_value: int, *, kernel=None, stride=(1, 1),

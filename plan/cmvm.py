@@ -29,8 +29,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["csd_digits", "Adder", "AdderGraph", "Schedule", "adder_graph", "adder_cost",
-           "width_of", "finish_stages"]
+from .stage import CoreKind, Stage
+
+__all__ = ["CmvmTiming", "cmvm_latency", "ADDER_LEVELS_PER_STAGE", "csd_digits", "Adder",
+           "AdderGraph", "Schedule", "adder_graph", "adder_cost", "width_of", "finish_stages"]
+
+
+#: Adder levels between two registers of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore`.
+ADDER_LEVELS_PER_STAGE = 1
 
 
 def finish_stages(fused) -> int:
@@ -123,7 +129,11 @@ class AdderGraph:
     level: list[int] = field(default_factory=list)
     outputs: list[tuple[int, int, int]] = field(default_factory=list)
     consts: dict = field(default_factory=dict)
-    _forms: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        # Each computed variable as a linear form of the inputs, while the graph is built (an
+        # attribute, not a field: the graph's value is its fields).
+        self._forms: dict = {}
 
     @property
     def n_out(self) -> int:
@@ -393,3 +403,20 @@ def _sum_tree(g: AdderGraph, terms):
         v = g.add(Adder(v, 0, -1, -1, 0, 1))
         sign = 1
     return (v, s, sign)
+
+
+def cmvm_latency(graph: AdderGraph, levels_per_stage: int, fused=None) -> int:
+    """Cycles from an input transfer of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore` to its
+    output transfer: the input register, the graph's stages, :func:`finish_stages`."""
+    return graph.schedule(levels_per_stage).depth + 1 + finish_stages(fused)
+
+
+class CmvmTiming(CoreKind):
+    """A :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore`: one vector per cycle,
+    :func:`cmvm_latency` cycles through."""
+    kinds = ("cmvm",)
+
+    def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
+        p = stage.params
+        d = cmvm_latency(p["graph"], p["levels_per_stage"], p.get("fused"))
+        return first + d, last + d

@@ -35,9 +35,10 @@ import numpy as np
 from ..ir.stages import RequantStage, ThresholdStage
 from ..sim import golden
 from .cmvm import AdderGraph, adder_graph, csd_digits
+from .stage import value_key
 
-__all__ = ["FusedRequant", "fuse_requant", "fewest_digits", "layer_graph", "MAX_LEVELS",
-           "MAX_THRESHOLDS"]
+__all__ = ["FusedRequant", "fuse_requant", "fewest_digits", "layer_graph",
+           "cached_layer_graph", "MAX_LEVELS", "MAX_THRESHOLDS", "GRAPH_CACHE_SIZE"]
 
 #: Output levels beyond which the floor form is not searched (a wide output's function is
 #: left to the stage's own multiplier).
@@ -337,3 +338,23 @@ def layer_graph(weight, bias, in_lo: int, in_hi: int, in_zero_point: int = 0, st
     m = np.array(fused.multiplier, dtype=object)
     k = np.array(fused.offset, dtype=object)
     return adder_graph(w, in_lo, in_hi, b.astype(object) * m + k, scale=m, share=share), fused
+
+
+#: Layers whose graphs :func:`cached_layer_graph` keeps (the folding plans a design many
+#: times; a graph takes about a second per thousand weights).
+GRAPH_CACHE_SIZE = 32
+
+_GRAPHS: dict = {}
+
+
+def cached_layer_graph(weight, bias, in_lo: int, in_hi: int, in_zero_point: int = 0,
+                       stages=()) -> tuple[AdderGraph, FusedRequant | None]:
+    """:func:`layer_graph`, remembered for the last :data:`GRAPH_CACHE_SIZE` layers by the
+    contents of its arguments."""
+    key = value_key((np.asarray(weight), np.asarray(bias), int(in_lo), int(in_hi),
+                     int(in_zero_point), list(stages)))
+    if key not in _GRAPHS:
+        if len(_GRAPHS) >= GRAPH_CACHE_SIZE:
+            del _GRAPHS[next(iter(_GRAPHS))]
+        _GRAPHS[key] = layer_graph(weight, bias, in_lo, in_hi, in_zero_point, stages)
+    return _GRAPHS[key]

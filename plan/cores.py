@@ -5,6 +5,7 @@ beside its other figures (``plan/<core>.py``) and one entry here.
 
 from __future__ import annotations
 
+from .cmvm import CmvmTiming
 from .depthwise import DepthwiseTiming
 from .joins import AddTiming, ForkTiming
 from .lut import LutTiming
@@ -25,7 +26,8 @@ CORE_KINDS: dict[str, CoreKind] = {
     kind: model for model in (
         MatVecTiming(), RequantTiming(), ThresholdTiming(), FifoTiming(), ConvertTiming(),
         CastTiming(), WindowTiming(), ReduceTiming(), DepthwiseTiming(), ForkTiming(),
-        AddTiming(), ResizeTiming(), ReorderTiming(), LutTiming(), SliceTiming())
+        AddTiming(), ResizeTiming(), ReorderTiming(), LutTiming(), SliceTiming(),
+        CmvmTiming())
     for kind in model.kinds}
 
 

@@ -350,4 +350,16 @@ def _override(layer, o: dict) -> None:
                               f"{MULTIPLIERS}, not {o['multipliers']!r}")
         layer.multipliers = o["multipliers"]
         o = {k: v for k, v in o.items() if k != "multipliers"}
+        if layer.multipliers == "adders":      # the whole matrix per cycle
+            full = kind_of(layer).full_folding(layer)
+            if not full:
+                raise OptionError(f"Layer {layer.name!r} ({type(layer).__name__}) has no "
+                                  f"'adders' realization (multipliers 'dsp' or 'lut')")
+            wrong = {k: v for k, v in o.items() if k in full and v != full[k]}
+            if wrong:
+                raise OptionError(
+                    f"Layer {layer.name!r}: multipliers 'adders' compute the whole matrix "
+                    f"per cycle ({', '.join(f'{k}={v}' for k, v in full.items())}), not "
+                    f"{', '.join(f'{k}={v}' for k, v in wrong.items())}")
+            o = {**o, **full}
     kind_of(layer).set_folding(layer, o)

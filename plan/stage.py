@@ -59,7 +59,7 @@ class Stage:
         ``"matvec"``, ``"requant"``, ``"threshold"``, ``"fifo"``, ``"convert"``, ``"cast"`` (a
         value-preserving change of element type, wires only), ``"window"``, ``"reduce"``,
         ``"depthwise"``, ``"add"``, ``"concat"``, ``"broadcast"``, ``"resize"``,
-        ``"reorder"``, ``"lut"`` or ``"slice"``.
+        ``"reorder"``, ``"lut"``, ``"slice"`` or ``"cmvm"``.
     name : str
         A readable name, used for the submodule.
     in_type, out_type : IntType
@@ -89,7 +89,9 @@ class Stage:
         ``"add"``: ``zero_points``, ``multipliers``, ``op``. ``"concat"``: ``chunks``.
         ``"broadcast"``: ``outputs``. ``"resize"``: ``channels``, ``height``, ``width``,
         ``rows``, ``cols``. ``"reorder"``: ``order``. ``"slice"``: ``period``, ``start``,
-        ``stop`` (in transfers).
+        ``stop`` (in transfers). ``"cmvm"``: ``layer`` (as for ``"matvec"``), ``graph``
+        (its :class:`~onnx2fpga.plan.cmvm.AdderGraph`), ``fused`` (the folded
+        requantization or None), ``levels_per_stage``.
     inputs, outputs : tuple of str
         The nets the stage reads and writes.
     in_size : int

@@ -19,14 +19,23 @@ from ...ir.stages import LutStage, ThresholdStage
 from ..builder import Builder, hwc_order
 from ..window import WindowGeometry
 
-__all__ = ["LayerKind", "check_positive", "divisors", "window_cycles_of", "window_need",
-           "stage_json"]
+__all__ = ["LayerKind", "check_positive", "check_adders", "divisors", "window_cycles_of",
+           "window_need", "stage_json"]
 
 
 def check_positive(what: str, value) -> None:
     """``value`` is a positive integer, or ``ValueError`` naming ``what``."""
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{what} must be a positive integer, not {value!r}")
+
+
+def check_adders(layer, inputs: int, outputs: int) -> None:
+    """A layer whose products are ``"adders"`` (one adder graph, a vector per cycle) takes
+    its whole matrix at once: ``simd == inputs`` and ``pe == outputs``, or ``ValueError``."""
+    if layer.multipliers == "adders" and (layer.simd, layer.pe) != (inputs, outputs):
+        raise ValueError(f"Layer {layer.name!r}: multipliers 'adders' compute the whole "
+                         f"matrix per cycle: simd={inputs} and pe={outputs}, not "
+                         f"simd={layer.simd} and pe={layer.pe}")
 
 
 def divisors(n: int) -> list[int]:
@@ -125,6 +134,11 @@ class LayerKind:
         """The foldings of ``layer``: ``(cycles, cost, params)``, where ``params`` are the
         attributes to set (``simd``/``pe``/``lanes``) and ``cost`` counts multiply lanes."""
         raise NotImplementedError
+
+    def full_folding(self, layer) -> dict:
+        """The folding that takes the layer's whole matrix per cycle (for ``"adders"``
+        multipliers); none for kinds without a matrix."""
+        return {}
 
     def set_folding(self, layer, params: dict) -> None:
         """Apply a user's folding override ``params`` (``simd``, ``pe``, ``lanes``), or raise

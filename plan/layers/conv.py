@@ -7,7 +7,14 @@ from math import gcd
 from ...ir.layers import ConvLayer, DenseLayer
 from ..builder import Builder, add_matvec, finish_layer, hwc_order, window_params
 from ..checks import weight_rom_bits
-from .base import LayerKind, check_positive, divisors, window_cycles_of, window_need
+from .base import (
+    LayerKind,
+    check_adders,
+    check_positive,
+    divisors,
+    window_cycles_of,
+    window_need,
+)
 
 __all__ = ["Conv"]
 
@@ -32,6 +39,11 @@ class Conv(LayerKind):
                 if total % lanes:
                     raise ValueError(f"{what} of layer {layer.name!r} must divide the {total} "
                                      f"{size}, not {lanes}")
+        if layer.depthwise and layer.multipliers == "adders":
+            raise ValueError(f"Layer {layer.name!r}: a depthwise convolution has no adders "
+                             f"realization (multipliers 'dsp' or 'lut')")
+        if not layer.depthwise:
+            check_adders(layer, layer.matrix.shape[1], layer.out_channels)
         if layer.out_channels % layer.out_lanes:
             raise ValueError(f"Lanes of layer {layer.name!r} must divide its "
                              f"{layer.out_channels} output channels, not {layer.out_lanes}")
@@ -84,6 +96,10 @@ class Conv(LayerKind):
                     cyc = max(win, regroup, pixels * (k // simd) * (layer.out_channels // pe))
                     opts.append((cyc, simd * pe, {"lanes": lanes, "simd": simd, "pe": pe}))
         return opts
+
+    def full_folding(self, layer) -> dict:
+        return {} if layer.depthwise else {"simd": layer.matrix.shape[1],
+                                           "pe": layer.out_channels}
 
     def need(self, layer):
         return [window_need(layer, layer.out_channels, layer.kernel, layer.stride,

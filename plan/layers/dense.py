@@ -8,7 +8,7 @@ from ...errors import OptionError
 from ...ir.layers import DenseLayer
 from ..builder import Builder, add_matvec, finish_layer
 from ..checks import weight_rom_bits
-from .base import LayerKind, check_positive, divisors
+from .base import LayerKind, check_adders, check_positive, divisors
 
 __all__ = ["Dense"]
 
@@ -28,6 +28,7 @@ class Dense(LayerKind):
             if getattr(layer, size) % lanes:
                 raise ValueError(f"{what} of layer {layer.name!r} must divide {size}="
                                  f"{getattr(layer, size)}, not {lanes}")
+        check_adders(layer, layer.in_features, layer.out_features)
 
     def required_order(self, layer, k: int):
         return "any"
@@ -52,6 +53,9 @@ class Dense(LayerKind):
                 cyc = (layer.in_features // simd) * (layer.out_features // pe)
                 opts.append((cyc, simd * pe, {"simd": simd, "pe": pe}))
         return opts
+
+    def full_folding(self, layer) -> dict:
+        return {"simd": layer.in_features, "pe": layer.out_features}
 
     def set_folding(self, layer, params: dict) -> None:
         other = sorted(set(params) - {"simd", "pe"})

@@ -262,7 +262,8 @@ def test_folding_overrides_for_a_cnn(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:             # argparse: usage and one error line
         main(["compile", str(path), "-o", str(tmp_path / "f"), "--folding", "conv0:x"])
     assert e.value.code == 2
-    assert "folding must be NAME:SIMD:PE[:LANES], NAME:lanes=L or NAME:multipliers=lut|dsp, " \
+    assert "folding must be NAME:SIMD:PE[:LANES], NAME:lanes=L or " \
+           "NAME:multipliers=lut|dsp|adders, " \
            "comma-separated, not 'conv0:x'" in capsys.readouterr().err
     code, _, err = _run(capsys, "compile", path, "-o", tmp_path / "g", "--calibration",
                         tmp_path / "cal.npy", "--folding", "pool1:multipliers=lut")

@@ -237,7 +237,7 @@ def test_lut_multipliers_override_is_bit_exact_in_rtl():
     np.testing.assert_array_equal(d.simulate(x, engine="rtl", seed=2),
                                   d.simulate(x, engine="golden"))
     with pytest.raises(OptionError, match=r"^Layer 'dense0': multipliers must be one of "
-                                          r"\('dsp', 'lut'\), not 'soft'$"):
+                                          r"\('dsp', 'lut', 'adders'\), not 'soft'$"):
         onnx2fpga.compile(model, calibration=cal, folding={"dense0": {"multipliers": "soft"}})
 
 

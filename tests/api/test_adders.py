@@ -1,0 +1,92 @@
+"""Layers whose weights are constants of one adder graph (``multipliers="adders"``, issue 24)
+end to end: models as onnxruntime's ``quantize_static`` and Brevitas write them, every dense
+and convolution layer so realized, in Verilator under random stalls equal to the golden model
+at one vector per cycle; the folding options that do not fit it are refused in one line."""
+
+import numpy as np
+import pytest
+
+import onnx2fpga
+from onnx2fpga.errors import OptionError
+from onnx2fpga.plan.graph import plan_graph
+from tests.helpers.models import ort_qdq_cnn, ort_qdq_mlp
+
+
+def _adders(d, *, skip_depthwise=True):
+    return {ly.name: {"multipliers": "adders"} for ly in d.design.dataflow.layers
+            if getattr(ly, "multipliers", None) is not None
+            and not (skip_depthwise and getattr(ly, "depthwise", False))}
+
+
+def _compile_adders(path, out, **kw):
+    plain = onnx2fpga.compile(path, out / "plain", **kw)
+    return onnx2fpga.compile(path, out / "adders", folding=_adders(plain), **kw)
+
+
+@pytest.mark.rtl
+@pytest.mark.filterwarnings("ignore:Please consider")
+def test_ort_mlp_one_vector_per_cycle(tmp_path):
+    """onnxruntime's QDQ MLP (float32 requantization): both layers are adder graphs with
+    their requantization folded in (no requant core, no matrix unit), one inference per
+    cycle, bit-exact under stalls."""
+    path, cal = ort_qdq_mlp(tmp_path, sizes=(16, 12, 6), seed=3)
+    d = _compile_adders(path, tmp_path)
+    kinds = [s.kind for s in plan_graph(d.design.dataflow).stages]
+    assert kinds.count("cmvm") == 2 and "matvec" not in kinds and "requant" not in kinds
+    m = d.manifest
+    assert m["cycles_per_inference"] == 1
+    assert all(ly["multipliers"] == "adders" for ly in m["layers"] if "multipliers" in ly)
+    assert m["resources"]["ecp5"]["total"]["dsp"] == 0
+    x = np.random.default_rng(4).standard_normal((24, 1, 16)).astype(np.float32)
+    x[0] *= 40                                   # saturating inputs too
+    golden = d.simulate(x, engine="golden")
+    np.testing.assert_array_equal(
+        d.simulate(x, engine="rtl", seed=5, stall_in=0.4, stall_out=0.4), golden)
+    plain = onnx2fpga.load(tmp_path / "plain")
+    np.testing.assert_array_equal(plain.simulate(x, engine="golden"), golden)
+
+
+@pytest.mark.rtl
+@pytest.mark.filterwarnings("ignore:Please consider")
+def test_ort_cnn_conv_and_dense_as_adders(tmp_path):
+    """A convolution (its window vector per cycle) and a dense layer as adder graphs in a
+    CNN with a pool between them."""
+    path, cal = ort_qdq_cnn(tmp_path, kind="basic", samples=32)
+    d = _compile_adders(path, tmp_path)
+    assert [s.kind for s in plan_graph(d.design.dataflow).stages].count("cmvm") == 2
+    x = cal[:3]
+    np.testing.assert_array_equal(
+        d.simulate(x, engine="rtl", seed=6, stall_in=0.3, stall_out=0.3),
+        d.simulate(x, engine="golden"))
+
+
+@pytest.mark.rtl
+@pytest.mark.filterwarnings("ignore:GR-05")
+def test_brevitas_mlp_as_adders(tmp_path):
+    pytest.importorskip("brevitas")
+    pytest.importorskip("onnxoptimizer")
+    from tests.helpers.brevitas_models import brevitas_mlp, export
+    module, shape = brevitas_mlp(seed=2, sizes=(16, 8, 4))
+    path = export(module, shape, tmp_path / "mlp.onnx", "qcdq-legacy")
+    d = _compile_adders(path, tmp_path)
+    assert d.manifest["cycles_per_inference"] == 1
+    x = np.random.default_rng(7).uniform(-1, 1, (16, 1, 16)).astype(np.float32)
+    np.testing.assert_array_equal(
+        d.simulate(x, engine="rtl", seed=8, stall_in=0.5, stall_out=0.5),
+        d.simulate(x, engine="golden"))
+
+
+@pytest.mark.filterwarnings("ignore:Please consider")
+def test_adders_folding_errors(tmp_path):
+    path, _ = ort_qdq_mlp(tmp_path, sizes=(16, 12, 6), seed=3)
+    with pytest.raises(OptionError, match=r"^Layer 'dense0': multipliers 'adders' compute "
+                                          r"the whole matrix per cycle \(simd=16, pe=12\), "
+                                          r"not simd=4$"):
+        onnx2fpga.compile(path, tmp_path / "a",
+                          folding={"dense0": {"multipliers": "adders", "simd": 4}})
+    path, _ = ort_qdq_cnn(tmp_path, kind="depthwise", samples=8)
+    plain = onnx2fpga.compile(path, tmp_path / "dw")
+    dw = next(ly.name for ly in plain.design.dataflow.layers if getattr(ly, "depthwise", 0))
+    with pytest.raises(OptionError, match=rf"^Layer '{dw}' \(ConvLayer\) has no 'adders' "
+                                          r"realization"):
+        onnx2fpga.compile(path, tmp_path / "b", folding={dw: {"multipliers": "adders"}})
