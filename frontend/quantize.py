@@ -90,12 +90,19 @@ def calibrate(graph: Graph, samples: np.ndarray, tensors) -> dict[str, tuple[flo
     return ranges
 
 
-def _act_params(lo: float, hi: float, bits: int):
+def _pow2_ceil(v):
+    """The smallest power of two at least ``v`` (elementwise; ``v > 0``)."""
+    return np.exp2(np.ceil(np.log2(v)))
+
+
+def _act_params(lo: float, hi: float, bits: int, pow2: bool = False):
     qt = IntType(bits, True)
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     scale = (hi - lo) / (qt.hi - qt.lo)
     if scale <= 0 or not np.isfinite(scale):
         scale = 1.0
+    if pow2:
+        scale = float(_pow2_ceil(scale))
     zp = int(np.clip(np.rint(qt.lo - lo / scale), qt.lo, qt.hi))
     return np.float32(scale), zp, qt
 
@@ -116,11 +123,13 @@ def _through_views(graph: Graph, t: str) -> str:
 
 
 def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bits: int = 8,
-                   per_channel: bool = True) -> Graph:
+                   per_channel: bool = True, pow2_scales: bool = False) -> Graph:
     """Insert quantize/dequantize nodes into a float ``graph`` (in place; also returned).
 
     ``samples`` is a batch of model inputs, ``(batch, *input_shape)``. Windowed nodes must
     carry ``_geometry`` (:func:`onnx2fpga.frontend.resolve.resolve_geometry`).
+    ``pow2_scales``: every scale a power of two (the smallest covering the range), so that
+    each requantization is a shift (fixed point, as hls4ml's ``ap_fixed``).
     """
     for what, bits in (("weight_bits", weight_bits), ("activation_bits", activation_bits)):
         if not isinstance(bits, int) or not 2 <= bits <= 16:
@@ -156,7 +165,8 @@ def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bi
     params = {}
     for t in boundaries:
         params[t] = params[share[t]] if t in share else _act_params(*ranges[t],
-                                                                     activation_bits)
+                                                                     activation_bits,
+                                                                     pow2_scales)
     prod = graph.producers()
     index = {id(n): k for k, n in enumerate(graph.nodes)}
     new_nodes: dict[int, list[Node]] = {}   # insert after node index (-1: at the start)
@@ -183,7 +193,7 @@ def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bi
         if core is None or core.op not in ("MatMul", "Gemm", "Conv"):
             continue
         s_in = float(params[source[id(grp)]][0])
-        new = _quantize_weights(graph, grp, k, wq, s_in, per_channel)
+        new = _quantize_weights(graph, grp, k, wq, s_in, per_channel, pow2_scales)
         new_nodes.setdefault(index[id(grp.pad or core)] - 1, []).extend(new)
     out = list(new_nodes.get(-1, []))
     for k, n in enumerate(graph.nodes):
@@ -194,12 +204,12 @@ def quantize_graph(graph: Graph, samples, *, weight_bits: int = 8, activation_bi
     graph.metadata = dict(graph.metadata, quantization={
         "method": "onnx2fpga post-training min-max", "weight_bits": weight_bits,
         "activation_bits": activation_bits, "per_channel": per_channel,
-        "calibration_samples": int(len(samples))})
+        "pow2_scales": bool(pow2_scales), "calibration_samples": int(len(samples))})
     return graph
 
 
 def _quantize_weights(graph: Graph, grp: Group, k: int, wq: IntType, s_in: float,
-                      per_channel: bool) -> list[Node]:
+                      per_channel: bool, pow2: bool = False) -> list[Node]:
     """DequantizeLinear of the quantized weight (and bias) of a MatMul / Gemm / Conv."""
     core = grp.core
     qmax = wq.hi
@@ -212,7 +222,8 @@ def _quantize_weights(graph: Graph, grp: Group, k: int, wq: IntType, s_in: float
     other = tuple(a for a in range(w.ndim) if a != axis)
     absmax = np.abs(w).max(axis=other) if per_channel else np.abs(w).max(keepdims=True)
     absmax = absmax.reshape(-1)
-    ws = np.where(absmax > 0, absmax / qmax, 1.0).astype(np.float32)
+    ws = np.where(absmax > 0, absmax / qmax, 1.0)
+    ws = (_pow2_ceil(ws) if pow2 else ws).astype(np.float32)
     shape = [1] * w.ndim
     shape[axis] = -1
     wint = np.clip(np.rint(w / ws.astype(np.float64).reshape(shape) if ws.size > 1
@@ -287,13 +298,15 @@ def _toposorted(nodes, graph: Graph):
     return out
 
 
-def quantize_float_inputs(graph: Graph, samples, *, activation_bits: int = 8) -> list[str]:
+def quantize_float_inputs(graph: Graph, samples, *, activation_bits: int = 8,
+                          pow2_scales: bool = False) -> list[str]:
     """In a model that is already quantized, quantize the float activations that feed a
     MatMul / Gemm / Conv with a quantized weight (QKeras and Brevitas exports leave the
     first layer's input in float: it would stay on the host): a QuantizeLinear +
     DequantizeLinear pair of ``activation_bits`` bits from the calibration ``samples``' range
-    (min-max, zero included), so that the layer runs in hardware. Returns the tensors
-    quantized (in place)."""
+    (min-max, zero included; with ``pow2_scales`` the scale the smallest power of two
+    covering it, as the fixed-point inputs of QKeras and hls4ml), so that the layer runs in
+    hardware. Returns the tensors quantized (in place)."""
     if not isinstance(activation_bits, int) or not 2 <= activation_bits <= 16:
         raise OptionError(f"activation_bits must be an integer from 2 to 16, not "
                          f"{activation_bits!r}")
@@ -324,7 +337,7 @@ def quantize_float_inputs(graph: Graph, samples, *, activation_bits: int = 8) ->
     index = {id(n): k for k, n in enumerate(graph.nodes)}
     inserts: dict[int, list[Node]] = {}
     for t in targets:
-        scale, zp, qt = _act_params(*ranges[t], activation_bits)
+        scale, zp, qt = _act_params(*ranges[t], activation_bits, pow2_scales)
         attrs = {"scale": np.asarray(scale, np.float32), "zero_point": np.asarray(zp, np.int64),
                  "qtype": qt, "axis": 1}
         q = Node("QuantizeLinear", [t], [f"{t}__q"], dict(attrs), f"{t}__quant", "", 13, 13)

@@ -70,7 +70,8 @@ _say = progress      # for the methods whose ``progress`` argument hides this fu
 
 def compile(model, output_dir=None, *, calibration=None, lenient: bool = False,  # noqa: A001
             allow_host_compute: bool = False, force: bool = False, weight_bits: int = 8,
-            activation_bits: int = 8, per_channel: bool = True, max_lanes: int | None = None,
+            activation_bits: int = 8, per_channel: bool = True, pow2_scales: bool = False,
+            max_lanes: int | None = None,
             folding: dict | None = None, multiplier_bits: int | None = None,
             requant: str | None = None,
             board: str | None = None, target_fps: float | None = None,
@@ -100,6 +101,12 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         hardware run on the host in float, with a warning naming every such node; by
         default that is an :class:`~onnx2fpga.errors.UnsupportedError` naming them.
     weight_bits, activation_bits, per_channel : quantization of float models.
+    pow2_scales : bool
+        Scales of the quantizers the calibration adds (every one in a float model; a
+        quantized model's float inputs) are powers of two, the smallest covering the range:
+        fixed point, as QKeras, hls4ml's ``ap_fixed`` and FINN's power-of-two quantizers
+        have it. Between such tensors every requantization is a shift, which an ``"adders"``
+        layer folds in for free.
     max_lanes : int, optional
         Budget of multiply lanes (sum of simd*pe over layers) for automatic folding; 8 by
         default when neither ``board`` nor ``target_fps`` is given, otherwise no budget.
@@ -202,6 +209,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         "lenient": lenient, "allow_host_compute": bool(allow_host_compute),
         "calibration": calibration, "weight_bits": weight_bits,
         "activation_bits": activation_bits, "per_channel": per_channel,
+        "pow2_scales": bool(pow2_scales),
         "multiplier_bits": multiplier_bits, "requant": requant, "board": board,
         "target_fps": target_fps,
         "clock_mhz": clock_mhz, "utilization": utilization, "folding": folding,

@@ -80,6 +80,9 @@ def _parser():
                    help="activation width for float models (default 8)")
     c.add_argument("--per-tensor", action="store_true",
                    help="one weight scale per tensor instead of per output channel")
+    c.add_argument("--pow2-scales", action="store_true",
+                   help="power-of-two scales for the quantizers calibration adds (fixed "
+                   "point, as hls4ml's ap_fixed): requantizations become shifts")
     c.add_argument("--max-lanes", type=int, default=None, metavar="N",
                    help="multiply lanes (sum of simd*pe) for automatic folding (default 8, "
                    "which fits an iCE40 UP5K with LUT multipliers; no budget with --board or "
@@ -261,7 +264,7 @@ def _compile(args):
     d = compile_(args.model, args.output, calibration=args.calibration, lenient=args.lenient,
                  allow_host_compute=args.allow_host_compute, force=args.force,
                  weight_bits=args.weight_bits, activation_bits=args.activation_bits,
-                 per_channel=not args.per_tensor,
+                 per_channel=not args.per_tensor, pow2_scales=args.pow2_scales,
                  max_lanes=args.max_lanes, folding=args.folding,
                  multiplier_bits=args.multiplier_bits, requant=args.requant, board=args.board,
                  target_fps=args.target_fps, clock_mhz=args.clock,

@@ -617,12 +617,14 @@ def _quantize(c: Compilation, say) -> None:
         if calibration is not None:
             samples = check_samples(graph, calibration, "Calibration data")
             quantized_inputs = quantize_float_inputs(graph, samples,
-                                                     activation_bits=activation_bits)
+                                                     activation_bits=activation_bits,
+                                                     pow2_scales=o.get("pow2_scales", False))
             if quantized_inputs:
                 say(f"quantized the float inputs of {', '.join(quantized_inputs)} at "
                     f"{activation_bits} bits from {len(samples)} calibration samples")
                 c.quant_info["float_inputs_quantized"] = {
                     "tensors": quantized_inputs, "activation_bits": activation_bits,
+                    "pow2_scales": bool(o.get("pow2_scales", False)),
                     "calibration_samples": int(len(samples))}
             else:
                 # stacklevel: this step, run_steps, compile, the caller of compile.
@@ -638,7 +640,8 @@ def _quantize(c: Compilation, say) -> None:
         c.samples = samples
         c.float_graph = copy.deepcopy(graph)
         quantize_graph(graph, samples, weight_bits=o["weight_bits"],
-                       activation_bits=activation_bits, per_channel=o["per_channel"])
+                       activation_bits=activation_bits, per_channel=o["per_channel"],
+                       pow2_scales=o.get("pow2_scales", False))
         c.quant_info = {"source": "calibration", **graph.metadata["quantization"]}
     multiplier_bits = o["multiplier_bits"]
     if multiplier_bits is None:

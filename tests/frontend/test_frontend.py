@@ -87,6 +87,33 @@ def test_float_model_with_calibration_tracks_float(kind, trans_b):
     assert np.mean(np.argmax(got[:, 0], 1) == np.argmax(ref, 1)) > 0.9
 
 
+def test_pow2_scales_make_every_requantization_a_shift():
+    """pow2_scales: every quantizer's scale is a power of two, so every requantization
+    multiplier of the lowered design is one too (one signed digit: a shift), and the
+    quantized model still tracks the float one as the min-max scales do."""
+    model = float_mlp((20, 16, 8), softmax=False)
+    rng = np.random.default_rng(5)
+    cal = rng.standard_normal((200, 1, 20)).astype(np.float32)
+    g = load_model(model)
+    quantize_graph(g, cal, pow2_scales=True)
+    for n in g.nodes:
+        if n.op in ("QuantizeLinear", "DequantizeLinear"):
+            s = np.asarray(n.attrs["scale"], np.float64)
+            np.testing.assert_array_equal(np.exp2(np.round(np.log2(s))), s)
+    assert g.metadata["quantization"]["pow2_scales"] is True
+    d = lower(g)
+    fold(d.dataflow)
+    stages = [st for ly in d.dataflow.layers for st in ly.requant]
+    assert stages
+    for st in stages:
+        m = np.abs(st.multiplier)
+        assert np.all(m & (m - 1) == 0), st.multiplier
+    x = rng.standard_normal((300, 1, 20)).astype(np.float32)
+    got = run_design(d, x)
+    ref = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x[:, 0]})[0]
+    assert np.percentile(np.abs(got[:, 0] - ref), 99) < 0.1 * (ref.max() - ref.min())
+
+
 @pytest.mark.parametrize("bits", [2, 4, 8, 12])
 def test_calibrated_widths_are_the_requested_ones(bits):
     g = load_model(float_mlp((8, 8, 4), softmax=False))
