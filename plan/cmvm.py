@@ -259,15 +259,21 @@ def _pair_key(t1, t2):
 
 class _Rows:
     """The outputs' terms during the common subexpression search, with the count of every
-    pair (overlapping pairs counted too) and a lazy max-heap over the counts."""
+    pair (overlapping pairs counted too) and a lazy max-heap over the counts: an entry is
+    pushed when a count grows; one whose count has since shrunk is pushed again with the
+    new count when it reaches the top."""
 
     def __init__(self, rows):
         self.rows = [dict() for _ in rows]      # (var, shift) -> sign
+        self.shifts = [dict() for _ in rows]    # var -> {shift}
         self.count: dict = {}
-        self.heap: list = []
+        self.building = True
         for r, terms in enumerate(rows):
             for t in terms:
                 self.insert(r, t)
+        self.building = False
+        self.heap = [(-c, key[2], key) for key, c in self.count.items() if c >= 2]
+        heapq.heapify(self.heap)
 
     def _bump(self, key, d):
         c = self.count.get(key, 0) + d
@@ -275,14 +281,16 @@ class _Rows:
             self.count[key] = c
         else:
             del self.count[key]
-        if d > 0 and c >= 2:
+        if d > 0 and c >= 2 and not self.building:
             heapq.heappush(self.heap, (-c, key[2], key))
 
     def remove(self, r, t):
         row = self.rows[r]
-        del row[t[:2]]
-        for (v, s), g in row.items():
-            self._bump(_pair_key(t, (v, s, g))[0], -1)
+        v, s = t[:2]
+        del row[(v, s)]
+        self.shifts[r][v].discard(s)
+        for (u, su), gu in row.items():
+            self._bump(_pair_key(t, (u, su, gu))[0], -1)
 
     def insert(self, r, t):
         """Add term ``t`` to row ``r``, merging it with a term of the same variable and
@@ -298,6 +306,7 @@ class _Rows:
         for (u, su), gu in row.items():
             self._bump(_pair_key(t, (u, su, gu))[0], 1)
         row[(v, s)] = g
+        self.shifts[r].setdefault(v, set()).add(s)
 
     def best(self):
         """The pair that occurs in most places (at least two), or None."""
@@ -307,7 +316,7 @@ class _Rows:
             if now == -c and now >= 2:
                 return key
             heapq.heappop(self.heap)
-            if now >= 2 and now != -c:
+            if 2 <= now < -c:               # shrunk since pushed (a grown one is pushed)
                 heapq.heappush(self.heap, (-now, key[2], key))
         return None
 
@@ -315,13 +324,14 @@ class _Rows:
         """Non-overlapping occurrences of ``key`` in row ``r``: ``[(t1, t2, base)]``."""
         a, b, ds, g = key
         row, used, out = self.rows[r], set(), []
-        for (v, s) in sorted(row):
-            if v != a or (v, s) in used:
+        for s in sorted(self.shifts[r].get(a, ())):
+            if (a, s) in used:
                 continue
-            g1 = row[(v, s)]
-            if (b, s + ds) in row and (b, s + ds) not in used and (b, s + ds) != (v, s) \
-                    and row[(b, s + ds)] == g1 * g:
-                used.update({(v, s), (b, s + ds)})
+            g1 = row[(a, s)]
+            other = (b, s + ds)
+            if other in row and other not in used and other != (a, s) \
+                    and row[other] == g1 * g:
+                used.update({(a, s), other})
                 out.append(((a, s, g1), (b, s + ds, g1 * g), (s, g1)))
         return out
 
