@@ -118,7 +118,10 @@ class Dataflow:
     (10.8 ns, 3.3 ns of route across the die); and a ready chain from a requantization
     through a depthwise core into a window's counters a DS-CNN build's (13.6 ns) while that
     register was a one-transfer pipeline register. Folding for an ECP5 board sets it.
-    ``engine``: ``""`` for the
+    ``adder_levels``: adder levels between two registers of the adder graph of a layer
+    whose multipliers are ``"adders"`` (:class:`~onnx2fpga.hw.cmvm.ConstMatVecCore`); board
+    folding sets it from the family's carry-chain delays at the clock
+    (:func:`onnx2fpga.plan.devices.adder_levels`). ``engine``: ``""`` for the
     streaming dataflow of a core per layer; ``"spram"`` or ``"rom"`` for the
     layer-sequential engine instead (:mod:`onnx2fpga.plan.engine`),
     its weight records in an SPRAM loaded from flash or in a ROM: board folding chooses it
@@ -137,6 +140,7 @@ class Dataflow:
     ecp5_dsp_registers: bool = False
     block_memories: list = field(default_factory=list)
     bram_registers: bool = False
+    adder_levels: int = 1
     engine: str = ""
 
     def __post_init__(self):

@@ -59,6 +59,7 @@ from .ir.layers import product_mapping
 from .ir.serialize import save_design
 from .manifest import core_text, filelist_text, make_manifest
 from .plan.devices import FAMILIES, logic_cells
+from .plan.layers import at_full_folding
 from .plan.optimize import check_optimize
 from .plan.spram import FLASH_OFFSET, SPRAM_BITS, SPRAM_WORDS
 from .report import write_report
@@ -206,6 +207,7 @@ def fold_options(board, target_fps, clock_mhz, utilization, max_lanes,
                               f"iCE40 UltraPlus: icebreaker, icesugar), not {target.name} "
                               f"({target.device})")
         opts["fits"] = device_check(target, utilization, pinned, weights)
+        opts["lut_budget"] = device_caps(target, utilization)[0]["lut"]
     elif weights == "spram":
         raise OptionError("weights='spram' needs a board whose device has SPRAMs (an iCE40 "
                           "UltraPlus: --board icebreaker or icesugar)")
@@ -254,11 +256,12 @@ def device_check(target, utilization: float, pinned=frozenset(), weights: str = 
     of the design plus the board wrapper fit ``target``'s device, otherwise what overflows,
     with the figures: ``"136 MULT18X18D > 124 (156 x 0.8; 133 requantizing, ...)"``.
 
-    When the hard multipliers overflow, layers move their products into LUTs
-    (``multipliers = "lut"``): the set of layers whose products free enough multipliers with
-    the fewest products moved (each costs LUTs; :func:`cheapest_cover`; ties: the fewest
-    layers), where the layers with the most products first had moved 36 more than needed
-    on MobileNetV1; a layer's requantization keeps its
+    When the hard multipliers overflow, the layers folded to take their whole matrix per
+    cycle become adder graphs (``multipliers = "adders"``), then layers move their products
+    into LUTs (``multipliers = "lut"``): the set of layers whose products free enough
+    multipliers with the fewest products moved (each costs LUTs; :func:`cheapest_cover`;
+    ties: the fewest layers), where the layers with the most products first had moved 36
+    more than needed on MobileNetV1; a layer's requantization keeps its
     hard multipliers (the ``"products"`` and ``"requant"`` parts of
     :func:`~onnx2fpga.hw.resources.dataflow_resources`), and layers in ``pinned`` keep the
     user's choice. When the block RAMs overflow, memories move into soft logic
@@ -293,6 +296,16 @@ def device_check(target, utilization: float, pinned=frozenset(), weights: str = 
             df.spram_memories = spram_cover(df, res, res["board"]["bram"] - caps["bram"],
                                             sprams)
             if df.spram_memories:
+                res = dataflow_resources(df, target.family, wrapper=True, memories=True)
+                over = overflow(res)
+        if over and res["board"]["dsp"] > caps["dsp"]:
+            # Layers that take their whole matrix per cycle become adder graphs: their
+            # weights as constants, no multiplier, the requantization folded in.
+            whole = [ly for ly in df.layers if ly.name not in pinned
+                     and product_mapping(ly) == "dsp" and at_full_folding(ly)]
+            for ly in whole:
+                ly.multipliers = "adders"
+            if whole:
                 res = dataflow_resources(df, target.family, wrapper=True, memories=True)
                 over = overflow(res)
         if over and res["board"]["dsp"] > caps["dsp"]:

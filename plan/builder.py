@@ -18,7 +18,7 @@ from ..ir.layers import (
 )
 from ..ir.stages import LutStage, RequantStage, ThresholdStage
 from ..ir.types import IntType
-from .cmvm import ADDER_LEVELS_PER_STAGE
+from .cmvm import CMVM_ADDER_LEVELS
 from .cmvm_requant import cached_layer_graph
 from .devices import ecp5_dsp_product, ice40_matvec_dsps
 from .lut import lut_as_thresholds, lut_then, lut_window, prefer_thresholds
@@ -195,7 +195,8 @@ class Builder:
     """Appends stages and invents net names."""
 
     def __init__(self, logic_memories=(), ice40_dsps=0, spram_memories=(),
-                 ecp5_dsp_registers=False, block_memories=(), bram_registers=False):
+                 ecp5_dsp_registers=False, block_memories=(), bram_registers=False,
+                 adder_levels=CMVM_ADDER_LEVELS):
         self.stages: list[Stage] = []
         self.logic = frozenset(logic_memories)      # "stage/memory" in soft logic
         self.block = frozenset(block_memories)      # "stage/w_mem" in block RAM
@@ -203,6 +204,7 @@ class Builder:
         self.spram = frozenset(spram_memories)      # "stage/w_mem" in SPRAM
         self.ecp5_dsp_registers = bool(ecp5_dsp_registers)
         self.bram_registers = bool(bram_registers)
+        self.adder_levels = int(adder_levels)       # between registers of an adder graph
         self.nets: dict[str, tuple[IntType, int, int]] = {}      # net -> type, lanes, size
         self._count = 0
 
@@ -353,7 +355,7 @@ def add_cmvm(b: Builder, dense: DenseLayer, net: str, k: int, layer, out_shape, 
     n = dense.out_features
     net = b.add("cmvm", f"cmvm_{k}", [net], out_type, n, n * (layer.out_size // n),
                 layer=layer, params={"layer": dense, "graph": graph, "fused": fused,
-                                     "levels_per_stage": ADDER_LEVELS_PER_STAGE})
+                                     "levels_per_stage": b.adder_levels})
     if fused is None and layer.requant:
         net = b.requant(net, layer.requant, out_shape, order, f"requant_{k}", layer)
     return net

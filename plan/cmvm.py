@@ -31,12 +31,17 @@ import numpy as np
 
 from .stage import CoreKind, Stage
 
-__all__ = ["CmvmTiming", "cmvm_latency", "ADDER_LEVELS_PER_STAGE", "csd_digits", "Adder",
-           "AdderGraph", "Schedule", "adder_graph", "adder_cost", "width_of", "finish_stages"]
+__all__ = ["CmvmTiming", "cmvm_latency", "CMVM_ADDER_LEVELS", "csd_digits", "Adder",
+           "pass_through",
+           "AdderGraph", "Schedule", "adder_graph", "adder_cost", "width_of", "finish_stages",
+           "signed_digits", "adders_lut_floor", "ADDERS_PER_DIGIT_FLOOR"]
 
 
-#: Adder levels between two registers of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore`.
-ADDER_LEVELS_PER_STAGE = 1
+#: Adder levels between two registers of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore`
+#: in a design not folded for a board (a board's family and clock set
+#: :attr:`Dataflow.adder_levels <onnx2fpga.ir.Dataflow>` from
+#: :func:`onnx2fpga.plan.devices.adder_levels`).
+CMVM_ADDER_LEVELS = 1
 
 
 def finish_stages(fused) -> int:
@@ -61,6 +66,31 @@ def csd_digits(value: int) -> list[tuple[int, int]]:
     return out
 
 
+def signed_digits(weight) -> int:
+    """Nonzero canonical signed digits of all entries of ``weight`` (the weight of the NAF
+    of ``|w|`` is the population count of ``3|w| XOR |w|``)."""
+    a = np.abs(np.asarray(weight, dtype=np.int64)).reshape(-1)
+    x = (3 * a) ^ a
+    count = np.zeros_like(x)
+    while np.any(x):
+        count += x & 1
+        x >>= 1
+    return int(count.sum())
+
+
+#: The fewest adders per signed digit the common subexpression search has left on the
+#: matrices measured (0.41 on a pruned ternary 784 x 64, 0.61 on the jet tagger's 6-bit
+#: 64 x 32), with a margin: what :func:`adders_lut_floor` counts with.
+ADDERS_PER_DIGIT_FLOOR = 0.3
+
+
+def adders_lut_floor(weight, in_bits: int) -> int:
+    """A lower bound on the LUTs of the adder graph of ``weight`` on ``in_bits``-bit inputs,
+    without building it: :data:`ADDERS_PER_DIGIT_FLOOR` adders per signed digit, each at
+    least one bit wider than the inputs. For refusing hopeless plans at once."""
+    return int(ADDERS_PER_DIGIT_FLOOR * signed_digits(weight) * (in_bits + 1))
+
+
 def width_of(lo: int, hi: int) -> int:
     """Bits of the narrowest two's complement (signed if ``lo < 0``) holding ``[lo, hi]``."""
     if lo >= 0:
@@ -80,17 +110,22 @@ class Adder:
     sign_b: int
 
 
-def adder_cost(op: Adder, width: int) -> int:
-    """LUTs of one adder whose result is ``width`` bits: one per bit (a carry chain), less the
-    low bits that come from the unshifted operand unchanged (it is added, not subtracted, and
-    the other operand is shifted past them)."""
+def pass_through(op: Adder) -> int:
+    """Low bits of ``op``'s result that are its unshifted operand's bits unchanged: the other
+    operand's shift, when the unshifted one is added (not subtracted); else 0."""
     if op.b < 0:
-        return width
+        return 0
     for s_lo, g_lo, s_hi in ((op.shift_a, op.sign_a, op.shift_b),
                              (op.shift_b, op.sign_b, op.shift_a)):
         if s_lo == 0 and g_lo > 0 and s_hi > 0:
-            return max(1, width - s_hi)
-    return width
+            return s_hi
+    return 0
+
+
+def adder_cost(op: Adder, width: int) -> int:
+    """LUTs of one adder whose result is ``width`` bits: one per bit (a carry chain), less the
+    low bits that come from the unshifted operand unchanged (:func:`pass_through`)."""
+    return max(1, width - pass_through(op))
 
 
 @dataclass

@@ -27,6 +27,7 @@ from ..ir.layers import (
     MULTIPLIERS,
     product_mapping,
 )
+from .cmvm import adders_lut_floor
 from .cost import dataflow_cycles, edge_fifo_depths, stage_cycles
 from .fifos import MIN_DEPTH, fifo_depths
 from .graph import plan_graph, tensor_orders
@@ -65,6 +66,46 @@ def _choose(options, target):
     return None
 
 
+#: Weights of the layers at their whole-matrix folding beyond which :func:`fold` does not try
+#: a plan for their adder graphs (the graphs of a larger plan take minutes to plan).
+ADDERS_SEARCH_WEIGHTS = 1 << 16
+
+
+def _whole_matrix_targets(layers, targets, picks, chosen_target, lut_budget=None) -> list:
+    """The targets below ``chosen_target``, fastest first, that are the slowest with their
+    set of layers at the whole-matrix folding (:meth:`LayerKind.full_folding
+    <onnx2fpga.plan.layers.base.LayerKind.full_folding>`), a set with more layers than at
+    ``chosen_target`` whose weights stay within :data:`ADDERS_SEARCH_WEIGHTS` and whose
+    adder graphs may fit ``lut_budget`` LUTs (:func:`~onnx2fpga.plan.cmvm.adders_lut_floor`).
+    """
+    def whole(t):
+        p = picks(t)
+        if p is None:
+            return None
+        out = []
+        for ly, (_, params) in zip(layers, p):
+            full = kind_of(ly).full_folding(ly)
+            if full and all(params.get(k, getattr(ly, k)) == v for k, v in full.items()):
+                out.append(ly)
+        floor = sum(adders_lut_floor(getattr(ly, "matrix", ly.weight), ly.in_type.bits)
+                    for ly in out)
+        if lut_budget is not None and floor > lut_budget:
+            return None
+        return frozenset(ly.name for ly in out), sum(int(ly.weight.size) for ly in out)
+
+    base = whole(chosen_target)
+    below = [t for t in targets if t < chosen_target]
+    out = []
+    for i, t in enumerate(below):
+        w = whole(t)
+        if w is None or base is None or not (w[0] - base[0]) or w[1] > ADDERS_SEARCH_WEIGHTS:
+            continue
+        if i + 1 < len(below) and whole(below[i + 1]) == w:
+            continue                       # a slower target has the same layers whole
+        out.append(t)
+    return out
+
+
 def _apply(layer, params: dict) -> None:
     for key, value in params.items():
         setattr(layer, key, value)
@@ -72,7 +113,8 @@ def _apply(layer, params: dict) -> None:
 
 def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | None = None,
          fifo_depth: int | None = None, fits=None, target_cycles: int | None = None,
-         progress=None, optimize: str = "throughput") -> Dataflow:
+         progress=None, optimize: str = "throughput", lut_budget: int | None = None
+         ) -> Dataflow:
     """Set the parallelism of every layer, the ports' lanes and orders and the FIFO depths
     (in place; also returned).
 
@@ -108,6 +150,11 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         ``"throughput"`` (the balanced plan above) or ``"latency"``: then the budget left at
         the chosen rate (``max_lanes``, ``fits``; none without either) goes to faster foldings
         of layers while the latency shrinks (:mod:`onnx2fpga.plan.optimize`).
+    lut_budget : int, optional
+        With ``fits``: the device's LUTs. Past the fastest plan the halving and bisection
+        find, the faster plans at which more layers take their whole matrix per cycle are
+        tried too (``fits`` may make those layers adder graphs, far cheaper than their
+        products), unless their graphs' LUTs cannot fit this budget.
 
     The choice is recorded in ``dataflow.folding_info``: ``optimize``, the rate the search
     aimed at, what stopped it from going faster (``limited_by``), the layers whose products
@@ -240,6 +287,17 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
                 if why_not(targets[j]) is None:
                     chosen, chosen_target = [q[1] for q in picks(targets[j])], targets[j]
                     info["limited_by"] = (why_not(targets[j - 1]) if j > 0
+                                          else "every layer at its fastest folding")
+                    break
+            # Faster plans take more lanes, but a layer that takes its whole matrix per
+            # cycle can become an adder graph, far cheaper than its products: the faster
+            # targets at which more layers reach that folding are tried too.
+            for t in (_whole_matrix_targets(layers, targets, picks, chosen_target, lut_budget)
+                      if fits is not None and chosen_target is not None else ()):
+                if why_not(t) is None:
+                    chosen, chosen_target = [q[1] for q in picks(t)], t
+                    i = targets.index(t)
+                    info["limited_by"] = (why_not(targets[i - 1]) if i > 0
                                           else "every layer at its fastest folding")
                     break
     if chosen is None and fits is not None:

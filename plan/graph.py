@@ -195,7 +195,8 @@ def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
                  getattr(dataflow, "spram_memories", ()) or (),
                  bool(getattr(dataflow, "ecp5_dsp_registers", False)),
                  getattr(dataflow, "block_memories", ()) or (),
-                 bool(getattr(dataflow, "bram_registers", False)))
+                 bool(getattr(dataflow, "bram_registers", False)),
+                 int(getattr(dataflow, "adder_levels", 1) or 1))
     b.nets["in"] = (inp.type, inp.lanes, inp.size)
     tensor_net = {inp.name: "in"}
     # Readers of every tensor: (layer index, input index); the output port reads one too.

@@ -20,7 +20,7 @@ from .resize import Resize
 from .slice import Slice
 from .view import View
 
-__all__ = ["KINDS", "kind_of", "LayerKind"]
+__all__ = ["KINDS", "kind_of", "LayerKind", "at_full_folding"]
 
 #: IR layer dataclass -> its kind, in the order of ``onnx2fpga.ir.LAYER_TYPES``.
 KINDS = {kind.layer_type: kind for kind in (
@@ -33,3 +33,10 @@ def kind_of(layer) -> LayerKind:
         if cls in KINDS:
             return KINDS[cls]
     raise TypeError(f"Unknown layer type {type(layer).__name__}")
+
+
+def at_full_folding(layer) -> bool:
+    """True if ``layer`` is folded to take its whole matrix per cycle (the folding an
+    ``"adders"`` realization has; :meth:`LayerKind.full_folding`)."""
+    full = kind_of(layer).full_folding(layer)
+    return bool(full) and all(getattr(layer, k) == v for k, v in full.items())
