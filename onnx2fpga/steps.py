@@ -58,6 +58,7 @@ from .ir.dataflow import Design
 from .ir.layers import product_mapping
 from .ir.serialize import save_design
 from .manifest import core_text, filelist_text, make_manifest
+from .plan import devices
 from .plan.devices import FAMILIES, logic_cells
 from .plan.layers import at_full_folding
 from .plan.optimize import check_optimize
@@ -718,6 +719,9 @@ def _fold(c: Compilation, say) -> None:
         c.design.dataflow.ecp5_dsp_registers = target.family == "ecp5"
         # ECP5 block RAM reads feeding another core (windows, deep queues): a register.
         c.design.dataflow.bram_registers = target.family == "ecp5"
+        # Adder graphs: as many adder levels per register stage as the clock allows.
+        c.design.dataflow.adder_levels = devices.adder_levels(
+            target.family, o["clock_mhz"] or devices.PLANNING_CLOCK_MHZ[target.family])
     arch, weights = o.get("architecture", "auto"), o.get("weights", "auto")
     if arch == "engine":
         say("the layer engine, as asked (one layer at a time)")
@@ -736,6 +740,8 @@ def _fold(c: Compilation, say) -> None:
     c.design.dataflow.folding_info.update(
         {"board": board, "target_fps": o["target_fps"], "clock_mhz": o["clock_mhz"],
          "utilization": utilization if board else None})
+    if any(product_mapping(ly) == "adders" for ly in c.design.dataflow.layers):
+        c.design.dataflow.folding_info["adder_levels"] = c.design.dataflow.adder_levels
     spram = c.design.dataflow.spram_memories
     if spram:
         say(f"weights in SPRAM: {', '.join(spram)} (loaded at start-up from the board's "

@@ -17,7 +17,8 @@ __all__ = [
     "LUT_PRODUCT_MAX_BITS", "ECP5_DSP_BITS", "ICE40_DSP_BITS", "ecp5_dsp_product",
     "ice40_registered_product",
     "ice40_paired_product", "ice40_matvec_dsps", "LOGIC_ROM_LUTS_PER_BIT", "logic_cells",
-    "BLOCK_STYLE", "NO_RW_CHECK", "carries", "block_ram_shapes",
+    "BLOCK_STYLE", "NO_RW_CHECK", "carries", "block_ram_shapes", "ADDER_DELAYS",
+    "adder_stage_ns", "adder_levels", "ADDER_TIMING_MARGIN", "PLANNING_CLOCK_MHZ",
 ]
 
 
@@ -351,3 +352,46 @@ def ice40_matvec_dsps(simd: int, pe: int, a, b) -> int:
     if not ice40_registered_product(a, b):
         return 0
     return -(-n // 2) if ice40_paired_product(a, b) else n
+
+
+# ---------------------------------------------------------------------------------------------
+# Carry-chain adders between registers (the adder graphs of "adders" layers)
+
+#: Delays (ns) of a register-to-register path through carry-chain adders, as nextpnr 0.11
+#: times them. ECP5 (speed 6; read from the critical path reports of ULX3S-85F builds):
+#: a flip-flop's clock-to-out 0.52, into the first CCU2C of a chain 0.45, 0.07 per further
+#: CCU2C (two bits), out of the chain's last sum 0.44, into the flip-flop beside it 0.13;
+#: ``route`` is the net from one adder (or register) to the next adder across the fabric.
+ADDER_DELAYS = {
+    "ecp5": {"clk_to_q": 0.52, "carry_in": 0.45, "per_cell": 0.07, "bits_per_cell": 2,
+             "carry_out": 0.44, "to_ff": 0.13, "route": 2.0},
+    "ice40": {"clk_to_q": 0.54, "carry_in": 0.4, "per_cell": 0.13, "bits_per_cell": 1,
+              "carry_out": 0.45, "to_ff": 0.3, "route": 2.5},
+}
+
+#: The clock a design folded for a board of the family is planned for when the compile
+#: names none (``clock_mhz``): what builds for these boards aim at.
+PLANNING_CLOCK_MHZ = {"ecp5": 100.0, "ice40": 48.0}
+
+#: Share of the clock period :func:`adder_levels` fills at most (placement varies by seed).
+ADDER_TIMING_MARGIN = 0.8
+
+
+def adder_stage_ns(family: str, levels: int, width: int) -> float:
+    """Nanoseconds of a register stage of ``levels`` ``width``-bit adders in series, by the
+    measured delays of :data:`ADDER_DELAYS`."""
+    check_family(family)
+    d = ADDER_DELAYS[family]
+    cells = -(-(int(width) + 1) // d["bits_per_cell"])
+    one = d["route"] + d["carry_in"] + d["per_cell"] * (cells - 1) + d["carry_out"]
+    return d["clk_to_q"] + levels * one + d["to_ff"]
+
+
+def adder_levels(family: str, clock_mhz: float, width: int = 24) -> int:
+    """The most adder levels of ``width`` bits (at least 1) whose register stage
+    (:func:`adder_stage_ns`) fits :data:`ADDER_TIMING_MARGIN` of the clock period."""
+    budget = ADDER_TIMING_MARGIN * 1000.0 / float(clock_mhz)
+    levels = 1
+    while adder_stage_ns(family, levels + 1, width) <= budget:
+        levels += 1
+    return levels
