@@ -31,7 +31,7 @@ from .cmvm import adders_lut_floor
 from .cost import dataflow_cycles, edge_fifo_depths, stage_cycles
 from .fifos import MIN_DEPTH, fifo_depths
 from .graph import plan_graph, tensor_orders
-from .layers import kind_of
+from .layers import at_full_folding, kind_of
 from .optimize import check_optimize, shorten_latency
 
 __all__ = ["fold", "layer_options", "width"]
@@ -203,23 +203,26 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
 
     reasons, mappings = {}, {}
 
-    def why_not(target):
+    def why_not(target, whole=False):
         """``None`` if the plan for ``target`` is complete and fits, otherwise why not
-        (folds ``dataflow`` to that plan the first time a target is tried)."""
-        if target not in reasons:
-            reasons[target] = _why_not(target)
+        (folds ``dataflow`` to that plan the first time a target is tried). ``whole``: its
+        layers at the whole-matrix folding are adder graphs from the start (their products
+        are never estimated: tens of thousands of them)."""
+        key = (target, whole)
+        if key not in reasons:
+            reasons[key] = _why_not(target, whole)
             if progress is not None and fits is not None:
-                progress(f"folding at {target:,} cycles per inference: "
-                         f"{reasons[target] or 'fits'}")
+                progress(f"folding at {target:,} cycles per inference"
+                         f"{' (adder graphs)' if whole else ''}: {reasons[key] or 'fits'}")
             # `fits` may have moved layers' products or memories into LUTs to make the
             # plan fit.
-            mappings[target] = ([product_mapping(ly) for ly in layers],
-                                list(dataflow.logic_memories),
-                                list(dataflow.spram_memories),
-                                list(dataflow.block_memories))
-        return reasons[target]
+            mappings[key] = ([product_mapping(ly) for ly in layers],
+                             list(dataflow.logic_memories),
+                             list(dataflow.spram_memories),
+                             list(dataflow.block_memories))
+        return reasons[key]
 
-    def _why_not(target):
+    def _why_not(target, whole=False):
         p = picks(target)
         if p is None:
             slow = max(zip(options, layers), key=lambda o: min(c for c, _, _ in o[0]))
@@ -228,7 +231,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
         lanes = sum(q[0] for q in p)
         if max_lanes is not None and lanes > max_lanes:
             return f"multiply lanes {lanes} > max_lanes {max_lanes}"
-        _fold_full(dataflow, [q[1] for q in p], overrides, fifo_depth)
+        _fold_full(dataflow, [q[1] for q in p], overrides, fifo_depth, whole)
         # Lane converters between layers may regroup through a narrow common divisor:
         # a plan counts only if the whole design meets its target.
         cycles = _design_cycles(dataflow)
@@ -238,6 +241,7 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
 
     info = {"target_cycles": target_cycles, "max_lanes": max_lanes, "limited_by": None}
     chosen = chosen_target = None
+    whole = False                   # the chosen plan's whole-matrix layers are adder graphs
     if target_cycles is not None:
         # The cheapest plan that meets the target: the slowest target at most target_cycles
         # (the narrowest streams first), then faster ones if converters slow it down.
@@ -294,8 +298,8 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
             # targets at which more layers reach that folding are tried too.
             for t in (_whole_matrix_targets(layers, targets, picks, chosen_target, lut_budget)
                       if fits is not None and chosen_target is not None else ()):
-                if why_not(t) is None:
-                    chosen, chosen_target = [q[1] for q in picks(t)], t
+                if why_not(t, True) is None:
+                    chosen, chosen_target, whole = [q[1] for q in picks(t)], t, True
                     i = targets.index(t)
                     info["limited_by"] = (why_not(targets[i - 1]) if i > 0
                                           else "every layer at its fastest folding")
@@ -312,15 +316,15 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
     if optimize == "latency" and chosen_target is not None and \
             (max_lanes is not None or fits is not None):
         faster = _shorter_latency(dataflow, options, chosen, max(chosen_target, floor),
-                                  max_lanes, fits, overrides, fifo_depth)
+                                  max_lanes, fits, overrides, fifo_depth, whole)
         refit = faster != chosen
         chosen = faster
-    _fold_full(dataflow, chosen, overrides, fifo_depth)
+    _fold_full(dataflow, chosen, overrides, fifo_depth, whole)
     if refit and fits is not None:
         fits(dataflow)      # the products and memories the faster plan moves into LUTs
     elif chosen_target is not None:
         mults, dataflow.logic_memories, dataflow.spram_memories, dataflow.block_memories = \
-            mappings[chosen_target]
+            mappings[(chosen_target, whole)]
         for layer, mult in zip(layers, mults):
             if mult is not None:
                 layer.multipliers = mult
@@ -338,13 +342,13 @@ def fold(dataflow: Dataflow, *, max_lanes: int | None = 8, overrides: dict | Non
 
 
 def _shorter_latency(dataflow, options, chosen, cycles, max_lanes, fits, overrides,
-                     fifo_depth) -> list:
+                     fifo_depth, whole=False) -> list:
     """``chosen`` with layers folded faster while the latency shrinks, the design keeps
     ``cycles`` per inference and fits (:func:`onnx2fpga.plan.optimize.shorten_latency`)."""
     def latency_of(plan):
         if max_lanes is not None and sum(o[1] for o in plan) > max_lanes:
             return None
-        _fold_full(dataflow, [o[2] for o in plan], overrides, fifo_depth)
+        _fold_full(dataflow, [o[2] for o in plan], overrides, fifo_depth, whole)
         if _design_cycles(dataflow) > cycles or (fits is not None and fits(dataflow)):
             return None
         return dataflow_cycles(dataflow)["latency_cycles"]
@@ -353,11 +357,13 @@ def _shorter_latency(dataflow, options, chosen, cycles, max_lanes, fits, overrid
     return [o[2] for o in shorten_latency(options, start, latency_of)]
 
 
-def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int | None) -> None:
+def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int | None,
+               whole: bool = False) -> None:
     """Apply ``chosen`` and the overrides, then the ports and all FIFO depths (``fifo_depth``
-    after every layer, or each from the cycle model with ``None``)."""
+    after every layer, or each from the cycle model with ``None``); ``whole``: the layers
+    then at the whole-matrix folding are adder graphs unless overridden."""
 
-    _fold_with(dataflow, chosen, overrides)
+    _fold_with(dataflow, chosen, overrides, whole)
     dataflow.logic_memories = []
     dataflow.spram_memories = []
     dataflow.block_memories = []
@@ -370,13 +376,13 @@ def _fold_full(dataflow: Dataflow, chosen: list, overrides, fifo_depth: int | No
         dataflow.fifo_depths, dataflow.edge_fifos = fifo_depths(dataflow, plan)
 
 
-def _fold_with(dataflow: Dataflow, chosen: list, overrides) -> None:
+def _fold_with(dataflow: Dataflow, chosen: list, overrides, whole: bool = False) -> None:
     """Apply ``chosen`` (then the overrides) and set the ports' lanes and orders."""
 
     for layer, params in zip(dataflow.layers, chosen):
         _apply(layer, params)
         if product_mapping(layer) is not None:
-            layer.multipliers = "dsp"
+            layer.multipliers = "adders" if whole and at_full_folding(layer) else "dsp"
         o = (overrides or {}).get(layer.name)
         if o:
             _override(layer, o)

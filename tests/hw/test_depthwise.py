@@ -246,8 +246,9 @@ def test_depthwise_timing(case):
                                   (unsigned(4), 2, 9, 2, (0, 3)), (signed(3), 1, 4, 1, (-1, 1))])
 def test_depthwise_accumulates_while_output_stalled(case):
     # With the output stalled, every transfer that is not of the last window position is still
-    # taken; the first of the last position goes to the output register, the next one into
-    # stage 2 and one more into stage 1, where they wait.
+    # taken; the first of the last position goes to the output register and on to its skid
+    # register, the second to the output register, the next one into stage 2 and one more
+    # into stage 1, where they wait.
     dut, x, expected = make_alone(case, 2)
     _, channels, window, lanes, _ = case
     folds = channels // lanes
@@ -256,8 +257,8 @@ def test_depthwise_accumulates_while_output_stalled(case):
     np.testing.assert_array_equal(np.array(times["out_items"]).reshape(expected.shape),
                                   expected)
     position = np.repeat(np.tile(np.arange(window), len(x)), folds)   # of each transfer
-    second_last = np.flatnonzero(position == window - 1)[1]
-    assert sum(t < delay for t in times["in"]) == second_last + 2
+    third_last = np.flatnonzero(position == window - 1)[2]
+    assert sum(t < delay for t in times["in"]) == third_last + 2
 
 
 def test_depthwise_properties():
