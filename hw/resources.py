@@ -54,6 +54,7 @@ from ..plan.devices import (
     operand_pieces,
     varying_columns,
 )
+from ..plan.cmvm import cmvm_resources
 from ..plan.graph import plan_graph
 from ..plan.stage import Stage, value_key
 from .chains import CCU2C_LUTS
@@ -526,6 +527,11 @@ def _stage_estimate(stage, family, ice40_dsp, mine) -> dict:
     """The estimate of one stage, its block memories named relative to the stage:
     ``{family: estimate}``, with the other family's too when the core's elaboration does not
     depend on the platform (its kind is not in :data:`PLATFORM_STAGES`)."""
+    if stage.kind == "cmvm":          # from the adder graph itself (plan.cmvm.CMVM_COST)
+        p = stage.params
+        return {fam: {**cmvm_resources(p["graph"], p["levels_per_stage"], stage.in_type.bits,
+                                       stage.out_type.bits, fam, p.get("fused")),
+                      "dsp": 0, "bram": 0, "block_memories": []} for fam in FAMILIES}
     core = make_core(stage, rom_stand_in=True)
     if core is None:                                    # a cast: wires
         return {family: {"lut": 0, "ff": 0, "dsp": 0, "bram": 0, "block_memories": []}}

@@ -34,7 +34,8 @@ from .stage import CoreKind, Stage
 __all__ = ["CmvmTiming", "cmvm_latency", "CMVM_ADDER_LEVELS", "csd_digits", "Adder",
            "pass_through",
            "AdderGraph", "Schedule", "adder_graph", "adder_cost", "width_of", "finish_stages",
-           "signed_digits", "adders_lut_floor", "ADDERS_PER_DIGIT_FLOOR"]
+           "signed_digits", "adders_lut_floor", "ADDERS_PER_DIGIT_FLOOR", "cmvm_resources",
+           "CMVM_COST"]
 
 
 #: Adder levels between two registers of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore`
@@ -465,3 +466,45 @@ class CmvmTiming(CoreKind):
         p = stage.params
         d = cmvm_latency(p["graph"], p["levels_per_stage"], p.get("fused"))
         return first + d, last + d
+
+
+#: How the adder graph's figures become LUTs, per family, measured on yosys 0.70 and nextpnr
+#: 0.11 builds of ConstMatVecCores: an ECP5 adder takes ``ceil((bits + 1) / 2)`` CCU2C of two
+#: LUTs each (``bits`` without the low bits that pass through), and nextpnr gives every
+#: flip-flop that no LUT of its slice drives (input, delay and skid registers) a LUT site of
+#: its own (the jet tagger at one level per stage: 12,354 such flip-flops, 11,130 more
+#: TRELLIS_COMB than yosys' LUTs); an iCE40 adder takes an SB_LUT4 per bit beside its
+#: SB_CARRY and yosys adds about a third more (2,962 SB_LUT4 for 2,164 adder bits).
+CMVM_COST = {"ecp5": {"per_bit": None, "unpaired_ff": 1.0},
+             "ice40": {"per_bit": 1.37, "unpaired_ff": 0.0}}
+
+
+def cmvm_resources(graph: AdderGraph, levels_per_stage: int, in_bits: int, out_bits: int,
+                   family: str, fused=None) -> dict:
+    """Estimated LUTs and flip-flops of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore` on
+    ``family`` from its graph (:data:`CMVM_COST`): the adders, the finishing stages of a
+    folded requantization (a rounding adder, a clip and a skid multiplexer per output),
+    the registers of :meth:`AdderGraph.schedule`, the valid bits and the skid register."""
+    sch = graph.schedule(levels_per_stage)
+    cost = CMVM_COST[family]
+    widths = [graph.width(v) - pass_through(op) for op, v in
+              zip(graph.adders, graph.results, strict=True)]
+    out_widths = [graph.width(v) if v >= 0 else 1 for v, _, _ in graph.outputs]
+    if fused is not None:                # the rounding adder of each output
+        widths += out_widths
+    if cost["per_bit"] is None:          # CCU2C: two LUTs per two bits, one more bit
+        adders = sum(2 * (-(-(max(w, 1) + 1) // 2)) for w in widths)
+    else:
+        adders = int(round(cost["per_bit"] * sum(max(w, 1) for w in widths)))
+    n_out = graph.n_out
+    logic = n_out * out_bits                                   # the skid multiplexer
+    if fused is not None:
+        logic += n_out * out_bits                              # the clip
+    ff = sch.flip_flops + n_out * out_bits + sch.depth + 3
+    if fused is not None:
+        ff += sum(out_widths) + n_out * out_bits + 2
+    unpaired = graph.n_in * in_bits + n_out * out_bits + sum(
+        graph.width(v) * (sch.last_use[v] - sch.stage[v]) for v in range(len(graph.lo))
+        if sch.last_use[v] > sch.stage[v])
+    lut = adders + logic + int(round(cost["unpaired_ff"] * unpaired))
+    return {"lut": lut, "ff": ff}

@@ -90,3 +90,29 @@ def test_adders_folding_errors(tmp_path):
     with pytest.raises(OptionError, match=rf"^Layer '{dw}' \(ConvLayer\) has no 'adders' "
                                           r"realization"):
         onnx2fpga.compile(path, tmp_path / "b", folding={dw: {"multipliers": "adders"}})
+
+
+@pytest.mark.synth
+def test_adders_estimate_matches_build(tmp_path):
+    """The adder graphs' LUT and flip-flop estimate (plan.cmvm.cmvm_resources, with the board
+    wrapper) within 20 % of nextpnr on the ULX3S-85F, for a float MLP calibrated with
+    power-of-two scales whose two layers are adder graphs (measured: 8,116 against 8,327
+    TRELLIS_COMB, 8,227 against 8,222 flip-flops)."""
+    import shutil
+
+    from onnx2fpga.boards.build import tool_environment
+    from tests.helpers.models import float_mlp, save
+    env = tool_environment()
+    if not all(shutil.which(env[t]) for t in ("YOSYS", "NEXTPNR_ECP5", "ECPPACK")):
+        pytest.skip("needs yosys, nextpnr-ecp5 and ecppack")
+    path = save(float_mlp((16, 12, 6), softmax=False), tmp_path / "m.onnx")
+    cal = np.random.default_rng(0).standard_normal((100, 1, 16)).astype(np.float32)
+    fold = {"dense0": {"multipliers": "adders"}, "dense1": {"multipliers": "adders"}}
+    d = onnx2fpga.compile(path, tmp_path / "d", calibration=cal, folding=fold,
+                          pow2_scales=True)
+    est = d.manifest["resources"]["ecp5"]["board"]
+    report = d.build("ulx3s-85f", progress=False)
+    used = {k: report["resources"][k]["used"] for k in ("lut", "ff", "dsp")}
+    assert est["dsp"] == used["dsp"] == 0
+    for k in ("lut", "ff"):
+        assert abs(est[k] - used[k]) <= 0.2 * used[k], (est, used)
