@@ -5,13 +5,20 @@ whole vector per cycle, built from the :class:`~onnx2fpga.plan.cmvm.AdderGraph` 
 
 from __future__ import annotations
 
-from amaranth import C, Cat, Module, Mux, Shape, Signal
+from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..plan.cmvm import AdderGraph, finish_stages
 from ..plan.cmvm_requant import FusedRequant
-from .blocks import int_shape, quiet_if_invalid, range_shape, skid_output_shares, tree_sum
+from .blocks import (
+    int_shape,
+    quiet_if_invalid,
+    range_shape,
+    shape_range,
+    skid_output_shares,
+    tree_sum,
+)
 
 __all__ = ["ConstMatVecCore", "ENABLE_SHARE_BITS"]
 
@@ -79,14 +86,14 @@ class ConstMatVecCore(wiring.Component):
         self._in_shape = int_shape(in_shape)
         self._out_shape = int_shape(out_shape)
         self._schedule = graph.schedule(levels_per_stage)
-        lo, hi = _shape_bounds(self._out_shape)
+        lo, hi = shape_range(self._out_shape)
         ranges = [(fused.lo, fused.hi)] if fused is not None else \
             [graph.output_range(o) for o in range(graph.n_out)]
         for o, (olo, ohi) in enumerate(ranges):
             if olo < lo or ohi > hi:
                 raise ValueError(f"Output {o} ranges over [{olo}, {ohi}], beyond the output "
                                  f"shape {self._out_shape}")
-        lo, hi = _shape_bounds(self._in_shape)
+        lo, hi = shape_range(self._in_shape)
         for i in range(graph.n_in):
             if graph.lo[i] > lo or graph.hi[i] < hi:
                 raise ValueError(f"Input {i} of the graph covers [{graph.lo[i]}, "
@@ -118,7 +125,7 @@ class ConstMatVecCore(wiring.Component):
         i_stream, o_stream = self.i_stream, self.o_stream
         depth = sch.depth
 
-        shapes = [_var_shape(g, v) for v in range(len(g.lo))]
+        shapes = [range_shape(g.lo[v], g.hi[v]) for v in range(len(g.lo))]
         comb = {}                   # v -> its value in its own stage (logic or the input)
         regs = {}                   # (v, k) -> its register at the end of stage k
         loads = []                  # (register, value, bits): one per register, in order
@@ -225,12 +232,3 @@ class ConstMatVecCore(wiring.Component):
         return done
 
 
-def _shape_bounds(shape: Shape) -> tuple[int, int]:
-    if shape.signed:
-        return -(1 << (shape.width - 1)), (1 << (shape.width - 1)) - 1
-    return 0, (1 << shape.width) - 1
-
-
-def _var_shape(g: AdderGraph, v: int) -> Shape:
-    w = g.width(v)
-    return Shape(w, signed=g.lo[v] < 0)
