@@ -26,6 +26,7 @@ from ..plan.requant import (
     clamp_bounds,
     float32_input_rounds,
     round_significant,
+    shift_rounding,
     stage_latency,
 )
 from ..plan.checks import check_count
@@ -174,21 +175,14 @@ class _StagePlan:
         self.shift = s
         # float32: after the rounding to 24 bits, an integer rounding half to even.
         self.rounding = "half_even" if self.float32 else stage.rounding
-        zp = int(stage.zero_point)
-        if s == 0:
-            self.const = zp
-            w_lo, w_hi = v_lo + zp, v_hi + zp
-        elif self.rounding in ("half_even", "half_away"):
-            # round_shift(v) + zp == (v + 2**(s-1) - 1 + zp * 2**s + cin) >> s, with
-            # cin = bit s of v (half_even) or v >= 0 (half_away); see golden.round_shift.
-            self.const = (1 << (s - 1)) - 1 + (zp << s)
-            w_lo, w_hi = v_lo + self.const, v_hi + self.const + 1
-        else:
-            # floor: (v + zp * 2**s) >> s; ceil: (v + 2**s - 1 + zp * 2**s) >> s; to_zero:
-            # floor for v >= 0, ceil for v < 0 (the 2**s - 1 is added only to negative v).
-            self.const = (zp << s) + ((1 << s) - 1 if self.rounding == "ceil" else 0)
-            extra = (1 << s) - 1 if self.rounding == "to_zero" and v_lo < 0 else 0
-            w_lo, w_hi = v_lo + self.const, v_hi + self.const + extra
+        # round_shift(v) + zp == (v + const + cin) >> s, cin = bit s of v (half_even) or
+        # v >= 0 (half_away); to_zero: floor for v >= 0, ceil for v < 0 (2**s - 1 added only
+        # to negative v). See plan.requant.shift_rounding and golden.round_shift.
+        self.const, carry = shift_rounding(self.rounding, s, stage.zero_point)
+        extra = int(carry != "none")                # what the carry may add
+        if s and self.rounding == "to_zero" and v_lo < 0:
+            extra = (1 << s) - 1
+        w_lo, w_hi = v_lo + self.const, v_hi + self.const + extra
         r_lo, r_hi = w_lo >> s, w_hi >> s
         self.r_shape = range_shape(r_lo, r_hi)
         self.lo, self.hi = int(stage.lo), int(stage.hi)

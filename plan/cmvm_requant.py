@@ -35,6 +35,7 @@ import numpy as np
 from ..ir.stages import RequantStage, ThresholdStage
 from ..sim import golden
 from .cmvm import AdderGraph, adder_graph, csd_digits
+from .requant import shift_rounding
 from .stage import value_key
 
 __all__ = ["FusedRequant", "fuse_requant", "fewest_digits", "layer_graph",
@@ -309,15 +310,9 @@ def _literal(stage, c):
     mults, offs = stage.multiplier.reshape(-1), stage.offset.reshape(-1)
     m = int(mults[0 if mults.size == 1 else c])
     k = int(offs[0 if offs.size == 1 else c]) - int(stage.in_zero_point) * m
-    s, zp = int(stage.shift), int(stage.zero_point)
-    if s == 0:
-        return _odd(m, k, 0, zp, "none")
-    if stage.rounding == "floor":
-        return _odd(m, k, s, zp << s, "none")
-    if stage.rounding == "ceil":
-        return _odd(m, k, s, (zp << s) + (1 << s) - 1, "none")
-    r = (1 << (s - 1)) - 1 + (zp << s)
-    return _odd(m, k, s, r, "bit" if stage.rounding == "half_even" else "sign")
+    s = int(stage.shift)
+    r, carry = shift_rounding(stage.rounding, s, stage.zero_point)
+    return _odd(m, k, s, r, carry)
 
 
 def layer_graph(weight, bias, in_lo: int, in_hi: int, in_zero_point: int = 0, stages=(),

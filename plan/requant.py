@@ -14,7 +14,7 @@ from .devices import LUT_PRODUCT_MAX_BITS, operand_pieces
 from .stage import CoreKind, Stage
 
 __all__ = ["requant_latency", "stage_latency", "RequantTiming", "round_significant",
-           "FLOAT32_BITS", "float32_input_rounds", "saturation_bounds",
+           "FLOAT32_BITS", "float32_input_rounds", "shift_rounding", "saturation_bounds",
            "clamp_bounds"]
 
 #: Significant bits of a float32.
@@ -38,6 +38,21 @@ def round_significant(v: int, bits: int = FLOAT32_BITS) -> int:
 def float32_input_rounds(lo: int, hi: int) -> bool:
     """The conversion of an integer in ``[lo, hi]`` to float32 can round (beyond 2**24)."""
     return max(-int(lo), int(hi)) > 1 << FLOAT32_BITS
+
+
+def shift_rounding(rounding: str, shift: int, zero_point: int) -> tuple[int, str]:
+    """``round_shift(v, shift, rounding) + zero_point`` (:func:`onnx2fpga.sim.golden.round_shift`)
+    as one adder: ``(v + const + carry) >> shift``, returns ``(const, carry)``. ``carry`` is
+    ``"bit"`` for half to even (bit ``shift`` of ``v``), ``"sign"`` for half away from zero
+    (1 when ``v >= 0``), else ``"none"``: ``2**(shift-1) - 1 + zp * 2**shift`` for the
+    halves, ``zp * 2**shift`` for floor, ``2**shift - 1`` more for ceil. For ``"to_zero"``
+    the constant is floor's; the caller adds ``2**shift - 1`` to negative ``v``."""
+    s, zp = int(shift), int(zero_point)
+    if s == 0:
+        return zp, "none"
+    if rounding in ("half_even", "half_away"):
+        return (1 << (s - 1)) - 1 + (zp << s), "bit" if rounding == "half_even" else "sign"
+    return (zp << s) + ((1 << s) - 1 if rounding == "ceil" else 0), "none"
 
 
 def stage_latency(stage, lo: int, hi: int) -> int:
