@@ -9,7 +9,7 @@ from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..plan.cmvm import AdderGraph, finish_stages
+from ..plan.cmvm import AdderGraph, cmvm_latency, finish_stages
 from ..plan.cmvm_requant import FusedRequant
 from .blocks import (
     int_shape,
@@ -117,7 +117,7 @@ class ConstMatVecCore(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from an input transfer to its output transfer, without stalls."""
-        return self._schedule.depth + 1 + finish_stages(self._fused)
+        return cmvm_latency(self._graph, self._schedule.levels_per_stage, self._fused)
 
     def elaborate(self, platform):
         m = Module()
@@ -192,7 +192,6 @@ class ConstMatVecCore(wiring.Component):
                 m.d.sync += r.eq(src)
             used += b
         return m
-
 
     def _finish(self, outs, loads):
         """Two register stages per output: ``u + r + carry`` (or the threshold comparisons),

@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..ir.types import IntType
 from .stage import CoreKind, Stage
 
 __all__ = ["CmvmTiming", "cmvm_latency", "CMVM_ADDER_LEVELS", "csd_digits", "Adder",
            "pass_through",
-           "AdderGraph", "Schedule", "adder_graph", "adder_cost", "width_of", "finish_stages",
+           "AdderGraph", "Schedule", "adder_graph", "adder_cost", "finish_stages",
            "signed_digits", "adders_lut_floor", "ADDERS_PER_DIGIT_FLOOR", "cmvm_resources",
            "CMVM_COST"]
 
@@ -90,13 +91,6 @@ def adders_lut_floor(weight, in_bits: int) -> int:
     without building it: :data:`ADDERS_PER_DIGIT_FLOOR` adders per signed digit, each at
     least one bit wider than the inputs. For refusing hopeless plans at once."""
     return int(ADDERS_PER_DIGIT_FLOOR * signed_digits(weight) * (in_bits + 1))
-
-
-def width_of(lo: int, hi: int) -> int:
-    """Bits of the narrowest two's complement (signed if ``lo < 0``) holding ``[lo, hi]``."""
-    if lo >= 0:
-        return max(1, int(hi).bit_length())
-    return max((-lo - 1).bit_length(), int(hi).bit_length()) + 1
 
 
 @dataclass(frozen=True)
@@ -167,16 +161,18 @@ class AdderGraph:
     consts: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        # Each computed variable as a linear form of the inputs, while the graph is built (an
-        # attribute, not a field: the graph's value is its fields).
+        # Each computed variable as a linear form of the inputs, while the graph is built, and
+        # the schedules asked for (attributes, not fields: the graph's value is its fields).
         self._forms: dict = {}
+        self._schedules: dict = {}
 
     @property
     def n_out(self) -> int:
         return len(self.outputs)
 
     def width(self, v: int) -> int:
-        return width_of(self.lo[v], self.hi[v])
+        """Bits of variable ``v`` (signed if it can be negative)."""
+        return IntType.for_range(self.lo[v], self.hi[v]).bits
 
     @property
     def luts(self) -> int:
@@ -212,6 +208,7 @@ class AdderGraph:
         hi = const + int(np.sum(np.where(coef > 0, coef * in_hi, coef * in_lo)))
         v = len(self.lo)
         self._forms[v] = (coef, const)
+        self._schedules.clear()
         self.lo.append(lo)
         self.hi.append(hi)
         self.level.append(level)
@@ -262,10 +259,17 @@ class AdderGraph:
         return out.reshape(x.shape[:-1] + (self.n_out,))
 
     def schedule(self, levels_per_stage: int) -> Schedule:
-        """Registers every ``levels_per_stage`` adder levels (see :class:`Schedule`)."""
+        """Registers every ``levels_per_stage`` adder levels (see :class:`Schedule`); kept
+        per ``levels_per_stage`` until the graph grows (the core, its cycle model and its
+        estimate each ask)."""
         if levels_per_stage < 1:
             raise ValueError(f"levels_per_stage must be at least 1, not {levels_per_stage}")
         L = int(levels_per_stage)
+        if L not in self._schedules:
+            self._schedules[L] = self._schedule(L)
+        return self._schedules[L]
+
+    def _schedule(self, L: int) -> Schedule:
         stage = [0 if v < self.n_in else -(-self.level[v] // L) for v in range(len(self.lo))]
         depth = max([stage[v] for v, _, _ in self.outputs if v >= 0], default=0)
         last_use = [-1] * len(stage)           # -1: never registered
@@ -487,15 +491,15 @@ def cmvm_resources(graph: AdderGraph, levels_per_stage: int, in_bits: int, out_b
     the registers of :meth:`AdderGraph.schedule`, the valid bits and the skid register."""
     sch = graph.schedule(levels_per_stage)
     cost = CMVM_COST[family]
-    widths = [graph.width(v) - pass_through(op) for op, v in
+    widths = [adder_cost(op, graph.width(v)) for op, v in
               zip(graph.adders, graph.results, strict=True)]
     out_widths = [graph.width(v) if v >= 0 else 1 for v, _, _ in graph.outputs]
     if fused is not None:                # the rounding adder of each output
         widths += out_widths
     if cost["per_bit"] is None:          # CCU2C: two LUTs per two bits, one more bit
-        adders = sum(2 * (-(-(max(w, 1) + 1) // 2)) for w in widths)
+        adders = sum(2 * (-(-(w + 1) // 2)) for w in widths)
     else:
-        adders = int(round(cost["per_bit"] * sum(max(w, 1) for w in widths)))
+        adders = int(round(cost["per_bit"] * sum(widths)))
     n_out = graph.n_out
     logic = n_out * out_bits                                   # the skid multiplexer
     if fused is not None:

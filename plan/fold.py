@@ -20,6 +20,7 @@ that the join can never deadlock.
 from __future__ import annotations
 
 from bisect import bisect_right
+from functools import cache
 
 from ..errors import OptionError, SizeError
 from ..ir.dataflow import Dataflow
@@ -78,15 +79,12 @@ def _whole_matrix_targets(layers, targets, picks, chosen_target, lut_budget=None
     ``chosen_target`` whose weights stay within :data:`ADDERS_SEARCH_WEIGHTS` and whose
     adder graphs may fit ``lut_budget`` LUTs (:func:`~onnx2fpga.plan.cmvm.adders_lut_floor`).
     """
+    @cache
     def whole(t):
         p = picks(t)
         if p is None:
             return None
-        out = []
-        for ly, (_, params) in zip(layers, p):
-            full = kind_of(ly).full_folding(ly)
-            if full and all(params.get(k, getattr(ly, k)) == v for k, v in full.items()):
-                out.append(ly)
+        out = [ly for ly, (_, params) in zip(layers, p) if at_full_folding(ly, params)]
         floor = sum(adders_lut_floor(getattr(ly, "matrix", ly.weight), ly.in_type.bits)
                     for ly in out)
         if lut_budget is not None and floor > lut_budget:

@@ -35,8 +35,10 @@ def kind_of(layer) -> LayerKind:
     raise TypeError(f"Unknown layer type {type(layer).__name__}")
 
 
-def at_full_folding(layer) -> bool:
+def at_full_folding(layer, params=None) -> bool:
     """True if ``layer`` is folded to take its whole matrix per cycle (the folding an
-    ``"adders"`` realization has; :meth:`LayerKind.full_folding`)."""
+    ``"adders"`` realization has; :meth:`LayerKind.full_folding`), or would be with the
+    folding ``params`` applied."""
     full = kind_of(layer).full_folding(layer)
-    return bool(full) and all(getattr(layer, k) == v for k, v in full.items())
+    params = params or {}
+    return bool(full) and all(params.get(k, getattr(layer, k)) == v for k, v in full.items())
