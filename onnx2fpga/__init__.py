@@ -77,7 +77,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
             clock_mhz: float | None = None, utilization: float | None = None,
             optimize: str = "throughput", verbose: bool = False, stop_after: str = "emit",
             name: str = "top", weights: str = "auto",
-            architecture: str = "auto") -> CompiledDesign:
+            architecture: str = "auto", adder_levels: int | None = None) -> CompiledDesign:
     """Compile an ONNX model (path or ``onnx.ModelProto``) into a design directory; see
     :func:`onnx2fpga.api.compile`, whose parameters these are."""
     from .api import compile as _compile
@@ -89,7 +89,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
                     multiplier_bits=multiplier_bits, requant=requant, board=board,
                     target_fps=target_fps, clock_mhz=clock_mhz, utilization=utilization,
                     optimize=optimize, verbose=verbose, stop_after=stop_after, name=name,
-                    weights=weights, architecture=architecture)
+                    weights=weights, architecture=architecture, adder_levels=adder_levels)
 
 
 def load(directory) -> CompiledDesign:

@@ -78,7 +78,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
             clock_mhz: float | None = None, utilization: float | None = None,
             optimize: str = "throughput", verbose: bool = False, stop_after: str = "emit",
             name: str = DEFAULT_MODULE, weights: str = "auto",
-            architecture: str = "auto") -> CompiledDesign:
+            architecture: str = "auto", adder_levels: int | None = None) -> CompiledDesign:
     """Compile an ONNX model into a design directory.
 
     Parameters
@@ -156,6 +156,13 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         its weights in SPRAM on an iCE40 UltraPlus, far slower but small (a warning says
         so; ``manifest["architecture"]`` records it). ``"dataflow"``: never the engine
         (refused when nothing fits). ``"engine"``: always the engine.
+    adder_levels : int, optional
+        Adder levels between two register stages of an ``"adders"`` layer's adder graph:
+        more levels take fewer flip-flops and cycles of latency but a longer path per
+        clock. By default, with a ``board``, the most that the family's carry-chain delay
+        model (:func:`onnx2fpga.plan.devices.adder_levels`) fits in the clock period
+        (``clock_mhz``, or the family's planning clock); 1 without a board. The manifest's
+        ``folding.adder_levels`` records it.
     multiplier_bits : int, optional
         Significant bits of requantization multipliers. By default 24 for models quantized
         elsewhere (the golden model then agrees with onnxruntime within one LSB) and 16 for
@@ -193,7 +200,8 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
     t0 = time.monotonic()
     if stop_after not in STEPS:
         raise OptionError(f"stop_after must be one of {', '.join(STEPS)}, not {stop_after!r}")
-    check_options(weight_bits, activation_bits, multiplier_bits, folding, requant)
+    check_options(weight_bits, activation_bits, multiplier_bits, folding, requant,
+                  adder_levels)
     check_module_name(name)
     if utilization is None:
         utilization = default_utilization(board)
@@ -214,7 +222,7 @@ def compile(model, output_dir=None, *, calibration=None, lenient: bool = False, 
         "target_fps": target_fps,
         "clock_mhz": clock_mhz, "utilization": utilization, "folding": folding,
         "fold_options": fold_opts, "name": name, "weights": weights,
-        "architecture": architecture})
+        "architecture": architecture, "adder_levels": adder_levels})
     run_steps(c, stop_after, say)
     if out is None:
         out = tempfile.mkdtemp(prefix="onnx2fpga-")

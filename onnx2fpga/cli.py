@@ -112,6 +112,10 @@ def _parser():
     c.add_argument("--utilization", type=float, default=None, metavar="U",
                    help="share of the device's LUTs, flip-flops and hard multipliers --board "
                    "may fill (default 0.75 on ECP5 boards, 0.8 on others)")
+    c.add_argument("--adder-levels", type=int, default=None, metavar="N",
+                   help="adder levels between registers in adder-graph layers (multipliers="
+                   "adders; default: what the board's clock allows by the delay model, 1 "
+                   "without --board)")
     c.add_argument("--multiplier-bits", type=int, default=None, metavar="N",
                    help="significant bits of requantization multipliers (default: 24 for "
                    "models quantized elsewhere, which keeps every output within one LSB of "
@@ -270,7 +274,8 @@ def _compile(args):
                  target_fps=args.target_fps, clock_mhz=args.clock,
                  utilization=args.utilization, optimize=args.optimize, verbose=True,
                  stop_after=args.stop_after,
-                 name=args.name, weights=args.weights, architecture=args.architecture)
+                 name=args.name, weights=args.weights, architecture=args.architecture,
+                 adder_levels=args.adder_levels)
     if args.stop_after != "emit":
         print(f"stopped after {args.stop_after}; wrote {os.path.abspath(args.output)}")
         return 0

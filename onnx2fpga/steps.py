@@ -59,6 +59,7 @@ from .ir.layers import product_mapping
 from .ir.serialize import save_design
 from .manifest import core_text, filelist_text, make_manifest
 from .plan import devices
+from .plan.cmvm import MAX_ADDER_LEVELS
 from .plan.devices import FAMILIES, logic_cells
 from .plan.layers import at_full_folding
 from .plan.optimize import check_optimize
@@ -106,7 +107,7 @@ def _is_int(v) -> bool:
 
 
 def check_options(weight_bits, activation_bits, multiplier_bits, folding=None,
-                  requant=None) -> None:
+                  requant=None, adder_levels=None) -> None:
     """Check the quantization options and the values of the folding overrides before any
     work (which layers the overrides name, and whether their values divide the layers' sizes,
     is checked when folding). ``OptionError`` names the option and what it accepts: weights
@@ -120,6 +121,10 @@ def check_options(weight_bits, activation_bits, multiplier_bits, folding=None,
                                         or not 2 <= multiplier_bits <= 32):
         raise OptionError(f"multiplier_bits must be an integer from 2 to 32, not "
                           f"{multiplier_bits!r}")
+    if adder_levels is not None and (not _is_int(adder_levels)
+                                     or not 1 <= adder_levels <= MAX_ADDER_LEVELS):
+        raise OptionError(f"adder_levels must be an integer from 1 to {MAX_ADDER_LEVELS}, "
+                          f"not {adder_levels!r}")
     if requant is not None and requant not in REQUANT_MODES:
         raise OptionError(f"requant must be one of {', '.join(REQUANT_MODES)}, not "
                           f"{requant!r}")
@@ -722,6 +727,8 @@ def _fold(c: Compilation, say) -> None:
         # Adder graphs: as many adder levels per register stage as the clock allows.
         c.design.dataflow.adder_levels = devices.adder_levels(
             target.family, o["clock_mhz"] or devices.PLANNING_CLOCK_MHZ[target.family])
+    if o.get("adder_levels") is not None:      # the user's choice over the delay model's
+        c.design.dataflow.adder_levels = int(o["adder_levels"])
     arch, weights = o.get("architecture", "auto"), o.get("weights", "auto")
     if arch == "engine":
         say("the layer engine, as asked (one layer at a time)")

@@ -32,8 +32,8 @@ import numpy as np
 from ..ir.types import IntType
 from .stage import CoreKind, Stage
 
-__all__ = ["CmvmTiming", "cmvm_latency", "CMVM_ADDER_LEVELS", "csd_digits", "Adder",
-           "pass_through",
+__all__ = ["CmvmTiming", "cmvm_latency", "CMVM_ADDER_LEVELS", "MAX_ADDER_LEVELS",
+           "csd_digits", "Adder", "pass_through",
            "AdderGraph", "Schedule", "adder_graph", "adder_cost", "finish_stages",
            "signed_digits", "adders_lut_floor", "ADDERS_PER_DIGIT_FLOOR", "cmvm_resources",
            "CMVM_COST"]
@@ -44,6 +44,10 @@ __all__ = ["CmvmTiming", "cmvm_latency", "CMVM_ADDER_LEVELS", "csd_digits", "Add
 #: :attr:`Dataflow.adder_levels <onnx2fpga.ir.Dataflow>` from
 #: :func:`onnx2fpga.plan.devices.adder_levels`).
 CMVM_ADDER_LEVELS = 1
+
+#: The most adder levels per register stage a compile accepts (``adder_levels``); a graph
+#: no deeper than that has registers only at its ends.
+MAX_ADDER_LEVELS = 32
 
 
 def finish_stages(fused) -> int:

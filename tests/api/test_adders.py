@@ -8,6 +8,7 @@ import pytest
 
 import onnx2fpga
 from onnx2fpga.errors import OptionError
+from onnx2fpga.plan.cmvm import MAX_ADDER_LEVELS
 from onnx2fpga.plan.graph import plan_graph
 from tests.helpers.models import ort_qdq_cnn, ort_qdq_mlp
 
@@ -48,6 +49,27 @@ def test_ort_mlp_one_vector_per_cycle(tmp_path):
 
 @pytest.mark.rtl
 @pytest.mark.filterwarnings("ignore:Please consider")
+def test_adder_levels_option(tmp_path):
+    """``adder_levels``: three adder levels per register stage instead of one; fewer cycles
+    of latency and flip-flops, the same one inference per cycle, still bit-exact under
+    stalls."""
+    path, _ = ort_qdq_mlp(tmp_path, sizes=(16, 12, 6), seed=3)
+    plain = onnx2fpga.compile(path, tmp_path / "plain")
+    one, three = (onnx2fpga.compile(path, tmp_path / f"l{n}", folding=_adders(plain),
+                                    adder_levels=n) for n in (1, 3))
+    assert [d.manifest["folding"]["adder_levels"] for d in (one, three)] == [1, 3]
+    assert three.manifest["cycles_per_inference"] == 1
+    assert three.manifest["latency_cycles"] < one.manifest["latency_cycles"]
+    ff = [d.manifest["resources"]["ecp5"]["total"]["ff"] for d in (one, three)]
+    assert ff[1] < ff[0]
+    x = np.random.default_rng(9).standard_normal((16, 1, 16)).astype(np.float32)
+    np.testing.assert_array_equal(
+        three.simulate(x, engine="rtl", seed=10, stall_in=0.4, stall_out=0.4),
+        plain.simulate(x, engine="golden"))
+
+
+@pytest.mark.rtl
+@pytest.mark.filterwarnings("ignore:Please consider")
 def test_ort_cnn_conv_and_dense_as_adders(tmp_path):
     """A convolution (its window vector per cycle) and a dense layer as adder graphs in a
     CNN with a pool between them."""
@@ -84,6 +106,11 @@ def test_adders_folding_errors(tmp_path):
                                           r"not simd=4$"):
         onnx2fpga.compile(path, tmp_path / "a",
                           folding={"dense0": {"multipliers": "adders", "simd": 4}})
+    for bad in (0, 2.5, "2", MAX_ADDER_LEVELS + 1):
+        with pytest.raises(OptionError, match=rf"^adder_levels must be an integer from 1 to "
+                                              rf"{MAX_ADDER_LEVELS}, not {bad!r}$"):
+            onnx2fpga.compile(path, tmp_path / "l", adder_levels=bad)
+    assert not (tmp_path / "l").exists()
     path, _ = ort_qdq_cnn(tmp_path, kind="depthwise", samples=8)
     plain = onnx2fpga.compile(path, tmp_path / "dw")
     dw = next(ly.name for ly in plain.design.dataflow.layers if getattr(ly, "depthwise", 0))
