@@ -9,7 +9,8 @@ stage; then the whole design's cycles, latency and compile time.
 MODELS_DIR holds the shared models (``qonnx_model_zoo/``); without it only the digits
 example runs. ``jet``: the QKeras jet tagger, its float input calibrated at 16 bits with
 power-of-two scales (``pow2_scales``) so that every requantization is a shift; ``jet8``: the
-same at 8 bits; ``tfc``: TFC_2W2A; ``digits``: the bundled example (int8 calibration).
+same at 8 bits; ``tfc``: TFC_2W2A; ``unsw``: the UNSW-NB15 MLP (w2a2), its bipolar input
+calibrated at 2 bits; ``digits``: the bundled example (int8 calibration).
 Figures, not pass/fail; builds are for ``benchmarks/fmax.py`` and ``anchors.py``.
 """
 
@@ -42,6 +43,12 @@ def cases(models_dir):
             out[name] = (jet, {"lenient": True, "calibration": cal, "activation_bits": bits,
                                "pow2_scales": True})
         out["tfc"] = (os.path.join(zoo, "TFC_2W2A.onnx"), {"lenient": True})
+        # UNSW-NB15's 600 features are bipolar (+-1), mapped to {0, 1} by the graph's
+        # Add and Div before its first layer, whose input has no quantizer: calibrated at
+        # 2 bits (the least our quantizer makes), both values exact.
+        bipolar = rng.choice(np.float32([-1, 1]), (200, 1, 600))
+        out["unsw"] = (os.path.join(zoo, "unsw_nb15-mlp-w2a2.onnx"),
+                       {"lenient": True, "calibration": bipolar, "activation_bits": 2})
     ex = os.path.join(ROOT, "examples", "digits")
     out["digits"] = (os.path.join(ex, "model.onnx"),
                      {"calibration": np.load(os.path.join(ex, "calibration.npy"))})
