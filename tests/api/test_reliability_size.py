@@ -133,6 +133,23 @@ def test_a_board_no_folding_fits_is_an_error_not_a_design(tmp_path):
     assert not out.exists()
 
 
+def test_a_board_refusal_gives_the_cycles_of_the_layers_the_overrides_fix(tmp_path):
+    """Every layer overridden to an adder graph (one vector per cycle) on a board it does
+    not fit: the refusal gives that plan's one cycle per inference, not the slowest folding
+    the layers would have had without the overrides."""
+    model = save(float_mlp((16, 12, 6), softmax=False, seed=2), tmp_path / "m.onnx")
+    cal = np.random.default_rng(1).standard_normal((32, 1, 16)).astype(np.float32)
+    plain = onnx2fpga.compile(model, tmp_path / "plain", calibration=cal)
+    adders = {ly.name: {"multipliers": "adders"} for ly in plain.design.dataflow.layers
+              if getattr(ly, "multipliers", None) is not None}
+    assert plain.manifest["cycles_per_inference"] > 1 and len(adders) == 2
+    with pytest.raises(SizeError, match=r"^No folding of the design fits icebreaker: at the "
+                                        r"slowest, 1 cycles per inference, [\d,]+ LUTs > 264 "):
+        onnx2fpga.compile(model, tmp_path / "d", calibration=cal, board="icebreaker",
+                          utilization=0.05, folding=adders)
+    assert not (tmp_path / "d").exists()
+
+
 def test_a_board_whose_requantizations_alone_overflow_its_multipliers_is_refused(tmp_path):
     """Ten layers of 8 whose requantizations take more MULT18X18D at the slowest folding than the
     board may use (28 x 0.34 on the OrangeCrab 25F; one each, the inputs clamped to the 18 bits
