@@ -224,7 +224,7 @@ def plan_graph(dataflow: Dataflow, *, check_ports: bool = True) -> Plan:
             consumer = "port" if r[0] == "port" else dataflow.layers[r[0]].name
             depth = dataflow.edge_fifos.get(f"{tensor}->{consumer}", 0)
             if depth:
-                o = b.fifo(f"fifo_{k_label}_{consumer}", o, depth)
+                o = b.fifo(f"fifo_{k_label}_{consumer}", o, depth, branch=True)
             taps[(tensor, r)] = o
 
     publish(inp.name, "in")

@@ -393,11 +393,13 @@ def test_window_errors():
 
 
 @pytest.mark.rtl
-@pytest.mark.parametrize("kind, windows, queues", [("residual", 2, 2), ("avgpool", 2, 0)])
-def test_bram_registers_take_one_cycle_each(tmp_path, kind, windows, queues):
+@pytest.mark.parametrize("kind, windows, queues, branches",
+                         [("residual", 2, 2, 1), ("avgpool", 2, 0, 0)])
+def test_bram_registers_take_one_cycle_each(tmp_path, kind, windows, queues, branches):
     """``Dataflow.bram_registers`` (set for ECP5 boards): a second register behind every
-    window's line buffer read, two two-transfer buffers behind its output and a pipeline
-    register behind every queue in block RAM (two in the residual net).
+    window's line buffer read, two two-transfer buffers behind its output, a pipeline
+    register behind every queue in block RAM (two in the residual net) and a skid buffer in
+    front of one on a broadcast's branch (the residual net's skip queue).
     The model's latency grows by one per register on its longest path, its cycles per
     inference not; the RTL under stalls equals golden, and its figures are the model's."""
     import onnx2fpga
@@ -417,12 +419,20 @@ def test_bram_registers_take_one_cycle_each(tmp_path, kind, windows, queues):
         fold(df)
         dfs[regs], figures[regs] = df, cost.dataflow_cycles(df)
     stages = plan_graph(dfs[True]).stages
-    assert [s.name for s in stages if s.params.get("pipeline")] == \
+    by_name = {s.name: s for s in stages}
+    skids = [s for s in stages if s.params.get("pipeline") and s.name.endswith("_in")]
+    assert len(skids) == branches
+    for s in skids:     # between a broadcast and the queue in block RAM it feeds
+        queue = by_name[s.name.removesuffix("_in")]
+        assert queue.inputs == s.outputs and queue.params["out_register"]
+        assert any(b.kind == "broadcast" and s.inputs[0] in b.outputs for b in stages)
+        assert s.params["depth"] == 2 and not s.params.get("in_register")
+    windowed = [s for s in stages if s.params.get("pipeline") and s not in skids]
+    assert [s.name for s in windowed] == \
         [f"{s.name}_{r}" for s in stages if s.kind == "window" for r in ("rd", "reg")]
-    assert [s.params["depth"] for s in stages if s.params.get("pipeline")] == [2, 2] * windows
+    assert [s.params["depth"] for s in windowed] == [2, 2] * windows
     # The first takes the line buffer's read into registers with no multiplexer in front.
-    assert [s.params["in_register"] for s in stages if s.params.get("pipeline")] == \
-        [True, False] * windows
+    assert [s.params["in_register"] for s in windowed] == [True, False] * windows
     assert sum(s.kind == "window" for s in stages) == windows
     assert sum(bool(s.params.get("out_register")) for s in stages) == queues
     assert not any(s.params.get("pipeline") or s.params.get("out_register")
