@@ -146,6 +146,14 @@ class ConstMatVecCore(wiring.Component):
                 return comb[v]
             return reg(v, k - 1)
 
+        # Adder results another adder of the same stage reads (levels_per_stage > 1) are
+        # kept: otherwise yosys' alumacc merges the chain into one multi-operand sum whose
+        # 3:2 compressors take two LUT4s a bit besides the carry chain (layers 1-3 of the jet
+        # tagger at two levels per stage: 7,631 LUT4 beside 8,350 CCU2C; x + y + z of 16
+        # bits: 9 CCU2C and 32 LUT4 merged, 18 CCU2C kept).
+        chained = {u for op, v in zip(g.adders, g.results, strict=True)
+                   for u in (op.a, op.b) if u >= g.n_in and u not in g.consts
+                   and sch.stage[u] == sch.stage[v]}
         for i in range(g.n_in):
             comb[i] = i_stream.payload[i]
         for op, v in zip(g.adders, g.results, strict=True):
@@ -157,7 +165,7 @@ class ConstMatVecCore(wiring.Component):
             else:
                 b = value(op.b, k) << op.shift_b
                 expr = term_a - b if op.sign_b < 0 else term_a + b
-            s = Signal(shapes[v], name=f"v{v}")
+            s = Signal(shapes[v], name=f"v{v}", attrs={"keep": 1} if v in chained else {})
             m.d.comb += s.eq(expr)
             comb[v] = s
         for i in range(g.n_in):

