@@ -9,7 +9,7 @@ from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..plan.cmvm import AdderGraph, cmvm_latency, finish_stages
+from ..plan.cmvm import READERS_PER_COPY, AdderGraph, cmvm_latency, finish_stages
 from ..plan.cmvm_requant import FusedRequant
 from .blocks import (
     int_shape,
@@ -128,23 +128,38 @@ class ConstMatVecCore(wiring.Component):
         shapes = [range_shape(g.lo[v], g.hi[v]) for v in range(len(g.lo))]
         comb = {}                   # v -> its value in its own stage (logic or the input)
         regs = {}                   # (v, k) -> its register at the end of stage k
-        loads = []                  # (register, value, bits): one per register, in order
+        loads = []                  # (register, value, bits, copy): one per register, in
+        #                             order; copy: (register, c) for copy c of a register
 
         def reg(v, k):
             if (v, k) not in regs:
                 r = Signal(shapes[v], name=f"v{v}_s{k}", reset_less=True)
                 src = comb[v] if k == sch.stage[v] else reg(v, k - 1)
                 regs[(v, k)] = r
-                loads.append((r, src, shapes[v].width))
+                loads.append((r, src, shapes[v].width, None))
             return regs[(v, k)]
 
+        copies = {}                 # (v, k, c) -> copy c of v's register of stage k
+        reads = {}                  # (v, k) -> adders that read v's register of stage k
+
         def value(v, k):
-            """Variable ``v`` as the logic of stage ``k`` reads it."""
+            """Variable ``v`` as the next adder of stage ``k`` reads it: its register of
+            the stage before, or the copy of it that this adder's turn falls on."""
             if v in g.consts:
                 return C(g.consts[v], shapes[v])
             if v >= g.n_in and sch.stage[v] == k:
                 return comb[v]
-            return reg(v, k - 1)
+            r = reg(v, k - 1)
+            n = reads[(v, k - 1)] = reads.get((v, k - 1), 0) + 1
+            c = (n - 1) // READERS_PER_COPY
+            if not c:
+                return r
+            if (v, k - 1, c) not in copies:
+                cp = Signal(shapes[v], name=f"v{v}_s{k - 1}_c{c}", reset_less=True)
+                copies[(v, k - 1, c)] = cp
+                src = comb[v] if k - 1 == sch.stage[v] else reg(v, k - 2)
+                loads.append((cp, src, shapes[v].width, (r, c)))
+            return copies[(v, k - 1, c)]
 
         # Adder results another adder of the same stage reads (levels_per_stage > 1) are
         # kept: otherwise yosys' alumacc merges the chain into one multi-operand sum whose
@@ -183,7 +198,7 @@ class ConstMatVecCore(wiring.Component):
             depth += finish_stages(self._fused)
 
         valid = [Signal(name=f"valid_s{k}") for k in range(depth + 1)]
-        bits = sum(b for _, _, b in loads) + len(valid)
+        bits = sum(b for _, _, b, _ in loads) + len(valid)
         shares = max(1, -(-bits // ENABLE_SHARE_BITS))
         payload = Signal(data.ArrayLayout(self._out_shape, g.n_out))
         for o, e in enumerate(outs):
@@ -194,9 +209,16 @@ class ConstMatVecCore(wiring.Component):
             m.d.sync += valid[0].eq(i_stream.valid)
             for k in range(1, depth + 1):
                 m.d.sync += valid[k].eq(valid[k - 1])
-        used = 0
-        for r, src, b in loads:
-            with m.If(frees[min(shares - 1, used // ENABLE_SHARE_BITS)]):
+        # A copy takes the enable share after its register's (copies on one enable, loading
+        # the same value, would be merged back into one register by yosys' opt_merge).
+        used, share = 0, {}
+        for r, src, b, copy in loads:
+            k = min(shares - 1, used // ENABLE_SHARE_BITS)
+            if copy is None:
+                share[id(r)] = k
+            else:
+                k = (share[id(copy[0])] + copy[1]) % shares
+            with m.If(frees[k]):
                 m.d.sync += r.eq(src)
             used += b
         return m
@@ -211,10 +233,10 @@ class ConstMatVecCore(wiring.Component):
             if f.rounding[c] == "thresholds":
                 hits = [(u >= t) if f.direction[c] > 0 else (u <= t) for t in f.thresholds[c]]
                 first = Signal(max(1, len(hits)), name=f"hits{c}", reset_less=True)
-                loads.append((first, Cat(*hits) if hits else C(0, 1), len(first)))
+                loads.append((first, Cat(*hits) if hits else C(0, 1), len(first), None))
                 y = Signal(self._out_shape, name=f"y{c}", reset_less=True)
                 count = tree_sum([first[k] for k in range(len(hits))]) if hits else C(0, 1)
-                loads.append((y, f.lo + count, self._out_shape.width))
+                loads.append((y, f.lo + count, self._out_shape.width, None))
                 done.append(y)
                 continue
             s, r = f.shift[c], f.round_const[c]
@@ -226,7 +248,7 @@ class ConstMatVecCore(wiring.Component):
                 carry = ~u.as_signed()[-1] if lo_u < 0 else C(1, 1)
             w_lo, w_hi = lo_u + r, hi_u + r + (f.rounding[c] != "none")
             w = Signal(range_shape(w_lo, w_hi), name=f"w{c}", reset_less=True)
-            loads.append((w, u + r + carry, len(w)))
+            loads.append((w, u + r + carry, len(w), None))
             q = w >> s
             y = Signal(self._out_shape, name=f"y{c}", reset_less=True)
             clipped = q
@@ -234,7 +256,7 @@ class ConstMatVecCore(wiring.Component):
                 clipped = Mux(q > f.hi, f.hi, clipped)
             if (w_lo >> s) < f.lo:
                 clipped = Mux(q < f.lo, f.lo, clipped)
-            loads.append((y, clipped, self._out_shape.width))
+            loads.append((y, clipped, self._out_shape.width, None))
             done.append(y)
         return done
 

@@ -136,6 +136,31 @@ def test_core_full_rate_and_latency():
     np.testing.assert_array_equal(np.array(times["out_items"]), x @ w.T)
 
 
+@pytest.mark.parametrize("levels", [1, 2])
+def test_register_copies(levels):
+    """A register read by more than READERS_PER_COPY adders has a copy per READERS_PER_COPY
+    of them, each on its own enable share (counted in the schedule's flip-flops); the core
+    still equals numpy under stalls."""
+    from amaranth.back import rtlil
+    rng = np.random.default_rng(11)
+    w = _matrix(rng, 40, 6, 7, 0.0)
+    g = adder_graph(w, -128, 127)
+    sch = g.schedule(levels)
+    assert sch.copies and max(sch.copies.values()) >= 2
+    assert all(k < sch.depth for _, k in sch.copies)
+    plain = sum(g.width(v) * (sch.last_use[v] - sch.stage[v] + 1)
+                for v in range(len(g.lo)) if sch.last_use[v] >= sch.stage[v])
+    assert sch.flip_flops == plain + sum(g.width(v) * (n - 1)
+                                         for (v, _), n in sch.copies.items())
+    dut = ConstMatVecCore(g, signed(8), signed(24), levels)
+    (v, k), n = next(iter(sch.copies.items()))
+    assert f"v{v}_s{k}_c{n - 1}" in rtlil.convert(dut)
+    x = random_values(rng, signed(8), (30, 6))
+    got = run_stream(ConstMatVecCore(g, signed(8), signed(24), levels),
+                     [list(map(int, r)) for r in x], len(x), 3)
+    np.testing.assert_array_equal(np.array(got), x @ w.T)
+
+
 def test_enable_shares():
     """A pipeline of more than ENABLE_SHARE_BITS flip-flops spreads its enables over copies of
     the skid flag."""
@@ -161,22 +186,36 @@ def _ecp5_cells(dut, tmp_path, monkeypatch, name):
                                    f"{name}; tee -q -o {name}.txt stat"]) == 0
     text = (tmp_path / f"{name}.txt").read_text()
     return tuple(int(re.search(rf"(\d+)\s+{cell}\n", text).group(1))
-                 for cell in ("CCU2C", "LUT4"))
+                 for cell in ("CCU2C", "LUT4", "TRELLIS_FF"))
 
 
 @pytest.mark.synth
 def test_chained_adders_stay_carry_chains(tmp_path, monkeypatch):
     """At three adder levels per stage the adders of a stage stay two-input carry chains:
     yosys would merge a chain into one multi-operand sum whose 3:2 compressors take two LUT4s
-    a bit besides the carry chain (here about 6x the LUT4s) unless its links are kept."""
-    rng = np.random.default_rng(5)
-    g = adder_graph(_matrix(rng, 12, 16, 6, 0.2), 0, 63)
+    a bit besides the carry chain (here about 6x the LUT4s) unless its links are kept. The
+    copies of registers with many readers survive too (yosys merges registers that load the
+    same value on the same enable)."""
+    from onnx2fpga.hw import cmvm as hw_cmvm
+    from onnx2fpga.plan import cmvm as plan_cmvm
+    w = _matrix(np.random.default_rng(5), 12, 16, 6, 0.2)
+    g = adder_graph(w, 0, 63)
     cells = {lv: _ecp5_cells(ConstMatVecCore(g, unsigned(6), signed(20), lv), tmp_path,
                              monkeypatch, f"l{lv}") for lv in (1, 3)}
     assert g.schedule(3).depth < g.schedule(1).depth
-    (chains1, luts1), (chains3, luts3) = cells[1], cells[3]
-    assert abs(chains3 - chains1) <= 0.05 * chains1, cells
-    assert luts3 <= luts1 + 0.05 * chains1, cells
+    (chains1, luts1, _), (chains3, luts3, ff3) = cells[1], cells[3]
+    assert abs(chains3 - chains1) <= 0.05 * chains1, (chains1, chains3)
+    assert luts3 <= luts1 + 0.05 * chains1, (luts1, luts3)
+    # Without copies: fewer flip-flops by about the copies' bits.
+    copies = sum(g.width(v) * (n - 1) for (v, _), n in g.schedule(3).copies.items())
+    assert copies
+    for module in (hw_cmvm, plan_cmvm):
+        monkeypatch.setattr(module, "READERS_PER_COPY", 10**6)
+    single = adder_graph(w, 0, 63)
+    assert not single.schedule(3).copies
+    ff = _ecp5_cells(ConstMatVecCore(single, unsigned(6), signed(20), 3), tmp_path,
+                     monkeypatch, "single")[2]
+    assert 0.8 * copies <= ff3 - ff <= copies, (ff3, ff, copies)
 
 
 def test_core_errors():
