@@ -127,20 +127,22 @@ class ConstMatVecCore(wiring.Component):
 
         shapes = [range_shape(g.lo[v], g.hi[v]) for v in range(len(g.lo))]
         comb = {}                   # v -> its value in its own stage (logic or the input)
-        regs = {}                   # (v, k) -> its register at the end of stage k
+        regs = {}                   # (v, k, c) -> copy c of its register at the end of stage k
         loads = []                  # (register, value, bits, copy): one per register, in
         #                             order; copy: (register, c) for copy c of a register
-
-        def reg(v, k):
-            if (v, k) not in regs:
-                r = Signal(shapes[v], name=f"v{v}_s{k}", reset_less=True)
-                src = comb[v] if k == sch.stage[v] else reg(v, k - 1)
-                regs[(v, k)] = r
-                loads.append((r, src, shapes[v].width, None))
-            return regs[(v, k)]
-
-        copies = {}                 # (v, k, c) -> copy c of v's register of stage k
         reads = {}                  # (v, k) -> adders that read v's register of stage k
+
+        def reg(v, k, c=0):
+            """``v``'s register at the end of stage ``k`` (copy ``c`` of it, loading the
+            same value: :attr:`~onnx2fpga.plan.cmvm.Schedule.copies`)."""
+            if (v, k, c) not in regs:
+                first = reg(v, k) if c else None
+                r = Signal(shapes[v], name=f"v{v}_s{k}" + (f"_c{c}" if c else ""),
+                           reset_less=True)
+                src = comb[v] if k == sch.stage[v] else reg(v, k - 1)
+                regs[(v, k, c)] = r
+                loads.append((r, src, shapes[v].width, (first, c) if c else None))
+            return regs[(v, k, c)]
 
         def value(v, k):
             """Variable ``v`` as the next adder of stage ``k`` reads it: its register of
@@ -149,17 +151,8 @@ class ConstMatVecCore(wiring.Component):
                 return C(g.consts[v], shapes[v])
             if v >= g.n_in and sch.stage[v] == k:
                 return comb[v]
-            r = reg(v, k - 1)
             n = reads[(v, k - 1)] = reads.get((v, k - 1), 0) + 1
-            c = (n - 1) // READERS_PER_COPY
-            if not c:
-                return r
-            if (v, k - 1, c) not in copies:
-                cp = Signal(shapes[v], name=f"v{v}_s{k - 1}_c{c}", reset_less=True)
-                copies[(v, k - 1, c)] = cp
-                src = comb[v] if k - 1 == sch.stage[v] else reg(v, k - 2)
-                loads.append((cp, src, shapes[v].width, (r, c)))
-            return copies[(v, k - 1, c)]
+            return reg(v, k - 1, (n - 1) // READERS_PER_COPY)
 
         # Adder results another adder of the same stage reads (levels_per_stage > 1) are
         # kept: otherwise yosys' alumacc merges the chain into one multi-operand sum whose
