@@ -36,6 +36,7 @@ from ..designdir import atomic_write
 from ..errors import Onnx2FpgaError
 from ..log import get_logger, say
 from ..plan.devices import is_shift_register_buffer
+from .carry import detach_file
 from .clocking import ClockedTop, UsbClockedTop, plan_pll
 from .fit import check_fit
 from .framed import FramedBridge
@@ -205,21 +206,25 @@ def _use_abc_fallback(script: Path, family: str) -> None:
     script.write_text(text)
 
 
-def _block_ram_output_registers(build_dir: Path, progress, board) -> int:
+def _ecp5_netlist_passes(build_dir: Path, progress, board) -> tuple[int, int]:
     """ECP5: the flip-flops right behind block RAM reads become the blocks' output registers
-    in the synthesized netlist (:mod:`.outreg`); the build script on disk runs the same step."""
-    count = absorb_file(build_dir / f"{_NAME}.json", _NAME)
+    (:mod:`.outreg`), and unread carry outs are detached (:mod:`.carry`), in the synthesized
+    netlist; the build script on disk runs the same steps. Returns both counts."""
+    netlist = build_dir / f"{_NAME}.json"
+    count = absorb_file(netlist, _NAME)
     _progress(progress, f"{board}: {count} block RAM read port(s) use their output register")
+    carries = detach_file(netlist, _NAME)
+    _progress(progress, f"{board}: {carries} unread carry out(s) detached")
     script = build_dir / f"build_{_NAME}.sh"
     if script.is_file():
-        step = (f'"${{PYTHON:-python3}}" -c "from onnx2fpga.boards.outreg import main; '
-                f'main()" {_NAME}.json\n')
+        steps = "".join(f'"${{PYTHON:-python3}}" -c "from onnx2fpga.boards.{module} import '
+                        f'main; main()" {_NAME}.json\n' for module in ("outreg", "carry"))
         text = script.read_text()
-        if step not in text:
-            text = re.sub(r'^("\$YOSYS".*\n)', lambda m: m.group(1) + step, text, count=1,
+        if steps not in text:
+            text = re.sub(r'^("\$YOSYS".*\n)', lambda m: m.group(1) + steps, text, count=1,
                           flags=re.M)
             script.write_text(text)
-    return count
+    return count, carries
 
 
 def _abc9_crash(error, family: str) -> bool:
@@ -741,7 +746,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     if len(seeds) > 1 and not any(argv[0] in _SWEEP_TOOLS for argv in commands):
         raise BuildError(f"{target.name}: a seed sweep needs nextpnr-ecp5 or nextpnr-ice40",
                          stage="setup")
-    output_registers = None
+    output_registers = carry_outs = None
     for attempt in range(2):
         stage_seconds, phase_seconds, skipped, tools = {}, {}, [], []
         try:
@@ -759,8 +764,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
                     stage, seconds = _run_step(argv, tool, build_dir, env, progress,
                                                target.name, phase_seconds)
                 if tool == "yosys" and target.family == "ecp5" and seconds is not None:
-                    output_registers = _block_ram_output_registers(build_dir, progress,
-                                                                   target.name)
+                    output_registers, carry_outs = _ecp5_netlist_passes(
+                        build_dir, progress, target.name)
                 if seconds is None:
                     skipped.append(tool)
                 else:
@@ -848,6 +853,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         # ECP5: block RAM read ports whose following flip-flops became the block's output
         # register (boards.outreg); None on other families.
         "bram_output_registers": output_registers,
+        "carry_outs_detached": carry_outs,
         "nextpnr_opts": nextpnr_opts if sweep is None else
         nextpnr_opts.replace(f"--seed {seeds[0]}", f"--seed {seed}"),
         "skipped_steps": skipped,

@@ -496,13 +496,15 @@ class CmvmTiming(CoreKind):
 
 #: How the adder graph's figures become LUTs, per family, measured on yosys 0.70 and nextpnr
 #: 0.11 builds of ConstMatVecCores: an ECP5 adder takes ``ceil((bits + 1) / 2)`` CCU2C of two
-#: LUTs each (``bits`` without the low bits that pass through), and nextpnr gives every
-#: flip-flop that no LUT of its slice drives (input, delay and skid registers) a LUT site of
-#: its own (the jet tagger at one level per stage: 12,354 such flip-flops, 11,130 more
-#: TRELLIS_COMB than yosys' LUTs); an iCE40 adder takes an SB_LUT4 per bit beside its
-#: SB_CARRY and yosys adds about a third more (2,962 SB_LUT4 for 2,164 adder bits).
-CMVM_COST = {"ecp5": {"per_bit": None, "unpaired_ff": 1.0},
-             "ice40": {"per_bit": 1.37, "unpaired_ff": 0.0}}
+#: LUTs each (``bits`` without the low bits that pass through) and nextpnr puts a feed-in
+#: CCU2C (two TRELLIS_COMB, ``per_chain``) before each chain to set its carry in (its pass-out
+#: CCU2C after the chain is gone: :mod:`onnx2fpga.boards.carry`); a flip-flop with no LUT of
+#: its own takes no TRELLIS_COMB (the jet tagger's layers 1-3 at two levels per stage: 21,903
+#: LUT4s from yosys, 1,873 chains, 25,849 TRELLIS_COMB with 4,243 such flip-flops). An iCE40
+#: adder takes an SB_LUT4 per bit beside its SB_CARRY and yosys adds about a third more
+#: (2,962 SB_LUT4 for 2,164 adder bits).
+CMVM_COST = {"ecp5": {"per_bit": None, "per_chain": 2},
+             "ice40": {"per_bit": 1.37, "per_chain": 0}}
 
 
 def cmvm_resources(graph: AdderGraph, levels_per_stage: int, in_bits: int, out_bits: int,
@@ -522,6 +524,7 @@ def cmvm_resources(graph: AdderGraph, levels_per_stage: int, in_bits: int, out_b
         adders = sum(2 * (-(-(w + 1) // 2)) for w in widths)
     else:
         adders = int(round(cost["per_bit"] * sum(widths)))
+    adders += cost["per_chain"] * len(widths)
     n_out = graph.n_out
     logic = n_out * out_bits                                   # the skid multiplexer
     if fused is not None:
@@ -529,9 +532,5 @@ def cmvm_resources(graph: AdderGraph, levels_per_stage: int, in_bits: int, out_b
     ff = sch.flip_flops + n_out * out_bits + sch.depth + 3
     if fused is not None:
         ff += sum(out_widths) + n_out * out_bits + 2
-    unpaired = graph.n_in * in_bits + n_out * out_bits + sum(
-        graph.width(v) * (sch.last_use[v] - sch.stage[v]) for v in range(len(graph.lo))
-        if sch.last_use[v] > sch.stage[v]) + sum(
-        graph.width(v) * (n - 1) for (v, _), n in sch.copies.items())
-    lut = adders + logic + int(round(cost["unpaired_ff"] * unpaired))
+    lut = adders + logic
     return {"lut": lut, "ff": ff}

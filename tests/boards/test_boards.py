@@ -554,8 +554,11 @@ def test_build_bitstream(board, tools, bitstream, tmp_path, capsys, monkeypatch)
     if target.family == "ecp5":
         assert report["bram_output_registers"] == 0
         assert "from onnx2fpga.boards.outreg import main; main()\" top.json" in script
+        assert "from onnx2fpga.boards.carry import main; main()\" top.json" in script
+        assert report["carry_outs_detached"] >= 0
     else:
         assert report["bram_output_registers"] is None and "outreg" not in script
+        assert report["carry_outs_detached"] is None and "boards.carry" not in script
     assert "memory_nordff a:no_rw_check" in (tmp_path / "top.ys").read_text()
     err = capsys.readouterr().err
     for stage in ("synthesis", "place and route", "packing"):
