@@ -9,7 +9,10 @@ digits example comes with the repository. Each model is folded automatically for
 (``compile(board=...)``: the fastest design whose estimated resources fit the device) and,
 where the issue sets a cycle target, for that target (``target_fps`` at ``--clock-mhz``:
 the cheapest design that reaches it, which must still fit). TFC_2W2A and the digits example
-are also folded and built for the iCEBreaker. Every design is checked bit for bit: RTL
+are also folded and built for the iCEBreaker. The models of :data:`FASTEST` get a second
+row on the board, folded for the fastest design that fits with no cycle target: where a
+layer's whole matrix per cycle fits, it is an adder graph (``multipliers="adders"``, issue
+24), so the ``realization`` column reads ``adders``. Every design is checked bit for bit: RTL
 simulation under random backpressure against the golden model on ``--rtl-samples`` inputs.
 
 Columns: cycles per inference (manifest; RTL without stalls), latency in cycles (RTL), clock
@@ -45,6 +48,19 @@ PUBLISHED = {
     "qkeras_jettagging": "hls4ml: II = 1 cycle (fully parallel, thousands of DSPs)",
     "mnist-8": "none published (not a FINN/hls4ml model)",
     "digits": "none (our example)",
+    "unsw_nb15": "FINN's UNSW-NB15 MLP (w2a2): folding chosen per target",
+}
+
+#: Models with a second row on the ECP5 board at the fastest folding that fits (no cycle
+#: target), with options of their own: the jet tagger with power-of-two scales (every
+#: requantization a shift), as issue 24 measures it against da4ml.
+FASTEST = {"qkeras_jettagging": {"pow2_scales": True}, "TFC_2W2A": {}, "unsw_nb15": {}}
+
+#: Figures to set beside those rows.
+FASTEST_PUBLISHED = {
+    "qkeras_jettagging": "da4ml 0.5.2 (hls4ml's distributed arithmetic), measured in issue "
+                         "24 on the ECP5-85F: 1 cycle, 30.6k logic cells for layers 1-3, "
+                         "91.3 MHz at 2 adder levels per stage",
 }
 
 
@@ -79,6 +95,13 @@ def _cases(models_dir, rng):
         cases["qkeras_jettagging"] = (
             p, {"lenient": True, "calibration": cal, "activation_bits": 16},
             rng.standard_normal((16, 1, 16)).astype(np.float32), 16)
+    p = os.path.join(zoo, "unsw_nb15-mlp-w2a2.onnx")
+    if os.path.isfile(p):
+        # Its 600 features are bipolar (+-1), mapped to {0, 1} by the graph before its first
+        # layer, whose input has no quantizer: calibrated at 2 bits, both values exact.
+        bipolar = rng.choice(np.float32([-1, 1]), (216, 1, 600))
+        cases["unsw_nb15"] = (p, {"lenient": True, "calibration": bipolar[:200],
+                                  "activation_bits": 2}, bipolar[200:], None)
     p = os.path.join(models_dir, "qonnx_repo", "mnist-conv", "model.onnx")
     if os.path.isfile(p):
         cases["mnist-8"] = (p, {"calibration": _mnist(200, rng, 1.0)}, _mnist(4, rng, 1.0),
@@ -96,8 +119,8 @@ def _family(board):
     return get_board(board).family
 
 
-def _row(name, board, path, opts, x, target, args, work):
-    row = {"model": name, "board": board}
+def _row(name, board, path, opts, x, target, args, work, variant=""):
+    row = {"model": name, "board": board, "variant": variant}
     util = args.ice40_utilization if _family(board) == "ice40" else args.utilization
     kw = dict(opts, board=board, utilization=util)
     row["utilization"] = util
@@ -107,7 +130,8 @@ def _row(name, board, path, opts, x, target, args, work):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            d = onnx2fpga.compile(path, os.path.join(work, f"{name}-{board}"), force=True, **kw)
+            d = onnx2fpga.compile(path, os.path.join(work, f"{name}-{board}{variant}"),
+                                  force=True, **kw)
         except onnx2fpga.errors.Onnx2FpgaError as e:
             row["failed"] = f"compile: {str(e).splitlines()[0]}"
             return row
@@ -116,12 +140,16 @@ def _row(name, board, path, opts, x, target, args, work):
     row["target_cycles"] = target
     row["limited_by"] = m["folding"].get("limited_by")
     row["cycles"] = m["cycles_per_inference"]
+    row["realization"] = "+".join(sorted({ly["multipliers"] for ly in m["layers"]
+                                          if ly.get("multipliers")})) or "-"
+    row["adder_levels"] = m["folding"].get("adder_levels")
     n = min(args.rtl_samples, len(x))
     golden = d.simulate(x[:n], engine="golden")
     rtl = d.simulate(x[:n], engine="rtl", seed=1, stall_in=0.3, stall_out=0.3)
     same = np.all(rtl.reshape(n, -1) == golden.reshape(n, -1), axis=1)
     row["rtl_bit_exact"] = f"{int(same.sum())}/{n}"
-    cyc, lat, _ = _measure(d.design.dataflow, os.path.join(work, f"{name}-{board}-rtl"), 4, 0)
+    cyc, lat, _ = _measure(d.design.dataflow, os.path.join(work, f"{name}-{board}{variant}-rtl"),
+                           4, 0)
     row["cycles_rtl"], row["latency_rtl"] = cyc, lat
     est = m.get("resources", {}).get(_family(board))
     if args.no_build:
@@ -162,13 +190,14 @@ def _row(name, board, path, opts, x, target, args, work):
 
 
 def _table(rows):
-    cols = ["model", "board", "cycles", "cycles_rtl", "latency_rtl", "rtl_bit_exact",
+    cols = ["model", "board", "realization", "cycles", "cycles_rtl", "latency_rtl", "rtl_bit_exact",
             "fmax_mhz", "timing_met", "seed", "lut", "ff", "dsp", "bram", "inf/s@fmax",
             "dsp_share", "est_err", "compile_s", "build_s"]
     out = [" | ".join(cols)]
     for r in rows:
         u = r.get("used", {})
-        vals = [r["model"], r["board"], r.get("cycles"), r.get("cycles_rtl"),
+        vals = [r["model"] + r.get("variant", ""), r["board"], r.get("realization"),
+                r.get("cycles"), r.get("cycles_rtl"),
                 r.get("latency_rtl"), r.get("rtl_bit_exact"), r.get("fmax_mhz"),
                 r.get("timing_met"), r.get("seed"), u.get("lut"), u.get("ff"), u.get("dsp"),
                 u.get("bram"),
@@ -178,8 +207,10 @@ def _table(rows):
         out.append(" | ".join("-" if v is None else str(v) for v in vals))
     out.append("")
     for r in rows:
-        out.append(f"{r['model']} on {r['board']}: limited by {r.get('limited_by')}; "
-                   f"published: {PUBLISHED.get(r['model'], '-')}"
+        published = (FASTEST_PUBLISHED.get(r["model"], PUBLISHED.get(r["model"], "-"))
+                     if r.get("variant") else PUBLISHED.get(r["model"], "-"))
+        out.append(f"{r['model']}{r.get('variant', '')} on {r['board']}: limited by "
+                   f"{r.get('limited_by')}; published: {published}"
                    + (f"; seeds (MHz): {r['seed_sweep']}" if r.get("seed_sweep") else "")
                    + (f"; critical path {r['critical_path']}" if r.get("critical_path") else "")
                    + (f"; FAILED {r['failed']}" if "failed" in r else ""))
@@ -212,14 +243,17 @@ def main(argv=None):
     for name, (path, opts, x, target) in cases.items():
         if args.only and name not in args.only.split(","):
             continue
-        boards = [args.board] + (["icebreaker"] if name in ICE40_TOO else [])
-        for board in boards:
-            tgt = target if board == args.board else None
-            print(f"[anchors] {name} on {board} ...", file=sys.stderr, flush=True)
+        runs = [(args.board, target, opts, "")]
+        if name in FASTEST and target is not None:
+            runs.append((args.board, None, {**opts, **FASTEST[name]}, " (fastest)"))
+        if name in ICE40_TOO:
+            runs.append(("icebreaker", None, opts, ""))
+        for board, tgt, run_opts, variant in runs:
+            print(f"[anchors] {name}{variant} on {board} ...", file=sys.stderr, flush=True)
             try:
-                row = _row(name, board, path, opts, x, tgt, args, work)
+                row = _row(name, board, path, run_opts, x, tgt, args, work, variant)
             except Exception as e:  # a figure script: report and go on
-                row = {"model": name, "board": board,
+                row = {"model": name, "board": board, "variant": variant,
                        "failed": f"{type(e).__name__}: {str(e)[:300]}"}
             rows.append(row)
             if args.json:

@@ -352,3 +352,55 @@ def test_fused_core_matches_golden_layer(seed, case):
     times = run_timed(ConstMatVecCore(g, shape, stage.out_type, levels, fused),
                       [list(map(int, r)) for r in x[:8]], 8)
     assert times["out"] == [t + dut.latency for t in times["in"]]
+
+
+_ADDER_STAGE = """module top(input clk, input si, output reg so);
+  reg [{w2}:0] sh; reg [{w1}:0] a, b; reg [{w}:0] y; reg [7:0] p;
+  integer i;
+  always @(posedge clk) begin
+    sh <= {{sh[{w2m}:0], si}}; a <= sh[{w1}:0]; b <= sh[{w2}:{w}];
+    y <= {{a[{w1}], a}} + {{b[{w1}], b}};
+    for (i = 0; i < 8; i = i + 1) p[i] <= ^((y >> (4 * i)) & 4'hf);
+    so <= ^p;
+  end
+endmodule
+"""
+
+
+@pytest.mark.synth
+@pytest.mark.parametrize("family, width", [("ice40", 24), ("ecp5", 32)])
+def test_adder_delays_match_nextpnr(tmp_path, family, width):
+    """The delay model that places an adder graph's registers
+    (plan.devices.ADDER_DELAYS) against nextpnr's timing of one adder between registers
+    (the slowest path here): no more than 15 % under it, and the model's cells alone (without
+    its net across the fabric, shorter in this small design) not over it."""
+    import json
+    import shutil
+    import subprocess
+
+    from onnx2fpga.boards.build import tool_environment
+    from onnx2fpga.plan.devices import ADDER_DELAYS, adder_stage_ns
+    env = tool_environment()
+    pnr = {"ice40": "NEXTPNR_ICE40", "ecp5": "NEXTPNR_ECP5"}[family]
+    if not all(shutil.which(env[t]) for t in ("YOSYS", pnr)):
+        pytest.skip("needs yosys and nextpnr")
+    w1 = width - 1
+    (tmp_path / "top.v").write_text(_ADDER_STAGE.format(w=width, w1=w1, w2=2 * width - 1,
+                                                        w2m=2 * width - 2))
+    run = subprocess.run([env["YOSYS"], "-q", "-p", f"read_verilog top.v; synth_{family} "
+                          "-top top; write_json top.json"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    device = (["--up5k", "--package", "sg48", "--pcf-allow-unconstrained"]
+              if family == "ice40" else ["--85k", "--package", "CABGA381"])
+    run = subprocess.run([env[pnr], "--quiet", *device, "--json", "top.json", "--freq", "20",
+                          "--seed", "1", "--report", "r.json"], env=env, cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    (path,) = [p for p in report["critical_paths"]
+               if p["from"].startswith("posedge") and p["to"].startswith("posedge")]
+    assert path["path"][-1]["to"]["cell"].startswith("y")       # the adder's own stage
+    measured = sum(step["delay"] for step in path["path"])
+    model = adder_stage_ns(family, 1, width)
+    assert model - ADDER_DELAYS[family]["route"] <= measured <= 1.15 * model, (model, measured)
