@@ -20,9 +20,7 @@ leaves (``build_top.sh``) runs :func:`main` on the netlist file.
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
+from .pnr import netlist_pass_main, rewrite_netlist_file
 
 __all__ = ["detach_unused_carry_outs", "detach_file", "main"]
 
@@ -52,22 +50,13 @@ def detach_unused_carry_outs(netlist: dict, top: str = "top") -> int:
 def detach_file(path, top: str = "top") -> int:
     """:func:`detach_unused_carry_outs` on a netlist file, rewritten in place (only if a
     carry out changed)."""
-    path = Path(path)
-    with open(path) as f:
-        netlist = json.load(f)
-    count = detach_unused_carry_outs(netlist, top)
-    if count:
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(netlist, f)
-        tmp.replace(path)
-    return count
+    return rewrite_netlist_file(path, detach_unused_carry_outs, top)
 
 
 def main(argv=None) -> None:
     """Run on each netlist file named (``top.json`` by default)."""
-    for arg in (sys.argv[1:] if argv is None else argv) or ["top.json"]:
-        print(f"{arg}: {detach_file(arg)} unread carry out(s) of CCU2C chains detached")
+    netlist_pass_main(argv, detach_unused_carry_outs,
+                      "unread carry out(s) of CCU2C chains detached")
 
 
 if __name__ == "__main__":      # pragma: no cover

@@ -27,10 +27,9 @@ netlist file.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections import defaultdict
-from pathlib import Path
+
+from .pnr import netlist_pass_main, rewrite_netlist_file
 
 __all__ = ["absorb_output_registers", "absorb_file", "main"]
 
@@ -171,22 +170,13 @@ def absorb_output_registers(netlist: dict, top: str = "top") -> int:
 def absorb_file(path, top: str = "top") -> int:
     """:func:`absorb_output_registers` on a netlist file, rewritten in place (only if a port
     changed)."""
-    path = Path(path)
-    with open(path) as f:
-        netlist = json.load(f)
-    count = absorb_output_registers(netlist, top)
-    if count:
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(netlist, f)
-        tmp.replace(path)
-    return count
+    return rewrite_netlist_file(path, absorb_output_registers, top)
 
 
 def main(argv=None) -> None:
     """Run on each netlist file named (``top.json`` by default)."""
-    for arg in (sys.argv[1:] if argv is None else argv) or ["top.json"]:
-        print(f"{arg}: {absorb_file(arg)} block RAM read port(s) now use their output register")
+    netlist_pass_main(argv, absorb_output_registers,
+                      "block RAM read port(s) now use their output register")
 
 
 if __name__ == "__main__":      # pragma: no cover

@@ -6,6 +6,7 @@ and the text a build prints.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from .targets import BoardTarget
@@ -27,6 +28,29 @@ def netlist_top(netlist_path: Path, name: str = "top") -> dict:
         if int(str(module.get("attributes", {}).get("top", "0")), 2):
             return module
     return modules.get(name, {})
+
+
+def rewrite_netlist_file(path, rewrite, top: str = "top") -> int:
+    """Run a netlist pass ``rewrite(netlist, top) -> count`` (:mod:`.outreg`, :mod:`.carry`)
+    on yosys' JSON netlist file ``path``, rewritten in place only if the pass changed
+    something (``count`` > 0); returns ``count``."""
+    path = Path(path)
+    with open(path) as f:
+        netlist = json.load(f)
+    count = rewrite(netlist, top)
+    if count:
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(netlist, f)
+        tmp.replace(path)
+    return count
+
+
+def netlist_pass_main(argv, rewrite, what: str) -> None:
+    """The command line of a netlist pass (the build script's step): each netlist file named
+    (``top.json`` by default), rewritten in place, and how many ``what`` changed."""
+    for arg in (sys.argv[1:] if argv is None else argv) or ["top.json"]:
+        print(f"{arg}: {rewrite_netlist_file(arg, rewrite)} {what}")
 
 
 def cell_counts(top: dict) -> dict[str, int]:
