@@ -9,7 +9,7 @@ from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..plan.cmvm import READERS_PER_COPY, AdderGraph, cmvm_latency, finish_stages
+from ..plan.cmvm import AdderGraph, cmvm_latency, finish_stages
 from ..plan.cmvm_requant import FusedRequant
 from .blocks import (
     int_shape,
@@ -130,7 +130,6 @@ class ConstMatVecCore(wiring.Component):
         regs = {}                   # (v, k, c) -> copy c of its register at the end of stage k
         loads = []                  # (register, value, bits, copy): one per register, in
         #                             order; copy: (register, c) for copy c of a register
-        reads = {}                  # (v, k) -> adders that read v's register of stage k
 
         def reg(v, k, c=0):
             """``v``'s register at the end of stage ``k`` (copy ``c`` of it, loading the
@@ -144,15 +143,15 @@ class ConstMatVecCore(wiring.Component):
                 loads.append((r, src, shapes[v].width, (first, c) if c else None))
             return regs[(v, k, c)]
 
-        def value(v, k):
-            """Variable ``v`` as the next adder of stage ``k`` reads it: its register of
-            the stage before, or the copy of it that this adder's turn falls on."""
+        def value(i, j, v, k):
+            """Operand ``j`` (``v``) of adder ``i``, of stage ``k``: a constant, a result of
+            the same stage, or the copy of ``v``'s register of the stage before that the
+            schedule gives this read."""
             if v in g.consts:
                 return C(g.consts[v], shapes[v])
             if v >= g.n_in and sch.stage[v] == k:
                 return comb[v]
-            n = reads[(v, k - 1)] = reads.get((v, k - 1), 0) + 1
-            return reg(v, k - 1, (n - 1) // READERS_PER_COPY)
+            return reg(v, k - 1, sch.reads[(i, j)])
 
         # Adder results another adder of the same stage reads (levels_per_stage > 1) are
         # kept: otherwise yosys' alumacc merges the chain into one multi-operand sum whose
@@ -164,14 +163,14 @@ class ConstMatVecCore(wiring.Component):
                    and sch.stage[u] == sch.stage[v]}
         for i in range(g.n_in):
             comb[i] = i_stream.payload[i]
-        for op, v in zip(g.adders, g.results, strict=True):
+        for i, (op, v) in enumerate(zip(g.adders, g.results, strict=True)):
             k = sch.stage[v]
-            a = value(op.a, k) << op.shift_a
+            a = value(i, 0, op.a, k) << op.shift_a
             term_a = -a if op.sign_a < 0 else a
             if op.b < 0:
                 expr = term_a
             else:
-                b = value(op.b, k) << op.shift_b
+                b = value(i, 1, op.b, k) << op.shift_b
                 expr = term_a - b if op.sign_b < 0 else term_a + b
             s = Signal(shapes[v], name=f"v{v}", attrs={"keep": 1} if v in chained else {})
             m.d.comb += s.eq(expr)

@@ -143,8 +143,9 @@ class Schedule:
     stage of the output registers. ``copies[(v, k)]``: the copies of ``v``'s register at the
     end of stage ``k`` where more than :data:`READERS_PER_COPY` adders read it (one each
     for ``READERS_PER_COPY`` of them in turn, so that no net fans out across the die);
-    ``flip_flops`` counts every register bit (input, adder, delay and output registers and
-    the copies), ``luts`` the adders' LUTs."""
+    ``reads[(i, j)]``: the copy that operand ``j`` (0: ``a``, 1: ``b``) of adder ``i``
+    reads, for each operand read from a register; ``flip_flops`` counts every register bit
+    (input, adder, delay and output registers and the copies), ``luts`` the adders' LUTs."""
     levels_per_stage: int
     stage: list[int]
     last_use: list[int]
@@ -152,6 +153,7 @@ class Schedule:
     luts: int
     flip_flops: int
     copies: dict = field(default_factory=dict)
+    reads: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -297,17 +299,19 @@ class AdderGraph:
         for v, _, _ in self.outputs:
             if v >= 0 and v not in self.consts:
                 last_use[v] = max(depth, stage[v])
-        readers: dict = {}
-        for op, r in zip(self.adders, self.results, strict=True):
-            for v in (op.a, op.b):
+        readers: dict = {}                   # (v, k) -> adders that read its register
+        reads = {}
+        for i, (op, r) in enumerate(zip(self.adders, self.results, strict=True)):
+            for j, v in enumerate((op.a, op.b)):
                 if v >= 0 and v not in self.consts and (v < self.n_in or stage[v] < stage[r]):
-                    readers[(v, stage[r] - 1)] = readers.get((v, stage[r] - 1), 0) + 1
+                    n = readers[(v, stage[r] - 1)] = readers.get((v, stage[r] - 1), 0) + 1
+                    reads[(i, j)] = (n - 1) // READERS_PER_COPY
         copies = {key: -(-n // READERS_PER_COPY) for key, n in readers.items()
                   if n > READERS_PER_COPY}
         ffs = sum(self.width(v) * (last_use[v] - stage[v] + 1)
                   for v in range(len(self.lo)) if last_use[v] >= stage[v])
         ffs += sum(self.width(v) * (n - 1) for (v, _), n in copies.items())
-        return Schedule(L, stage, last_use, depth, self.luts, ffs, copies)
+        return Schedule(L, stage, last_use, depth, self.luts, ffs, copies, reads)
 
 
 def _pair_key(t1, t2):

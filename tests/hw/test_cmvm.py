@@ -196,7 +196,6 @@ def test_chained_adders_stay_carry_chains(tmp_path, monkeypatch):
     a bit besides the carry chain (here about 6x the LUT4s) unless its links are kept. The
     copies of registers with many readers survive too (yosys merges registers that load the
     same value on the same enable)."""
-    from onnx2fpga.hw import cmvm as hw_cmvm
     from onnx2fpga.plan import cmvm as plan_cmvm
     w = _matrix(np.random.default_rng(5), 12, 16, 6, 0.2)
     g = adder_graph(w, 0, 63)
@@ -209,8 +208,7 @@ def test_chained_adders_stay_carry_chains(tmp_path, monkeypatch):
     # Without copies: fewer flip-flops by about the copies' bits.
     copies = sum(g.width(v) * (n - 1) for (v, _), n in g.schedule(3).copies.items())
     assert copies
-    for module in (hw_cmvm, plan_cmvm):
-        monkeypatch.setattr(module, "READERS_PER_COPY", 10**6)
+    monkeypatch.setattr(plan_cmvm, "READERS_PER_COPY", 10**6)
     single = adder_graph(w, 0, 63)
     assert not single.schedule(3).copies
     ff = _ecp5_cells(ConstMatVecCore(single, unsigned(6), signed(20), 3), tmp_path,
