@@ -36,12 +36,12 @@ from ..designdir import atomic_write
 from ..errors import Onnx2FpgaError
 from ..log import get_logger, say
 from ..plan.devices import is_shift_register_buffer
-from .carry import detach_file
+from .carry import detach_unused_carry_outs
 from .clocking import ClockedTop, UsbClockedTop, plan_pll
 from .fit import check_fit
 from .framed import FramedBridge
 from .link import LINKS, USB_PID, USB_VID
-from .outreg import absorb_file
+from .outreg import absorb_output_registers
 from .pnr import (
     cell_counts,
     clock_report,
@@ -51,6 +51,7 @@ from .pnr import (
     format_report,
     ice40_dsp_timing_gaps,
     netlist_top,
+    rewrite_netlist_file,
     usb_clocks,
 )
 from .protocol import design_id_from_sha256
@@ -210,10 +211,15 @@ def _ecp5_netlist_passes(build_dir: Path, progress, board) -> tuple[int, int]:
     """ECP5: the flip-flops right behind block RAM reads become the blocks' output registers
     (:mod:`.outreg`), and unread carry outs are detached (:mod:`.carry`), in the synthesized
     netlist; the build script on disk runs the same steps. Returns both counts."""
-    netlist = build_dir / f"{_NAME}.json"
-    count = absorb_file(netlist, _NAME)
+    counts = []
+
+    def passes(netlist, top):          # one load and one write of the netlist for both
+        counts[:] = [absorb_output_registers(netlist, top), detach_unused_carry_outs(netlist, top)]
+        return sum(counts)
+
+    rewrite_netlist_file(build_dir / f"{_NAME}.json", passes, _NAME)
+    count, carries = counts
     _progress(progress, f"{board}: {count} block RAM read port(s) use their output register")
-    carries = detach_file(netlist, _NAME)
     _progress(progress, f"{board}: {carries} unread carry out(s) detached")
     script = build_dir / f"build_{_NAME}.sh"
     if script.is_file():

@@ -20,9 +20,9 @@ leaves (``build_top.sh``) runs :func:`main` on the netlist file.
 
 from __future__ import annotations
 
-from .pnr import netlist_pass_main, rewrite_netlist_file
+from .pnr import netlist_pass_main
 
-__all__ = ["detach_unused_carry_outs", "detach_file", "main"]
+__all__ = ["detach_unused_carry_outs", "main"]
 
 _CARRY = "CCU2C"
 
@@ -45,12 +45,6 @@ def detach_unused_carry_outs(netlist: dict, top: str = "top") -> int:
             cells[name]["connections"]["COUT"] = ["x"]
             detached += 1
     return detached
-
-
-def detach_file(path, top: str = "top") -> int:
-    """:func:`detach_unused_carry_outs` on a netlist file, rewritten in place (only if a
-    carry out changed)."""
-    return rewrite_netlist_file(path, detach_unused_carry_outs, top)
 
 
 def main(argv=None) -> None:

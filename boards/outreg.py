@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .pnr import netlist_pass_main, rewrite_netlist_file
+from .pnr import netlist_pass_main
 
-__all__ = ["absorb_output_registers", "absorb_file", "main"]
+__all__ = ["absorb_output_registers", "main"]
 
 _RAM = "DP16KD"
 _FF = "TRELLIS_FF"
@@ -165,12 +165,6 @@ def absorb_output_registers(netlist: dict, top: str = "top") -> int:
                 del cells[ff_name]
             absorbed += 1
     return absorbed
-
-
-def absorb_file(path, top: str = "top") -> int:
-    """:func:`absorb_output_registers` on a netlist file, rewritten in place (only if a port
-    changed)."""
-    return rewrite_netlist_file(path, absorb_output_registers, top)
 
 
 def main(argv=None) -> None:
