@@ -85,7 +85,7 @@ def run(name, path, opts, levels, work):
                f"{g.depth:5}")
         for lv in levels:
             for fam in ("ecp5", "ice40"):
-                r = cmvm_resources(g, lv, st.in_type.bits, st.out_type.bits, fam, fused)
+                r = cmvm_resources(g, lv, st.out_type.bits, fam, fused)
                 key = (lv, fam)
                 total[key] = [a + b for a, b in zip(total.get(key, (0, 0)),
                                                     (r["lut"], r["ff"]), strict=True)]

@@ -511,8 +511,8 @@ CMVM_COST = {"ecp5": {"per_bit": None, "per_chain": 2},
              "ice40": {"per_bit": 1.37, "per_chain": 0}}
 
 
-def cmvm_resources(graph: AdderGraph, levels_per_stage: int, in_bits: int, out_bits: int,
-                   family: str, fused=None) -> dict:
+def cmvm_resources(graph: AdderGraph, levels_per_stage: int, out_bits: int, family: str,
+                   fused=None) -> dict:
     """Estimated LUTs and flip-flops of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore` on
     ``family`` from its graph (:data:`CMVM_COST`): the adders, the finishing stages of a
     folded requantization (a rounding adder, a clip and a skid multiplexer per output),
