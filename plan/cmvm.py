@@ -491,6 +491,7 @@ class CmvmTiming(CoreKind):
     """A :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore`: one vector per cycle,
     :func:`cmvm_latency` cycles through."""
     kinds = ("cmvm",)
+    skid_out = True
 
     def timing(self, stage: Stage, first: int, last: int) -> tuple[int, int]:
         p = stage.params

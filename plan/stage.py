@@ -134,10 +134,17 @@ class CoreKind:
         wires, FIFOs, width converters and reorder buffers, whose output follows their input).
     plumbing : bool
         A lane converter, cast or FIFO: not a layer's own work when its cycles are reported.
+    skid_out : bool
+        The core's output leaves through a skid register (``ready`` and ``valid`` from
+        registers, a transfer its consumer does not take held beside the last one): the
+        shallowest queue behind it would add a cycle and two registers of its width but cut
+        no path, and :func:`~onnx2fpga.plan.fifos.fifo_depths` leaves it out where the model
+        finds the shallowest queue enough.
     """
     kinds: tuple = ()
     paced = True
     plumbing = False
+    skid_out = False
 
     def cycles(self, stage: Stage) -> int:
         """Steady-state cycles per inference (at least the input and output transfers)."""
