@@ -29,11 +29,15 @@ def _compile_adders(path, out, **kw):
 def test_ort_mlp_one_vector_per_cycle(tmp_path):
     """onnxruntime's QDQ MLP (float32 requantization): both layers are adder graphs with
     their requantization folded in (no requant core, no matrix unit), one inference per
-    cycle, bit-exact under stalls."""
+    cycle, bit-exact under stalls; the second reads the first's skid register with no queue
+    between them, and the RTL's latency is the manifest's."""
     path, cal = ort_qdq_mlp(tmp_path, sizes=(16, 12, 6), seed=3)
     d = _compile_adders(path, tmp_path)
-    kinds = [s.kind for s in plan_graph(d.design.dataflow).stages]
+    stages = plan_graph(d.design.dataflow).stages
+    kinds = [s.kind for s in stages]
     assert kinds.count("cmvm") == 2 and "matvec" not in kinds and "requant" not in kinds
+    first, second = (s for s in stages if s.kind == "cmvm")
+    assert second.inputs == first.outputs
     m = d.manifest
     assert m["cycles_per_inference"] == 1
     assert all(ly["multipliers"] == "adders" for ly in m["layers"] if "multipliers" in ly)
@@ -43,6 +47,8 @@ def test_ort_mlp_one_vector_per_cycle(tmp_path):
     golden = d.simulate(x, engine="golden")
     np.testing.assert_array_equal(
         d.simulate(x, engine="rtl", seed=5, stall_in=0.4, stall_out=0.4), golden)
+    np.testing.assert_array_equal(d.simulate(x, engine="rtl"), golden)
+    assert d.last_run["latency_cycles"] == m["latency_cycles"]
     plain = onnx2fpga.load(tmp_path / "plain")
     np.testing.assert_array_equal(plain.simulate(x, engine="golden"), golden)
 
