@@ -505,37 +505,53 @@ class CmvmTiming(CoreKind):
 #: CCU2C (two TRELLIS_COMB, ``per_chain``) before each chain to set its carry in (its pass-out
 #: CCU2C after the chain is gone: :mod:`onnx2fpga.boards.carry`); a flip-flop with no LUT of
 #: its own takes no TRELLIS_COMB (the jet tagger's layers 1-3 at two levels per stage: 21,903
-#: LUT4s from yosys, 1,873 chains, 25,849 TRELLIS_COMB with 4,243 such flip-flops). An iCE40
-#: adder takes an SB_LUT4 per bit beside its SB_CARRY and yosys adds about a third more
-#: (2,962 SB_LUT4 for 2,164 adder bits).
-CMVM_COST = {"ecp5": {"per_bit": None, "per_chain": 2},
-             "ice40": {"per_bit": 1.37, "per_chain": 0}}
+#: LUT4s from yosys, 1,873 chains, 25,849 TRELLIS_COMB with 4,243 such flip-flops). yosys maps
+#: adders of up to ``narrow`` result bits to LUTs instead (its CCU2C map refuses them), ``luts``
+#: by width: on the UNSW-NB15 MLP's first layer (2-bit inputs; 398 such adders of 3 bits, 390
+#: of 4) the chain figure was 28 % over nextpnr's count. An iCE40 adder takes an SB_LUT4 per
+#: bit beside its SB_CARRY and yosys adds about a third more (2,962 SB_LUT4 for 2,164 adder
+#: bits); a comparison with a constant is a tree of LUTs, about one per three bits.
+CMVM_COST = {"ecp5": {"per_bit": None, "per_chain": 2, "narrow": 4,
+                      "luts": {1: 1, 2: 2, 3: 3, 4: 6}},
+             "ice40": {"per_bit": 1.37, "per_chain": 0, "narrow": 0, "luts": {}}}
+
+
+def adder_luts(width: int, family: str) -> int:
+    """LUTs of one adder of ``width`` result bits on ``family`` (:data:`CMVM_COST`)."""
+    cost = CMVM_COST[family]
+    if width <= cost["narrow"]:
+        return cost["luts"][max(1, width)]
+    if cost["per_bit"] is None:          # CCU2C: two LUTs per two bits, one more bit
+        return 2 * (-(-(width + 1) // 2)) + cost["per_chain"]
+    return cost["per_bit"] * width + cost["per_chain"]
 
 
 def cmvm_resources(graph: AdderGraph, levels_per_stage: int, out_bits: int, family: str,
                    fused=None) -> dict:
     """Estimated LUTs and flip-flops of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore` on
     ``family`` from its graph (:data:`CMVM_COST`): the adders, the finishing stages of a
-    folded requantization (a rounding adder, a clip and a skid multiplexer per output),
-    the registers of :meth:`AdderGraph.schedule`, the valid bits and the skid register."""
+    folded requantization (per output a rounding adder and a clip, or a comparison with
+    each threshold and their count), the skid multiplexer, the registers of
+    :meth:`AdderGraph.schedule`, the valid bits and the skid register. Outputs that are
+    constants (no weights, or none left) take nothing: yosys removes their registers."""
     sch = graph.schedule(levels_per_stage)
-    cost = CMVM_COST[family]
-    widths = [adder_cost(op, graph.width(v)) for op, v in
-              zip(graph.adders, graph.results, strict=True)]
-    out_widths = [graph.width(v) if v >= 0 else 1 for v, _, _ in graph.outputs]
-    if fused is not None:                # the rounding adder of each output
-        widths += out_widths
-    if cost["per_bit"] is None:          # CCU2C: two LUTs per two bits, one more bit
-        adders = sum(2 * (-(-(w + 1) // 2)) for w in widths)
-    else:
-        adders = int(round(cost["per_bit"] * sum(widths)))
-    adders += cost["per_chain"] * len(widths)
-    n_out = graph.n_out
-    logic = n_out * out_bits                                   # the skid multiplexer
+    luts = sum(adder_luts(adder_cost(op, graph.width(v)), family) for op, v in
+               zip(graph.adders, graph.results, strict=True))
+    live = [c for c, (v, _, _) in enumerate(graph.outputs)
+            if v >= 0 and v not in graph.consts]
+    ff = sch.flip_flops + len(live) * out_bits + sch.depth + 3
+    luts += len(live) * out_bits                                # the skid multiplexer
     if fused is not None:
-        logic += n_out * out_bits                              # the clip
-    ff = sch.flip_flops + n_out * out_bits + sch.depth + 3
-    if fused is not None:
-        ff += sum(out_widths) + n_out * out_bits + 2
-    lut = adders + logic
-    return {"lut": lut, "ff": ff}
+        ff += 2
+        for c in live:
+            w = graph.width(graph.outputs[c][0])
+            if fused.rounding[c] == "thresholds":
+                n = len(fused.thresholds[c])
+                luts += n * (-(-w // 3)) + out_bits
+                ff += n + out_bits
+                continue
+            if fused.rounding[c] != "none" or fused.round_const[c]:
+                luts += adder_luts(w, family)
+            luts += out_bits                                    # the clip
+            ff += w + out_bits
+    return {"lut": int(round(luts)), "ff": ff}

@@ -402,3 +402,50 @@ def test_adder_delays_match_nextpnr(tmp_path, family, width):
     measured = sum(step["delay"] for step in path["path"])
     model = adder_stage_ns(family, 1, width)
     assert model - ADDER_DELAYS[family]["route"] <= measured <= 1.15 * model, (model, measured)
+
+
+@pytest.mark.synth
+def test_narrow_adders_estimate_matches_nextpnr(tmp_path):
+    """An adder graph over 2-bit inputs with 2-bit weights (as the UNSW-NB15 MLP's first
+    layer): most adders are 3 or 4 bits, which yosys maps to LUTs rather than carry chains;
+    the estimate (plan.cmvm.cmvm_resources) within 20 % of nextpnr's packed TRELLIS_COMB,
+    after the carry pass of a board build (boards.carry). Some outputs have no weights left:
+    constants, which take nothing."""
+    import json
+    import re
+    import shutil
+    import subprocess
+
+    from amaranth.back import rtlil
+
+    from onnx2fpga.boards.build import tool_environment
+    from onnx2fpga.boards.carry import detach_unused_carry_outs
+    from onnx2fpga.plan.cmvm import cmvm_resources
+    env = tool_environment()
+    if not all(shutil.which(env[t]) for t in ("YOSYS", "NEXTPNR_ECP5")):
+        pytest.skip("needs yosys and nextpnr-ecp5")
+    w = _matrix(np.random.default_rng(7), 40, 120, 2, 0.6)
+    w[:6] = 0
+    g = adder_graph(w, 0, 3)
+    narrow = sum(1 for op, v in zip(g.adders, g.results) if adder_cost(op, g.width(v)) <= 4)
+    assert narrow > len(g.adders) / 2
+    out = signed(12)
+    (tmp_path / "top.il").write_text(rtlil.convert(ConstMatVecCore(g, unsigned(2), out, 1),
+                                                   name="top"))
+    run = subprocess.run([env["YOSYS"], "-q", "-p", "read_rtlil top.il; synth_ecp5 -top top; "
+                          "write_json top.json"], env=env, cwd=tmp_path, capture_output=True,
+                         text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    netlist = json.loads((tmp_path / "top.json").read_text())
+    detach_unused_carry_outs(netlist)
+    (tmp_path / "top.json").write_text(json.dumps(netlist))
+    run = subprocess.run([env["NEXTPNR_ECP5"], "--85k", "--package", "CABGA381", "--json",
+                          "top.json", "--pack-only", "--log", "pack.log"], env=env,
+                         cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    log = (tmp_path / "pack.log").read_text()
+    comb, ff = (int(re.search(rf"{cell}:\s+(\d+)/", log).group(1))
+                for cell in ("TRELLIS_COMB", "TRELLIS_FF"))
+    est = cmvm_resources(g, 1, out.width, "ecp5")
+    assert abs(est["lut"] - comb) <= 0.2 * comb, (est, comb)
+    assert abs(est["ff"] - ff) <= 0.2 * ff, (est, ff)
