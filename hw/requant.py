@@ -554,30 +554,45 @@ class RequantCore(wiring.Component):
                             creg = Signal(name=f"p{k}_carry{j}", reset_less=True)
                             m.d.sync += [mreg.eq(mask), creg.eq(mask_carry(v[j], mask)),
                                          src.eq(round_to_mask(p1, mreg, creg))]
-                with m.If(advance):
-                    m.d.sync += v[j].eq(value)
-                    # d: round and add the zero point.
-                    if plan.shift == 0:
-                        m.d.sync += r[j].eq(src + plan.const)
-                    elif plan.rounding in ("floor", "ceil") or \
-                            (plan.rounding == "to_zero" and not plan.v_signed):
-                        m.d.sync += r[j].eq((src + C(plan.const)) >> plan.shift)
-                    elif plan.rounding == "to_zero":
-                        bias = Mux(src[-1], C((1 << plan.shift) - 1), C(0))
-                        m.d.sync += r[j].eq((src + C(plan.const) + bias) >> plan.shift)
+                # d: round and add the zero point, r = (src + const + carry) >> shift; and
+                # whether r is above hi or below lo, from src in parallel (e: clip): with
+                # the comparisons of r in front of y, a spread placement of MobileNetV1 put
+                # r, the comparator's carry chain and y's clip across the die (12.0 ns).
+                s, const = plan.shift, plan.const
+                hi_at, lo_at = ((plan.hi + 1) << s) - const, (plan.lo << s) - const
+                if s == 0 or plan.rounding in ("floor", "ceil") or \
+                        (plan.rounding == "to_zero" and not plan.v_signed):
+                    r_next = (src + C(const)) >> s if s else src + const
+                    above, below = src >= hi_at, src < lo_at
+                elif plan.rounding == "to_zero":
+                    bias = Mux(src[-1], C((1 << s) - 1), C(0))
+                    r_next = (src + C(const) + bias) >> s
+                    neg = (1 << s) - 1
+                    above = Mux(src[-1], src >= hi_at - neg, src >= hi_at)
+                    below = Mux(src[-1], src < lo_at - neg, src < lo_at)
+                else:
+                    if plan.rounding == "half_even":
+                        cin = src[s] if s < len(src) else \
+                            (src[-1] if plan.v_signed else C(0, 1))
                     else:
-                        if plan.rounding == "half_even":
-                            cin = src[plan.shift] if plan.shift < len(src) else \
-                                (src[-1] if plan.v_signed else C(0, 1))
-                        else:
-                            cin = ~src[-1] if plan.v_signed else C(1, 1)
-                        m.d.sync += r[j].eq((src + C(plan.const) + cin) >> plan.shift)
-                    # e: clip.
+                        cin = ~src[-1] if plan.v_signed else C(1, 1)
+                    r_next = (src + C(const) + cin) >> s
+                    above = (src >= hi_at) | (cin & (src == hi_at - 1))
+                    below = Mux(cin, src < lo_at - 1, src < lo_at)
+                flags = {}
+                for clip, name, test in ((plan.clip_hi, "above", above),
+                                         (plan.clip_lo, "below", below)):
+                    if clip:
+                        flags[name] = Signal(name=f"{name}{k}_{j}", reset_less=True)
+                        with m.If(advance):
+                            m.d.sync += flags[name].eq(test)
+                with m.If(advance):
+                    m.d.sync += [v[j].eq(value), r[j].eq(r_next)]
                     clipped = r[j]
                     if plan.clip_hi:
-                        clipped = Mux(clipped > plan.hi, plan.hi, clipped)
+                        clipped = Mux(flags["above"], plan.hi, clipped)
                     if plan.clip_lo:
-                        clipped = Mux(r[j] < plan.lo, plan.lo, clipped)
+                        clipped = Mux(flags["below"], plan.lo, clipped)
                     m.d.sync += y[j].eq(clipped)
                 y_next.append(clipped)
             x, x_next, valid = y, y_next, valids[-1]

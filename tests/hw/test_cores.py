@@ -475,6 +475,24 @@ def test_requant_rounding_ties_exhaustive(rounding):
     np.testing.assert_array_equal(np.array(got).reshape(-1), expected)
 
 
+@pytest.mark.parametrize("rounding", ["half_even", "half_away", "floor", "ceil", "to_zero"])
+@pytest.mark.parametrize("multiplier, shift, zero_point", [(1, 2, 3), (3, 3, -2), (5, 0, 1)])
+def test_requant_clip_boundaries_exhaustive(rounding, multiplier, shift, zero_point):
+    """Every int9 through one stage whose output clips on both sides: the core decides the
+    clip from the value before rounding (whether the rounded value will be above ``hi`` or
+    below ``lo``), which must agree with the golden model at every tie next to the bounds,
+    on both sides of zero."""
+    t = IntType(9, True)
+    stage = RequantStage([multiplier], [-1], shift, zero_point, -20, 17, IntType(6, True),
+                         rounding=rounding)
+    dut = RequantCore([stage], 1, 2, t)
+    x = np.arange(t.lo, t.hi + 1)
+    expected = golden.requant_stages(x.reshape(-1, 1), [stage]).reshape(-1)
+    assert expected.min() == -20 and expected.max() == 17
+    got = run_stream(dut, to_transfers(x, 2), len(x) // 2, 7)
+    np.testing.assert_array_equal(np.array(got).reshape(-1), expected)
+
+
 def test_requant_timing():
     in_shape, channels, lanes, specs = REQUANT_CASES[2]
     stages = build_stages(2, in_shape, channels, specs)
