@@ -16,7 +16,7 @@ from __future__ import annotations
 from math import gcd
 
 import numpy as np
-from amaranth import C, Cat, Module, Mux, Shape, Signal, unsigned
+from amaranth import C, Cat, Module, Mux, Shape, Signal
 from amaranth.hdl import Array
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -118,9 +118,7 @@ class ThresholdCore(wiring.Component):
       differ between channels (a register stage holds each level's table output, so that
       no path runs from one level's block RAM through a comparator into the next one's
       address); cost ``k`` comparators per lane and, per level ``L``, a ROM of ``2**L``
-      thresholds per channel (or a ``2**L``-way constant multiplexer), as ``2**(L-1)``
-      pairs read with the bits decided before the last one, which then picks one of the
-      pair: no path runs from a comparator into the next level's ROM address either.
+      thresholds per channel (or a ``2**L``-way constant multiplexer).
 
     Parameters
     ----------
@@ -290,7 +288,7 @@ class ThresholdCore(wiring.Component):
         lanes = self._lanes
         t_shape = t_cur.shape()
         prefix = [None] * lanes          # the bits decided so far, per lane (register)
-        prefix_prev = [None] * lanes     # the previous stage's prefix register
+        prefix_next = [None] * lanes     # what that register loads on the next advance
         ahead = [None] * lanes           # this level's two candidate thresholds (registers)
         for level in range(plan.levels):
             last = level == plan.levels - 1
@@ -299,17 +297,15 @@ class ThresholdCore(wiring.Component):
                 table = plan.level_table(j, level)
                 if ahead[j] is not None:     # chosen by the bit decided last
                     thr.append(Mux(prefix[j][0], ahead[j][1], ahead[j][0]))
-                elif any(row != table[0] for row in table) and level == 0:
-                    # Address: the channel's transfer slot.
-                    rom = Memory(shape=plan.thr_shape, depth=len(table),
-                                 init=[row[0] for row in table])
+                elif any(row != table[0] for row in table):
+                    # Address: the channel's transfer slot and the bits decided so far.
+                    init = [v for row in table for v in row]
+                    rom = Memory(shape=plan.thr_shape, depth=len(init), init=init)
                     m.submodules[f"thresholds_{k}_{level}_{j}"] = rom
                     rd = rom.read_port()
-                    m.d.comb += [rd.addr.eq(t_next), rd.en.eq(advance)]
+                    addr = t_next if level == 0 else Cat(prefix_next[j], t_next)
+                    m.d.comb += [rd.addr.eq(addr), rd.en.eq(advance)]
                     thr.append(rd.data)
-                elif any(row != table[0] for row in table):
-                    thr.append(self._pair_rom(m, k, plan, j, level, table, prefix_prev[j],
-                                              t_next, advance))
                 elif level == 0:
                     thr.append(C(table[0][0], plan.thr_shape))
                 else:
@@ -324,9 +320,6 @@ class ThresholdCore(wiring.Component):
                     with m.If(advance):
                         m.d.sync += [p_r[j].eq(prefix[j]) for j in range(lanes)]
                     prefix = p_r
-            # A pair from a ROM of pairs (_pair_rom): the bit decided last picks one.
-            thr = [Mux(prefix[j][0], t[1], t[0]) if isinstance(t, list) else t
-                   for j, t in enumerate(thr)]
             bit = [x[j] >= thr[j] for j in range(lanes)]
             decided = [bit[j] if level == 0 else Cat(bit[j], prefix[j]) for j in range(lanes)]
             valid_n = Signal(name=f"valid{k}_{level}")
@@ -347,8 +340,7 @@ class ThresholdCore(wiring.Component):
                 m.d.sync += [p_n[j].eq(decided[j]) for j in range(lanes)]
             ahead = [self._ahead(m, k, plan, j, level + 1, prefix[j], advance)
                      for j in range(lanes)]
-            prefix_prev = prefix
-            x, valid, prefix = x_n, valid_n, p_n
+            x, valid, prefix, prefix_next = x_n, valid_n, p_n, decided
             t_next, t_cur = t_cur, t_n
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -374,27 +366,6 @@ class ThresholdCore(wiring.Component):
                 m.d.sync += r.eq(consts[prefix])
             regs.append(r)
         return regs
-
-    def _pair_rom(self, m, k, plan, j, level, table, prefix_prev, t_next, advance) -> list:
-        """The two thresholds level ``level`` (at least 1) of lane ``j`` may compare, from a
-        ROM of pairs: the word of the channel's transfer slot and the bits decided before the
-        last one holds both thresholds the last bit may pick (``table[2 p + bit]``), and the
-        last bit picks one in front of the comparator. Addressed by all the bits decided so
-        far, the ROM's address would follow the comparator of the level before in the same
-        cycle (MobileNetV1's thresholds at 100 MHz on the ECP5: the table register, its
-        comparator's carry chain, the ROM's address decoder and its data register, 11.0 ns
-        with 6.8 of routing). Returns the pair as values of ``plan.thr_shape``."""
-        shape = Shape.cast(plan.thr_shape)
-        w, mask = shape.width, (1 << shape.width) - 1
-        init = [(row[2 * p] & mask) | ((row[2 * p + 1] & mask) << w)
-                for row in table for p in range(len(row) // 2)]
-        rom = Memory(shape=unsigned(2 * w), depth=len(init), init=init)
-        m.submodules[f"thresholds_{k}_{level}_{j}"] = rom
-        rd = rom.read_port()
-        m.d.comb += [rd.addr.eq(t_next if level == 1 else Cat(prefix_prev, t_next)),
-                     rd.en.eq(advance)]
-        halves = [rd.data[:w], rd.data[w:]]
-        return [h.as_signed() if shape.signed else h for h in halves]
 
 
 def _table_register(m, advance, tag, thr_shape, x, valid, t_cur, thr):
