@@ -193,26 +193,30 @@ def fifo_depths(dataflow: Dataflow, plan: Plan, *, cycles: int | None = None,
     def twice(t):
         return spaced(np.concatenate([t, t + cycles]))
 
-    producers = {o: s for s in plan.stages for o in s.outputs}
-
-    def depth(net, droppable=False):
+    def depth(net):
         queue = queues[net]
         early, late = _taken(net, traces, readers, memo)
         lat = fifo_latency(queue.params["depth"], queue.params.get("out_register", False))
         written = latest_writes(traces[queue.inputs[0]], late, lat)
         taken = spaced(np.maximum(early, written + lat))
         held = fifo_occupancy(twice(written), twice(taken))
-        if held <= MIN_DEPTH and droppable and core_kind(producers[queue.inputs[0]]).skid_out:
-            return 0
         if held <= SMALL_DEPTH:
             return max(held, MIN_DEPTH)
         return min(held + margin, cap)
+
+    producers = {o: s for s in plan.stages for o in s.outputs}
+
+    def own_depth(net):
+        """A layer's own queue: none behind a skid register where the shallowest would do."""
+        d = depth(net)
+        skid = core_kind(producers[queues[net].inputs[0]]).skid_out
+        return 0 if d == MIN_DEPTH and skid else d
 
     after = []
     for k, layer in enumerate(dataflow.layers):
         net = plan.tensor_nets.get(layer.output)
         own = dataflow.fifo_depths[k] and not kind_of(layer).is_view and net in queues
-        after.append(depth(net, droppable=True) if own else dataflow.fifo_depths[k])
+        after.append(own_depth(net) if own else dataflow.fifo_depths[k])
     labels = {dataflow.input.name: "in"}
     labels.update({ly.output: str(k) for k, ly in enumerate(dataflow.layers)})
     edges = {}

@@ -411,7 +411,6 @@ def test_narrow_adders_estimate_matches_nextpnr(tmp_path):
     the estimate (plan.cmvm.cmvm_resources) within 20 % of nextpnr's packed TRELLIS_COMB,
     after the carry pass of a board build (boards.carry). Some outputs have no weights left:
     constants, which take nothing."""
-    import json
     import re
     import shutil
     import subprocess
@@ -420,6 +419,7 @@ def test_narrow_adders_estimate_matches_nextpnr(tmp_path):
 
     from onnx2fpga.boards.build import tool_environment
     from onnx2fpga.boards.carry import detach_unused_carry_outs
+    from onnx2fpga.boards.pnr import rewrite_netlist_file
     from onnx2fpga.plan.cmvm import cmvm_resources
     env = tool_environment()
     if not all(shutil.which(env[t]) for t in ("YOSYS", "NEXTPNR_ECP5")):
@@ -436,9 +436,7 @@ def test_narrow_adders_estimate_matches_nextpnr(tmp_path):
                           "write_json top.json"], env=env, cwd=tmp_path, capture_output=True,
                          text=True)
     assert run.returncode == 0, run.stderr[-2000:]
-    netlist = json.loads((tmp_path / "top.json").read_text())
-    detach_unused_carry_outs(netlist)
-    (tmp_path / "top.json").write_text(json.dumps(netlist))
+    rewrite_netlist_file(tmp_path / "top.json", detach_unused_carry_outs)
     run = subprocess.run([env["NEXTPNR_ECP5"], "--85k", "--package", "CABGA381", "--json",
                           "top.json", "--pack-only", "--log", "pack.log"], env=env,
                          cwd=tmp_path, capture_output=True, text=True)
