@@ -114,11 +114,12 @@ class ThresholdCore(wiring.Component):
     - ``"binary"``: a pipelined binary search over the thresholds (padded to
       ``2**k - 1`` with ``k = max(1, n.bit_length())``): level ``L`` compares with the
       threshold picked by the ``L`` result bits before it, one level per cycle, the last
-      one writing ``base + step * count``. Latency ``k`` cycles, ``2k`` when the thresholds
-      differ between channels (a register stage holds each level's table output, so that
-      no path runs from one level's block RAM through a comparator into the next one's
-      address); cost ``k`` comparators per lane and, per level ``L``, a ROM of ``2**L``
-      thresholds per channel (or a ``2**L``-way constant multiplexer).
+      one writing ``base + step * count``. Latency ``k`` cycles, ``3k - 1`` when the
+      thresholds differ between channels (a register stage holds each level's table
+      output, so that no block RAM output feeds a comparator, and one more before each
+      level after the first addresses its table from registers, so that no comparator
+      feeds a block RAM address); cost ``k`` comparators per lane and, per level ``L``, a
+      ROM of ``2**L`` thresholds per channel (or a ``2**L``-way constant multiplexer).
 
     Parameters
     ----------
@@ -292,6 +293,21 @@ class ThresholdCore(wiring.Component):
         ahead = [None] * lanes           # this level's two candidate thresholds (registers)
         for level in range(plan.levels):
             last = level == plan.levels - 1
+            if plan.table and level:
+                # A register stage before the tables are read: their address is the bits
+                # decided so far as registered, not the comparator's output (MobileNetV1 at
+                # 91.1 MHz on the ECP5: table register -> comparator -> the next level's
+                # block RAM address, 11.0 ns).
+                x_a = Signal.like(x, name=f"x{k}_{level}_a", reset_less=True)
+                valid_a = Signal(name=f"valid{k}_{level}_a")
+                t_a = Signal(t_shape, name=f"t{k}_{level}_a")
+                p_a = [Signal(level, name=f"p{k}_{level}_{j}_a", reset_less=True)
+                       for j in range(lanes)]
+                with m.If(advance):
+                    m.d.sync += [x_a.eq(x), valid_a.eq(valid), t_a.eq(t_cur)]
+                    m.d.sync += [p_a[j].eq(prefix[j]) for j in range(lanes)]
+                x, valid, prefix_next, prefix = x_a, valid_a, prefix, p_a
+                t_next, t_cur = t_cur, t_a
             thr = []
             for j in range(lanes):
                 table = plan.level_table(j, level)

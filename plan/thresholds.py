@@ -214,13 +214,17 @@ def threshold_stage_latency(n: int, search: str | None = None, table: bool = Fal
     count), plus 1 when the thresholds differ between channels (``table``: they come from a
     ROM, block RAM on most devices, whose output is registered before the comparators: a
     block RAM's clock-to-output delay plus a wide comparator missed 100 MHz on the ECP5);
-    ``max(1, n.bit_length())`` levels of a binary search, each 2 with a ``table`` (the same
-    register: a MobileNetV1 build closed at 87.7 MHz on a level's block RAM, 5.6 ns
-    clock-to-output, through the comparator into the next level's block RAM address)."""
+    ``k = max(1, n.bit_length())`` levels of a binary search, ``3k - 1`` with a ``table``:
+    the same register behind each level's table (a MobileNetV1 build closed at 87.7 MHz on
+    a level's block RAM, 5.6 ns clock-to-output, through the comparator into the next
+    level's block RAM address), and one before each later level's table, whose address is
+    then registered (with the first register only, MobileNetV1 closed at 91.1 MHz on the
+    table register, the comparator and the next level's address)."""
     search = search or threshold_search(n)
     if search == "parallel":
         return 3 if table and n else 2
-    return max(1, int(n).bit_length()) * (2 if table else 1)
+    levels = max(1, int(n).bit_length())
+    return 3 * levels - 1 if table else levels
 
 
 def threshold_table(stage, channels: int, lanes: int) -> bool:

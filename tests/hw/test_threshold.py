@@ -101,9 +101,10 @@ def test_threshold_timing(case):
                                                         stages).reshape(-1))
     # Parallel: 2 cycles a stage, 3 with a table of thresholds per channel (case 1: 6
     # channels over 3 lanes), 2 when each lane has one channel (case 8: 3 over 3); binary:
-    # one per level (8 for 255 constant thresholds), two with a table (12 for 40 thresholds
-    # per channel, 4 channels over 2 lanes).
-    by_hand = {1: 1 + 3, 4: 1 + 12, 5: 1 + 8, 8: 1 + 2 + 2}[CASES.index(case)]
+    # one per level (8 for 255 constant thresholds), two with a table and one more before
+    # every level's table but the first (17 for 40 thresholds per channel in 6 levels, 4
+    # channels over 2 lanes).
+    by_hand = {1: 1 + 3, 4: 1 + 17, 5: 1 + 8, 8: 1 + 2 + 2}[CASES.index(case)]
     assert dut.latency == thresholds.threshold_latency(stages, channels, lanes) == by_hand
     np.testing.assert_array_equal(np.array(times["out"]) - np.array(times["in"]), by_hand)
     np.testing.assert_array_equal(np.diff(times["out"]), 1)
