@@ -20,10 +20,11 @@ import operator
 from contextlib import contextmanager
 
 from amaranth.hdl import Array, Cat, Const, Elaboratable, Module, Mux, Signal
+from amaranth.lib import stream
 from amaranth.lib.memory import Memory
 from amaranth.utils import exact_log2
 
-from ..hw.blocks import tree_sum
+from ..hw.blocks import skid_output, tree_sum
 from ..hw.resources import WRAPPER_BANK_BEATS
 from ..plan.devices import NO_RW_CHECK
 from .link import check_link, serial_front_end, usb_bridge_members
@@ -436,11 +437,15 @@ class FramedBridge(Elaboratable):
             m.d.sync += out_beat_index.eq(Mux(expect_last, 0, out_beat_index + 1))
 
         # Input feeder: buffer rows -> s_axis, started once the CRC has been checked. The rows
-        # go through a skid register (two entries): the accelerator sees registered tdata,
-        # tvalid and tlast, and the feeder a registered ready, so the block RAM's output only
-        # drives flip-flops (on kwsmlp_w3a3 the read straight into the accelerator's first
-        # width converter was the critical path, 11.6 ns on the ECP5). The read pipeline
-        # moves on while the skid register is empty (`adv`, a register), so it holds its
+        # go through a register and a skid register (hw.blocks.skid_output): the accelerator
+        # sees registered tvalid and tlast and the register's data (through the skid's
+        # multiplexer), and no enable but the skid flag's sees its ready, so the block RAM's
+        # output only drives flip-flops (on kwsmlp_w3a3 the read straight into the
+        # accelerator's first width converter was the critical path, 11.6 ns on the ECP5)
+        # and the ready does not fan out to a word of flip-flops (the UNSW-NB15 MLP missed
+        # 100 MHz by 0.12 ns on the first adder graph's ready into the enables of the 906-bit
+        # register and skid register, 8.9 ns of routing). The read pipeline moves on while
+        # the register may be loaded (`adv`, a function of registers), so it holds its
         # words, the block RAMs' outputs included, while the accelerator stalls. With more
         # than one bank, each bank's output is registered before the banks are chosen, and
         # the choice is registered again: a 9,216-row buffer read through the multiplexer
@@ -452,15 +457,14 @@ class FramedBridge(Elaboratable):
         out_valid = Signal()
         out_data = Signal(self.in_payload_width, reset_less=True)
         out_last = Signal(reset_less=True)
-        skid_full = Signal()
-        skid_data = Signal(self.in_payload_width, reset_less=True)
-        skid_last = Signal(reset_less=True)
-        adv = ~skid_full
+        to_acc = stream.Signature(self.in_payload_width + 1).create()
+        adv = skid_output(m, to_acc, out_valid, Cat(out_data, out_last))
         issue = feed_active & adv
         m.d.comb += [
-            acc.s_axis_tdata.eq(out_data),
-            acc.s_axis_tvalid.eq(out_valid),
-            acc.s_axis_tlast.eq(out_last),
+            acc.s_axis_tdata.eq(to_acc.payload[:-1]),
+            acc.s_axis_tvalid.eq(to_acc.valid),
+            acc.s_axis_tlast.eq(to_acc.payload[-1]),
+            to_acc.ready.eq(acc.s_axis_tready),
             rd_addr.eq(feed_index),
             rd_en.eq(issue),          # (reads only rows it feeds: NO_RW_CHECK)
         ]
@@ -483,14 +487,8 @@ class FramedBridge(Elaboratable):
                              data3.eq(Array(bank_data)[bank2])]
                 m.d.sync += [bank_data[b].eq(rports[b].data) for b in range(banks)]
             valid, last, data = valid3, last3, data3
-        with m.If(acc.s_axis_tready | ~out_valid):
-            with m.If(skid_full):
-                m.d.sync += [out_valid.eq(1), out_data.eq(skid_data), out_last.eq(skid_last),
-                             skid_full.eq(0)]
-            with m.Else():
-                m.d.sync += [out_valid.eq(valid), out_data.eq(data), out_last.eq(last)]
-        with m.Elif(valid & adv):
-            m.d.sync += [skid_full.eq(1), skid_data.eq(data), skid_last.eq(last)]
+        with m.If(adv):
+            m.d.sync += [out_valid.eq(valid), out_data.eq(data), out_last.eq(last)]
         m.d.sync += feed_start.eq(0)
         with m.If(feed_start):
             m.d.sync += [feed_index.eq(0), feed_active.eq(1)]
