@@ -273,10 +273,14 @@ class SlidingWindowCore(wiring.Component):
         room = Signal(init=int(0 < g.row_span(0)[0] + rows))
         m.d.comb += i_stream.ready.eq(room)
         write = i_stream.valid & i_stream.ready
-        row_done = write & (wcol == row_words - 1)
+        # wcol's last value as a flag register (as the reader's counters below): row_done
+        # reaches rows_ok's and room's next values through their multiplexers.
+        last_wcol = Signal(init=int(row_words == 1))
+        row_done = write & last_wcol
         m.d.comb += [wr.addr.eq(waddr), wr.data.eq(i_stream.payload), wr.en.eq(write)]
         with m.If(write):
-            m.d.sync += [waddr.eq(wrap_incr(waddr, depth)), wcol.eq(wrap_incr(wcol, row_words))]
+            m.d.sync += [waddr.eq(wrap_incr(waddr, depth)), wcol.eq(wrap_incr(wcol, row_words)),
+                         last_wcol.eq(Mux(last_wcol, row_words == 1, wcol == row_words - 2))]
 
         # -- Reader: (oh, ow, ki, kj, cf) with the input coordinates and addresses kept up to date.
         # ih, iw: input pixel of the transfer; row_addr: its row's slot * row_words (valid when
@@ -377,76 +381,89 @@ class SlidingWindowCore(wiring.Component):
         # comparing the counters in front of the enables below put two more LUTs between the
         # issue and the outer counters' enables, a DS-CNN build's critical path at 100 MHz
         # (the output queue's fill level -> issue -> ow's enable -> lo_bound's, 10.7 ns).
+        # And the conjunctions that step each counter, registered too (`end_kj`: cf and kj
+        # at their last, so ki steps; `end_ki`: ki as well, so ow steps; at_row_end: ow as
+        # well, so oh steps), so that each counter's enable is the issue and one flag: with
+        # the flags ANDed behind the issue, DS-CNN missed at 89.5 MHz (008aae9, seed 3) on the
+        # read register's fill level -> issue -> five LUTs -> oh's enable (11.2 ns).
         last_cf, last_kj, last_ki, last_ow = (
             Signal(init=int(n == 1), name=f"last_{c.name}")
             for c, n in ((cf, folds), (kj, kw), (ki, kh), (ow, ow_count)))
+        end_kj = Signal(init=int(folds == 1 and kw == 1))
+        end_ki = Signal(init=int(folds == 1 and kw == 1 and kh == 1))
         last_oh = at_last_oh
 
-        def count_up(count, last, n):
-            """``count`` (of ``n`` values, not at its last) and its flag one value on."""
+        def next_last(count, last, n, steps):
+            """``last``'s value after this issue: the counter of ``n`` values ``steps``."""
+            if n == 1:
+                return C(1, 1)
+            return Mux(steps, Mux(last, 0, count == n - 2), last)
+
+        nl_cf = next_last(cf, last_cf, folds, 1)
+        nl_kj = next_last(kj, last_kj, kw, last_cf)
+        nl_ki = next_last(ki, last_ki, kh, end_kj)
+
+        def step_up(count, last, n):
+            """``count`` (of ``n`` values) one on, or back to 0 from its last."""
             if n == 1:
                 return []
-            return [count.eq(count + 1), last.eq(count == n - 2)]
-
-        def count_wrap(count, last, n):
-            return [count.eq(0), last.eq(n == 1)]
+            return [count.eq(Mux(last, 0, count + 1)), last.eq(Mux(last, 0, count == n - 2))]
 
         with m.If(issue):
-            m.d.sync += [cf.eq(wrap_incr(cf, folds)),
-                         last_cf.eq(Mux(last_cf, folds == 1, cf == folds - 2))]
+            m.d.sync += [cf.eq(wrap_incr(cf, folds)), last_cf.eq(nl_cf),
+                         end_kj.eq(nl_cf & nl_kj), end_ki.eq(nl_cf & nl_kj & nl_ki)]
             with m.If(~last_cf):
                 m.d.sync += col.eq(col + 1)
-            with m.Elif(~last_kj):
-                m.d.sync += [*count_up(kj, last_kj, kw), iw.eq(iw + dw),
-                             col.eq(col + (dw * folds - folds + 1))]
+        with m.If(issue & last_cf):                      # kj steps
+            m.d.sync += step_up(kj, last_kj, kw)
+            with m.If(~last_kj):
+                m.d.sync += [iw.eq(iw + dw), col.eq(col + (dw * folds - folds + 1))]
+        with m.If(issue & end_kj):                       # ki steps
+            m.d.sync += step_up(ki, last_ki, kh)
+            with m.If(~last_ki):
+                m.d.sync += [ih.eq(ih + dh), row_addr.eq(ring_add(row_addr, dh)),
+                             iw.eq(left_iw), col.eq(left_col)]
+        with m.If(issue & end_ki):                       # ow steps
+            m.d.sync += step_up(ow, last_ow, ow_count)
+            with m.If(~last_ow):
+                m.d.sync += [
+                    left_iw.eq(left_iw + sw), iw.eq(left_iw + sw),
+                    left_col.eq(left_col + sw * folds), col.eq(left_col + sw * folds),
+                    ih.eq(top_ih), row_addr.eq(top_addr),
+                ]
             with m.Else():
-                m.d.sync += count_wrap(kj, last_kj, kw)
-                with m.If(~last_ki):
-                    m.d.sync += [*count_up(ki, last_ki, kh), ih.eq(ih + dh),
-                                 row_addr.eq(ring_add(row_addr, dh)),
-                                 iw.eq(left_iw), col.eq(left_col)]
-                with m.Else():
-                    m.d.sync += count_wrap(ki, last_ki, kh)
-                    with m.If(~last_ow):
-                        m.d.sync += [
-                            *count_up(ow, last_ow, ow_count),
-                            left_iw.eq(left_iw + sw), iw.eq(left_iw + sw),
-                            left_col.eq(left_col + sw * folds), col.eq(left_col + sw * folds),
-                            ih.eq(top_ih), row_addr.eq(top_addr),
-                        ]
-                    with m.Else():
-                        m.d.sync += [
-                            *count_wrap(ow, last_ow, ow_count),
-                            left_iw.eq(-left), iw.eq(-left),
-                            left_col.eq(-left * folds), col.eq(-left * folds),
-                        ]
-                        with m.If(~last_oh):
-                            nxt = top_ih + sh
-                            m.d.sync += [
-                                oh.eq(oh + 1),
-                                top_ih.eq(nxt), ih.eq(nxt),
-                                top_addr.eq(ring_add(top_addr, sh)),
-                                row_addr.eq(ring_add(top_addr, sh)),
-                                lo_bound.eq(lo_next),
-                                lo_next.eq(_clip_value(top_lo, height + rows, rows)),
-                                need_hi.eq(hi_next),
-                                hi_next.eq(_clip_value(top_hi, height)),
-                                top_lo.eq(top_lo + sh), top_hi.eq(top_hi + sh),
-                            ]
-                        with m.Else():
-                            # Next inference: its row 0 is `height` rows after this one's.
-                            step = height - (oh_count - 1) * sh
-                            m.d.sync += [
-                                oh.eq(0),
-                                top_ih.eq(-top), ih.eq(-top),
-                                top_lo.eq(-top + lo_off), top_hi.eq(-top + hi_off),
-                                top_addr.eq(ring_add(top_addr, step)),
-                                row_addr.eq(ring_add(top_addr, step)),
-                                lo_bound.eq(g.row_span(0)[0] + rows),
-                                lo_next.eq(g.row_span(1)[0] + rows),
-                                need_hi.eq(g.row_span(0)[1]),
-                                hi_next.eq(g.row_span(1)[1]),
-                            ]
+                m.d.sync += [
+                    left_iw.eq(-left), iw.eq(-left),
+                    left_col.eq(-left * folds), col.eq(-left * folds),
+                ]
+        with m.If(row_end):                              # oh steps
+            with m.If(~last_oh):
+                nxt = top_ih + sh
+                m.d.sync += [
+                    oh.eq(oh + 1),
+                    top_ih.eq(nxt), ih.eq(nxt),
+                    top_addr.eq(ring_add(top_addr, sh)),
+                    row_addr.eq(ring_add(top_addr, sh)),
+                    lo_bound.eq(lo_next),
+                    lo_next.eq(_clip_value(top_lo, height + rows, rows)),
+                    need_hi.eq(hi_next),
+                    hi_next.eq(_clip_value(top_hi, height)),
+                    top_lo.eq(top_lo + sh), top_hi.eq(top_hi + sh),
+                ]
+            with m.Else():
+                # Next inference: its row 0 is `height` rows after this one's.
+                step = height - (oh_count - 1) * sh
+                m.d.sync += [
+                    oh.eq(0),
+                    top_ih.eq(-top), ih.eq(-top),
+                    top_lo.eq(-top + lo_off), top_hi.eq(-top + hi_off),
+                    top_addr.eq(ring_add(top_addr, step)),
+                    row_addr.eq(ring_add(top_addr, step)),
+                    lo_bound.eq(g.row_span(0)[0] + rows),
+                    lo_next.eq(g.row_span(1)[0] + rows),
+                    need_hi.eq(g.row_span(0)[1]),
+                    hi_next.eq(g.row_span(1)[1]),
+                ]
 
         # ahead += row_done - (frame_done ? height : 0), and ahead_p1 with it, as a choice
         # among sums of registers: the flags arrive late (frame_done from the issue, which the
