@@ -280,7 +280,7 @@ class SlidingWindowCore(wiring.Component):
         m.d.comb += [wr.addr.eq(waddr), wr.data.eq(i_stream.payload), wr.en.eq(write)]
         with m.If(write):
             m.d.sync += [waddr.eq(wrap_incr(waddr, depth)), wcol.eq(wrap_incr(wcol, row_words)),
-                         last_wcol.eq(Mux(last_wcol, row_words == 1, wcol == row_words - 2))]
+                         last_wcol.eq(_last_after_step(wcol, last_wcol, row_words))]
 
         # -- Reader: (oh, ow, ki, kj, cf) with the input coordinates and addresses kept up to date.
         # ih, iw: input pixel of the transfer; row_addr: its row's slot * row_words (valid when
@@ -371,10 +371,10 @@ class SlidingWindowCore(wiring.Component):
         with m.If(issue):
             m.d.sync += [
                 row_pos.eq(Mux(at_row_end, 0, row_pos + 1)),
-                at_row_end.eq(Mux(at_row_end, per_row == 1, row_pos == per_row - 2)),
+                at_row_end.eq(_last_after_step(row_pos, at_row_end, per_row)),
             ]
             with m.If(at_row_end):
-                m.d.sync += at_last_oh.eq(Mux(at_last_oh, oh_count == 1, oh == oh_count - 2))
+                m.d.sync += at_last_oh.eq(_last_after_step(oh, at_last_oh, oh_count))
         row_end = issue & at_row_end
         frame_done = row_end & at_last_oh
         # Each position counter's last value as a flag register beside it (as at_row_end):
@@ -397,7 +397,7 @@ class SlidingWindowCore(wiring.Component):
             """``last``'s value after this issue: the counter of ``n`` values ``steps``."""
             if n == 1:
                 return C(1, 1)
-            return Mux(steps, Mux(last, 0, count == n - 2), last)
+            return Mux(steps, _last_after_step(count, last, n), last)
 
         nl_cf = next_last(cf, last_cf, folds, 1)
         nl_kj = next_last(kj, last_kj, kw, last_cf)
@@ -407,7 +407,7 @@ class SlidingWindowCore(wiring.Component):
             """``count`` (of ``n`` values) one on, or back to 0 from its last."""
             if n == 1:
                 return []
-            return [count.eq(Mux(last, 0, count + 1)), last.eq(Mux(last, 0, count == n - 2))]
+            return [count.eq(Mux(last, 0, count + 1)), last.eq(_last_after_step(count, last, n))]
 
         with m.If(issue):
             m.d.sync += [cf.eq(wrap_incr(cf, folds)), last_cf.eq(nl_cf),
@@ -492,6 +492,12 @@ class SlidingWindowCore(wiring.Component):
                                      below(lo_next)), below(lo_bound))),
         ]
         return m
+
+
+def _last_after_step(count, last, n: int):
+    """The flag ``last`` (``count`` of ``n`` values at its last) after the counter steps:
+    one on, or back to 0 from its last."""
+    return Mux(last, n == 1, count == n - 2)
 
 
 def _clip_value(value, hi: int, lo: int = 0):
