@@ -259,10 +259,13 @@ class SlidingWindowCore(wiring.Component):
         ahead = Signal(range(-height, height + rows + 1))
         # Input rows [need_lo, need_hi) of that inference the reader's output row reads; the
         # writer may run `rows` rows past need_lo, kept as `lo_bound` = need_lo + rows (and the
-        # next output row's, `lo_next`, a row ahead).
+        # bound after the row, `lo_next`, a row ahead: see hi_next).
         lo_bound = Signal(range(rows, height + rows + 1), init=g.row_span(0)[0] + rows)
-        lo_next = Signal(range(rows, height + rows + 1), init=g.row_span(1)[0] + rows)
         need_hi = Signal(range(height + 1), init=g.row_span(0)[1])
+        hi_first = height + g.row_span(0)[1]
+        lo_first = height + g.row_span(0)[0] + rows
+        lo_next = Signal(range(rows, lo_first + 1),
+                         init=lo_first if oh_count == 1 else g.row_span(1)[0] + rows)
 
         # -- Writer: the write address runs through the ring; a row is `row_words` transfers.
         waddr = counter(depth)
@@ -329,10 +332,15 @@ class SlidingWindowCore(wiring.Component):
         # comparison's carry chain in front of `issue`, which reaches every counter, was
         # ResNet-8's critical path on the ULX3S-85F (15.6 ns, need_hi -> issue -> ahead).
         rows_ok = Signal(init=int(0 >= g.row_span(0)[1]))
-        # need_hi of the next output row, and ahead + 1, kept in registers a cycle ahead so that
-        # rows_ok's next value compares registers only: computing them in front of the compare
-        # was a DS-CNN build's critical path (top_ih -> two carry chains -> rows_ok, 11.4 ns).
-        hi_next = Signal(range(height + 1), init=g.row_span(1)[1])
+        # The bound the row's last issue moves need_hi to, and ahead + 1, kept in registers a
+        # cycle ahead so that rows_ok's next value compares registers only: computing them in
+        # front of the compare was a DS-CNN build's critical path (top_ih -> two carry chains
+        # -> rows_ok, 11.4 ns). After the last output row the bound is the next inference's
+        # first row's, `height` rows on (as `ahead` is then less `height`): with that choice
+        # made by last_oh behind the comparisons, four LUTs stood between `ahead`'s carry chain
+        # and rows_ok, DS-CNN's critical path at 98.6 MHz (501f4e4, seed 3, 10.1 ns).
+        hi_next = Signal(range(hi_first + 1),
+                         init=hi_first if oh_count == 1 else g.row_span(1)[1])
         ahead_p1 = Signal(range(1 - height, height + rows + 2), init=1)
         issue = advance & rows_ok
         pad = (ih < 0) | (ih >= height) | (iw < 0) | (iw >= width)
@@ -439,15 +447,16 @@ class SlidingWindowCore(wiring.Component):
         with m.If(row_end):                              # oh steps
             with m.If(~last_oh):
                 nxt = top_ih + sh
+                ends = oh == oh_count - 2                # the next output row is the last
                 m.d.sync += [
                     oh.eq(oh + 1),
                     top_ih.eq(nxt), ih.eq(nxt),
                     top_addr.eq(ring_add(top_addr, sh)),
                     row_addr.eq(ring_add(top_addr, sh)),
                     lo_bound.eq(lo_next),
-                    lo_next.eq(_clip_value(top_lo, height + rows, rows)),
+                    lo_next.eq(Mux(ends, lo_first, _clip_value(top_lo, height + rows, rows))),
                     need_hi.eq(hi_next),
-                    hi_next.eq(_clip_value(top_hi, height)),
+                    hi_next.eq(Mux(ends, hi_first, _clip_value(top_hi, height))),
                     top_lo.eq(top_lo + sh), top_hi.eq(top_hi + sh),
                 ]
             with m.Else():
@@ -460,9 +469,9 @@ class SlidingWindowCore(wiring.Component):
                     top_addr.eq(ring_add(top_addr, step)),
                     row_addr.eq(ring_add(top_addr, step)),
                     lo_bound.eq(g.row_span(0)[0] + rows),
-                    lo_next.eq(g.row_span(1)[0] + rows),
+                    lo_next.eq(lo_next.init),
                     need_hi.eq(g.row_span(0)[1]),
-                    hi_next.eq(g.row_span(1)[1]),
+                    hi_next.eq(hi_next.init),
                 ]
 
         # ahead += row_done - (frame_done ? height : 0), and ahead_p1 with it, as a choice
@@ -479,17 +488,16 @@ class SlidingWindowCore(wiring.Component):
         # rows_ok's and room's next values for either outcome of this cycle's issue (neither
         # depends on it): without an issue, or within an output row, the bounds stay; the row's
         # last issue moves them to the next row's span, the inference's last to the first
-        # row's, with `ahead` less `height`. The comparisons are of registers, row_done picks.
+        # row's, with `ahead` less `height` (both in hi_next and lo_next). The comparisons are
+        # of registers, row_done and row_end pick.
         def at_least(bound):
             return Mux(row_done, ahead_p1 >= bound, ahead >= bound)
 
         def below(bound):
             return Mux(row_done, ahead_p1 < bound, ahead < bound)
         m.d.sync += [
-            rows_ok.eq(Mux(row_end, Mux(last_oh, at_least(height + g.row_span(0)[1]),
-                                        at_least(hi_next)), at_least(need_hi))),
-            room.eq(Mux(row_end, Mux(last_oh, below(height + g.row_span(0)[0] + rows),
-                                     below(lo_next)), below(lo_bound))),
+            rows_ok.eq(Mux(row_end, at_least(hi_next), at_least(need_hi))),
+            room.eq(Mux(row_end, below(lo_next), below(lo_bound))),
         ]
         return m
 
