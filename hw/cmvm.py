@@ -195,7 +195,8 @@ class ConstMatVecCore(wiring.Component):
         payload = Signal(data.ArrayLayout(self._out_shape, g.n_out))
         for o, e in enumerate(outs):
             m.d.comb += payload[o].eq(e)
-        frees = skid_output_shares(m, o_stream, valid[depth], payload, shares)
+        frees = skid_output_shares(m, o_stream, valid[depth], payload, shares,
+                                   valid_in=valid[depth - 1] if depth else i_stream.valid)
         m.d.comb += i_stream.ready.eq(frees[0])
         with m.If(frees[0]):
             m.d.sync += valid[0].eq(i_stream.valid)
