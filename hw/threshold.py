@@ -270,8 +270,8 @@ class ThresholdCore(wiring.Component):
         else:
             thr = [[C(v, plan.thr_shape) for v in plan.rows[j][0]] for j in range(lanes)]
         if plan.table and n:
-            x, valid, thr, t_next, t_cur = _table_register(m, advance, f"{k}", plan.thr_shape,
-                                                           x, valid, t_cur, thr)
+            x, valid, thr, t_next, t_cur, _ = _table_register(
+                m, advance, f"{k}", plan.thr_shape, x, valid, t_cur, thr)
         bits = [Signal(max(n, 1), name=f"cmp{k}_{j}", reset_less=True) for j in range(lanes)]
         y = Signal(data.ArrayLayout(plan.out_shape, lanes), name=f"y{k}", reset_less=True)
         valid_a, valid_b = Signal(name=f"valid{k}_a"), Signal(name=f"valid{k}_b")
@@ -298,16 +298,9 @@ class ThresholdCore(wiring.Component):
                 # decided so far as registered, not the comparator's output (MobileNetV1 at
                 # 91.1 MHz on the ECP5: table register -> comparator -> the next level's
                 # block RAM address, 11.0 ns).
-                x_a = Signal.like(x, name=f"x{k}_{level}_a", reset_less=True)
-                valid_a = Signal(name=f"valid{k}_{level}_a")
-                t_a = Signal(t_shape, name=f"t{k}_{level}_a")
-                p_a = [Signal(level, name=f"p{k}_{level}_{j}_a", reset_less=True)
-                       for j in range(lanes)]
-                with m.If(advance):
-                    m.d.sync += [x_a.eq(x), valid_a.eq(valid), t_a.eq(t_cur)]
-                    m.d.sync += [p_a[j].eq(prefix[j]) for j in range(lanes)]
-                x, valid, prefix_next, prefix = x_a, valid_a, prefix, p_a
-                t_next, t_cur = t_cur, t_a
+                prefix_next = prefix
+                x, valid, t_next, t_cur, prefix = _stage_register(
+                    m, advance, f"{k}_{level}", "a", x, valid, t_cur, prefix)
             thr = []
             for j in range(lanes):
                 table = plan.level_table(j, level)
@@ -328,14 +321,10 @@ class ThresholdCore(wiring.Component):
                     consts = Array(C(v, plan.thr_shape) for v in table[0])
                     thr.append(consts[prefix[j]])
             if plan.table:
-                x, valid, thr, t_next, t_cur = _table_register(
-                    m, advance, f"{k}_{level}", plan.thr_shape, x, valid, t_cur, thr)
-                if level:
-                    p_r = [Signal(level, name=f"p{k}_{level}_{j}_r", reset_less=True)
-                           for j in range(lanes)]
-                    with m.If(advance):
-                        m.d.sync += [p_r[j].eq(prefix[j]) for j in range(lanes)]
-                    prefix = p_r
+                x, valid, thr, t_next, t_cur, p_r = _table_register(
+                    m, advance, f"{k}_{level}", plan.thr_shape, x, valid, t_cur, thr,
+                    prefix if level else None)
+                prefix = p_r or prefix
             bit = [x[j] >= thr[j] for j in range(lanes)]
             decided = [bit[j] if level == 0 else Cat(bit[j], prefix[j]) for j in range(lanes)]
             valid_n = Signal(name=f"valid{k}_{level}")
@@ -384,14 +373,31 @@ class ThresholdCore(wiring.Component):
         return regs
 
 
-def _table_register(m, advance, tag, thr_shape, x, valid, t_cur, thr):
+def _stage_register(m, advance, tag, suffix, x, valid, t_cur, prefix=None, loads=()):
+    """A register stage of the binary search loaded on ``advance``: ``x``, ``valid``,
+    ``t_cur``, the bits decided so far per lane (``prefix``, if given) and ``loads``, named
+    after ``tag`` with ``suffix``. Returns the registered ``x, valid``, the stage's
+    ``t_next, t_cur`` and the registered prefix."""
+    x_r = Signal.like(x, name=f"x{tag}_{suffix}", reset_less=True)
+    valid_r = Signal(name=f"valid{tag}_{suffix}")
+    t_r = Signal(t_cur.shape(), name=f"t{tag}_{suffix}")
+    p_r = None
+    if prefix is not None:
+        p_r = [Signal(len(p), name=f"p{tag}_{j}_{suffix}", reset_less=True)
+               for j, p in enumerate(prefix)]
+    with m.If(advance):
+        m.d.sync += [x_r.eq(x), valid_r.eq(valid), t_r.eq(t_cur), *loads]
+        m.d.sync += [r.eq(p) for r, p in zip(p_r or [], prefix or [], strict=True)]
+    return x_r, valid_r, t_cur, t_r, p_r
+
+
+def _table_register(m, advance, tag, thr_shape, x, valid, t_cur, thr, prefix=None):
     """A register stage between a threshold table and its comparators: ``x``, ``valid``,
-    ``t_cur`` and the thresholds ``thr`` (a list per lane, nested as given) loaded on
-    ``advance``. The table's data lines up with the registers loaded on this advance, which
-    take it with them: no block RAM output feeds a comparator. Returns the registered
-    ``x, valid, thr`` and the stage's ``t_next, t_cur``."""
-    x_r = Signal.like(x, name=f"x{tag}_r", reset_less=True)
-    valid_r, t_r = Signal(name=f"valid{tag}_r"), Signal(t_cur.shape(), name=f"t{tag}_r")
+    ``t_cur``, the thresholds ``thr`` (a list per lane, nested as given) and ``prefix`` (see
+    :func:`_stage_register`) loaded on ``advance``. The table's data lines up with the
+    registers loaded on this advance, which take it with them: no block RAM output feeds a
+    comparator. Returns the registered ``x, valid, thr``, the stage's ``t_next, t_cur`` and
+    the registered prefix."""
     loads = []
 
     def hold(value, name):
@@ -401,7 +407,6 @@ def _table_register(m, advance, tag, thr_shape, x, valid, t_cur, thr):
         loads.append(reg.eq(value))
         return reg
     thr_r = hold(thr, f"thr{tag}")
-    with m.If(advance):
-        m.d.sync += [x_r.eq(x), valid_r.eq(valid), t_r.eq(t_cur)]
-        m.d.sync += loads
-    return x_r, valid_r, thr_r, t_cur, t_r
+    x_r, valid_r, t_next, t_r, p_r = _stage_register(m, advance, tag, "r", x, valid, t_cur,
+                                                     prefix, loads)
+    return x_r, valid_r, thr_r, t_next, t_r, p_r
