@@ -77,15 +77,18 @@ def compile_design(name: str, work: str, utilization=None):
                              calibration=calibration, force=True, **options)
 
 
-def build_row(design, name: str, board: str, seed: int, clock_mhz=None) -> dict:
+def build_row(design, name: str, board: str, seed: int, clock_mhz=None,
+              pnr_options=None) -> dict:
     """Build ``design`` for ``board`` with placement ``seed`` (and the design clock at
-    ``clock_mhz`` from the board's PLL, if given); one row of figures."""
+    ``clock_mhz`` from the board's PLL, if given, and more nextpnr options); one row of
+    figures."""
     row = {"design": name, "board": board, "seed": seed, "clock_mhz": clock_mhz,
            "cycles_per_inference": design.manifest["cycles_per_inference"],
            "latency_cycles": design.manifest["latency_cycles"]}
     start = time.monotonic()
     try:
-        report = design.build(board, seed=seed, progress=False, clock_mhz=clock_mhz)
+        report = design.build(board, seed=seed, progress=False, clock_mhz=clock_mhz,
+                              pnr_options=pnr_options)
     except (BuildError, SizeError) as e:       # SizeError: the estimate does not fit the device
         row["error"] = str(e).splitlines()[0]
         return row
@@ -132,6 +135,8 @@ def main(argv=None):
                                    "folder)")
     ap.add_argument("--utilization", type=float, help="cap the board folding of the MLPerf "
                     "Tiny designs at this share of each resource (default: compile's)")
+    ap.add_argument("--pnr-options", metavar="'OPTS'", help="more nextpnr options, e.g. "
+                    "--pnr-options='--router router2'")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = ap.parse_args(argv)
 
@@ -144,7 +149,8 @@ def main(argv=None):
             design = compile_design(name, work, args.utilization)
             for board in args.boards:
                 for seed in args.seeds:
-                    row = build_row(design, name, board, seed, args.clock_mhz)
+                    row = build_row(design, name, board, seed, args.clock_mhz,
+                                    args.pnr_options)
                     rows.append(row)
                     if not args.json:
                         print(format_row(row), flush=True)

@@ -64,6 +64,7 @@ __all__ = [
     "NO_RW_CHECK_SCRIPT",
     "BuildError", "build_bitstream", "tool_environment", "tool_env_var", "tool_command",
     "NEXTPNR_REPORT", "REPORT", "logic_memory_script", "POLL_SECONDS", "PROGRESS_SECONDS",
+    "pnr_argv",
 ]
 
 _log = get_logger(__name__)
@@ -560,11 +561,53 @@ def logic_memory_script(names) -> str:
     return "\n".join(lines)
 
 
+#: nextpnr options a build sets itself (outputs, device, constraints, seed, log): refused in
+#: ``pnr_options``, whose runs would otherwise write elsewhere, place another device or
+#: report a seed they did not use.
+_PNR_RESERVED = frozenset({
+    "--seed", "--report", "--log", "--json", "--lpf", "--pcf", "--textcfg", "--asc",
+    "--write", "--package", "--speed", "--device", "--vopt", "--freq", "--quiet", "--verbose",
+    "--debug", "--gui", "--test", "--run", "--pre-pack", "--pre-place", "--pre-route",
+    "--post-route", "--timing-allow-fail", "--no-tmdriv", "--sdf", "--cstrfile",
+})
+_PNR_DEVICE = re.compile(r"--(?:\d+k|um5?g?-\d+k|(?:lp|hx|up|u)\d+k?)$")
+
+
+def pnr_argv(options) -> list[str]:
+    """``options`` for nextpnr (a string, split as a shell would, or a list of words) as a
+    list of words, checked: every option a ``--name`` (its value, if any, the next word),
+    none that the build sets itself (``--seed``, ``--report``, the device and files, ...).
+    ``--router router2`` and ``--placer-heap-*`` or ``--tmg-ripup`` are what it is for.
+    Raises ``ValueError`` naming the word."""
+    if options is None:
+        return []
+    if isinstance(options, str):
+        try:
+            words = shlex.split(options)
+        except ValueError as e:
+            raise ValueError(f"nextpnr options {options!r}: {e}") from None
+    elif isinstance(options, (list, tuple)) and all(isinstance(w, str) for w in options):
+        words = list(options)
+    else:
+        raise ValueError(f"nextpnr options must be a string or a list of strings, not "
+                         f"{options!r}")
+    if words and not words[0].startswith("--"):
+        raise ValueError(f"nextpnr options must start with an option (--name), not "
+                         f"{words[0]!r}")
+    for w in words:
+        name = w.split("=", 1)[0]
+        if name in _PNR_RESERVED or _PNR_DEVICE.match(name):
+            raise ValueError(f"nextpnr option {name} is set by the build (outputs, device, "
+                             f"constraints, seed: use --seed); not allowed in the nextpnr "
+                             f"options")
+    return words
+
+
 def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, build_dir, *,
                     seed=None, progress=True, cycles_per_inference=None, latency_cycles=None,
                     baud=115200, ice40_dsp=False, design_id=None, clock_mhz=None,
                     link=None, logic_memories=(), resource_estimate=None,
-                    folded_for=None) -> dict:
+                    folded_for=None, pnr_options=None) -> dict:
     """Build a bitstream of an accelerator behind the UART wrapper and write ``report.json``.
 
     Parameters
@@ -617,6 +660,11 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     logic_memories : sequence of str
         Memories built in soft logic instead of block RAM (:func:`logic_memory_script`;
         :attr:`Dataflow.logic_memories <onnx2fpga.ir.Dataflow>`).
+    pnr_options : str or list of str, optional
+        More options for nextpnr (:func:`pnr_argv`), e.g. ``"--router router2"``: on the
+        MLPerf Tiny designs nextpnr's default router1 can stall on congestion with most arcs
+        left to route (ResNet-8 and the DS-CNN at 00f2a54: 140k and 212k arcs left after
+        20 minutes), where router2 finishes. Recorded in the report's ``nextpnr_opts``.
     resource_estimate : dict, optional
         The design's estimated resources, as the manifest's ``resources``. With it, a design
         whose estimate exceeds the device is refused once the options are checked, before
@@ -659,6 +707,7 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         raise ValueError(f"Seeds must differ, not {list(seeds)!r}")
     seeds = list(seeds)
     seed = seeds[0]
+    extra_pnr = pnr_argv(pnr_options)
     for name, port in (("Input port", in_port), ("Output port", out_port)):
         if not all(hasattr(port, a) for a in ("tdata_width", "payload_width", "beats")):
             raise TypeError(f"{name} must be an onnx2fpga.ir.Port, not {port!r}")
@@ -733,7 +782,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
     # and nextpnr-ice40 does not time paths through such a DSP, so an inferred-DSP design's
     # Fmax would be unverified (see `unregistered_dsps`). LUT multipliers are fully timed.
     synth_opts = "-dsp" if target.family == "ice40" and ice40_dsp else ""
-    nextpnr_opts = f"--report {NEXTPNR_REPORT} --timing-allow-fail --seed {seed}"
+    nextpnr_opts = " ".join([f"--report {NEXTPNR_REPORT} --timing-allow-fail --seed {seed}",
+                             *([shlex.join(extra_pnr)] if extra_pnr else [])])
     _progress(progress, f"{target.name}: elaborating for {target.device} at {clock_mhz:g} MHz"
                         + ("" if pll is None else f" ({pll.primitive} from the "
                                                   f"{oscillator_mhz:g} MHz oscillator)"))

@@ -396,7 +396,8 @@ class CompiledDesign:
 
     def build(self, board: str, *, seed: int | list[int] | None = None, progress: bool = True,
               clock_mhz: float | None = None, baud: int = 115200,
-              link: str | None = None, fit_check: bool = True) -> dict:
+              link: str | None = None, fit_check: bool = True,
+              pnr_options: str | list[str] | None = None) -> dict:
         """Build a bitstream for ``board``; writes ``build/<board>/report.json`` and returns
         it. A design that misses timing has ``timing_met`` false. The accelerator sits behind
         the framed host link (:mod:`onnx2fpga.boards.framed`), which answers HELLO with the
@@ -411,8 +412,9 @@ class CompiledDesign:
         before synthesis, a design whose estimated resources exceed the board's device
         (:func:`onnx2fpga.boards.fit.check_fit`, a :class:`~onnx2fpga.errors.SizeError`,
         after the clock and link options are checked); false builds anyway, for when the
-        estimate is wrong."""
-        from .boards.build import build_bitstream
+        estimate is wrong. ``pnr_options``: more nextpnr options, such as
+        ``"--router router2"`` (:func:`onnx2fpga.boards.build.pnr_argv`)."""
+        from .boards.build import build_bitstream, pnr_argv
         from .boards.targets import get_board
         from .hw.top import make_top
 
@@ -430,6 +432,10 @@ class CompiledDesign:
                               f"{clock_mhz!r}")
         if not isinstance(baud, int) or isinstance(baud, bool) or baud <= 0:
             raise OptionError(f"Baud rate must be a positive integer, not {baud!r}")
+        try:
+            pnr_argv(pnr_options)
+        except ValueError as e:
+            raise OptionError(str(e)) from None
         seeds = seed if isinstance(seed, list) else [seed]
         if not seeds or any(s is not None and (not isinstance(s, int) or s < 0)
                             for s in seeds):
@@ -455,7 +461,8 @@ class CompiledDesign:
                     design_id=self.manifest["top"]["verilog_sha256"], clock_mhz=clock_mhz,
                     baud=baud, link=link, logic_memories=df.logic_memories,
                     resource_estimate=self.manifest.get("resources") if fit_check else None,
-                    folded_for=(self.manifest.get("folding") or {}).get("board"))
+                    folded_for=(self.manifest.get("folding") or {}).get("board"),
+                    pnr_options=pnr_options)
             write_report(self.directory)      # now with this build's measured figures
         return report
 

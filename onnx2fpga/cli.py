@@ -185,6 +185,10 @@ def _parser():
     b.add_argument("--link", choices=("uart", "usb"), default=None,
                    help="host link: the board's UART, or its own USB port as a CDC-ACM serial "
                    "device (default: the board's; USB on the OrangeCrab)")
+    b.add_argument("--pnr-options", default=None, metavar="'OPTS'",
+                   help="more nextpnr options, quoted as one argument, e.g. "
+                   "--pnr-options='--router router2' (router1, the default, can stall on a "
+                   "congested placement)")
     b.add_argument("--no-fit-check", action="store_true",
                    help="build even if the design's estimated resources exceed the board's "
                    "device (for when the estimate is wrong)")
@@ -415,7 +419,8 @@ def _build(args):
     from .api import load
     d = load(args.dir)
     report = d.build(args.board, seed=args.seed, clock_mhz=args.clock_mhz, baud=args.baud,
-                     link=args.link, fit_check=not args.no_fit_check)
+                     link=args.link, fit_check=not args.no_fit_check,
+                     pnr_options=args.pnr_options)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

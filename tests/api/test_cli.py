@@ -225,6 +225,11 @@ def test_build_takes_one_seed_or_several(tmp_path, capsys, monkeypatch):
     for text, seed in (("3", 3), ("1,2,3", [1, 2, 3])):
         code, _, err = _run(capsys, "build", tmp_path, "--board", "ulx3s-85f", "--seed", text)
         assert code != 0 and "stop here" in err and got["seed"] == seed
+    code, _, err = _run(capsys, "build", tmp_path, "--board", "ulx3s-85f",
+                        "--pnr-options=--router router2")
+    assert code != 0 and got["pnr_options"] == "--router router2"
+    code, _, err = _run(capsys, "build", tmp_path, "--board", "ulx3s-85f")
+    assert got["pnr_options"] is None
     with pytest.raises(SystemExit) as e:
         main(["build", str(tmp_path), "--board", "ulx3s-85f", "--seed", "1,x"])
     assert e.value.code == 2

