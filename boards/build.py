@@ -51,6 +51,7 @@ from .pnr import (
     format_report,
     ice40_dsp_timing_gaps,
     netlist_top,
+    pnr_argv,
     rewrite_netlist_file,
     usb_clocks,
 )
@@ -64,7 +65,6 @@ __all__ = [
     "NO_RW_CHECK_SCRIPT",
     "BuildError", "build_bitstream", "tool_environment", "tool_env_var", "tool_command",
     "NEXTPNR_REPORT", "REPORT", "logic_memory_script", "POLL_SECONDS", "PROGRESS_SECONDS",
-    "pnr_argv",
 ]
 
 _log = get_logger(__name__)
@@ -559,48 +559,6 @@ def logic_memory_script(names) -> str:
             lines.append(f"select -assert-any {sel}")
         lines.append(f"setattr -set logic_block 1 {sel}")
     return "\n".join(lines)
-
-
-#: nextpnr options a build sets itself (outputs, device, constraints, seed, log): refused in
-#: ``pnr_options``, whose runs would otherwise write elsewhere, place another device or
-#: report a seed they did not use.
-_PNR_RESERVED = frozenset({
-    "--seed", "--report", "--log", "--json", "--lpf", "--pcf", "--textcfg", "--asc",
-    "--write", "--package", "--speed", "--device", "--vopt", "--freq", "--quiet", "--verbose",
-    "--debug", "--gui", "--test", "--run", "--pre-pack", "--pre-place", "--pre-route",
-    "--post-route", "--timing-allow-fail", "--no-tmdriv", "--sdf", "--cstrfile",
-})
-_PNR_DEVICE = re.compile(r"--(?:\d+k|um5?g?-\d+k|(?:lp|hx|up|u)\d+k?)$")
-
-
-def pnr_argv(options) -> list[str]:
-    """``options`` for nextpnr (a string, split as a shell would, or a list of words) as a
-    list of words, checked: every option a ``--name`` (its value, if any, the next word),
-    none that the build sets itself (``--seed``, ``--report``, the device and files, ...).
-    ``--router router2`` and ``--placer-heap-*`` or ``--tmg-ripup`` are what it is for.
-    Raises ``ValueError`` naming the word."""
-    if options is None:
-        return []
-    if isinstance(options, str):
-        try:
-            words = shlex.split(options)
-        except ValueError as e:
-            raise ValueError(f"nextpnr options {options!r}: {e}") from None
-    elif isinstance(options, (list, tuple)) and all(isinstance(w, str) for w in options):
-        words = list(options)
-    else:
-        raise ValueError(f"nextpnr options must be a string or a list of strings, not "
-                         f"{options!r}")
-    if words and not words[0].startswith("--"):
-        raise ValueError(f"nextpnr options must start with an option (--name), not "
-                         f"{words[0]!r}")
-    for w in words:
-        name = w.split("=", 1)[0]
-        if name in _PNR_RESERVED or _PNR_DEVICE.match(name):
-            raise ValueError(f"nextpnr option {name} is set by the build (outputs, device, "
-                             f"constraints, seed: use --seed); not allowed in the nextpnr "
-                             f"options")
-    return words
 
 
 def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, build_dir, *,

@@ -1,11 +1,13 @@
 """What a finished build says: the synthesized netlist's cells and the nextpnr report read into
 resources used and available, clocks and whether they meet their targets, critical paths,
-and the text a build prints.
+and the text a build prints; and the nextpnr options a user may add (:func:`pnr_argv`).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from .targets import BoardTarget
 __all__ = [
     "netlist_top", "cell_counts", "ice40_dsp_timing_gaps", "used_cells", "device_resources",
     "clocks_met", "usb_clocks", "clock_report", "critical_paths", "format_report",
-    "critical_path",
+    "critical_path", "pnr_argv",
 ]
 
 
@@ -267,3 +269,45 @@ def critical_path(report: dict) -> dict | None:
     paths = [p for p in report.get("critical_paths") or []
              if "<async>" not in (p.get("from"), p.get("to")) and p.get("start")]
     return max(paths, key=lambda p: p["delay_ns"]) if paths else None
+
+
+#: nextpnr options a build sets itself (outputs, device, constraints, seed, log): refused in
+#: ``pnr_options``, whose runs would otherwise write elsewhere, place another device or
+#: report a seed they did not use.
+_PNR_RESERVED = frozenset({
+    "--seed", "--report", "--log", "--json", "--lpf", "--pcf", "--textcfg", "--asc",
+    "--write", "--package", "--speed", "--device", "--vopt", "--freq", "--quiet", "--verbose",
+    "--debug", "--gui", "--test", "--run", "--pre-pack", "--pre-place", "--pre-route",
+    "--post-route", "--timing-allow-fail", "--no-tmdriv", "--sdf", "--cstrfile",
+})
+_PNR_DEVICE = re.compile(r"--(?:\d+k|um5?g?-\d+k|(?:lp|hx|up|u)\d+k?)$")
+
+
+def pnr_argv(options) -> list[str]:
+    """``options`` for nextpnr (a string, split as a shell would, or a list of words) as a
+    list of words, checked: every option a ``--name`` (its value, if any, the next word),
+    none that the build sets itself (``--seed``, ``--report``, the device and files, ...).
+    ``--router router2`` and ``--placer-heap-*`` or ``--tmg-ripup`` are what it is for.
+    Raises ``ValueError`` naming the word."""
+    if options is None:
+        return []
+    if isinstance(options, str):
+        try:
+            words = shlex.split(options)
+        except ValueError as e:
+            raise ValueError(f"nextpnr options {options!r}: {e}") from None
+    elif isinstance(options, (list, tuple)) and all(isinstance(w, str) for w in options):
+        words = list(options)
+    else:
+        raise ValueError(f"nextpnr options must be a string or a list of strings, not "
+                         f"{options!r}")
+    if words and not words[0].startswith("--"):
+        raise ValueError(f"nextpnr options must start with an option (--name), not "
+                         f"{words[0]!r}")
+    for w in words:
+        name = w.split("=", 1)[0]
+        if name in _PNR_RESERVED or _PNR_DEVICE.match(name):
+            raise ValueError(f"nextpnr option {name} is set by the build (outputs, device, "
+                             f"constraints, seed: use --seed); not allowed in the nextpnr "
+                             f"options")
+    return words

@@ -413,8 +413,9 @@ class CompiledDesign:
         (:func:`onnx2fpga.boards.fit.check_fit`, a :class:`~onnx2fpga.errors.SizeError`,
         after the clock and link options are checked); false builds anyway, for when the
         estimate is wrong. ``pnr_options``: more nextpnr options, such as
-        ``"--router router2"`` (:func:`onnx2fpga.boards.build.pnr_argv`)."""
-        from .boards.build import build_bitstream, pnr_argv
+        ``"--router router2"`` (:func:`onnx2fpga.boards.pnr.pnr_argv`)."""
+        from .boards.build import build_bitstream
+        from .boards.pnr import pnr_argv
         from .boards.targets import get_board
         from .hw.top import make_top
 

@@ -20,7 +20,6 @@ from onnx2fpga.boards.build import (
     REPORT,
     BuildError,
     build_bitstream,
-    pnr_argv,
     tool_environment,
 )
 from onnx2fpga.boards.loopback import ByteIncrement
@@ -29,6 +28,7 @@ from onnx2fpga.boards.pnr import (
     critical_path,
     format_report,
     ice40_dsp_timing_gaps,
+    pnr_argv,
 )
 from onnx2fpga.boards.targets import (
     BoardTarget,
