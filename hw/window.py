@@ -394,6 +394,11 @@ class SlidingWindowCore(wiring.Component):
         # well, so oh steps), so that each counter's enable is the issue and one flag: with
         # the flags ANDed behind the issue, DS-CNN missed at 89.5 MHz (008aae9, seed 3) on the
         # read register's fill level -> issue -> five LUTs -> oh's enable (11.2 ns).
+        # All of them under one `If(issue)`, the flags choosing inside it, so that a register
+        # several counter levels load (ih, iw, col, row_addr) has the issue as its enable and
+        # its next value from registers: with an `If(issue & flag)` per level, ResNet-8 missed
+        # at 95.4 MHz (5a82ac6, seed 2) on the read register's fill level -> issue -> the
+        # levels' choice -> ih (six LUTs, 10.5 ns).
         last_cf, last_kj, last_ki, last_ow = (
             Signal(init=int(n == 1), name=f"last_{c.name}")
             for c, n in ((cf, folds), (kj, kw), (ki, kh), (ow, ow_count)))
@@ -422,57 +427,58 @@ class SlidingWindowCore(wiring.Component):
                          end_kj.eq(nl_cf & nl_kj), end_ki.eq(nl_cf & nl_kj & nl_ki)]
             with m.If(~last_cf):
                 m.d.sync += col.eq(col + 1)
-        with m.If(issue & last_cf):                      # kj steps
-            m.d.sync += step_up(kj, last_kj, kw)
-            with m.If(~last_kj):
-                m.d.sync += [iw.eq(iw + dw), col.eq(col + (dw * folds - folds + 1))]
-        with m.If(issue & end_kj):                       # ki steps
-            m.d.sync += step_up(ki, last_ki, kh)
-            with m.If(~last_ki):
-                m.d.sync += [ih.eq(ih + dh), row_addr.eq(ring_add(row_addr, dh)),
-                             iw.eq(left_iw), col.eq(left_col)]
-        with m.If(issue & end_ki):                       # ow steps
-            m.d.sync += step_up(ow, last_ow, ow_count)
-            with m.If(~last_ow):
-                m.d.sync += [
-                    left_iw.eq(left_iw + sw), iw.eq(left_iw + sw),
-                    left_col.eq(left_col + sw * folds), col.eq(left_col + sw * folds),
-                    ih.eq(top_ih), row_addr.eq(top_addr),
-                ]
-            with m.Else():
-                m.d.sync += [
-                    left_iw.eq(-left), iw.eq(-left),
-                    left_col.eq(-left * folds), col.eq(-left * folds),
-                ]
-        with m.If(row_end):                              # oh steps
-            with m.If(~last_oh):
-                nxt = top_ih + sh
-                ends = oh == oh_count - 2                # the next output row is the last
-                m.d.sync += [
-                    oh.eq(oh + 1),
-                    top_ih.eq(nxt), ih.eq(nxt),
-                    top_addr.eq(ring_add(top_addr, sh)),
-                    row_addr.eq(ring_add(top_addr, sh)),
-                    lo_bound.eq(lo_next),
-                    lo_next.eq(Mux(ends, lo_first, _clip_value(top_lo, height + rows, rows))),
-                    need_hi.eq(hi_next),
-                    hi_next.eq(Mux(ends, hi_first, _clip_value(top_hi, height))),
-                    top_lo.eq(top_lo + sh), top_hi.eq(top_hi + sh),
-                ]
-            with m.Else():
-                # Next inference: its row 0 is `height` rows after this one's.
-                step = height - (oh_count - 1) * sh
-                m.d.sync += [
-                    oh.eq(0),
-                    top_ih.eq(-top), ih.eq(-top),
-                    top_lo.eq(-top + lo_off), top_hi.eq(-top + hi_off),
-                    top_addr.eq(ring_add(top_addr, step)),
-                    row_addr.eq(ring_add(top_addr, step)),
-                    lo_bound.eq(g.row_span(0)[0] + rows),
-                    lo_next.eq(lo_next.init),
-                    need_hi.eq(g.row_span(0)[1]),
-                    hi_next.eq(hi_next.init),
-                ]
+            with m.If(last_cf):                          # kj steps
+                m.d.sync += step_up(kj, last_kj, kw)
+                with m.If(~last_kj):
+                    m.d.sync += [iw.eq(iw + dw), col.eq(col + (dw * folds - folds + 1))]
+            with m.If(end_kj):                           # ki steps
+                m.d.sync += step_up(ki, last_ki, kh)
+                with m.If(~last_ki):
+                    m.d.sync += [ih.eq(ih + dh), row_addr.eq(ring_add(row_addr, dh)),
+                                 iw.eq(left_iw), col.eq(left_col)]
+            with m.If(end_ki):                           # ow steps
+                m.d.sync += step_up(ow, last_ow, ow_count)
+                with m.If(~last_ow):
+                    m.d.sync += [
+                        left_iw.eq(left_iw + sw), iw.eq(left_iw + sw),
+                        left_col.eq(left_col + sw * folds), col.eq(left_col + sw * folds),
+                        ih.eq(top_ih), row_addr.eq(top_addr),
+                    ]
+                with m.Else():
+                    m.d.sync += [
+                        left_iw.eq(-left), iw.eq(-left),
+                        left_col.eq(-left * folds), col.eq(-left * folds),
+                    ]
+            with m.If(at_row_end):                       # oh steps
+                with m.If(~last_oh):
+                    nxt = top_ih + sh
+                    ends = oh == oh_count - 2            # the next output row is the last
+                    m.d.sync += [
+                        oh.eq(oh + 1),
+                        top_ih.eq(nxt), ih.eq(nxt),
+                        top_addr.eq(ring_add(top_addr, sh)),
+                        row_addr.eq(ring_add(top_addr, sh)),
+                        lo_bound.eq(lo_next),
+                        lo_next.eq(Mux(ends, lo_first,
+                                       _clip_value(top_lo, height + rows, rows))),
+                        need_hi.eq(hi_next),
+                        hi_next.eq(Mux(ends, hi_first, _clip_value(top_hi, height))),
+                        top_lo.eq(top_lo + sh), top_hi.eq(top_hi + sh),
+                    ]
+                with m.Else():
+                    # Next inference: its row 0 is `height` rows after this one's.
+                    step = height - (oh_count - 1) * sh
+                    m.d.sync += [
+                        oh.eq(0),
+                        top_ih.eq(-top), ih.eq(-top),
+                        top_lo.eq(-top + lo_off), top_hi.eq(-top + hi_off),
+                        top_addr.eq(ring_add(top_addr, step)),
+                        row_addr.eq(ring_add(top_addr, step)),
+                        lo_bound.eq(g.row_span(0)[0] + rows),
+                        lo_next.eq(lo_next.init),
+                        need_hi.eq(g.row_span(0)[1]),
+                        hi_next.eq(hi_next.init),
+                    ]
 
         # ahead += row_done - (frame_done ? height : 0), and ahead_p1 with it, as a choice
         # among sums of registers: the flags arrive late (frame_done from the issue, which the
