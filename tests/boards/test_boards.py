@@ -678,25 +678,31 @@ def _fake_tool(path, body):
     return str(path)
 
 
-def test_pnr_options_reach_nextpnr(tmp_path, monkeypatch):
-    # A fake nextpnr records its arguments: the user's options come after the build's own,
-    # and the report records them; options the build sets itself are refused before any
-    # tool runs, naming the option.
+def _fake_ecp5_tools(tmp_path, monkeypatch, nextpnr_body):
+    """Fake yosys (an empty top) and ecppack (copies the configuration into the bitstream)
+    in the environment; returns a fake nextpnr running ``nextpnr_body``, for NEXTPNR_ECP5."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     monkeypatch.setenv("YOSYS", _fake_tool(bin_dir / "yosys", (
         "json.dump({'modules': {'top': {'attributes': {'top': '1'}, 'cells': {}}}}, "
         "open('top.json', 'w'))\n")))
-    monkeypatch.setenv("NEXTPNR_ECP5", _fake_tool(bin_dir / "nextpnr", (
+    monkeypatch.setenv("ECPPACK", _fake_tool(bin_dir / "ecppack", (
+        "opt = dict(zip(args, args[1:]))\n"
+        "shutil.copy(opt['--input'], opt['--bit'])\n")))
+    return _fake_tool(bin_dir / "nextpnr", nextpnr_body)
+
+
+def test_pnr_options_reach_nextpnr(tmp_path, monkeypatch):
+    # A fake nextpnr records its arguments: the user's options come after the build's own,
+    # and the report records them; options the build sets itself are refused before any
+    # tool runs, naming the option.
+    monkeypatch.setenv("NEXTPNR_ECP5", _fake_ecp5_tools(tmp_path, monkeypatch, (
         "opt = dict(zip(args, args[1:]))\n"
         "json.dump(args, open('args.json', 'w'))\n"
         "json.dump({'fmax': {'$glbnet$clk': {'achieved': 101.0, 'constraint': 100.0}}, "
         "'utilization': {}, 'critical_paths': []}, open(opt['--report'], 'w'))\n"
         "open(opt['--textcfg'], 'w').write('cfg')\n"
         "open(opt['--log'], 'w').write('log')\n")))
-    monkeypatch.setenv("ECPPACK", _fake_tool(bin_dir / "ecppack", (
-        "opt = dict(zip(args, args[1:]))\n"
-        "shutil.copy(opt['--input'], opt['--bit'])\n")))
     build = tmp_path / "b"
     report = build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f", build,
                              seed=2, clock_mhz=100, progress=False,
@@ -726,12 +732,7 @@ def test_seed_sweep_keeps_the_best_run(tmp_path, monkeypatch):
     # Fake tools: "place and route" reaches 90 MHz at seed 1, 110 at seed 2, 105 at seed 3 and
     # fails at seed 4, writing the seed into its configuration; the packer copies it into the
     # bitstream. A sweep over 1-4 keeps seed 2's outputs.
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    monkeypatch.setenv("YOSYS", _fake_tool(bin_dir / "yosys", (
-        "json.dump({'modules': {'top': {'attributes': {'top': '1'}, 'cells': {}}}}, "
-        "open('top.json', 'w'))\n")))
-    monkeypatch.setenv("NEXTPNR_ECP5", _fake_tool(bin_dir / "nextpnr", (
+    monkeypatch.setenv("NEXTPNR_ECP5", _fake_ecp5_tools(tmp_path, monkeypatch, (
         "opt = dict(zip(args, args[1:]))\n"
         "seed = int(opt['--seed'])\n"
         "assert not os.path.islink(opt['--json'])  # the YoWASP sandbox refuses links\n"
@@ -742,9 +743,6 @@ def test_seed_sweep_keeps_the_best_run(tmp_path, monkeypatch):
         "'utilization': {}, 'critical_paths': []}, open(opt['--report'], 'w'))\n"
         "open(opt['--textcfg'], 'w').write(f'seed {seed}\\n' * 5000)\n"
         "open(opt['--log'], 'w').write(f'seed {seed}\\n')\n")))
-    monkeypatch.setenv("ECPPACK", _fake_tool(bin_dir / "ecppack", (
-        "opt = dict(zip(args, args[1:]))\n"
-        "shutil.copy(opt['--input'], opt['--bit'])\n")))
     build = tmp_path / "b"
     report = build_bitstream(lambda: ByteIncrement(16), _PORT, _PORT, "ulx3s-85f", build,
                              seed=[1, 2, 3, 4], clock_mhz=100, progress=False)
