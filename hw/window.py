@@ -376,13 +376,16 @@ class SlidingWindowCore(wiring.Component):
         row_pos = counter(per_row)
         at_row_end = Signal(init=int(per_row == 1))
         at_last_oh = Signal(init=int(oh_count == 1))
+        # at_last_oh once oh steps: the next output row is the last (so the row after it is
+        # the next inference's first, which hi_next and lo_next then hold).
+        next_row_last = _last_after_step(oh, at_last_oh, oh_count)
         with m.If(issue):
             m.d.sync += [
                 row_pos.eq(Mux(at_row_end, 0, row_pos + 1)),
                 at_row_end.eq(_last_after_step(row_pos, at_row_end, per_row)),
             ]
             with m.If(at_row_end):
-                m.d.sync += at_last_oh.eq(_last_after_step(oh, at_last_oh, oh_count))
+                m.d.sync += at_last_oh.eq(next_row_last)
         row_end = issue & at_row_end
         frame_done = row_end & at_last_oh
         # Each position counter's last value as a flag register beside it (as at_row_end):
@@ -452,17 +455,16 @@ class SlidingWindowCore(wiring.Component):
             with m.If(at_row_end):                       # oh steps
                 with m.If(~last_oh):
                     nxt = top_ih + sh
-                    ends = oh == oh_count - 2            # the next output row is the last
                     m.d.sync += [
                         oh.eq(oh + 1),
                         top_ih.eq(nxt), ih.eq(nxt),
                         top_addr.eq(ring_add(top_addr, sh)),
                         row_addr.eq(ring_add(top_addr, sh)),
                         lo_bound.eq(lo_next),
-                        lo_next.eq(Mux(ends, lo_first,
+                        lo_next.eq(Mux(next_row_last, lo_first,
                                        _clip_value(top_lo, height + rows, rows))),
                         need_hi.eq(hi_next),
-                        hi_next.eq(Mux(ends, hi_first, _clip_value(top_hi, height))),
+                        hi_next.eq(Mux(next_row_last, hi_first, _clip_value(top_hi, height))),
                         top_lo.eq(top_lo + sh), top_hi.eq(top_hi + sh),
                     ]
                 with m.Else():
