@@ -319,9 +319,25 @@ class ClockedTop(Elaboratable):
         m.d.comb += ClockSignal("sync").eq(clk_out)
         platform.add_clock_constraint(clk_out, self.plan.out_mhz * 1e6)
 
-        m.d.comb += ResetSignal("sync").eq(_held_reset(m, "por", clk_out, locked,
-                                                       self.hold_cycles))
+        rst = _held_reset(m, "por", clk_out, locked, self.hold_cycles)
+        m.d.comb += ResetSignal("sync").eq(_reset_network(m, rst, self.plan.family))
         return m
+
+
+def _reset_network(m, rst, family):
+    """``rst`` as the design's flip-flops receive it: on the ECP5 through a ``DCCA`` onto a
+    global (fabric) clock line, from which every slice's LSR is reached with a small, even
+    delay. nextpnr-ecp5 promotes only clock nets to globals by itself, so the reset, reaching
+    most of the design's flip-flops (tens of thousands on the MLPerf Tiny designs), was
+    routed through general routing: with router2 on a 14.5 ns detour (the DS-CNN at 64.6
+    MHz), and router1 stalled on those designs' congestion with most arcs unrouted. (Lattice's
+    own flow puts high-fanout resets on clock lines too.) nextpnr-ice40 promotes reset nets
+    to global buffers itself; other families take ``rst`` as it is."""
+    if family != "ecp5":
+        return rst
+    out = Signal(name="rst_global")
+    m.submodules.rst_global = Instance("DCCA", i_CLKI=rst, i_CE=Const(1), o_CLKO=out)
+    return out
 
 
 def _held_reset(m, name, clk, locked, hold_cycles):
@@ -372,6 +388,7 @@ class UsbClockedTop(Elaboratable):
     def __init__(self, design, clock, ref_mhz, family, *, sync_plan=None, hold_us=15.0):
         self.design = design
         self.clock = clock
+        self.family = family
         self.usb_plan = plan_usb_pll(family, ref_mhz)
         self.sync_plan = sync_plan
         self.ref_mhz = ref_mhz
@@ -408,7 +425,8 @@ class UsbClockedTop(Elaboratable):
             sync_mhz = self.sync_plan.out_mhz
         m.d.comb += [
             ClockSignal("sync").eq(sync_clk),
-            ResetSignal("sync").eq(_held_reset(m, "por", sync_clk, sync_locked,
-                                               max(1, int(self.hold_us * sync_mhz)))),
+            ResetSignal("sync").eq(_reset_network(
+                m, _held_reset(m, "por", sync_clk, sync_locked,
+                               max(1, int(self.hold_us * sync_mhz))), self.family)),
         ]
         return m
