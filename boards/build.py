@@ -623,7 +623,8 @@ def build_bitstream(accelerator_factory_or_component, in_port, out_port, board, 
         MLPerf Tiny designs nextpnr's default router1 can stall on congestion with most arcs
         left to route (ResNet-8 and the DS-CNN at 00f2a54: 140k and 212k arcs left after
         20 minutes), where router2 finishes (in 6.5 and 8 minutes), though there far from
-        the clock (79.4 and 64.6 MHz: high-fanout enable and reset nets on long detours).
+        the clock (79.4 and 64.6 MHz: high-fanout enable and reset nets on long detours;
+        the reset now reaches the flip-flops on a global line, :mod:`.clocking`).
         Recorded in the report's ``nextpnr_opts``.
     resource_estimate : dict, optional
         The design's estimated resources, as the manifest's ``resources``. With it, a design
