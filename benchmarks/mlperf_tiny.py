@@ -28,14 +28,16 @@ over the throughput of back-to-back inferences), the estimated resources, the mu
 limit (MACs / the ECP5-85F's 156 MULT18X18D: one int8 x int8 product each, since
 nextpnr-ecp5 places MULT18X18D only, not the 9x9 halves, and two products share one only for
 unsigned inputs times weights of at most 5 bits; the issue's figure assumed two) and the share
-of it reached, and the published figures beside them;
+of it reached, and the published figures beside them; on the ULX3S-85F also the place and
+route measured at ad8452e (:data:`MEASURED`: Fmax, resources, and the II in ms at that
+Fmax, for the ``--utilization`` given there, which the compile here does not use);
 then the golden model against onnxruntime on ``--samples`` random inputs (argmax agreement and
 the largest difference of the outputs) and on the quantized logits (the QuantizeLinear before
 the Softmax, or the last one: share of identical integers and the largest difference in LSB,
 against onnxruntime as it runs by default and with its integer kernels for int8 activations,
 ``session.qdqisint8allowed``), with the compile's requantization (``--requant``, by default
-its own choice: onnxruntime's for these models). ``--boards none`` compiles without a board's folding (faster). Figures, not
-pass/fail.
+its own choice: onnxruntime's for these models). ``--boards none`` compiles without a
+board's folding (faster). Figures, not pass/fail.
 """
 
 import argparse
@@ -65,6 +67,14 @@ PUBLISHED = {"ic": (0.411, "fpgaConvNet, ZedBoard, 211 DSPs at 143 MHz; 0.147 ms
              "kws": (0.324, "fpgaConvNet, ZedBoard"),
              "vww": (0.720, "fpgaConvNet, ZC706"),
              "ad": (0.0187, "hls4ml AD08 (a smaller model), Pynq-Z2")}
+
+#: Place and route on the ULX3S-85F at 100 MHz (``benchmarks/fmax.py --designs tiny-NAME
+#: --boards ulx3s-85f --clock-mhz 100 --utilization U --seeds S``), measured at ad8452e:
+#: (``--utilization``, seed, Fmax in MHz, LUT, FF, MULT18X18D, DP16KD, cycles per inference).
+MEASURED = {"ic": (0.7, 1, 106.8, 52289, 33806, 105, 118, 36864),
+            "kws": (0.75, 1, 110.7, 45012, 37092, 117, 59, 16000),
+            "vww": (0.75, 2, 107.0, 52709, 38432, 117, 207, 41472),
+            "ad": (0.75, 1, 111.5, 30287, 24123, 117, 145, 1024)}
 
 #: The ECP5-85F's hard multipliers (one int8 product each) for the multiply limit.
 ECP5_85F_DSPS = 156
@@ -319,6 +329,13 @@ def main(argv=None):
                 if "ii_cycles" in row:
                     row["share_of_limit"] = round(limit / row["ii_cycles"], 3)
                 row["published_ms"], row["published"] = PUBLISHED[name]
+                if board == "ulx3s-85f":
+                    u, seed, fmax, *res, cycles = MEASURED[name]
+                    row["measured"] = {"utilization": u, "seed": seed, "fmax_mhz": fmax,
+                                       "resources": dict(zip(("lut", "ff", "dsp", "bram"),
+                                                             res)),
+                                       "cycles": cycles, "ms_at_fmax": round(
+                                           cycles / (fmax * 1e3), 4)}
                 rows.append(row)
                 print(json.dumps(row), file=sys.stderr, flush=True)
     if args.json:
@@ -337,6 +354,12 @@ def main(argv=None):
                                   f"{r.get('logits_worst_lsb_int_kernels', '-')} LSB")
         if r.get("architecture") == "layer engine":
             tail = "layer engine; " + tail
+        if "measured" in r:
+            me = r["measured"]
+            tail += (f"; built at ad8452e (--utilization {me['utilization']}, seed "
+                     f"{me['seed']}): {me['fmax_mhz']} MHz, {me['cycles']} cycles = "
+                     f"{me['ms_at_fmax']} ms at Fmax, " + "/".join(
+                         str(v) for v in me["resources"].values()) + " LUT/FF/DSP/BRAM")
         if "rtl_equals_golden" in r:
             tail += (f"; RTL under stalls equals golden: {r['rtl_equals_golden']}, "
                      f"II {r['rtl_ii_cycles']}, latency {r['rtl_latency_cycles']}")
