@@ -328,11 +328,11 @@ def _reset_network(m, rst, family):
     """``rst`` as the design's flip-flops receive it: on the ECP5 through a ``DCCA`` onto a
     global (fabric) clock line, from which every slice's LSR is reached with a small, even
     delay. nextpnr-ecp5 promotes only clock nets to globals by itself, so the reset, reaching
-    most of the design's flip-flops (tens of thousands on the MLPerf Tiny designs), was
-    routed through general routing: with router2 on a 14.5 ns detour (the DS-CNN at 64.6
-    MHz), and router1 stalled on those designs' congestion with most arcs unrouted. (Lattice's
-    own flow puts high-fanout resets on clock lines too.) nextpnr-ice40 promotes reset nets
-    to global buffers itself; other families take ``rst`` as it is."""
+    the flip-flops that have one (6,744 of MLPerf Tiny's ResNet-8's 34,063), was routed
+    through general routing, where router2 put it on a 14.5 ns detour (the DS-CNN at 64.6
+    MHz). With it on a global line, the four MLPerf Tiny designs routed with router1 and met
+    100 MHz (ad8452e; the autoencoder at 111.5 MHz, 100.4 before). nextpnr-ice40 promotes
+    reset nets to global buffers itself; other families take ``rst`` as it is."""
     if family != "ecp5":
         return rst
     out = Signal(name="rst_global")
