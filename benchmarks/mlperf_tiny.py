@@ -71,6 +71,7 @@ PUBLISHED = {"ic": (0.411, "fpgaConvNet, ZedBoard, 211 DSPs at 143 MHz; 0.147 ms
 #: Place and route on the ULX3S-85F at 100 MHz (``benchmarks/fmax.py --designs tiny-NAME
 #: --boards ulx3s-85f --clock-mhz 100 --utilization U --seeds S``), measured at ad8452e:
 #: (``--utilization``, seed, Fmax in MHz, LUT, FF, MULT18X18D, DP16KD, cycles per inference).
+MEASURED_AT = "ad8452e"
 MEASURED = {"ic": (0.7, 1, 106.8, 52289, 33806, 105, 118, 36864),
             "kws": (0.75, 1, 110.7, 45012, 37092, 117, 59, 16000),
             "vww": (0.75, 2, 107.0, 52709, 38432, 117, 207, 41472),
@@ -356,7 +357,7 @@ def main(argv=None):
             tail = "layer engine; " + tail
         if "measured" in r:
             me = r["measured"]
-            tail += (f"; built at ad8452e (--utilization {me['utilization']}, seed "
+            tail += (f"; built at {MEASURED_AT} (--utilization {me['utilization']}, seed "
                      f"{me['seed']}): {me['fmax_mhz']} MHz, {me['cycles']} cycles = "
                      f"{me['ms_at_fmax']} ms at Fmax, " + "/".join(
                          str(v) for v in me["resources"].values()) + " LUT/FF/DSP/BRAM")

@@ -423,10 +423,9 @@ class UsbClockedTop(Elaboratable):
             m.submodules.pll = _pll_instance(self.sync_plan, clk_in, sync_clk, sync_locked)
             platform.add_clock_constraint(sync_clk, self.sync_plan.out_mhz * 1e6)
             sync_mhz = self.sync_plan.out_mhz
+        rst = _held_reset(m, "por", sync_clk, sync_locked, max(1, int(self.hold_us * sync_mhz)))
         m.d.comb += [
             ClockSignal("sync").eq(sync_clk),
-            ResetSignal("sync").eq(_reset_network(
-                m, _held_reset(m, "por", sync_clk, sync_locked,
-                               max(1, int(self.hold_us * sync_mhz))), self.family)),
+            ResetSignal("sync").eq(_reset_network(m, rst, self.family)),
         ]
         return m
