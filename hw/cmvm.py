@@ -9,24 +9,18 @@ from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..plan.cmvm import AdderGraph, cmvm_latency, finish_stages
+from ..plan.cmvm import AdderGraph, cmvm_latency, cmvm_queue_depth, finish_stages
 from ..plan.cmvm_requant import FusedRequant
 from .blocks import (
     int_shape,
     quiet_if_invalid,
     range_shape,
     shape_range,
-    skid_output_shares,
     tree_sum,
 )
+from .plumbing import StreamFIFO
 
-__all__ = ["ConstMatVecCore", "ENABLE_SHARE_BITS"]
-
-
-#: Flip-flops per copy of the pipeline's enable: the enable of a register stage comes from a
-#: copy of the skid flag that reaches at most this many bits (and the output multiplexer
-#: none), so that no enable net spans the whole pipeline.
-ENABLE_SHARE_BITS = 256
+__all__ = ["ConstMatVecCore"]
 
 
 class ConstMatVecCore(wiring.Component):
@@ -39,10 +33,12 @@ class ConstMatVecCore(wiring.Component):
     registers to the stage before its reader. Stage 0 is the input register, the graph's
     outputs are registered in its last stage; with ``fused``, two more stages finish each
     output (:class:`~onnx2fpga.plan.cmvm_requant.FusedRequant`: the rounding's adder, then
-    the shift and clip, or the comparisons with thresholds and their count). All stages
-    move together while the output's skid
-    register (:func:`~onnx2fpga.hw.blocks.skid_output_shares`) is free, each share of
-    :data:`ENABLE_SHARE_BITS` flip-flops on its own copy of that condition.
+    the shift and clip, or the comparisons with thresholds and their count). The stages move
+    on every cycle, with no enable (only a copy of a register for more readers,
+    :attr:`~onnx2fpga.plan.cmvm.Schedule.copies`, loads valid transfers alone), into an
+    output queue (:class:`~onnx2fpga.hw.plumbing.StreamFIFO`) of
+    :func:`~onnx2fpga.plan.cmvm.cmvm_queue_depth` transfers; ``i_stream.ready`` holds while
+    the transfers taken and not yet given out fill it, so that a stalled output loses none.
 
     Parameters
     ----------
@@ -62,8 +58,9 @@ class ConstMatVecCore(wiring.Component):
     i_stream : ``In(stream.Signature(data.ArrayLayout(in_shape, graph.n_in)))``
     o_stream : ``Out(stream.Signature(data.ArrayLayout(out_shape, graph.n_out)))``
 
-    Timing: one input transfer per cycle; its result is offered :attr:`latency` ``=
-    depth + 1 + finish_stages(fused)`` cycles after it was taken; ``i_stream.ready`` comes
+    Timing: one input transfer per cycle; its result is offered :attr:`latency` cycles
+    (:func:`~onnx2fpga.plan.cmvm.cmvm_latency`: the pipeline's ``depth + 1 +
+    finish_stages(fused)``, then the queue's) after it was taken; ``i_stream.ready`` comes
     from registers only.
     """
 
@@ -129,18 +126,17 @@ class ConstMatVecCore(wiring.Component):
         comb = {}                   # v -> its value in its own stage (logic or the input)
         regs = {}                   # (v, k, c) -> copy c of its register at the end of stage k
         loads = []                  # (register, value, bits, copy): one per register, in
-        #                             order; copy: (register, c) for copy c of a register
+        #                             order; copy: the stage k of a copy (c > 0), else None
 
         def reg(v, k, c=0):
             """``v``'s register at the end of stage ``k`` (copy ``c`` of it, loading the
             same value: :attr:`~onnx2fpga.plan.cmvm.Schedule.copies`)."""
             if (v, k, c) not in regs:
-                first = reg(v, k) if c else None
                 r = Signal(shapes[v], name=f"v{v}_s{k}" + (f"_c{c}" if c else ""),
                            reset_less=True)
                 src = comb[v] if k == sch.stage[v] else reg(v, k - 1)
                 regs[(v, k, c)] = r
-                loads.append((r, src, shapes[v].width, (first, c) if c else None))
+                loads.append((r, src, shapes[v].width, k if c else None))
             return regs[(v, k, c)]
 
         def value(i, j, v, k):
@@ -189,31 +185,45 @@ class ConstMatVecCore(wiring.Component):
             outs = self._finish(outs, loads)
             depth += finish_stages(self._fused)
 
+        # The pipeline runs on every cycle, with no enable (the whole jet tagger's enables
+        # were 20,944 of the 129k arcs nextpnr had to route, and it did not route); its
+        # output goes into a queue with room for every transfer in flight, whose count
+        # (credits) sets i_stream.ready.
         valid = [Signal(name=f"valid_s{k}") for k in range(depth + 1)]
-        bits = sum(b for _, _, b, _ in loads) + len(valid)
-        shares = max(1, -(-bits // ENABLE_SHARE_BITS))
-        payload = Signal(data.ArrayLayout(self._out_shape, g.n_out))
-        for o, e in enumerate(outs):
-            m.d.comb += payload[o].eq(e)
-        frees = skid_output_shares(m, o_stream, valid[depth], payload, shares,
-                                   valid_in=valid[depth - 1] if depth else i_stream.valid)
-        m.d.comb += i_stream.ready.eq(frees[0])
-        with m.If(frees[0]):
-            m.d.sync += valid[0].eq(i_stream.valid)
-            for k in range(1, depth + 1):
-                m.d.sync += valid[k].eq(valid[k - 1])
-        # A copy takes the enable share after its register's (copies on one enable, loading
-        # the same value, would be merged back into one register by yosys' opt_merge).
-        used, share = 0, {}
-        for r, src, b, copy in loads:
-            k = min(shares - 1, used // ENABLE_SHARE_BITS)
+        ready = Signal(init=1)
+        take = i_stream.valid & ready
+        m.d.comb += i_stream.ready.eq(ready)
+        m.d.sync += valid[0].eq(take)
+        for k in range(1, depth + 1):
+            m.d.sync += valid[k].eq(valid[k - 1])
+        for r, src, _, copy in loads:           # copy: None, or the stage of a copy
             if copy is None:
-                share[id(r)] = k
-            else:
-                k = (share[id(copy[0])] + copy[1]) % shares
-            with m.If(frees[k]):
                 m.d.sync += r.eq(src)
-            used += b
+            else:
+                # A copy loads only a valid transfer and holds otherwise: its next value reads
+                # itself, so that yosys' opt_merge keeps it apart from the register it copies.
+                with m.If(valid[copy - 1] if copy else take):
+                    m.d.sync += r.eq(src)
+        # Outputs that are constants (no weights, or none left) do not go through the queue.
+        live = [o for o, (v, _, _) in enumerate(g.outputs) if v >= 0 and v not in g.consts]
+        queue_depth = cmvm_queue_depth(g, sch.levels_per_stage, self._fused)
+        m.submodules.queue = queue = StreamFIFO(self._out_shape, max(1, len(live)),
+                                                queue_depth)
+        m.d.comb += [
+            queue.i_stream.valid.eq(valid[depth]),
+            o_stream.valid.eq(queue.o_stream.valid),
+            queue.o_stream.ready.eq(o_stream.ready),
+        ]
+        for j, o in enumerate(live):
+            m.d.comb += [queue.i_stream.payload[j].eq(outs[o]),
+                         o_stream.payload[o].eq(queue.o_stream.payload[j])]
+        for o, e in enumerate(outs):
+            if o not in live:
+                m.d.comb += o_stream.payload[o].eq(e)
+        pop = o_stream.valid & o_stream.ready
+        count = Signal(range(queue_depth + 1))
+        count_next = count + take - pop
+        m.d.sync += [count.eq(count_next), ready.eq(count_next < queue_depth)]
         return m
 
     def _finish(self, outs, loads):

@@ -529,9 +529,9 @@ def _stage_estimate(stage, family, ice40_dsp, mine) -> dict:
     depend on the platform (its kind is not in :data:`PLATFORM_STAGES`)."""
     if stage.kind == "cmvm":          # from the adder graph itself (plan.cmvm.CMVM_COST)
         p = stage.params
-        return {fam: {**cmvm_resources(p["graph"], p["levels_per_stage"], stage.out_type.bits,
-                                       fam, p.get("fused")),
-                      "dsp": 0, "bram": 0, "block_memories": []} for fam in FAMILIES}
+        return {fam: {"dsp": 0, "block_memories": [],
+                      **cmvm_resources(p["graph"], p["levels_per_stage"], stage.out_type.bits,
+                                       fam, p.get("fused"))} for fam in FAMILIES}
     core = make_core(stage, rom_stand_in=True)
     if core is None:                                    # a cast: wires
         return {family: {"lut": 0, "ff": 0, "dsp": 0, "bram": 0, "block_memories": []}}

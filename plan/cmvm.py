@@ -30,14 +30,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.types import IntType
+from .plumbing import FLOP_FIFO_DEPTH, fifo_latency
 from .stage import CoreKind, Stage
 
-__all__ = ["CmvmTiming", "cmvm_latency", "CMVM_ADDER_LEVELS", "MAX_ADDER_LEVELS",
-           "READERS_PER_COPY",
+__all__ = ["CmvmTiming", "cmvm_latency", "cmvm_pipeline", "cmvm_queue_depth",
+           "CMVM_ADDER_LEVELS", "MAX_ADDER_LEVELS", "READERS_PER_COPY",
            "csd_digits", "Adder", "pass_through",
            "AdderGraph", "Schedule", "adder_graph", "adder_cost", "finish_stages",
            "signed_digits", "adders_lut_floor", "ADDERS_PER_DIGIT_FLOOR", "cmvm_resources",
-           "CMVM_COST"]
+           "CMVM_COST", "QUEUE_COST", "queue_resources"]
 
 
 #: Adder levels between two registers of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore`
@@ -481,10 +482,28 @@ def _sum_tree(g: AdderGraph, terms):
     return (v, s, sign)
 
 
+def cmvm_pipeline(graph: AdderGraph, levels_per_stage: int, fused=None) -> int:
+    """Register stages of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore`'s pipeline: the input
+    register, the graph's stages, :func:`finish_stages`."""
+    return graph.schedule(levels_per_stage).depth + 1 + finish_stages(fused)
+
+
+def cmvm_queue_depth(graph: AdderGraph, levels_per_stage: int, fused=None) -> int:
+    """Transfers the output queue of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore` holds:
+    its pipeline runs without enables, so every transfer it has taken and not yet given out
+    must find room there. A transfer spends ``pipeline + queue latency`` cycles in the core
+    and ``i_stream.ready`` is a register, so one more row keeps it at one transfer per
+    cycle."""
+    pipe = cmvm_pipeline(graph, levels_per_stage, fused)
+    depth = pipe + fifo_latency(FLOP_FIFO_DEPTH) + 1
+    return depth if depth <= FLOP_FIFO_DEPTH else pipe + fifo_latency(depth) + 1
+
+
 def cmvm_latency(graph: AdderGraph, levels_per_stage: int, fused=None) -> int:
     """Cycles from an input transfer of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore` to its
-    output transfer: the input register, the graph's stages, :func:`finish_stages`."""
-    return graph.schedule(levels_per_stage).depth + 1 + finish_stages(fused)
+    output transfer: :func:`cmvm_pipeline`, then the output queue's latency."""
+    return cmvm_pipeline(graph, levels_per_stage, fused) + \
+        fifo_latency(cmvm_queue_depth(graph, levels_per_stage, fused))
 
 
 class CmvmTiming(CoreKind):
@@ -531,16 +550,16 @@ def cmvm_resources(graph: AdderGraph, levels_per_stage: int, out_bits: int, fami
     """Estimated LUTs and flip-flops of a :class:`~onnx2fpga.hw.cmvm.ConstMatVecCore` on
     ``family`` from its graph (:data:`CMVM_COST`): the adders, the finishing stages of a
     folded requantization (per output a rounding adder and a clip, or a comparison with
-    each threshold and their count), the skid multiplexer, the registers of
-    :meth:`AdderGraph.schedule`, the valid bits and the skid register. Outputs that are
-    constants (no weights, or none left) take nothing: yosys removes their registers."""
+    each threshold and their count), the registers of :meth:`AdderGraph.schedule`, the
+    valid bits, and the output queue (:func:`cmvm_queue_depth` rows of the live outputs,
+    :func:`queue_resources`). Outputs that are constants (no weights, or none left) take
+    nothing: yosys removes their registers, and the queue does not hold them."""
     sch = graph.schedule(levels_per_stage)
     luts = sum(adder_luts(adder_cost(op, graph.width(v)), family) for op, v in
                zip(graph.adders, graph.results, strict=True))
     live = [c for c, (v, _, _) in enumerate(graph.outputs)
             if v >= 0 and v not in graph.consts]
-    ff = sch.flip_flops + len(live) * out_bits + sch.depth + 3
-    luts += len(live) * out_bits                                # the skid multiplexer
+    ff = sch.flip_flops + sch.depth + 3
     if fused is not None:
         ff += 2
         for c in live:
@@ -554,4 +573,31 @@ def cmvm_resources(graph: AdderGraph, levels_per_stage: int, out_bits: int, fami
                 luts += adder_luts(w, family)
             luts += out_bits                                    # the clip
             ff += w + out_bits
-    return {"lut": int(round(luts)), "ff": ff}
+    queue = queue_resources(len(live) * out_bits,
+                            cmvm_queue_depth(graph, levels_per_stage, fused), family)
+    return {"lut": int(round(luts)) + queue["lut"], "ff": ff + queue["ff"],
+            "bram": queue["bram"]}
+
+
+#: A :class:`~onnx2fpga.hw.plumbing.StreamFIFO` over 4 deep, as yosys 0.70 and nextpnr 0.11
+#: build it: on ECP5 its rows in distributed RAM (``TRELLIS_DPR16X4``: 16 rows of 4 bits,
+#: packed by nextpnr as 4 RAM LUTs and 2 write LUTs), on iCE40 in ``SB_RAM40_4K`` (256 rows
+#: of 16 bits); on both the read port's register in flip-flops (48 bits, 9 deep: 59
+#: TRELLIS_FF and 12 DPR16X4; 112 iCE40 flip-flops and 3 SB_RAM40_4K).
+QUEUE_COST = {"ecp5": {"rows": 16, "bits": 4, "lut": 6, "bram": 0},
+              "ice40": {"rows": 256, "bits": 16, "lut": 0, "bram": 1}}
+
+
+def queue_resources(width: int, depth: int, family: str) -> dict:
+    """Estimated LUTs, flip-flops and block RAMs of a
+    :class:`~onnx2fpga.hw.plumbing.StreamFIFO` of ``depth`` transfers of ``width`` bits
+    (without ``out_register``) on ``family``: up to :data:`~onnx2fpga.plan.plumbing.
+    FLOP_FIFO_DEPTH` rows of flip-flops and a multiplexer, deeper ones :data:`QUEUE_COST`."""
+    if width <= 0 or depth <= 0:
+        return {"lut": 0, "ff": 0, "bram": 0}
+    ctrl = 4 * max(1, (depth + 1).bit_length())
+    if depth <= FLOP_FIFO_DEPTH:
+        return {"lut": width * (depth // 2) + ctrl, "ff": width * depth + ctrl, "bram": 0}
+    cost = QUEUE_COST[family]
+    units = -(-width // cost["bits"]) * -(-(depth - 1) // cost["rows"])
+    return {"lut": units * cost["lut"] + ctrl, "ff": width + ctrl, "bram": units * cost["bram"]}

@@ -6,9 +6,16 @@ import numpy as np
 import pytest
 from amaranth import signed, unsigned
 
-from onnx2fpga.hw.cmvm import ENABLE_SHARE_BITS, ConstMatVecCore
+from onnx2fpga.hw.cmvm import ConstMatVecCore
 from onnx2fpga.hw.testing import random_values, run_stream, run_timed, shape_range
-from onnx2fpga.plan.cmvm import Adder, adder_cost, adder_graph, csd_digits
+from onnx2fpga.plan.cmvm import (
+    Adder,
+    adder_cost,
+    adder_graph,
+    cmvm_queue_depth,
+    csd_digits,
+)
+from onnx2fpga.plan.plumbing import fifo_latency
 
 
 def test_csd_digits_are_canonical():
@@ -131,7 +138,8 @@ def test_core_full_rate_and_latency():
     x = rng.integers(0, 16, (20, 9))
     times = run_timed(dut, [list(map(int, r)) for r in x], 20)
     assert times["in"] == list(range(20))
-    assert dut.latency == g.depth + 1
+    # The input register, a register per adder level, then the output queue.
+    assert dut.latency == g.depth + 1 + fifo_latency(cmvm_queue_depth(g, 1))
     assert times["out"] == [t + dut.latency for t in times["in"]]
     np.testing.assert_array_equal(np.array(times["out_items"]), x @ w.T)
 
@@ -139,7 +147,7 @@ def test_core_full_rate_and_latency():
 @pytest.mark.parametrize("levels", [1, 2])
 def test_register_copies(levels):
     """A register read by more than READERS_PER_COPY adders has a copy per READERS_PER_COPY
-    of them, each on its own enable share (counted in the schedule's flip-flops); the core
+    of them (counted in the schedule's flip-flops), loading valid transfers only; the core
     still equals numpy under stalls."""
     from amaranth.back import rtlil
     rng = np.random.default_rng(11)
@@ -161,17 +169,21 @@ def test_register_copies(levels):
     np.testing.assert_array_equal(np.array(got), x @ w.T)
 
 
-def test_enable_shares():
-    """A pipeline of more than ENABLE_SHARE_BITS flip-flops spreads its enables over copies of
-    the skid flag."""
-    from amaranth.back import rtlil
+def test_stalled_output_fills_the_queue():
+    """The pipeline moves on every cycle (no enable): with its output held, the core takes
+    exactly as many transfers as its output queue holds, loses none of those in flight, and
+    gives all of them out in order once the output is taken again."""
     rng = np.random.default_rng(3)
     w = _matrix(rng, 24, 24, 6, 0.3)
     g = adder_graph(w, 0, 63)
-    dut = ConstMatVecCore(g, unsigned(6), signed(16), 1)
-    assert g.schedule(1).flip_flops > 2 * ENABLE_SHARE_BITS
-    text = rtlil.convert(dut)
-    assert "skid_full_copy1" in text
+    q = cmvm_queue_depth(g, 1)
+    assert q > g.schedule(1).depth + 1
+    x = rng.integers(0, 64, (3 * q, 24))
+    times = run_timed(ConstMatVecCore(g, unsigned(6), signed(16), 1),
+                      [list(map(int, r)) for r in x], len(x), delay=50)
+    assert times["in"][:q] == list(range(q))
+    assert times["in"][q] > 50
+    np.testing.assert_array_equal(np.array(times["out_items"]), x @ w.T)
 
 
 def _ecp5_cells(dut, tmp_path, monkeypatch, name):
@@ -195,7 +207,7 @@ def test_chained_adders_stay_carry_chains(tmp_path, monkeypatch):
     yosys would merge a chain into one multi-operand sum whose 3:2 compressors take two LUT4s
     a bit besides the carry chain (here about 6x the LUT4s) unless its links are kept. The
     copies of registers with many readers survive too (yosys merges registers that load the
-    same value on the same enable)."""
+    same value on the same enable; a copy loads valid transfers only, so it reads itself)."""
     from onnx2fpga.plan import cmvm as plan_cmvm
     w = _matrix(np.random.default_rng(5), 12, 16, 6, 0.2)
     g = adder_graph(w, 0, 63)
@@ -213,7 +225,7 @@ def test_chained_adders_stay_carry_chains(tmp_path, monkeypatch):
     assert not single.schedule(3).copies
     ff = _ecp5_cells(ConstMatVecCore(single, unsigned(6), signed(20), 3), tmp_path,
                      monkeypatch, "single")[2]
-    assert 0.8 * copies <= ff3 - ff <= copies, (ff3, ff, copies)
+    assert 0.8 * copies <= ff3 - ff <= copies + 2, (ff3, ff, copies)
 
 
 def test_core_errors():
