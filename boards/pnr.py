@@ -16,7 +16,7 @@ from .targets import BoardTarget
 __all__ = [
     "netlist_top", "cell_counts", "ice40_dsp_timing_gaps", "used_cells", "device_resources",
     "clocks_met", "usb_clocks", "clock_report", "critical_paths", "format_report",
-    "critical_path", "pnr_argv", "STATIC_PLACER_SHARE", "adder_lut_share", "default_placer",
+    "critical_path", "pnr_argv", "STATIC_PLACER_SHARE", "adder_luts", "default_placer",
 ]
 
 
@@ -313,32 +313,31 @@ def pnr_argv(options) -> list[str]:
     return words
 
 
-#: The share of an ECP5 design's estimated LUTs in adder graphs (layers with ``multipliers
-#: == "adders"``) from which a build places with nextpnr's analytic ``static`` placer
-#: instead of its default HeAP: the whole jet tagger at one cycle per inference (133b9c9,
-#: seed 1, 122k arcs) routed in 15 minutes after ``--placer static``, while router1 on the
-#: HeAP placement of the same netlist still had 111k arcs left after 28,000 iterations.
-STATIC_PLACER_SHARE = 0.5
+#: The share of an ECP5 device's LUTs that a design's adder graphs (layers with
+#: ``multipliers == "adders"``, as estimated) must reach for the build to place it with
+#: nextpnr's analytic ``static`` placer instead of its default HeAP. Measured at 133b9c9,
+#: seed 1, on the ULX3S-85F: the whole jet tagger at one cycle per inference (adder graphs
+#: of 47 % of the LUTs, 122k arcs) routed after static placement in 16 minutes, while
+#: router1 on HeAP's placement of the same netlist still had 111k arcs left after 28,000
+#: iterations; the UNSW-NB15 MLP (21 %) met 100 MHz either way, at 118.6 MHz in 13 minutes
+#: after HeAP and 106.2 MHz in 24 after static placement.
+STATIC_PLACER_SHARE = 0.35
 
 
-def adder_lut_share(manifest: dict, family: str) -> float:
-    """The share of the design's estimated LUTs on ``family`` (the manifest's ``resources``,
-    the accelerator without the board wrapper) that its adder-graph layers take; 0 when the
-    manifest has no estimate."""
-    total = ((manifest.get("resources") or {}).get(family) or {}).get("total", {}).get("lut")
-    if not total:
-        return 0.0
-    adders = sum(((ly.get("resources") or {}).get(family) or {}).get("lut", 0)
-                 for ly in manifest.get("layers", []) if ly.get("multipliers") == "adders")
-    return adders / total
+def adder_luts(manifest: dict, family: str) -> int:
+    """The estimated LUTs on ``family`` of the design's adder-graph layers (the manifest's
+    ``layers``)."""
+    return sum(((ly.get("resources") or {}).get(family) or {}).get("lut", 0)
+               for ly in manifest.get("layers", []) if ly.get("multipliers") == "adders")
 
 
-def default_placer(words: list[str], family: str, manifest: dict) -> list[str]:
+def default_placer(words: list[str], family: str, manifest: dict,
+                   device_luts: int) -> list[str]:
     """``words`` (from :func:`pnr_argv`) with ``--placer static`` added for an ECP5 design
-    whose adder graphs take at least :data:`STATIC_PLACER_SHARE` of its estimated LUTs,
-    unless ``words`` choose a placer."""
+    whose adder graphs take at least :data:`STATIC_PLACER_SHARE` of the device's
+    ``device_luts``, unless ``words`` choose a placer."""
     if family != "ecp5" or any(w.split("=", 1)[0] == "--placer" for w in words):
         return words
-    if adder_lut_share(manifest, family) < STATIC_PLACER_SHARE:
+    if adder_luts(manifest, family) < STATIC_PLACER_SHARE * device_luts:
         return words
     return [*words, "--placer", "static"]

@@ -414,10 +414,10 @@ class CompiledDesign:
         after the clock and link options are checked); false builds anyway, for when the
         estimate is wrong. ``pnr_options``: more nextpnr options, such as
         ``"--router router2"`` (:func:`onnx2fpga.boards.pnr.pnr_argv`); on ECP5 a design
-        mostly of adder graphs is placed by nextpnr's ``static`` placer unless these choose
-        one (:func:`onnx2fpga.boards.pnr.default_placer`)."""
+        with large adder graphs is placed by nextpnr's ``static`` placer unless these
+        choose one (:func:`onnx2fpga.boards.pnr.default_placer`)."""
         from .boards.build import build_bitstream
-        from .boards.pnr import adder_lut_share, default_placer, pnr_argv
+        from .boards.pnr import adder_luts, default_placer, pnr_argv
         from .boards.targets import get_board
         from .hw.top import make_top
 
@@ -439,13 +439,13 @@ class CompiledDesign:
             words = pnr_argv(pnr_options)
         except ValueError as e:
             raise OptionError(str(e)) from None
-        placed = default_placer(words, target.family, self.manifest)
+        placed = default_placer(words, target.family, self.manifest, target.limits.lut)
         if placed != words:
             pnr_options = placed
             if progress:
-                _say(f"{target.name}: nextpnr's static placer (adder graphs take "
-                     f"{adder_lut_share(self.manifest, target.family):.0%} of the estimated "
-                     f"LUTs; --pnr-options '--placer heap' for the default)")
+                _say(f"{target.name}: nextpnr's static placer (adder graphs estimated at "
+                     f"{adder_luts(self.manifest, target.family) / target.limits.lut:.0%} "
+                     f"of the device's LUTs; --pnr-options '--placer heap' for the default)")
         seeds = seed if isinstance(seed, list) else [seed]
         if not seeds or any(s is not None and (not isinstance(s, int) or s < 0)
                             for s in seeds):

@@ -145,8 +145,7 @@ def test_adders_estimate_matches_build(tmp_path):
                           pow2_scales=True)
     est = d.manifest["resources"]["ecp5"]["board"]
     report = d.build("ulx3s-85f", progress=False)
-    # A design mostly of adder graphs is placed by nextpnr's static placer.
-    assert report["nextpnr_opts"].endswith("--placer static")
+    assert "--placer" not in report["nextpnr_opts"]       # small: nextpnr's default placer
     used = {k: report["resources"][k]["used"] for k in ("lut", "ff", "dsp")}
     assert est["dsp"] == used["dsp"] == 0
     for k in ("lut", "ff"):

@@ -24,7 +24,7 @@ from onnx2fpga.boards.build import (
 )
 from onnx2fpga.boards.loopback import ByteIncrement
 from onnx2fpga.boards.pnr import (
-    adder_lut_share,
+    adder_luts,
     clock_report,
     critical_path,
     default_placer,
@@ -731,25 +731,24 @@ def test_pnr_options_reach_nextpnr(tmp_path, monkeypatch):
 
 
 def test_default_placer_for_adder_graphs():
-    """On ECP5 a design whose adder-graph layers take at least STATIC_PLACER_SHARE of its
-    estimated LUTs gets nextpnr's static placer, unless the options choose a placer; others
-    keep nextpnr's default."""
+    """On ECP5 a design whose adder-graph layers are estimated at STATIC_PLACER_SHARE of the
+    device's LUTs or more gets nextpnr's static placer, unless the options choose a placer;
+    others keep nextpnr's default."""
     def manifest(adders, other):
-        layers = [{"multipliers": "adders", "resources": {"ecp5": {"lut": adders}}},
-                  {"multipliers": "dsp", "resources": {"ecp5": {"lut": other}}},
-                  {"kind": "pool", "resources": {"ecp5": {"lut": 10}}}]
-        return {"layers": layers,
-                "resources": {"ecp5": {"total": {"lut": adders + other + 10}}}}
-    mostly = manifest(900, 90)
-    assert adder_lut_share(mostly, "ecp5") == 0.9
-    assert default_placer([], "ecp5", mostly) == ["--placer", "static"]
-    assert default_placer(["--router", "router2"], "ecp5", mostly) == \
+        return {"layers": [
+            {"multipliers": "adders", "resources": {"ecp5": {"lut": adders}}},
+            {"multipliers": "dsp", "resources": {"ecp5": {"lut": other}}},
+            {"kind": "pool", "resources": {"ecp5": {"lut": 10}}}]}
+    big = manifest(40_000, 9_000)
+    assert adder_luts(big, "ecp5") == 40_000
+    assert default_placer([], "ecp5", big, 83_640) == ["--placer", "static"]
+    assert default_placer(["--router", "router2"], "ecp5", big, 83_640) == \
         ["--router", "router2", "--placer", "static"]
     for words in (["--placer", "heap"], ["--placer=sa"]):
-        assert default_placer(words, "ecp5", mostly) == words
-    assert default_placer([], "ice40", mostly) == []
-    assert default_placer([], "ecp5", manifest(400, 590)) == []
-    assert default_placer([], "ecp5", {"layers": []}) == []
+        assert default_placer(words, "ecp5", big, 83_640) == words
+    assert default_placer([], "ice40", big, 83_640) == []
+    assert default_placer([], "ecp5", manifest(18_000, 40_000), 83_640) == []
+    assert default_placer([], "ecp5", {"layers": []}, 83_640) == []
 
 
 def test_seed_sweep_keeps_the_best_run(tmp_path, monkeypatch):
