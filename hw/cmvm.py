@@ -224,10 +224,29 @@ class ConstMatVecCore(wiring.Component):
         for o, e in enumerate(outs):
             if o not in live:
                 m.d.comb += o_stream.payload[o].eq(e)
+        # The transfers taken and not given out, in thermometer code (level[i]: more than i),
+        # so that no adder or comparison lies on the handshake's path; ready's next value
+        # assumes a transfer is taken whenever ready (an upper bound of the count), so that it
+        # does not wait for the producer's valid: one logic level between registers of two
+        # layers, where a count, its adder and a comparison were the jet tagger's critical
+        # path (78.4 MHz: ready into the producer's queue and back through two carry chains).
         pop = o_stream.valid & o_stream.ready
-        count = Signal(range(queue_depth + 1))
-        count_next = count + take - pop
-        m.d.sync += [count.eq(count_next), ready.eq(count_next < queue_depth)]
+        level = Signal(queue_depth, name="level")
+        up, down = take & ~pop, pop & ~take
+        for i in range(queue_depth):
+            below = level[i - 1] if i else C(1, 1)
+            above = level[i + 1] if i + 1 < queue_depth else C(0, 1)
+            with m.If(up):
+                m.d.sync += level[i].eq(below)
+            with m.Elif(down):
+                m.d.sync += level[i].eq(above)
+        full_after_one = level[queue_depth - 2] if queue_depth > 1 else C(1, 1)
+        with m.If(ready & ~pop):
+            m.d.sync += ready.eq(~full_after_one)
+        with m.Elif(~ready & pop):
+            m.d.sync += ready.eq(1)
+        with m.Else():
+            m.d.sync += ready.eq(~level[queue_depth - 1])
         return m
 
     def _finish(self, outs, loads):
