@@ -172,19 +172,11 @@ def skid_output(m: Module, o_stream, valid, payload, free_copy=False):
     return skid_output_shares(m, o_stream, valid, payload, 1 if free_copy else 0)[0]
 
 
-def skid_output_shares(m: Module, o_stream, valid, payload, shares: int,
-                       valid_in=None) -> list:
+def skid_output_shares(m: Module, o_stream, valid, payload, shares: int) -> list:
     """:func:`skid_output` whose ``free`` comes in ``shares`` copies, each from its own copy
     of the skid register's flag (updated as the flag, so all are equal on every cycle): a
     pipeline of thousands of flip-flops gives each copy a share of its enables, so that no
     enable net reaches them all. ``shares == 0``: one ``free`` from the flag itself.
-
-    With ``valid_in``, the value the caller loads into ``valid`` (its last stage's valid)
-    when ``free``, each copy is a register itself, beside its own copies of ``valid`` and the
-    flag: the share's enable net starts at a flip-flop. With ``free`` a function of the one
-    ``valid`` register, that register's net to a share's LUT across the die and the LUT's
-    net to the share's enables were UNSW-NB15's critical path at one cycle per inference
-    (501f4e4, seed 1: 98.95 MHz, 4.3 + 5.0 ns of routing).
     """
     skid_full = Signal()
     bits = Value.cast(payload)
@@ -205,16 +197,4 @@ def skid_output_shares(m: Module, o_stream, valid, payload, shares: int,
                 m.d.sync += flag.eq(0)
         with m.Elif(valid & ~o_stream.ready):
             m.d.sync += flag.eq(1)
-    if valid_in is None or not shares:
-        return [~(valid & f) for f in (flags[1:] or flags)]
-    frees = []
-    for k, flag in enumerate(flags[1:]):
-        # free == ~(copy & flag) on every cycle: the register holds it for their next values.
-        # Each copy's next value reads the copy itself, so yosys merges no two of them.
-        copy = Signal(name=f"valid_copy{k}" if k else "valid_copy")
-        free = Signal(init=1, name=f"free{k}" if k else "free")
-        copy_next = Mux(free, valid_in, copy)
-        flag_next = ~o_stream.ready & (flag | copy)
-        m.d.sync += [copy.eq(copy_next), free.eq(~(copy_next & flag_next))]
-        frees.append(free)
-    return frees
+    return [~(valid & f) for f in (flags[1:] or flags)]

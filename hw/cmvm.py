@@ -125,8 +125,8 @@ class ConstMatVecCore(wiring.Component):
         shapes = [range_shape(g.lo[v], g.hi[v]) for v in range(len(g.lo))]
         comb = {}                   # v -> its value in its own stage (logic or the input)
         regs = {}                   # (v, k, c) -> copy c of its register at the end of stage k
-        loads = []                  # (register, value, bits, copy): one per register, in
-        #                             order; copy: the stage k of a copy (c > 0), else None
+        loads = []                  # (register, value, copy): one per register, in order;
+        #                             copy: the stage k of a copy (c > 0), else None
 
         def reg(v, k, c=0):
             """``v``'s register at the end of stage ``k`` (copy ``c`` of it, loading the
@@ -136,7 +136,7 @@ class ConstMatVecCore(wiring.Component):
                            reset_less=True)
                 src = comb[v] if k == sch.stage[v] else reg(v, k - 1)
                 regs[(v, k, c)] = r
-                loads.append((r, src, shapes[v].width, k if c else None))
+                loads.append((r, src, k if c else None))
             return regs[(v, k, c)]
 
         def value(i, j, v, k):
@@ -196,7 +196,7 @@ class ConstMatVecCore(wiring.Component):
         m.d.sync += valid[0].eq(take)
         for k in range(1, depth + 1):
             m.d.sync += valid[k].eq(valid[k - 1])
-        for r, src, _, copy in loads:           # copy: None, or the stage of a copy
+        for r, src, copy in loads:              # copy: None, or the stage of a copy
             if copy is None:
                 m.d.sync += r.eq(src)
             else:
@@ -259,10 +259,10 @@ class ConstMatVecCore(wiring.Component):
             if f.rounding[c] == "thresholds":
                 hits = [(u >= t) if f.direction[c] > 0 else (u <= t) for t in f.thresholds[c]]
                 first = Signal(max(1, len(hits)), name=f"hits{c}", reset_less=True)
-                loads.append((first, Cat(*hits) if hits else C(0, 1), len(first), None))
+                loads.append((first, Cat(*hits) if hits else C(0, 1), None))
                 y = Signal(self._out_shape, name=f"y{c}", reset_less=True)
                 count = tree_sum([first[k] for k in range(len(hits))]) if hits else C(0, 1)
-                loads.append((y, f.lo + count, self._out_shape.width, None))
+                loads.append((y, f.lo + count, None))
                 done.append(y)
                 continue
             s, r = f.shift[c], f.round_const[c]
@@ -274,7 +274,7 @@ class ConstMatVecCore(wiring.Component):
                 carry = ~u.as_signed()[-1] if lo_u < 0 else C(1, 1)
             w_lo, w_hi = lo_u + r, hi_u + r + (f.rounding[c] != "none")
             w = Signal(range_shape(w_lo, w_hi), name=f"w{c}", reset_less=True)
-            loads.append((w, u + r + carry, len(w), None))
+            loads.append((w, u + r + carry, None))
             q = w >> s
             y = Signal(self._out_shape, name=f"y{c}", reset_less=True)
             clipped = q
@@ -282,7 +282,7 @@ class ConstMatVecCore(wiring.Component):
                 clipped = Mux(q > f.hi, f.hi, clipped)
             if (w_lo >> s) < f.lo:
                 clipped = Mux(q < f.lo, f.lo, clipped)
-            loads.append((y, clipped, self._out_shape.width, None))
+            loads.append((y, clipped, None))
             done.append(y)
         return done
 
