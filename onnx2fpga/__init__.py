@@ -49,7 +49,7 @@ _LAZY_ERRORS = {
     "Onnx2FpgaWarning": "onnx2fpga.frontend.check",
 }
 
-__all__ = ["compile", "load", "connect", "__version__", "Onnx2FpgaError", "LoadError",
+__all__ = ["compile", "load", "connect", "explore", "__version__", "Onnx2FpgaError", "LoadError",
            "CheckError", "UnsupportedError", "CalibrationError", "DesignDirError",
            "OptionError", "InputError", "SizeError", "MissingExtraError", *_LAZY_ERRORS]
 
@@ -105,3 +105,12 @@ def connect(directory, port=None, *, baud=None, sim=False, timeout=None, retries
     from .runtime import connect as _connect
     return _connect(directory, port, baud=baud, sim=sim, timeout=timeout, retries=retries,
                     sim_options=sim_options)
+
+
+def explore(model, output_dir, board: str, **options) -> dict:
+    """Compile ``model`` at several foldings, build each for ``board`` at several seeds and
+    clocks on a Dask cluster, and write the sweep's rows, Pareto fronts and chosen design
+    into ``output_dir``; see :func:`onnx2fpga.dse.explore`, whose parameters these
+    are."""
+    from .dse import explore as _explore
+    return _explore(model, output_dir, board, **options)

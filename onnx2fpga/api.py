@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
 import time
 
@@ -329,7 +330,7 @@ class CompiledDesign:
 
     def simulate(self, x, engine: str = "rtl", *, stall_in: float = 0.3,
                  stall_out: float = 0.3, seed: int = 0, progress: bool = False,
-                 jobs: int | None = None):
+                 jobs: int | None = None, scheduler=None):
         """Run the model on a batch ``x`` (stacked along axis 0) and return its outputs.
 
         ``x`` is an array, or a dict holding it under the graph input's name (a model of
@@ -347,8 +348,14 @@ class CompiledDesign:
         run in numpy in both cases. ``stall_in``, ``stall_out``: probabilities in [0, 1) of a
         stall cycle; ``seed``: a non-negative integer, the stall pattern's seed; ``jobs``:
         simulator processes to split the batch over (default: one per core, but at most one
-        per 256 inputs). Options and inputs (a NaN, the wrong dtype or shape:
-        :class:`~onnx2fpga.errors.InputError`) are checked before any work.
+        per 256 inputs). ``scheduler``: run the RTL simulation on a Dask cluster instead,
+        the batch split into one shard per worker (at least 64 inputs each) and the outputs
+        joined in order (:func:`onnx2fpga.cluster.simulate_sharded`): the address of its
+        scheduler (``tcp://HOST:PORT``), a ``distributed.Client``, or ``"local"`` for a
+        local cluster of one worker per core; ``last_run`` then also lists the shards'
+        ``workers``, and ``measured.json`` is not written. Options and inputs (a NaN, the
+        wrong dtype or shape: :class:`~onnx2fpga.errors.InputError`) are checked before any
+        work.
         """
         from .sim.model import run_design
 
@@ -365,6 +372,17 @@ class CompiledDesign:
         if engine == "golden":
             return run_design(self.design, x)
         require("sim", "RTL simulation")
+        if scheduler is not None:
+            from .cluster import simulate_sharded
+            from .sim.model import stack_inputs
+
+            stack_inputs(self.design, x)              # bad inputs refused before the cluster
+            with FolderLock(self.directory, shared=True):
+                verify(self.directory, self.manifest)
+                y, self.last_run = simulate_sharded(
+                    self, x, None if scheduler == "local" else scheduler, stall_in=stall_in,
+                    stall_out=stall_out, seed=seed, progress=progress)
+            return y
         from .sim.rtl import simulate_rtl
 
         def rtl_engine(dataflow, x_int):
@@ -397,7 +415,7 @@ class CompiledDesign:
     def build(self, board: str, *, seed: int | list[int] | None = None, progress: bool = True,
               clock_mhz: float | None = None, baud: int = 115200,
               link: str | None = None, fit_check: bool = True,
-              pnr_options: str | list[str] | None = None) -> dict:
+              pnr_options: str | list[str] | None = None, scheduler=None) -> dict:
         """Build a bitstream for ``board``; writes ``build/<board>/report.json`` and returns
         it. A design that misses timing has ``timing_met`` false. The accelerator sits behind
         the framed host link (:mod:`onnx2fpga.boards.framed`), which answers HELLO with the
@@ -415,7 +433,12 @@ class CompiledDesign:
         estimate is wrong. ``pnr_options``: more nextpnr options, such as
         ``"--router router2"`` (:func:`onnx2fpga.boards.pnr.pnr_argv`); on ECP5 a design
         with large adder graphs is placed by nextpnr's ``static`` placer unless these
-        choose one (:func:`onnx2fpga.boards.pnr.default_placer`)."""
+        choose one (:func:`onnx2fpga.boards.pnr.default_placer`). ``scheduler``: run the
+        seeds as jobs on a Dask cluster (its ``tcp://HOST:PORT``, a ``distributed.Client``,
+        or ``"local"``), each a whole build on a worker (:func:`onnx2fpga.cluster.
+        build_seeds`); the best run's folder comes back into ``build/<board>/`` and the
+        report's ``seed_sweep`` names each seed's worker. Without it, several seeds share
+        one synthesis and place and route as local processes."""
         from .boards.build import build_bitstream
         from .boards.pnr import adder_luts, default_placer, pnr_argv
         from .boards.targets import get_board
@@ -454,6 +477,10 @@ class CompiledDesign:
         df = self.design.dataflow
         board_dir = os.path.join(self.directory, "build", target.name)
         say = _say if progress else None
+        if scheduler is not None:
+            return self._build_on_cluster(target, seeds, scheduler, progress, {
+                "clock_mhz": clock_mhz, "baud": baud, "link": link, "fit_check": fit_check,
+                "pnr_options": pnr_options})
         with FolderLock(self.directory, shared=True, say=say):
             verify(self.directory, self.manifest)
             try:
@@ -474,6 +501,40 @@ class CompiledDesign:
                     folded_for=(self.manifest.get("folding") or {}).get("board"),
                     pnr_options=pnr_options)
             write_report(self.directory)      # now with this build's measured figures
+        return report
+
+
+    def _build_on_cluster(self, target, seeds, scheduler, progress, args) -> dict:
+        """:meth:`build`'s seeds as jobs on a cluster; the best run's build folder replaces
+        ``build/<board>/``."""
+        from .cluster import build_seeds, unpack
+
+        seeds = [1 if s is None else s for s in seeds]
+        if len(set(seeds)) != len(seeds):
+            raise OptionError(f"seeds must differ, not {seeds!r}")
+        say = _say if progress else None
+        with FolderLock(self.directory, shared=True, say=say):
+            verify(self.directory, self.manifest)
+            report, archive, runs = build_seeds(
+                self, target.name, seeds, None if scheduler == "local" else scheduler,
+                args=args, progress=progress)
+            board_dir = os.path.join(self.directory, "build", target.name)
+            with tempfile.TemporaryDirectory(prefix=".onnx2fpga-build-",
+                                             dir=self.directory) as tmp:
+                unpack(archive, tmp)
+                made = os.path.join(tmp, "build", target.name)
+                report["seed_sweep"] = runs if len(runs) > 1 else None
+                with open(os.path.join(made, "report.json"), "w", encoding="utf-8") as f:
+                    json.dump(report, f, indent=2)
+                os.makedirs(board_dir, exist_ok=True)
+                with FolderLock(board_dir, say=say):    # no local build of it meanwhile
+                    for name in os.listdir(board_dir):
+                        old = os.path.join(board_dir, name)
+                        if name != ".onnx2fpga.lock":
+                            shutil.rmtree(old) if os.path.isdir(old) else os.remove(old)
+                    for name in os.listdir(made):
+                        shutil.move(os.path.join(made, name), os.path.join(board_dir, name))
+            write_report(self.directory)
         return report
 
 

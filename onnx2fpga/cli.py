@@ -1,5 +1,5 @@
-"""The ``onnx2fpga`` command line: compile, simulate, build, boards, report, run, flash,
-conformance.
+"""The ``onnx2fpga`` command line: compile, simulate, build, explore, boards, report, run,
+flash, conformance.
 
 Every command exits with status 0 on success, 1 when a build misses timing or a check
 fails, and 2 with a one-line ``error:`` message on bad input.
@@ -163,6 +163,10 @@ def _parser():
     s.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="with --engine rtl, split the inputs over N simulator processes "
                    "(default: one per core, but at most one per 256 inputs)")
+    s.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT|local",
+                   help="with --engine rtl, split the inputs over the workers of this Dask "
+                   "cluster (at least 64 inputs per worker; 'local': a local cluster) and "
+                   "join the outputs in order")
     s.add_argument("--check", action="store_true", help="with --engine rtl, also run the "
                    "golden model and fail unless every output is identical")
     s.add_argument("--json", action="store_true", help="print the figures as JSON")
@@ -189,10 +193,58 @@ def _parser():
                    help="more nextpnr options, quoted as one argument, e.g. "
                    "--pnr-options='--router router2' (router1, the default, can stall on a "
                    "congested placement)")
+    b.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT|local",
+                   help="run each seed's build as a job on this Dask cluster ('local': a "
+                   "local one) and keep the best run")
     b.add_argument("--no-fit-check", action="store_true",
                    help="build even if the design's estimated resources exceed the board's "
                    "device (for when the estimate is wrong)")
     b.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    e = sub.add_parser("explore", help="compile and build many foldings, seeds and clocks "
+                       "on a Dask cluster; report the Pareto front",
+                       description="Compile MODEL at each folding (and rate target), build "
+                       "each for NAME at each seed and clock, on a Dask cluster (--scheduler) "
+                       "or a local one, and write DIR/explore.json (one row per run), "
+                       "DIR/explore.html (inferences/s at Fmax against LUTs and DSPs, the "
+                       "Pareto fronts) and DIR/best/ (the chosen run's design and "
+                       "bitstream). Run it again on DIR to resume: finished runs are kept.")
+    e.add_argument("model", metavar="MODEL", help="ONNX model file")
+    e.add_argument("-o", "--output", required=True, metavar="DIR", help="the sweep's folder")
+    e.add_argument("--board", required=True, metavar="NAME", help="see 'onnx2fpga boards'")
+    e.add_argument("--seeds", type=_numbers(int), default=None, metavar="N[,N...]",
+                   help="nextpnr placement seeds (default 1)")
+    e.add_argument("--foldings", type=_foldings, default=None, metavar="F[,F...]",
+                   help="candidates: 'board' (the fastest folding whose estimate fits the "
+                   "board), a number of multiply lanes (8: at most 8 lanes, folded to fit), "
+                   "or @FILE.json (a per-layer folding, as compile's --folding); default "
+                   "'board' unless --targets is given")
+    e.add_argument("--targets", type=_numbers(float), default=None, metavar="FPS[,FPS...]",
+                   help="candidates reaching so many inferences per second at each clock")
+    e.add_argument("--clock-mhz", type=_numbers(float), default=None, metavar="F[,F...]",
+                   help="clocks to build at, from the board's PLL (default: the oscillator)")
+    e.add_argument("--pnr-options", default=None, metavar="'OPTS'",
+                   help="more nextpnr options for every build (see 'build')")
+    e.add_argument("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                   help="a running Dask scheduler to run on (default: a local cluster)")
+    e.add_argument("--workers", type=int, default=None, metavar="N",
+                   help="without --scheduler: worker processes (default: one per core)")
+    e.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="a compile or build that takes longer is stopped and its run failed")
+    e.add_argument("--retry-failed", action="store_true",
+                   help="on resume, run the failed runs again too")
+    e.add_argument("--calibration", metavar="X.npy|X.npz", help="inputs for post-training "
+                   "quantization of a float model (see 'compile')")
+    e.add_argument("--lenient", action="store_true", help="see 'compile'")
+    e.add_argument("--weight-bits", type=int, default=None, metavar="N", help="see 'compile'")
+    e.add_argument("--activation-bits", type=int, default=None, metavar="N",
+                   help="see 'compile'")
+    e.add_argument("--pow2-scales", action="store_true", help="see 'compile'")
+    e.add_argument("--adder-levels", type=int, default=None, metavar="N",
+                   help="see 'compile'")
+    e.add_argument("--utilization", type=float, default=None, metavar="U",
+                   help="see 'compile'")
+    e.add_argument("--json", action="store_true", help="print explore.json's rows as JSON")
 
     sub.add_parser("boards", help="list the supported boards")
 
@@ -371,7 +423,8 @@ def _simulate(args):
     x = _read_inputs(args, d)
     try:
         y = d.simulate(x, engine=args.engine, stall_in=args.stall_in,
-                       stall_out=args.stall_out, seed=args.seed, progress=True, jobs=args.jobs)
+                       stall_out=args.stall_out, seed=args.seed, progress=True, jobs=args.jobs,
+                       scheduler=args.scheduler if args.engine == "rtl" else None)
     except ValueError as e:
         raise Onnx2FpgaError(str(e)) from None
     result = {"engine": args.engine, "inferences": _batch(x), **_shape_fields(y)}
@@ -415,12 +468,79 @@ def _seeds(text: str):
     return seeds[0] if len(seeds) == 1 else seeds
 
 
+def _numbers(kind):
+    """A comma-separated list of ``kind`` values."""
+    def parse(text):
+        try:
+            return [kind(t) for t in text.split(",")]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__} values separated by "
+                                             f"commas, not {text!r}") from None
+    parse.__name__ = f"{kind.__name__} list"
+    return parse
+
+
+def _foldings(text):
+    """``--foldings``: ``board``, lane budgets and ``@FILE.json`` per-layer foldings."""
+    out = []
+    for item in text.split(","):
+        if item == "board":
+            out.append(item)
+        elif item.startswith("@"):
+            try:
+                with open(item[1:], encoding="utf-8") as f:
+                    out.append(json.load(f))
+            except (OSError, ValueError) as e:
+                raise argparse.ArgumentTypeError(f"{item[1:]}: cannot read a folding ({e})") \
+                    from None
+        else:
+            try:
+                out.append(int(item))
+            except ValueError:
+                raise argparse.ArgumentTypeError(
+                    f"a folding is 'board', a number of lanes or @FILE.json, not "
+                    f"{item!r}") from None
+    return out
+
+
+def _explore(args):
+    from .dse import explore
+
+    opts = {k: getattr(args, k) for k in ("weight_bits", "activation_bits", "adder_levels",
+                                          "utilization") if getattr(args, k) is not None}
+    opts.update({k: True for k in ("lenient", "pow2_scales") if getattr(args, k)})
+    doc = explore(args.model, args.output, args.board, seeds=args.seeds,
+                  foldings=args.foldings, targets=args.targets, clock_mhz=args.clock_mhz,
+                  pnr_options=args.pnr_options, scheduler=args.scheduler,
+                  workers=args.workers, calibration=args.calibration, compile_options=opts,
+                  timeout=args.timeout, retry_failed=args.retry_failed)
+    rows = doc["rows"]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"{'run':<28} {'cycles':>7} {'Fmax':>7} {'met':>4} {'LUT':>7} {'DSP':>4} "
+              f"{'inf/s at Fmax':>14} {'front':>6}  worker")
+        for r in rows:
+            if r["status"] != "ok":
+                print(f"{r['run']:<28} failed: {r['error']}")
+                continue
+            front = "/".join(c for c in ("lut", "dsp") if r.get(f"pareto_{c}")) or "-"
+            print(f"{r['run']:<28} {r['cycles_per_inference']:>7} {r['fmax_mhz']:>7.1f} "
+                  f"{'yes' if r['timing_met'] else 'no':>4} {r['lut']:>7} {r['dsp']:>4} "
+                  f"{r['inferences_per_second']:>14,.0f} {front:>6}  {r['worker']}")
+        where = os.path.join(args.output, "best")
+        print(f"chosen: {doc['best'] or 'none (no run met timing)'}"
+              f"{f' (copied to {where})' if doc['best'] else ''}; "
+              f"{os.path.join(args.output, 'explore.html')}")
+    return 0 if doc["best"] else 1
+
+
 def _build(args):
     from .api import load
     d = load(args.dir)
     report = d.build(args.board, seed=args.seed, clock_mhz=args.clock_mhz, baud=args.baud,
                      link=args.link, fit_check=not args.no_fit_check,
-                     pnr_options=args.pnr_options)
+                     pnr_options=args.pnr_options, scheduler=args.scheduler)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -567,6 +687,7 @@ def main(argv=None) -> int:
         args = _parser().parse_args(argv)
         handler = terminal_handler(-1 if args.quiet else args.verbose)
         return {"compile": _compile, "simulate": _simulate, "build": _build,
+                "explore": _explore,
                 "boards": _boards, "report": _report, "run": _run, "flash": _flash,
                 "conformance": _conformance}[args.command](args)
     except KeyboardInterrupt:

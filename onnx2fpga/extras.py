@@ -16,6 +16,8 @@ usb        LUNA                                               a board's own USB 
                                                               host link (OrangeCrab)
 examples   onnxruntime                                        the examples' float reference
 train      scikit-learn                                       the examples' ``train.py``
+cluster    dask, distributed                                  ``explore``; ``simulate`` and
+                                                              ``build`` with ``--scheduler``
 ========== ================================================== ===============================
 
 :func:`require` checks for an extra's packages before the work that needs them and raises
@@ -49,6 +51,7 @@ EXTRAS = {
     "usb": (("luna-usb", "luna", None),),
     "examples": (("onnxruntime", "onnxruntime", None),),
     "train": (("scikit-learn", "sklearn", None),),
+    "cluster": (("dask", "dask", None), ("distributed", "distributed", None)),
 }
 
 

@@ -186,14 +186,14 @@ def test_simulate_passes_stalls_and_seed_to_the_simulation(tmp_path, capsys, flo
                              "--stall-out", "0", "--seed", "12", "--json")
     assert code == 0, err
     assert calls == [("rtl", {"stall_in": 0.75, "stall_out": 0.0, "seed": 12,
-                              "progress": True, "jobs": None})]
+                              "progress": True, "jobs": None, "scheduler": None})]
     result = json.loads(stdout)
     assert (result["stall_in"], result["stall_out"], result["seed"]) == (0.75, 0.0, 12)
     calls.clear()
     _run(capsys, "simulate", tmp_path / "d", "--inputs", tmp_path / "x.npy", "--outputs",
          tmp_path / "y.npy", "--force")
     assert calls == [("rtl", {"stall_in": 0.3, "stall_out": 0.3, "seed": 0, "progress": True,
-                              "jobs": None})]
+                              "jobs": None, "scheduler": None})]
 
 
 def test_simulate_on_a_non_design_directory(tmp_path, capsys):
