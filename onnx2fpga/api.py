@@ -379,9 +379,9 @@ class CompiledDesign:
             stack_inputs(self.design, x)              # bad inputs refused before the cluster
             with FolderLock(self.directory, shared=True):
                 verify(self.directory, self.manifest)
-                y, self.last_run = simulate_sharded(
-                    self, x, None if scheduler == "local" else scheduler, stall_in=stall_in,
-                    stall_out=stall_out, seed=seed, progress=progress)
+                y, self.last_run = simulate_sharded(self, x, scheduler, stall_in=stall_in,
+                                                    stall_out=stall_out, seed=seed,
+                                                    progress=progress)
             return y
         from .sim.rtl import simulate_rtl
 
@@ -478,7 +478,7 @@ class CompiledDesign:
         board_dir = os.path.join(self.directory, "build", target.name)
         say = _say if progress else None
         if scheduler is not None:
-            return self._build_on_cluster(target, seeds, scheduler, progress, {
+            return self._build_on_cluster(target.name, board_dir, seeds, scheduler, say, {
                 "clock_mhz": clock_mhz, "baud": baud, "link": link, "fit_check": fit_check,
                 "pnr_options": pnr_options})
         with FolderLock(self.directory, shared=True, say=say):
@@ -503,26 +503,22 @@ class CompiledDesign:
             write_report(self.directory)      # now with this build's measured figures
         return report
 
-
-    def _build_on_cluster(self, target, seeds, scheduler, progress, args) -> dict:
+    def _build_on_cluster(self, board, board_dir, seeds, scheduler, say, args) -> dict:
         """:meth:`build`'s seeds as jobs on a cluster; the best run's build folder replaces
-        ``build/<board>/``."""
+        ``board_dir`` (``build/<board>/``)."""
         from .cluster import build_seeds, unpack
 
         seeds = [1 if s is None else s for s in seeds]
         if len(set(seeds)) != len(seeds):
             raise OptionError(f"seeds must differ, not {seeds!r}")
-        say = _say if progress else None
         with FolderLock(self.directory, shared=True, say=say):
             verify(self.directory, self.manifest)
-            report, archive, runs = build_seeds(
-                self, target.name, seeds, None if scheduler == "local" else scheduler,
-                args=args, progress=progress)
-            board_dir = os.path.join(self.directory, "build", target.name)
+            report, archive, runs = build_seeds(self, board, seeds, scheduler, args=args,
+                                                progress=say is not None)
             with tempfile.TemporaryDirectory(prefix=".onnx2fpga-build-",
                                              dir=self.directory) as tmp:
                 unpack(archive, tmp)
-                made = os.path.join(tmp, "build", target.name)
+                made = os.path.join(tmp, "build", board)
                 report["seed_sweep"] = runs if len(runs) > 1 else None
                 with open(os.path.join(made, "report.json"), "w", encoding="utf-8") as f:
                     json.dump(report, f, indent=2)

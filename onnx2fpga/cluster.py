@@ -54,10 +54,12 @@ BUILD_DROP = (".il", ".asc", ".config")
 
 def connect(scheduler=None, *, workers: int | None = None, progress: bool = True):
     """A ``distributed.Client``, as a context manager: on the cluster whose scheduler is at
-    ``scheduler`` (``tcp://HOST:PORT``; an existing ``Client`` is used as it is), or on a
-    local cluster of ``workers`` single-threaded worker processes (default: one per core)
-    that closes with the context."""
+    ``scheduler`` (``tcp://HOST:PORT``; an existing ``Client`` is used as it is), or (None or
+    ``"local"``) on a local cluster of ``workers`` single-threaded worker processes (default:
+    one per core) that closes with the context."""
     require("cluster", "Running on a Dask cluster")
+    if scheduler == "local":
+        scheduler = None
     if scheduler is not None and not isinstance(scheduler, str):
         return contextlib.nullcontext(scheduler)           # a Client the caller owns
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)

@@ -104,11 +104,13 @@ def explore(model, output_dir, board: str, *, seeds=None, foldings=None, targets
     candidates = _candidates(foldings, targets, clocks, target, opts)
     out = os.fspath(output_dir)
     model_bytes, model_name = _read_model(model)
-    files = {"model.onnx": model_bytes}
-    files.update(_calibration_file(calibration))
+    cal = _calibration_file(calibration)
+    files = {"model.onnx": model_bytes, **cal}
     header = {"format": FORMAT, "model": model_name,
               "model_sha256": hashlib.sha256(model_bytes).hexdigest(),
-              "calibration_sha256": _sha(files), "board": target.name,
+              "calibration_sha256": next((hashlib.sha256(v).hexdigest()
+                                          for v in cal.values()), None),
+              "board": target.name,
               "compile_options": opts, "pnr_options": pnr_options}
     doc = _open_folder(out, header)
     _check_model(model, calibration, [_compile_args(c, k, opts, target) for c in candidates
@@ -354,13 +356,6 @@ def _calibration_file(calibration) -> dict:
         return {"calibration.npz": buf.getvalue()}
     np.save(buf, np.asarray(calibration), allow_pickle=False)
     return {"calibration.npy": buf.getvalue()}
-
-
-def _sha(files) -> str | None:
-    for name, data in files.items():
-        if name.startswith("calibration"):
-            return hashlib.sha256(data).hexdigest()
-    return None
 
 
 def _check_model(model, calibration, compiles) -> None:
